@@ -1,0 +1,41 @@
+#pragma once
+// GEMM wrapper over a BLAS library loaded at run time.
+//
+// Why at run time: Debian's OpenBLAS 0.3.21 does not recognise recent CPUs and silently falls back
+// to SSE3 kernels (measured 5x slower here) unless OPENBLAS_CORETYPE is set before the library is
+// loaded. Loading it ourselves lets the engine set the core type from cpuid first, for every front
+// end (CLI, library, Python), with no wrapper script. See docs/gemm-backends.md for the measurements.
+#include <cstdint>
+#include <string>
+
+namespace retnet {
+
+enum class Trans : bool { No = false, Yes = true };
+
+// Row-major C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C.
+// op(A) is A [M,K] (lda >= K) or A^T with A stored [K,M] (lda >= M); likewise for B.
+void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+           int64_t ldc);
+
+// Row-major y[M] = alpha * A[M,N] x + beta * y, or with A^T (y[N] = alpha * A^T x + beta * y).
+void sgemv(Trans trans_a, int64_t M, int64_t N, float alpha, const float* A, int64_t lda,
+           const float* x, float beta, float* y);
+
+// Naive double-accumulating reference with the same contract, for tests.
+void sgemm_reference(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                     const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                     int64_t ldc);
+
+void blas_set_num_threads(int n);
+
+struct BlasInfo {
+  std::string library;   // path that was loaded
+  std::string coretype;  // OPENBLAS_CORETYPE in effect ("" if left to the library)
+  std::string corename;  // what the library reports it runs (openblas_get_corename)
+  std::string config;    // openblas_get_config
+};
+// Loads the library on first use; throws Error if no BLAS can be loaded.
+const BlasInfo& blas_info();
+
+}  // namespace retnet

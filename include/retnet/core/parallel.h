@@ -1,0 +1,19 @@
+#pragma once
+// OpenMP helpers. One thread pool serves both our loops and BLAS (OpenBLAS's OpenMP build runs
+// single-threaded inside our parallel regions), so cores are never oversubscribed.
+#include <cstdint>
+
+namespace retnet {
+
+int num_threads();
+// Sets the threads used by our loops and by BLAS; n <= 0 means all cores.
+void set_num_threads(int n);
+
+// Runs fn(i) for i in [0, n) across threads, static schedule (deterministic partition).
+template <typename Fn>
+void parallel_for(int64_t n, Fn&& fn) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) fn(i);
+}
+
+}  // namespace retnet

@@ -1,0 +1,59 @@
+#pragma once
+// Retention, the token mixer of RetNet, in four forms that compute the same function.
+//
+// Per head, with rotated queries q'_n, scaled and rotated keys k'_m, decay gamma and absolute
+// positions n, m (0 = the first token ever fed to the state):
+//   A_n = sum_{m<=n} gamma^(n-m) (q'_n . k'_m) [v_m, 1]        (d_v + 1 columns)
+//   S_n = sum_{i=0..n} gamma^i
+//   o_n = (A_n[:d_v] / sqrt(S_n)) / max(|A_n[d_v]| / sqrt(S_n), 1)
+// i.e. the paper's three normalisations: the decay mask divided by sqrt of its row sum, then by the
+// clamped absolute row sum of the scores. Appending a constant 1 to every value makes the row sum
+// the last column of the same product, so every form carries it exactly: the recurrent, chunkwise
+// and scan states are d_k x (d_v + 1), the last column being the decayed key sum z_n. Hence all
+// forms agree to float rounding at any eps. No form evaluates gamma^(-n); the only powers formed are
+// gamma^i for 0 <= i <= max(T, chunk), which can underflow harmlessly but never overflow.
+//
+// Shapes: q, k: [B, T, H, Dk]; v: [B, T, H, Dv]; out: [B, T, H, Dv] (views, any row stride).
+// state: per sequence b, H blocks of [Dk, Dv + 1] floats starting at state + b * state_stride.
+// positions[b]: absolute position of the first of the T tokens of sequence b (nullptr: all 0).
+#include <cstdint>
+#include <vector>
+
+#include "retnet/core/arena.h"
+#include "retnet/core/tensor.h"
+
+namespace retnet {
+
+enum class RetentionForm { Parallel, Recurrent, Chunkwise, Scan };
+const char* retention_form_name(RetentionForm f);
+RetentionForm parse_retention_form(const std::string& name);  // throws Error
+
+struct RetentionArgs {
+  TensorView q, k, v, out;
+  const double* gammas = nullptr;  // [H]
+  float* state = nullptr;          // required by recurrent, chunkwise and scan; unused by parallel
+  int64_t state_stride = 0;
+  const int64_t* positions = nullptr;
+  int64_t chunk = 64;          // chunkwise: tokens per chunk (T need not be a multiple)
+  int64_t scan_tile = 0;       // scan: tokens scanned at once (0: chosen from a memory budget)
+};
+
+inline int64_t retention_state_floats_per_head(int64_t Dk, int64_t Dv) { return Dk * (Dv + 1); }
+
+// Scratch floats the form needs from the arena for the given sizes.
+size_t retention_workspace_floats(RetentionForm form, int64_t B, int64_t T, int64_t H, int64_t Dk,
+                                  int64_t Dv, int64_t chunk, int64_t scan_tile);
+
+// Runs `form`. The parallel form requires positions == 0 (it starts from an empty state); the
+// others continue from `state` and leave it holding the state after the last token.
+void retention_forward(RetentionForm form, const RetentionArgs& args, Arena& arena);
+
+// S_n = sum_{i=0..n} gamma^i, evaluated without forming a growing power.
+double retention_decay_sum(double gamma, int64_t n);
+
+// Double-precision recurrence over the same definition, for tests: q, k [T, Dk], v [T, Dv] of one
+// head, contiguous; out [T, Dv].
+void retention_reference(const float* q, const float* k, const float* v, double* out, int64_t T,
+                         int64_t Dk, int64_t Dv, double gamma);
+
+}  // namespace retnet

@@ -1,0 +1,48 @@
+#pragma once
+// Model configuration, read from JSON with torchscale's RetNetConfig field names and meanings, so
+// that one JSON file configures both torchscale and this engine. Missing fields take the defaults
+// below (the small model the main job trains); fields of torchscale's that only matter to training
+// in PyTorch (dropout, checkpointing, fsdp, ...) are accepted and ignored; features this engine does
+// not implement (MoE, deepnorm, post-norm, multiway, ...) are rejected when switched on.
+#include <cstdint>
+#include <string>
+
+#include "retnet/ops/activation.h"
+
+namespace retnet {
+
+enum class DecaySchedule { Torchscale, Paper };
+
+struct Config {
+  int64_t embed_dim = 256;        // decoder_embed_dim (d)
+  int64_t value_embed_dim = 512;  // decoder_value_embed_dim
+  int64_t heads = 4;              // decoder_retention_heads
+  int64_t ffn_dim = 512;          // decoder_ffn_embed_dim
+  int64_t layers = 4;             // decoder_layers
+  int64_t vocab_size = 256;       // vocab_size (256: byte-level)
+  double layernorm_eps = 1e-6;    // layernorm_eps, for every RMSNorm including the per-head one
+  Activation activation = Activation::Gelu;  // activation_fn ("gelu" as torchscale, or "swish")
+  bool no_scale_embedding = true;  // no_scale_embedding (false: embeddings times sqrt(d))
+  int64_t recurrent_chunk_size = 64;  // recurrent_chunk_size: default chunk of the chunkwise form
+  DecaySchedule decay = DecaySchedule::Torchscale;  // "decay": "torchscale" | "paper"
+
+  int64_t key_dim() const { return embed_dim / heads; }          // d_k
+  int64_t head_value_dim() const { return value_embed_dim / heads; }  // d_v
+  double embed_scale() const;
+  // gamma_h: 1 - 2^(-5-h) (torchscale), or the paper's 1 - exp(linspace(log 1/32, log 1/512, H)).
+  double gamma(int64_t head) const;
+
+  // Throws Error naming the first inconsistency (dims not divisible by heads, odd d_k, ...).
+  void validate() const;
+  int64_t parameter_count() const;
+  // Recurrent state of one sequence: per layer and head a d_k x (d_v + 1) block (the state and the
+  // decayed key sum).
+  int64_t state_floats_per_sequence() const;
+
+  static Config from_json(const std::string& json_text, const std::string& origin = "config");
+  static Config from_file(const std::string& path);
+  // torchscale field names; round-trips through from_json.
+  std::string to_json(int indent = -1) const;
+};
+
+}  // namespace retnet

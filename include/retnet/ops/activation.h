@@ -1,0 +1,23 @@
+#pragma once
+// Pointwise activations. gelu is the exact erf form (torch's F.gelu default); swish is x*sigmoid(x).
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+namespace retnet {
+
+enum class Activation { Gelu, Swish };
+
+Activation parse_activation(const std::string& name);  // "gelu" | "swish" (alias "silu")
+const char* activation_name(Activation a);
+
+inline float gelu(float x) { return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f)); }
+inline float swish(float x) { return x / (1.f + std::exp(-x)); }
+inline float activate(Activation a, float x) { return a == Activation::Gelu ? gelu(x) : swish(x); }
+
+// Gated product used by the FFN and the retention gate: out[n, i] = act(a[n, i]) * b[n, i].
+// a, b, out: [N, D] with row strides lda, ldb, ldo (out may alias b).
+void gated_activation_forward(Activation act, const float* a, int64_t lda, const float* b,
+                              int64_t ldb, float* out, int64_t ldo, int64_t N, int64_t D);
+
+}  // namespace retnet

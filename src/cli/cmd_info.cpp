@@ -1,0 +1,60 @@
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "retnet/model/model_io.h"
+
+namespace retnet::cli {
+
+void register_info(CLI::App& app) {
+  struct Opts {
+    std::string model, config;
+    bool json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand("info", "Show a model's config, size and recurrent state size");
+  cmd->add_option("model", o->model, "Model .safetensors file")->required();
+  cmd->add_option("--config-json", o->config, "Config JSON for a file that has none (torchscale)");
+  cmd->add_flag("--json", o->json, "Print one JSON object");
+  cmd->callback([o] {
+    LoadInfo li;
+    Model model = load_model(o->model, optional_config(o->config), &li);
+    struct stat st {};
+    stat(o->model.c_str(), &st);
+    const Config& c = model.config();
+    const int64_t params = model.parameter_count();
+    const int64_t state = model.state_bytes_per_sequence();
+    if (o->json) {
+      nlohmann::ordered_json j;
+      j["config"] = nlohmann::json::parse(c.to_json());
+      j["parameters"] = params;
+      j["parameter_bytes"] = params * 4;
+      j["file_bytes"] = static_cast<int64_t>(st.st_size);
+      j["state_bytes_per_sequence"] = state;
+      j["source"] = li.torchscale ? "torchscale" : "retnet";
+      j["memory_mapped"] = li.zero_copy;
+      std::printf("%s\n", j.dump(2).c_str());
+      return;
+    }
+    std::printf("model:        %s (%s, %s)\n", o->model.c_str(),
+                li.torchscale ? "torchscale export" : "retnet format v1",
+                li.zero_copy ? "memory-mapped, zero copy" : "converted on load");
+    std::printf("config:       %s\n", c.to_json().c_str());
+    std::printf("layers %lld, d %lld, value dim %lld, heads %lld (d_k %lld, d_v %lld), ffn %lld, "
+                "vocab %lld\n",
+                (long long)c.layers, (long long)c.embed_dim, (long long)c.value_embed_dim,
+                (long long)c.heads, (long long)c.key_dim(), (long long)c.head_value_dim(),
+                (long long)c.ffn_dim, (long long)c.vocab_size);
+    std::printf("decay gamma:  ");
+    for (double g : model.gammas()) std::printf("%.8f ", g);
+    std::printf("\nparameters:   %lld (%s as float32; file %s)\n", (long long)params,
+                human_bytes(4.0 * params).c_str(), human_bytes(double(st.st_size)).c_str());
+    std::printf("state:        %s per sequence (%lld floats: per layer and head d_k x (d_v + 1)), "
+                "constant in sequence length\n",
+                human_bytes(double(state)).c_str(), (long long)c.state_floats_per_sequence());
+  });
+}
+
+}  // namespace retnet::cli

@@ -1,0 +1,26 @@
+#pragma once
+// Subcommands of the `retnet` binary; each registers its options and its action on the app.
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "retnet/model/config.h"
+
+namespace retnet::cli {
+
+void register_init(CLI::App& app);
+void register_info(CLI::App& app);
+void register_logits(CLI::App& app);
+void register_demo(CLI::App& app);
+
+// "5,17,3" -> {5, 17, 3}; throws Error on anything else.
+std::vector<int32_t> parse_token_list(const std::string& text);
+// Sets the thread count (<= 0: all cores) for our loops and BLAS.
+void apply_threads(int threads);
+std::optional<Config> optional_config(const std::string& path);
+std::string human_bytes(double bytes);
+
+}  // namespace retnet::cli

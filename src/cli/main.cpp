@@ -1,0 +1,33 @@
+// `retnet`: the command-line front end. Every subcommand has --help; errors go to stderr with a
+// non-zero exit status.
+#include <cstdio>
+#include <exception>
+
+#include "commands.h"
+#include "retnet/core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"retnet: retentive networks (RetNet) in C++: parallel, recurrent, chunkwise and "
+               "scan forms over one set of weights"};
+  app.set_version_flag("--version", "retnet 0.1.0");
+  app.require_subcommand(1);
+  retnet::cli::register_init(app);
+  retnet::cli::register_info(app);
+  retnet::cli::register_logits(app);
+  retnet::cli::register_demo(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const retnet::Error& e) {
+    std::fprintf(stderr, "retnet: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "retnet: error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "retnet: internal error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,56 @@
+#include "retnet/core/param_buffer.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "retnet/core/error.h"
+
+namespace retnet {
+
+size_t ParamLayout::add(const std::string& name, std::vector<int64_t> shape) {
+  RETNET_CHECK(!index_.count(name), "parameter '{}' is defined twice", name);
+  ParamEntry e;
+  e.name = name;
+  e.numel = 1;
+  for (int64_t d : shape) {
+    RETNET_CHECK(d > 0, "parameter '{}' has a non-positive dimension {}", name, d);
+    e.numel *= static_cast<size_t>(d);
+  }
+  e.shape = std::move(shape);
+  e.offset = total_;
+  total_ += e.numel;
+  index_[name] = entries_.size();
+  entries_.push_back(std::move(e));
+  return entries_.size() - 1;
+}
+
+const ParamEntry* ParamLayout::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &entries_[it->second];
+}
+
+const ParamEntry& ParamLayout::at(const std::string& name) const {
+  const ParamEntry* e = find(name);
+  RETNET_CHECK(e != nullptr, "no parameter named '{}'", name);
+  return *e;
+}
+
+ParamBuffer::ParamBuffer(const ParamLayout& layout) : layout_(layout) {
+  size_t bytes = (std::max<size_t>(layout.total_floats(), 1) * sizeof(float) + 63) / 64 * 64;
+  auto* p = static_cast<float*>(std::aligned_alloc(64, bytes));
+  RETNET_CHECK(p != nullptr, "out of memory allocating {} bytes of parameters", bytes);
+  std::memset(p, 0, bytes);
+  owned_ = std::shared_ptr<float>(p, [](float* q) { std::free(q); });
+  data_ = p;
+}
+
+ParamBuffer ParamBuffer::borrow(const ParamLayout& layout, float* data,
+                                std::shared_ptr<void> keep_alive) {
+  ParamBuffer b;
+  b.layout_ = layout;
+  b.data_ = data;
+  b.keep_alive_ = std::move(keep_alive);
+  return b;
+}
+
+}  // namespace retnet

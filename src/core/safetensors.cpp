@@ -1,0 +1,269 @@
+#include "retnet/core/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "retnet/core/error.h"
+
+namespace retnet {
+namespace {
+
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+
+size_t dtype_size(const std::string& dtype) {
+  if (dtype == "F32" || dtype == "I32" || dtype == "U32") return 4;
+  if (dtype == "F16" || dtype == "BF16" || dtype == "I16" || dtype == "U16") return 2;
+  if (dtype == "F64" || dtype == "I64" || dtype == "U64") return 8;
+  if (dtype == "I8" || dtype == "U8" || dtype == "BOOL") return 1;
+  return 0;
+}
+
+float half_to_float(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: renormalise
+      int e = -1;
+      do {
+        ++e;
+        mant <<= 1;
+      } while (!(mant & 0x400u));
+      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (mant & 0x3ffu) << 13;
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | mant << 13;
+  } else {
+    bits = sign | (exp + 127 - 15) << 23 | mant << 13;
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+struct Mapping {
+  void* base = nullptr;
+  size_t size = 0;
+  ~Mapping() {
+    if (base && base != MAP_FAILED) munmap(base, size);
+  }
+};
+
+}  // namespace
+
+int64_t SafetensorsTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+SafetensorsFile SafetensorsFile::open(const std::string& path) {
+  SafetensorsFile f;
+  f.path_ = path;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  RETNET_CHECK(fd >= 0, "cannot open model file '{}': {}", path, std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(fmt::format("'{}' is not a regular file", path));
+  }
+  size_t file_size = static_cast<size_t>(st.st_size);
+  if (file_size < 8) {
+    ::close(fd);
+    throw Error(fmt::format("'{}' is not a safetensors file: {} bytes, shorter than the 8-byte "
+                            "header length",
+                            path, file_size));
+  }
+  auto mapping = std::make_shared<Mapping>();
+  // Private, writable mapping: parameters can point into it; a write copies the page, never the file.
+  mapping->base = mmap(nullptr, file_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  mapping->size = file_size;
+  ::close(fd);
+  RETNET_CHECK(mapping->base != MAP_FAILED, "cannot map '{}': {}", path, std::strerror(errno));
+  const auto* bytes = static_cast<const uint8_t*>(mapping->base);
+
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = header_len << 8 | bytes[i];
+  RETNET_CHECK(header_len <= kMaxHeaderBytes && 8 + header_len <= file_size,
+               "'{}' is truncated or not a safetensors file: header claims {} bytes but the file "
+               "has {}",
+               path, header_len, file_size);
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(bytes + 8, bytes + 8 + header_len);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("'{}' has a corrupt safetensors header (not valid JSON): {}", path,
+                            e.what()));
+  }
+  RETNET_CHECK(header.is_object(), "'{}': safetensors header is not a JSON object", path);
+  size_t data_size = file_size - 8 - header_len;
+  f.data_section_ = static_cast<uint8_t*>(mapping->base) + 8 + header_len;
+
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const auto& v = it.value();
+    if (name == "__metadata__") {
+      RETNET_CHECK(v.is_object(), "'{}': __metadata__ is not an object", path);
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        RETNET_CHECK(m.value().is_string(), "'{}': __metadata__ value '{}' is not a string", path,
+                     m.key());
+        f.metadata_[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    RETNET_CHECK(v.is_object() && v.contains("dtype") && v["dtype"].is_string() &&
+                     v.contains("shape") && v["shape"].is_array() && v.contains("data_offsets") &&
+                     v["data_offsets"].is_array() && v["data_offsets"].size() == 2,
+                 "'{}': tensor '{}' needs dtype, shape and data_offsets [begin, end]", path, name);
+    SafetensorsTensor t;
+    t.name = name;
+    t.dtype = v["dtype"].get<std::string>();
+    size_t esize = dtype_size(t.dtype);
+    RETNET_CHECK(esize != 0, "'{}': tensor '{}' has unknown dtype '{}'", path, name, t.dtype);
+    uint64_t numel = 1;
+    for (const auto& d : v["shape"]) {
+      RETNET_CHECK(d.is_number_unsigned() && d.get<uint64_t>() < (1ull << 40),
+                   "'{}': tensor '{}' has an invalid shape {}", path, name, v["shape"].dump());
+      t.shape.push_back(d.get<int64_t>());
+      numel *= d.get<uint64_t>();
+      RETNET_CHECK(numel < (1ull << 44), "'{}': tensor '{}' is impossibly large", path, name);
+    }
+    const auto& off = v["data_offsets"];
+    RETNET_CHECK(off[0].is_number_unsigned() && off[1].is_number_unsigned(),
+                 "'{}': tensor '{}' has invalid data_offsets {}", path, name, off.dump());
+    uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
+    RETNET_CHECK(begin <= end && end <= data_size,
+                 "'{}' is truncated or corrupt: tensor '{}' spans bytes [{}, {}) of a {}-byte data "
+                 "section",
+                 path, name, begin, end, data_size);
+    RETNET_CHECK(end - begin == numel * esize,
+                 "'{}': tensor '{}' has {} bytes but dtype {} and shape {} need {}", path, name,
+                 end - begin, t.dtype, v["shape"].dump(), numel * esize);
+    t.data = f.data_section_ + begin;
+    t.nbytes = end - begin;
+    t.data_offset = begin;
+    f.tensors_.push_back(std::move(t));
+  }
+  std::sort(f.tensors_.begin(), f.tensors_.end(),
+            [](const auto& a, const auto& b) { return a.data_offset < b.data_offset; });
+  for (size_t i = 1; i < f.tensors_.size(); ++i) {
+    const auto& a = f.tensors_[i - 1];
+    const auto& b = f.tensors_[i];
+    RETNET_CHECK(a.data_offset + a.nbytes <= b.data_offset || a.nbytes == 0 || b.nbytes == 0,
+                 "'{}' is corrupt: tensors '{}' and '{}' overlap", path, a.name, b.name);
+  }
+  f.mapping_ = mapping;
+  return f;
+}
+
+const SafetensorsTensor* SafetensorsFile::find(const std::string& name) const {
+  for (const auto& t : tensors_)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+void copy_as_float32(const SafetensorsTensor& t, float* out) {
+  int64_t n = t.numel();
+  if (t.dtype == "F32") {
+    std::memcpy(out, t.data, n * sizeof(float));
+  } else if (t.dtype == "F64") {
+    for (int64_t i = 0; i < n; ++i) {
+      double d;
+      std::memcpy(&d, t.data + 8 * i, 8);
+      out[i] = static_cast<float>(d);
+    }
+  } else if (t.dtype == "F16") {
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, t.data + 2 * i, 2);
+      out[i] = half_to_float(h);
+    }
+  } else if (t.dtype == "BF16") {
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, t.data + 2 * i, 2);
+      uint32_t bits = static_cast<uint32_t>(h) << 16;
+      std::memcpy(out + i, &bits, 4);
+    }
+  } else {
+    throw Error(fmt::format("tensor '{}' has dtype {}; expected a floating type (F32, F16, BF16, "
+                            "F64)",
+                            t.name, t.dtype));
+  }
+}
+
+void write_file_atomically(const std::string& path, const std::string& bytes) {
+  namespace fs = std::filesystem;
+  fs::path target(path);
+  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(getpid())))
+                        .string();
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  RETNET_CHECK(fd >= 0, "cannot create '{}': {}", tmp, std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw Error(fmt::format("cannot write '{}': {}", path, std::strerror(err)));
+    }
+    done += static_cast<size_t>(w);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    throw Error(fmt::format("cannot flush '{}': {}", path, std::strerror(err)));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    throw Error(fmt::format("cannot rename '{}' to '{}': {}", tmp, path, std::strerror(err)));
+  }
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header;
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  size_t offset = 0;
+  for (const auto& t : tensors) {
+    size_t n = 1;
+    for (int64_t d : t.shape) n *= static_cast<size_t>(d);
+    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + 4 * n}}};
+    offset += 4 * n;
+  }
+  std::string h = header.dump();
+  // Pad with spaces (allowed by the format) so the data section starts 64-byte aligned.
+  while ((8 + h.size()) % 64 != 0) h.push_back(' ');
+  std::string bytes;
+  bytes.reserve(8 + h.size() + offset);
+  uint64_t len = h.size();
+  for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>((len >> (8 * i)) & 0xff));
+  bytes += h;
+  for (const auto& t : tensors) {
+    size_t n = 1;
+    for (int64_t d : t.shape) n *= static_cast<size_t>(d);
+    bytes.append(reinterpret_cast<const char*>(t.data), 4 * n);
+  }
+  write_file_atomically(path, bytes);
+}
+
+}  // namespace retnet

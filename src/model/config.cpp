@@ -1,0 +1,180 @@
+#include "retnet/model/config.h"
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "retnet/core/error.h"
+
+namespace retnet {
+namespace {
+
+using nlohmann::json;
+
+// torchscale fields that describe PyTorch training only; accepted and ignored.
+const std::set<std::string> kIgnoredTorchscaleFields = {
+    "dropout", "activation_dropout", "attention_dropout", "drop_path_rate",
+    "checkpoint_activations", "fsdp", "ddp_rank", "max_target_positions", "moe_freq",
+    "moe_top1_expert", "moe_expert_count", "moe_gating_use_fp32",
+    "moe_eval_capacity_token_fraction", "moe_second_expert_policy",
+    "moe_normalize_gate_prob_before_dropping", "use_xmoe", "rel_pos_buckets", "max_rel_pos",
+    "subln", "bert_init", "xpos_rel_pos", "xpos_scale_base", "chunkwise_recurrent",
+    "decoder_attention_heads", "no_output_layer", "_comment", "model_type", "architectures",
+    "torch_dtype", "transformers_version"};
+
+int64_t get_int(const json& j, const char* key, int64_t fallback, const std::string& origin) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  const auto& v = j[key];
+  RETNET_CHECK(v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) ==
+                                                                    v.get<double>()),
+               "{}: '{}' must be an integer, got {}", origin, key, v.dump());
+  return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
+}
+
+bool get_bool(const json& j, const char* key, bool fallback, const std::string& origin) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  RETNET_CHECK(j[key].is_boolean(), "{}: '{}' must be true or false, got {}", origin, key,
+               j[key].dump());
+  return j[key].get<bool>();
+}
+
+}  // namespace
+
+double Config::embed_scale() const {
+  return no_scale_embedding ? 1.0 : std::sqrt(static_cast<double>(embed_dim));
+}
+
+double Config::gamma(int64_t h) const {
+  if (decay == DecaySchedule::Torchscale) return 1.0 - std::exp2(-5.0 - static_cast<double>(h));
+  double lo = std::log(1.0 / 32), hi = std::log(1.0 / 512);
+  double x = heads == 1 ? lo : lo + (hi - lo) * static_cast<double>(h) / (heads - 1);
+  return 1.0 - std::exp(x);
+}
+
+void Config::validate() const {
+  RETNET_CHECK(embed_dim > 0 && value_embed_dim > 0 && heads > 0 && ffn_dim > 0 && layers > 0 &&
+                   vocab_size > 0,
+               "config: decoder_embed_dim ({}), decoder_value_embed_dim ({}), "
+               "decoder_retention_heads ({}), decoder_ffn_embed_dim ({}), decoder_layers ({}) and "
+               "vocab_size ({}) must all be positive",
+               embed_dim, value_embed_dim, heads, ffn_dim, layers, vocab_size);
+  RETNET_CHECK(embed_dim % heads == 0,
+               "config: decoder_embed_dim {} is not divisible by decoder_retention_heads {}",
+               embed_dim, heads);
+  RETNET_CHECK(value_embed_dim % heads == 0,
+               "config: decoder_value_embed_dim {} is not divisible by decoder_retention_heads {}",
+               value_embed_dim, heads);
+  RETNET_CHECK(key_dim() % 2 == 0,
+               "config: the key dim per head (decoder_embed_dim / heads = {}) must be even for the "
+               "rotation",
+               key_dim());
+  RETNET_CHECK(key_dim() <= 1024, "config: key dim per head {} exceeds the supported 1024",
+               key_dim());
+  RETNET_CHECK(embed_dim <= (1 << 20) && value_embed_dim <= (1 << 20) && ffn_dim <= (1 << 22) &&
+                   layers <= 4096 && vocab_size <= (1 << 24),
+               "config: dimensions are implausibly large");
+  RETNET_CHECK(parameter_count() < (int64_t{1} << 36), "config: {} parameters is too many",
+               parameter_count());
+  RETNET_CHECK(layernorm_eps >= 0 && std::isfinite(layernorm_eps),
+               "config: layernorm_eps must be a finite non-negative number, got {}", layernorm_eps);
+  RETNET_CHECK(recurrent_chunk_size >= 1, "config: recurrent_chunk_size must be >= 1, got {}",
+               recurrent_chunk_size);
+}
+
+int64_t Config::parameter_count() const {
+  int64_t d = embed_dim, vd = value_embed_dim;
+  int64_t per_layer = 2 * d * d + 2 * vd * d + d * vd + d + 3 * ffn_dim * d + d;
+  return 2 * vocab_size * d + layers * per_layer + d;
+}
+
+int64_t Config::state_floats_per_sequence() const {
+  return layers * heads * key_dim() * (head_value_dim() + 1);
+}
+
+Config Config::from_json(const std::string& text, const std::string& origin) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("{}: not valid JSON: {}", origin, e.what()));
+  }
+  RETNET_CHECK(j.is_object(), "{}: expected a JSON object, got {}", origin,
+               j.dump().substr(0, 80));
+  Config c;
+  c.embed_dim = get_int(j, "decoder_embed_dim", c.embed_dim, origin);
+  c.value_embed_dim = get_int(j, "decoder_value_embed_dim", c.value_embed_dim, origin);
+  c.heads = get_int(j, "decoder_retention_heads", c.heads, origin);
+  c.ffn_dim = get_int(j, "decoder_ffn_embed_dim", c.ffn_dim, origin);
+  c.layers = get_int(j, "decoder_layers", c.layers, origin);
+  c.vocab_size = get_int(j, "vocab_size", c.vocab_size, origin);
+  c.recurrent_chunk_size = get_int(j, "recurrent_chunk_size", c.recurrent_chunk_size, origin);
+  c.no_scale_embedding = get_bool(j, "no_scale_embedding", c.no_scale_embedding, origin);
+  if (j.contains("layernorm_eps")) {
+    RETNET_CHECK(j["layernorm_eps"].is_number(), "{}: 'layernorm_eps' must be a number, got {}",
+                 origin, j["layernorm_eps"].dump());
+    c.layernorm_eps = j["layernorm_eps"].get<double>();
+  }
+  if (j.contains("activation_fn")) {
+    RETNET_CHECK(j["activation_fn"].is_string(), "{}: 'activation_fn' must be a string", origin);
+    c.activation = parse_activation(j["activation_fn"].get<std::string>());
+  }
+  if (j.contains("decay")) {
+    std::string d = j["decay"].is_string() ? j["decay"].get<std::string>() : "";
+    RETNET_CHECK(d == "torchscale" || d == "paper",
+                 "{}: 'decay' must be \"torchscale\" or \"paper\", got {}", origin,
+                 j["decay"].dump());
+    c.decay = d == "paper" ? DecaySchedule::Paper : DecaySchedule::Torchscale;
+  }
+  // torchscale features that change the model and that this engine does not implement.
+  auto reject_if = [&](const char* key, bool unsupported_value) {
+    if (j.contains(key) && !j[key].is_null())
+      RETNET_CHECK(get_bool(j, key, !unsupported_value, origin) != unsupported_value,
+                   "{}: '{}' = {} is not supported by this engine", origin, key, j[key].dump());
+  };
+  reject_if("deepnorm", true);
+  reject_if("multiway", true);
+  reject_if("layernorm_embedding", true);
+  reject_if("share_decoder_input_output_embed", true);
+  reject_if("decoder_normalize_before", false);
+  static const std::set<std::string> known = {
+      "decoder_embed_dim", "decoder_value_embed_dim", "decoder_retention_heads",
+      "decoder_ffn_embed_dim", "decoder_layers", "vocab_size", "recurrent_chunk_size",
+      "no_scale_embedding", "layernorm_eps", "activation_fn", "decay", "deepnorm", "multiway",
+      "layernorm_embedding", "share_decoder_input_output_embed", "decoder_normalize_before"};
+  for (auto it = j.begin(); it != j.end(); ++it)
+    RETNET_CHECK(known.count(it.key()) || kIgnoredTorchscaleFields.count(it.key()),
+                 "{}: unknown field '{}'", origin, it.key());
+  if (j.contains("moe_freq")) {
+    RETNET_CHECK(get_int(j, "moe_freq", 0, origin) == 0, "{}: mixture of experts (moe_freq) is "
+                 "not supported", origin);
+  }
+  c.validate();
+  return c;
+}
+
+Config Config::from_file(const std::string& path) {
+  std::ifstream in(path);
+  RETNET_CHECK(in.good(), "cannot open config file '{}'", path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return from_json(text, path);
+}
+
+std::string Config::to_json(int indent) const {
+  nlohmann::ordered_json j;
+  j["decoder_embed_dim"] = embed_dim;
+  j["decoder_value_embed_dim"] = value_embed_dim;
+  j["decoder_retention_heads"] = heads;
+  j["decoder_ffn_embed_dim"] = ffn_dim;
+  j["decoder_layers"] = layers;
+  j["vocab_size"] = vocab_size;
+  j["layernorm_eps"] = layernorm_eps;
+  j["activation_fn"] = activation_name(activation);
+  j["no_scale_embedding"] = no_scale_embedding;
+  j["recurrent_chunk_size"] = recurrent_chunk_size;
+  j["decay"] = decay == DecaySchedule::Paper ? "paper" : "torchscale";
+  return j.dump(indent);
+}
+
+}  // namespace retnet

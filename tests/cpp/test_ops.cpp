@@ -1,0 +1,114 @@
+// Every op against a naive double-precision reference.
+#include <cmath>
+
+#include "retnet/core/error.h"
+#include "retnet/core/gemm.h"
+#include "retnet/ops/activation.h"
+#include "retnet/ops/rmsnorm.h"
+#include "retnet/ops/rotation.h"
+#include "test_helpers.h"
+
+using namespace retnet;
+using retnet::test::close;
+using retnet::test::random_vector;
+
+TEST(Gemm, AllTransposesMatchReference) {
+  for (auto [M, N, K] : {std::array<int64_t, 3>{1, 7, 5}, {17, 33, 9}, {64, 48, 130}, {3, 1, 4}}) {
+    for (Trans ta : {Trans::No, Trans::Yes})
+      for (Trans tb : {Trans::No, Trans::Yes}) {
+        auto A = random_vector(M * K, 1), B = random_vector(K * N, 2);
+        auto C = random_vector(M * N, 3), R = C;
+        int64_t lda = ta == Trans::No ? K : M, ldb = tb == Trans::No ? N : K;
+        sgemm(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 0.25f, C.data(), N);
+        sgemm_reference(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 0.25f, R.data(), N);
+        EXPECT_TRUE(close(C, R, 1e-5)) << M << "x" << N << "x" << K;
+      }
+  }
+}
+
+TEST(Gemm, BetaZeroOverwritesNaN) {
+  std::vector<float> A(8, 1.f), B(8, 1.f), C(4, NAN);
+  sgemm(Trans::No, Trans::Yes, 1, 4, 2, 1.f, A.data(), 2, B.data(), 2, 0.f, C.data(), 4);
+  for (float c : C) EXPECT_EQ(c, 2.f);
+}
+
+TEST(Gemm, LoadsAnOptimisedCore) {
+  const BlasInfo& info = blas_info();
+  EXPECT_FALSE(info.library.empty());
+  // The reason the engine loads BLAS itself: never the generic SSE3 fallback on an AVX2+ CPU.
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && !info.corename.empty()) {
+    EXPECT_NE(info.corename, "Prescott") << info.config;
+    EXPECT_NE(info.corename, "Core2") << info.config;
+  }
+}
+
+TEST(RmsNorm, MatchesReferenceWithAndWithoutWeight) {
+  const int64_t N = 5, D = 48;
+  auto x = random_vector(N * D, 4, 3.0), w = random_vector(D, 5);
+  for (float eps : {0.f, 1e-6f, 0.1f})
+    for (const float* wp : {(const float*)w.data(), (const float*)nullptr}) {
+      std::vector<float> y(N * D), rstd(N);
+      rmsnorm_forward(x.data(), D, wp, y.data(), D, rstd.data(), N, D, eps);
+      std::vector<double> ref(N * D);
+      for (int64_t n = 0; n < N; ++n) {
+        double ss = 0;
+        for (int64_t i = 0; i < D; ++i) ss += double(x[n * D + i]) * x[n * D + i];
+        double r = 1.0 / std::sqrt(ss / D + eps);
+        EXPECT_NEAR(rstd[n], r, 1e-6 * r);
+        for (int64_t i = 0; i < D; ++i) ref[n * D + i] = x[n * D + i] * r * (wp ? wp[i] : 1.0);
+      }
+      EXPECT_TRUE(close(y, ref, 1e-6));
+    }
+}
+
+TEST(Activation, GeluAndSwishMatchReference) {
+  auto a = random_vector(300, 6, 4.0), b = random_vector(300, 7);
+  for (Activation act : {Activation::Gelu, Activation::Swish}) {
+    std::vector<float> out(300);
+    gated_activation_forward(act, a.data(), 100, b.data(), 100, out.data(), 100, 3, 100);
+    std::vector<double> ref(300);
+    for (int i = 0; i < 300; ++i) {
+      double x = a[i];
+      double f = act == Activation::Gelu ? 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)))
+                                         : x / (1 + std::exp(-x));
+      ref[i] = f * b[i];
+    }
+    EXPECT_TRUE(close(out, ref, 1e-6)) << activation_name(act);
+  }
+  EXPECT_EQ(parse_activation("silu"), Activation::Swish);
+  EXPECT_THROW(parse_activation("relu"), Error);
+}
+
+TEST(Rotation, ThetaGridIsTorchscales) {
+  auto t = rotation_thetas(8);  // linspace(0, 1, 4) exponents
+  ASSERT_EQ(t.size(), 4u);
+  EXPECT_DOUBLE_EQ(t[0], 1.0);
+  EXPECT_NEAR(t[1], std::pow(10000.0, -1.0 / 3), 1e-15);
+  EXPECT_NEAR(t[3], 1e-4, 1e-18);
+  EXPECT_EQ(rotation_thetas(2), std::vector<double>{1.0});
+}
+
+TEST(Rotation, RotatesInterleavedPairsByPositionTimesTheta) {
+  const int64_t B = 2, T = 5, H = 3, Dk = 8, ld = H * Dk + 4;
+  auto x = random_vector(B * T * ld, 8);
+  auto y = x;
+  std::vector<float> table(2 * T * Dk / 2);
+  const int64_t positions[] = {0, 100000};
+  auto thetas = rotation_thetas(Dk);
+  for (const int64_t* pos : {(const int64_t*)nullptr, positions}) {
+    y = x;
+    rotate_forward(y.data(), ld, B, T, H, Dk, thetas, pos, table.data());
+    std::vector<double> ref(y.begin(), y.end());
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t i = 0; i < Dk / 2; ++i) {
+            double n = double((pos ? pos[b] : 0) + t), a = n * thetas[i];
+            size_t o = (b * T + t) * ld + h * Dk + 2 * i;
+            ref[o] = x[o] * std::cos(a) - x[o + 1] * std::sin(a);
+            ref[o + 1] = x[o + 1] * std::cos(a) + x[o] * std::sin(a);
+          }
+    EXPECT_TRUE(close(y, ref, 1e-6));
+  }
+}
