@@ -248,7 +248,7 @@ void scan_head(const HeadBlock& hb, const Dims& d, int64_t tile, float* scratch)
       for (int64_t i = 2 * s - 1; i < L; i += 2 * s) combine(i - s, i);
       d_top = s;
     }
-    for (int64_t s = d_top / 2; s >= 1; s /= 2) {
+    for (int64_t s = d_top; s >= 1; s /= 2) {
 #pragma omp parallel for schedule(static) if (inner_parallel && (L / (2 * s)) * E > 65536)
       for (int64_t i = 3 * s - 1; i < L; i += 2 * s) combine(i - s, i);
     }
