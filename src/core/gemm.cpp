@@ -41,12 +41,18 @@ const char* coretype_for_this_cpu() {
 
 Blas load_blas() {
   Blas b;
-  const char* user_core = std::getenv("OPENBLAS_CORETYPE");
-  if (user_core && *user_core) {
-    b.info.coretype = user_core;
-  } else if (const char* core = coretype_for_this_cpu()) {
-    setenv("OPENBLAS_CORETYPE", core, 0);
+  // The engine picks the kernel family from cpuid and overrides an inherited OPENBLAS_CORETYPE:
+  // measured here, a machine-wide OPENBLAS_CORETYPE=Haswell halves GEMM speed on an AVX-512 CPU.
+  // RETNET_BLAS_CORETYPE overrides the engine's choice.
+  const char* forced = std::getenv("RETNET_BLAS_CORETYPE");
+  const char* core = forced && *forced ? forced : coretype_for_this_cpu();
+  const char* inherited = std::getenv("OPENBLAS_CORETYPE");
+  std::string previous = inherited ? inherited : "";
+  if (core) {
+    setenv("OPENBLAS_CORETYPE", core, 1);
     b.info.coretype = core;
+  } else if (inherited) {
+    b.info.coretype = inherited;
   }
   // The OpenMP build shares our OpenMP thread pool (no oversubscription); others are fallbacks.
   std::vector<std::string> candidates;
@@ -62,6 +68,11 @@ Blas load_blas() {
       b.info.library = path;
       break;
     }
+  }
+  // OpenBLAS read the variable while loading; give other libraries of the process their value back.
+  if (core) {
+    if (inherited) setenv("OPENBLAS_CORETYPE", previous.c_str(), 1);
+    else unsetenv("OPENBLAS_CORETYPE");
   }
   RETNET_CHECK(handle != nullptr,
                "no BLAS library found (tried {} and others); install libopenblas0-openmp "
