@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "retnet/core/parallel.h"
 #include "retnet/model/forward.h"
 #include "test_helpers.h"
 
@@ -135,7 +136,13 @@ TEST(ModelForms, RejectsOutOfRangeTokens) {
 
 TEST(ModelForms, InitIsDeterministicAndThreadIndependent) {
   Config c = small_config(4, 1e-6);
-  Model a = Model::init(c, 42), b = Model::init(c, 42), other = Model::init(c, 43);
+  // Large enough for the parallel initialisation loop; drawn with 1 and with 2 threads.
+  c.vocab_size = 4096;
+  set_num_threads(1);
+  Model a = Model::init(c, 42);
+  set_num_threads(2);
+  Model b = Model::init(c, 42), other = Model::init(c, 43);
+  set_num_threads(0);
   ASSERT_EQ(a.params().size(), b.params().size());
   EXPECT_EQ(0, std::memcmp(a.params().data(), b.params().data(), a.params().size() * 4));
   EXPECT_NE(0, std::memcmp(a.params().data(), other.params().data(), a.params().size() * 4));
