@@ -26,6 +26,8 @@ struct HeadBlock {
   float* out;
   int64_t ldq, ldk, ldv, ldo;
   float* state;  // [Dk, Dv+1]
+  float* stats;  // per token (alpha, beta) for the backward pass, stride H * 2; or nullptr
+  int64_t ld_stats;
   double gamma;
   int64_t pos0;
 };
@@ -59,6 +61,8 @@ HeadBlock head_block(const RetentionArgs& a, const Dims& d, int64_t b, int64_t h
   hb.ldo = a.out.stride[1];
   hb.state = a.state ? a.state + b * a.state_stride + h * retention_state_floats_per_head(d.Dk, d.Dv)
                      : nullptr;
+  hb.stats = a.row_stats ? a.row_stats + (b * d.T * d.H + h) * 2 : nullptr;
+  hb.ld_stats = d.H * 2;
   hb.gamma = a.gammas[h];
   hb.pos0 = a.positions ? a.positions[b] : 0;
   return hb;
@@ -72,11 +76,19 @@ void decay_powers(double gamma, int64_t n, float* gp) {
 }
 
 // The last normalisation step: out = A[:Dv] / sqrt(S_n) / max(|A[Dv]| / sqrt(S_n), 1).
+// stats (if given) receives what the backward pass needs: alpha = 1 / (sqrt(S_n) c_n), the scale
+// applied, and beta = d out / d A[Dv] per unit of (d out . out): -sign(r) / |r| where the clamp is
+// active, else 0.
 inline void normalise_row(const float* aug, float row_sum, float* out, int64_t Dv, double gamma,
-                          int64_t n) {
+                          int64_t n, float* stats) {
   double inv_sqrt_s = 1.0 / std::sqrt(retention_decay_sum(gamma, n));
-  double c = std::max(std::fabs(static_cast<double>(row_sum)) * inv_sqrt_s, 1.0);
+  double r = static_cast<double>(row_sum);
+  double c = std::max(std::fabs(r) * inv_sqrt_s, 1.0);
   float scale = static_cast<float>(inv_sqrt_s / c);
+  if (stats) {
+    stats[0] = scale;
+    stats[1] = std::fabs(r) * inv_sqrt_s > 1.0 ? static_cast<float>(-1.0 / r) : 0.f;
+  }
 #pragma omp simd
   for (int64_t j = 0; j < Dv; ++j) out[j] = aug[j] * scale;
 }
@@ -122,7 +134,8 @@ void parallel_head(const HeadBlock& hb, const Dims& d, float* scratch) {
   }
   sgemm(Trans::No, Trans::No, T, Dv, T, 1.f, P, T, hb.v, hb.ldv, 0.f, hb.out, hb.ldo);
   for (int64_t n = 0; n < T; ++n)
-    normalise_row(hb.out + n * hb.ldo, rows[n], hb.out + n * hb.ldo, Dv, hb.gamma, n);
+    normalise_row(hb.out + n * hb.ldo, rows[n], hb.out + n * hb.ldo, Dv, hb.gamma, n,
+                  hb.stats ? hb.stats + n * hb.ld_stats : nullptr);
 }
 
 // ---- recurrent form: one token at a time, S = gamma S + k [v, 1]^T, A = q^T S ------------------
@@ -148,7 +161,8 @@ void recurrent_head(const HeadBlock& hb, const Dims& d, float* scratch) {
         aug[j] += qi * s[j];
       }
     }
-    normalise_row(aug, aug[Dv], hb.out + t * hb.ldo, Dv, hb.gamma, hb.pos0 + t);
+    normalise_row(aug, aug[Dv], hb.out + t * hb.ldo, Dv, hb.gamma, hb.pos0 + t,
+                  hb.stats ? hb.stats + t * hb.ld_stats : nullptr);
   }
 }
 
@@ -193,7 +207,7 @@ void chunkwise_head(const HeadBlock& hb, const Dims& d, int64_t C, float* scratc
     sgemm(Trans::Yes, Trans::No, Dk, W, L, 1.f, kd, Dk, vaug, W, gp[L], S, W);
     for (int64_t j = 0; j < L; ++j)
       normalise_row(aug + j * W, aug[j * W + Dv], hb.out + (t0 + j) * hb.ldo, Dv, hb.gamma,
-                    hb.pos0 + t0 + j);
+                    hb.pos0 + t0 + j, hb.stats ? hb.stats + (t0 + j) * hb.ld_stats : nullptr);
   }
 }
 
@@ -269,7 +283,8 @@ void scan_head(const HeadBlock& hb, const Dims& d, int64_t tile, float* scratch)
 #pragma omp simd
         for (int64_t j = 0; j < W; ++j) aug[j] += qi * xt[i * W + j];
       }
-      normalise_row(aug, aug[Dv], hb.out + (t0 + t) * hb.ldo, Dv, hb.gamma, hb.pos0 + t0 + t);
+      normalise_row(aug, aug[Dv], hb.out + (t0 + t) * hb.ldo, Dv, hb.gamma, hb.pos0 + t0 + t,
+                    hb.stats ? hb.stats + (t0 + t) * hb.ld_stats : nullptr);
     }
     std::memcpy(carry, x + (L - 1) * E, E * sizeof(float));
   }

@@ -36,7 +36,24 @@ struct RetentionArgs {
   const int64_t* positions = nullptr;
   int64_t chunk = 64;          // chunkwise: tokens per chunk (T need not be a multiple)
   int64_t scan_tile = 0;       // scan: tokens scanned at once (0: chosen from a memory budget)
+  float* row_stats = nullptr;  // [B, T, H, 2] saved for the backward pass, or nullptr
 };
+
+// Backward pass of the parallel or chunkwise form (the training forms), through the whole
+// definition including the score normalisation's clamp. Reads the forward's inputs, its output
+// `out` and its row_stats; accumulates (+=) into d_q, d_k, d_v ([B, T, H, D] views). Starts from an
+// empty state at position 0. The chunkwise backward sweeps the chunks forward (query gradients
+// from the state) and backward (key and value gradients from the state's gradient): no T x T buffer.
+struct RetentionGradArgs {
+  TensorView q, k, v, out, d_out;
+  TensorView d_q, d_k, d_v;
+  const float* row_stats = nullptr;  // [B, T, H, 2] from the forward
+  const double* gammas = nullptr;
+  int64_t chunk = 64;
+};
+size_t retention_backward_workspace_floats(RetentionForm form, int64_t T, int64_t Dk, int64_t Dv,
+                                           int64_t chunk);
+void retention_backward(RetentionForm form, const RetentionGradArgs& args, Arena& arena);
 
 inline int64_t retention_state_floats_per_head(int64_t Dk, int64_t Dv) { return Dk * (Dv + 1); }
 
