@@ -28,4 +28,19 @@ void gated_activation_forward(Activation act, const float* a, int64_t lda, const
   }
 }
 
+void gated_activation_backward(Activation act, const float* a, int64_t lda, const float* b,
+                               int64_t ldb, const float* dout, int64_t ldd, float* da,
+                               int64_t ldda, float* db, int64_t lddb, int64_t N, int64_t D) {
+#pragma omp parallel for schedule(static) if (N * D > 16384)
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t i = 0; i < D; ++i) {
+      const float x = a[n * lda + i], y = b[n * ldb + i], g = dout[n * ldd + i];
+      const float f = activate(act, x);
+      const float fp = act == Activation::Gelu ? gelu_grad(x) : swish_grad(x);
+      da[n * ldda + i] = fp * y * g;
+      db[n * lddb + i] = f * g;
+    }
+  }
+}
+
 }  // namespace retnet

@@ -25,4 +25,32 @@ void rmsnorm_forward(const float* x, int64_t ldx, const float* w, float* y, int6
   }
 }
 
+void rmsnorm_backward(const float* x, int64_t ldx, const float* w, const float* rstd,
+                      const float* dy, int64_t ldy, float* dx, int64_t lddx, float* dw, int64_t N,
+                      int64_t D) {
+  // y_i = x_i r w_i, r = (mean(x^2) + eps)^(-1/2):
+  // dx_i = r w_i dy_i - x_i r^3 / D * sum_j w_j dy_j x_j;  dw_i = sum_n dy_i x_i r.
+#pragma omp parallel for schedule(static) if (N * D > 32768)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* xr = x + n * ldx;
+    const float* g = dy + n * ldy;
+    float* d = dx + n * lddx;
+    const float r = rstd[n];
+    float dot = 0.f;
+    for (int64_t i = 0; i < D; ++i) dot += (w ? w[i] : 1.f) * g[i] * xr[i];
+    const float c = dot * r * r * r / static_cast<float>(D);
+#pragma omp simd
+    for (int64_t i = 0; i < D; ++i) d[i] += r * (w ? w[i] : 1.f) * g[i] - c * xr[i];
+  }
+  if (dw) {
+    for (int64_t n = 0; n < N; ++n) {
+      const float* xr = x + n * ldx;
+      const float* g = dy + n * ldy;
+      const float r = rstd[n];
+#pragma omp simd
+      for (int64_t i = 0; i < D; ++i) dw[i] += g[i] * xr[i] * r;
+    }
+  }
+}
+
 }  // namespace retnet

@@ -28,19 +28,42 @@ inline void rotate_row(float* row, int64_t H, int64_t Dk, const float* c, const 
   }
 }
 
-inline void angles(int64_t pos, const std::vector<double>& thetas, float* c, float* s) {
+// direction -1 gives the inverse rotation (sin negated).
+inline void angles(int64_t pos, const std::vector<double>& thetas, float direction, float* c,
+                   float* s) {
   // The angle is formed in double: pos * theta stays exact far beyond float's 2^24.
   for (size_t i = 0; i < thetas.size(); ++i) {
     double a = static_cast<double>(pos) * thetas[i];
     c[i] = static_cast<float>(std::cos(a));
-    s[i] = static_cast<float>(std::sin(a));
+    s[i] = direction * static_cast<float>(std::sin(a));
   }
 }
 
 }  // namespace
 
+namespace {
+
+void rotate(float* x, int64_t ld, int64_t B, int64_t T, int64_t H, int64_t Dk,
+            const std::vector<double>& thetas, const int64_t* positions, float* cos_sin,
+            float direction);
+
+}  // namespace
+
 void rotate_forward(float* x, int64_t ld, int64_t B, int64_t T, int64_t H, int64_t Dk,
                     const std::vector<double>& thetas, const int64_t* positions, float* cos_sin) {
+  rotate(x, ld, B, T, H, Dk, thetas, positions, cos_sin, 1.f);
+}
+
+void rotate_backward(float* dx, int64_t ld, int64_t B, int64_t T, int64_t H, int64_t Dk,
+                     const std::vector<double>& thetas, const int64_t* positions, float* cos_sin) {
+  rotate(dx, ld, B, T, H, Dk, thetas, positions, cos_sin, -1.f);
+}
+
+namespace {
+
+void rotate(float* x, int64_t ld, int64_t B, int64_t T, int64_t H, int64_t Dk,
+            const std::vector<double>& thetas, const int64_t* positions, float* cos_sin,
+            float direction) {
   int64_t half = Dk / 2;
   bool shared = true;
   for (int64_t b = 1; positions && b < B; ++b) shared &= positions[b] == positions[0];
@@ -49,7 +72,7 @@ void rotate_forward(float* x, int64_t ld, int64_t B, int64_t T, int64_t H, int64
     float* c = cos_sin;
     float* s = cos_sin + T * half;
 #pragma omp parallel for schedule(static) if (T * half > 4096)
-    for (int64_t t = 0; t < T; ++t) angles(p0 + t, thetas, c + t * half, s + t * half);
+    for (int64_t t = 0; t < T; ++t) angles(p0 + t, thetas, direction, c + t * half, s + t * half);
 #pragma omp parallel for collapse(2) schedule(static) if (B * T * H * Dk > 16384)
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < T; ++t)
@@ -60,9 +83,11 @@ void rotate_forward(float* x, int64_t ld, int64_t B, int64_t T, int64_t H, int64
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) {
       float c[512], s[512];  // Dk/2 <= 512 is checked by the config
-      angles((positions ? positions[b] : 0) + t, thetas, c, s);
+      angles((positions ? positions[b] : 0) + t, thetas, direction, c, s);
       rotate_row(x + (b * T + t) * ld, H, Dk, c, s);
     }
 }
+
+}  // namespace
 
 }  // namespace retnet

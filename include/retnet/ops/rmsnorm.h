@@ -10,4 +10,10 @@ namespace retnet {
 void rmsnorm_forward(const float* x, int64_t ldx, const float* w, float* y, int64_t ldy,
                      float* rstd, int64_t N, int64_t D, float eps);
 
+// Backward of rmsnorm_forward given its saved rstd: dx += d/dx, dw += d/dw (dw may be nullptr when
+// there is no weight). x, dy, dx: [N, D] with row strides ldx, ldy, lddx.
+void rmsnorm_backward(const float* x, int64_t ldx, const float* w, const float* rstd,
+                      const float* dy, int64_t ldy, float* dx, int64_t lddx, float* dw, int64_t N,
+                      int64_t D);
+
 }  // namespace retnet

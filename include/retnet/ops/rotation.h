@@ -17,4 +17,9 @@ std::vector<double> rotation_thetas(int64_t Dk);
 void rotate_forward(float* x, int64_t ld, int64_t B, int64_t T, int64_t H, int64_t Dk,
                     const std::vector<double>& thetas, const int64_t* positions, float* cos_sin);
 
+// Backward: the rotation is orthogonal, so the gradient is rotated back by the same angle.
+// Rotates dx in place by -(position * theta); same arguments as rotate_forward.
+void rotate_backward(float* dx, int64_t ld, int64_t B, int64_t T, int64_t H, int64_t Dk,
+                     const std::vector<double>& thetas, const int64_t* positions, float* cos_sin);
+
 }  // namespace retnet
