@@ -1,0 +1,51 @@
+#pragma once
+// Internal to src/model: the layer loop shared by inference (forward.cpp) and training
+// (training.cpp). Inference reuses one set of buffers for every layer and works in place; training
+// gives every layer its own buffers, which the backward pass reads.
+#include <cstdint>
+#include <vector>
+
+#include "retnet/core/arena.h"
+#include "retnet/mixers/retention.h"
+#include "retnet/model/model.h"
+
+namespace retnet::detail {
+
+struct LayerActivations {
+  float* x_in = nullptr;    // [N, d] residual stream entering the layer (training only)
+  float* rstd1 = nullptr;   // [N] (training only)
+  float* xn1 = nullptr;     // [N, d]
+  float* proj = nullptr;    // [N, 2d + 2vd]: rotated q | scaled rotated k | v | g
+  float* o = nullptr;       // [N, vd] retention output
+  float* stats = nullptr;   // [N, H, 2] (training only)
+  float* rstd_g = nullptr;  // [N * H] head norm (training only)
+  float* on = nullptr;      // [N, vd] head-normed output (inference: == o)
+  float* x_mid = nullptr;   // [N, d] residual after the retention sub-layer (training only)
+  float* rstd2 = nullptr;   // [N] (training only)
+  float* xn2 = nullptr;     // [N, d]
+  float* ffn = nullptr;     // [N, 2F]: fc1 | gate, before the activation
+  float* h = nullptr;       // gated product; inference: the fc1 half of ffn (row stride 2F)
+  int64_t ld_h = 0;
+};
+
+struct Activations {
+  std::vector<LayerActivations> layers;  // one per layer (training) or one shared (inference)
+  float* x = nullptr;        // [N, d] residual stream; after the pass: the final layer's output
+  float* go = nullptr;       // [N, vd] gate output scratch
+  float* cos_sin = nullptr;  // rotation table
+  float* rstd_f = nullptr;   // [N] final norm (training only)
+  float* xn_f = nullptr;     // [N, d] final normed features
+};
+
+// Floats the activations take, and their allocation from the arena.
+size_t activation_floats(const Config& c, int64_t B, int64_t T, bool training);
+Activations allocate_activations(Arena& arena, const Config& c, int64_t B, int64_t T, bool training);
+
+// Embedding, all layers and the final norm over B x T tokens; logits [N, vocab] if non-null.
+void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T, float* logits,
+                RetentionForm form, int64_t chunk, int64_t scan_tile, Arena& arena, float* state,
+                int64_t state_stride, const int64_t* positions, Activations& acts);
+
+TensorView head_view(float* p, int64_t B, int64_t T, int64_t H, int64_t ld, int64_t last);
+
+}  // namespace retnet::detail
