@@ -15,6 +15,7 @@ void register_init(CLI::App& app);
 void register_info(CLI::App& app);
 void register_logits(CLI::App& app);
 void register_demo(CLI::App& app);
+void register_grad(CLI::App& app);
 
 // "5,17,3" -> {5, 17, 3}; throws Error on anything else.
 std::vector<int32_t> parse_token_list(const std::string& text);

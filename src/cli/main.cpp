@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   retnet::cli::register_info(app);
   retnet::cli::register_logits(app);
   retnet::cli::register_demo(app);
+  retnet::cli::register_grad(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -67,7 +67,7 @@ class Cli : public ::testing::Test {
 }  // namespace
 
 TEST_F(Cli, EverySubcommandHasHelp) {
-  for (const char* sub : {"", "init", "info", "logits", "demo"}) {
+  for (const char* sub : {"", "init", "info", "logits", "demo", "grad"}) {
     Result r = run_cli(std::string(sub) + " --help");
     EXPECT_EQ(r.exit_code, 0) << sub;
     EXPECT_NE(r.out.find("Usage"), std::string::npos) << sub << ": " << r.out;
