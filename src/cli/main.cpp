@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   retnet::cli::register_logits(app);
   retnet::cli::register_demo(app);
   retnet::cli::register_grad(app);
+  retnet::cli::register_train(app);
+  retnet::cli::register_eval(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

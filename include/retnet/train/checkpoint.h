@@ -1,0 +1,29 @@
+#pragma once
+// Training checkpoints: parameters, AdamW moments, the step and the run's settings, in one
+// safetensors file written atomically (temporary file, fsync, rename), with a checksum of the data
+// so that a file cut short or damaged is detected on load. The last K are kept.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "retnet/model/model.h"
+#include "retnet/train/optimizer.h"
+
+namespace retnet {
+
+struct CheckpointInfo {
+  int64_t step = 0;         // optimizer steps completed
+  int64_t total_steps = 0;  // the schedule's length
+  uint64_t seed = 0;
+  std::string run_json;     // the run's settings, for checking a resume
+};
+
+void save_checkpoint(const std::string& dir, const Model& model, AdamW& optimizer,
+                     const CheckpointInfo& info, int keep_last);
+
+// The newest checkpoint in dir that loads and verifies (older ones are tried when the newest is
+// damaged, with a warning on stderr); nullopt when there is none. Restores parameters and moments.
+std::optional<CheckpointInfo> load_latest_checkpoint(const std::string& dir, Model& model,
+                                                     AdamW& optimizer);
+
+}  // namespace retnet

@@ -1,0 +1,39 @@
+#pragma once
+// `retnet train` as a library call: trains a RetNet language model on a text file with AdamW,
+// logging, validation, checkpoints and exact resume.
+#include <cstdint>
+#include <string>
+
+#include "retnet/mixers/retention.h"
+#include "retnet/train/optimizer.h"
+
+namespace retnet {
+
+struct TrainOptions {
+  std::string data;                  // text file (byte-level tokens)
+  std::string config_path;           // model config JSON; empty: the default small model
+  std::string out_dir = "runs/retnet";
+  int64_t steps = 0;                 // optimizer steps (0: decided by time_budget_s)
+  double time_budget_s = 0;          // stop after this many seconds (0: no limit)
+  int64_t batch = 8, seq = 256, grad_accum = 1;
+  RetentionForm form = RetentionForm::Parallel;
+  int64_t chunk = 0;                 // chunkwise: 0 = the config's recurrent_chunk_size
+  uint64_t seed = 1;
+  bool resume = false;
+  AdamWOptions optimizer;
+  int64_t log_interval = 10, eval_interval = 200, checkpoint_interval = 200;
+  int64_t eval_tokens = 1 << 17;     // validation tokens per evaluation (0: the whole split)
+  int keep_checkpoints = 3;
+  bool quiet = false;
+};
+
+struct TrainResult {
+  int64_t steps = 0;
+  double final_train_loss = 0, final_val_loss = 0, val_bits_per_byte = 0;
+  double tokens_per_s = 0;
+  bool interrupted = false;
+};
+
+TrainResult train(const TrainOptions& options);
+
+}  // namespace retnet

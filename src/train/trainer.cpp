@@ -1,0 +1,264 @@
+#include "retnet/train/trainer.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "retnet/core/error.h"
+#include "retnet/core/gemm.h"
+#include "retnet/core/parallel.h"
+#include "retnet/model/model_io.h"
+#include "retnet/model/training.h"
+#include "retnet/train/checkpoint.h"
+#include "retnet/train/data.h"
+
+namespace retnet {
+namespace {
+
+std::atomic<int> g_signal{0};
+extern "C" void on_stop_signal(int sig) { g_signal.store(sig); }
+
+// Installs SIGINT/SIGTERM handlers for the run's lifetime: the loop finishes its step, writes a
+// checkpoint and returns.
+struct SignalGuard {
+  struct sigaction old_int {}, old_term {};
+  SignalGuard() {
+    g_signal.store(0);
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+  }
+  ~SignalGuard() {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+  }
+};
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// GEMM peak of this host and thread count (sgemm 1024^3, best of 5): the MFU denominator.
+double measure_peak_flops() {
+  const int64_t n = 1024;
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  double best = 1e30;
+  for (int r = 0; r < 5; ++r) {
+    auto t0 = Clock::now();
+    sgemm(Trans::No, Trans::Yes, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+    best = std::min(best, since(t0));
+  }
+  return 2.0 * n * n * n / best;
+}
+
+// Training FLOPs per token: 6 per weight of every matrix product (forward and backward), plus the
+// retention scores and values (parallel form: causal half of T x (d_k + d_v) per head and layer).
+double flops_per_token(const Config& c, int64_t T) {
+  const double matmul_params = static_cast<double>(c.parameter_count() - c.vocab_size * c.embed_dim);
+  const double retention = 6.0 * c.layers * (T / 2.0) * (c.embed_dim + c.value_embed_dim);
+  return 6.0 * matmul_params + retention;
+}
+
+struct Evaluation {
+  double loss = 0, bits_per_byte = 0;
+  int64_t tokens = 0;
+};
+
+Evaluation evaluate(const Model& model, const std::vector<int32_t>& tokens, int64_t bytes,
+                    int64_t B, int64_t T, int64_t max_tokens, const TrainingOptions& to,
+                    Arena& arena) {
+  const int64_t windows = (static_cast<int64_t>(tokens.size()) - 1) / T;
+  int64_t use = windows;
+  if (max_tokens > 0) use = std::min<int64_t>(windows, std::max<int64_t>(1, max_tokens / T));
+  std::vector<int32_t> in(B * T), tgt(B * T);
+  double sum = 0;
+  int64_t count = 0;
+  for (int64_t w0 = 0; w0 < use; w0 += B) {
+    const int64_t rows = std::min(B, use - w0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t t = 0; t < T; ++t) {
+        in[r * T + t] = tokens[(w0 + r) * T + t];
+        tgt[r * T + t] = tokens[(w0 + r) * T + t + 1];
+      }
+    sum += loss_and_gradients(model, in.data(), tgt.data(), rows, T, to, arena, nullptr) * rows * T;
+    count += rows * T;
+  }
+  Evaluation e;
+  e.loss = sum / count;
+  e.tokens = count;
+  // Byte-level tokens: one token per byte of text.
+  const double bytes_per_token = static_cast<double>(bytes) / static_cast<double>(tokens.size());
+  e.bits_per_byte = e.loss / std::log(2.0) / bytes_per_token;
+  return e;
+}
+
+std::string run_json(const TrainOptions& o) {
+  nlohmann::ordered_json j;
+  j["batch"] = o.batch;
+  j["seq"] = o.seq;
+  j["grad_accum"] = o.grad_accum;
+  j["form"] = retention_form_name(o.form);
+  j["chunk"] = o.chunk;
+  j["lr"] = o.optimizer.lr;
+  j["warmup_steps"] = o.optimizer.warmup_steps;
+  j["weight_decay"] = o.optimizer.weight_decay;
+  j["clip_norm"] = o.optimizer.clip_norm;
+  return j.dump();
+}
+
+}  // namespace
+
+TrainResult train(const TrainOptions& o) {
+  RETNET_CHECK(o.batch >= 1 && o.seq >= 1 && o.grad_accum >= 1, "batch, seq and grad_accum must be >= 1");
+  RETNET_CHECK(o.steps > 0 || o.time_budget_s > 0, "give --steps or --time-budget");
+  RETNET_CHECK(o.form == RetentionForm::Parallel || o.form == RetentionForm::Chunkwise,
+               "--form must be parallel or chunkwise");
+  namespace fs = std::filesystem;
+  const Config config = o.config_path.empty() ? Config{} : Config::from_file(o.config_path);
+  RETNET_CHECK(config.vocab_size >= 256, "byte-level training needs vocab_size >= 256, the config has {}",
+               config.vocab_size);
+  TokenDataset data = TokenDataset::from_text_file(o.data);
+  RETNET_CHECK(static_cast<int64_t>(data.train.size()) > o.seq + 1 &&
+                   static_cast<int64_t>(data.val.size()) > o.seq + 1,
+               "'{}' is too short for windows of {} tokens", o.data, o.seq);
+  fs::create_directories(o.out_dir);
+
+  Model model = Model::init(config, o.seed);
+  AdamWOptions opt_options = o.optimizer;
+  opt_options.total_steps = o.steps > 0 ? o.steps : opt_options.total_steps;
+  AdamW opt(model.params().layout(), opt_options);
+  int64_t start = 0, total = o.steps;
+  if (o.resume) {
+    auto info = load_latest_checkpoint(o.out_dir, model, opt);
+    RETNET_CHECK(info.has_value(), "--resume: no usable checkpoint in '{}'", o.out_dir);
+    RETNET_CHECK(info->run_json == run_json(o) && info->seed == o.seed,
+                 "--resume: '{}' holds a run with other settings ({}, seed {}); this one is {}, seed "
+                 "{}",
+                 o.out_dir, info->run_json, info->seed, run_json(o), o.seed);
+    start = info->step;
+    total = o.steps > 0 ? o.steps : info->total_steps;
+    if (!o.quiet) std::fprintf(stderr, "resuming from step %lld\n", (long long)start);
+  }
+  TrainingOptions to;
+  to.form = o.form;
+  to.chunk = o.chunk;
+  const int64_t B = o.batch, T = o.seq, tokens_per_step = B * T * o.grad_accum;
+  const double peak = measure_peak_flops();
+  const double fpt = flops_per_token(config, T);
+  if (!o.quiet)
+    std::fprintf(stderr,
+                 "model %lld parameters, %lld train / %lld val tokens, batch %lld x %lld (x%lld "
+                 "accum), %s form, %d threads, GEMM peak %.0f GFLOP/s\n",
+                 (long long)model.parameter_count(), (long long)data.train.size(),
+                 (long long)data.val.size(), (long long)B, (long long)T, (long long)o.grad_accum,
+                 retention_form_name(o.form), num_threads(), peak / 1e9);
+
+  std::ofstream metrics(fs::path(o.out_dir) / "metrics.jsonl", o.resume ? std::ios::app : std::ios::trunc);
+  const bool tty = isatty(STDERR_FILENO);
+  SignalGuard signals;
+  ParamBuffer grads(model.params().layout());
+  std::vector<int32_t> in(B * T), tgt(B * T);
+  Arena arena;
+  TrainResult result;
+  auto t_start = Clock::now();
+  double window_time = 0;
+  int64_t window_steps = 0;
+  auto save = [&](int64_t step) {
+    CheckpointInfo info{step, total, o.seed, run_json(o)};
+    save_checkpoint(o.out_dir, model, opt, info, o.keep_checkpoints);
+  };
+  auto run_eval = [&](int64_t step) {
+    Evaluation e = evaluate(model, data.val, data.val_bytes, B, T, o.eval_tokens, to, arena);
+    metrics << nlohmann::json{{"step", step}, {"val_loss", e.loss}, {"val_bits_per_byte", e.bits_per_byte},
+                              {"val_tokens", e.tokens}}.dump()
+            << "\n" << std::flush;
+    if (!o.quiet)
+      std::fprintf(stderr, "%sstep %lld | val loss %.4f | val ppl %.3f | %.4f bits/byte\n",
+                   tty ? "\r\033[K" : "", (long long)step, e.loss, std::exp(e.loss),
+                   e.bits_per_byte);
+    result.final_val_loss = e.loss;
+    result.val_bits_per_byte = e.bits_per_byte;
+  };
+
+  int64_t step = start;
+  for (; total == 0 || step < total; ++step) {
+    auto t0 = Clock::now();
+    std::fill(grads.data(), grads.data() + grads.size(), 0.f);
+    double loss = 0;
+    for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
+      sample_batch(data.train, B, T, o.seed, static_cast<uint64_t>(step * o.grad_accum + micro), in.data(),
+                   tgt.data());
+      loss += loss_and_gradients(model, in.data(), tgt.data(), B, T, to, arena, &grads) / o.grad_accum;
+    }
+    if (!std::isfinite(loss))
+      throw Error(fmt::format("loss is {} at step {}: stopping; the last good checkpoint is kept in '{}'",
+                              loss, step, o.out_dir));
+    if (o.grad_accum > 1) {
+      const float s = 1.f / static_cast<float>(o.grad_accum);
+      for (size_t i = 0; i < grads.size(); ++i) grads.data()[i] *= s;
+    }
+    const double gnorm = clip_gradients(grads, opt_options.clip_norm);
+    AdamWOptions schedule = opt_options;
+    schedule.total_steps = total > 0 ? total : int64_t{1} << 30;  // until a budget fixes it
+    const double lr = learning_rate(schedule, step);
+    opt.update(model.params(), grads, lr);
+    const double ms = since(t0) * 1e3;
+    window_time += ms / 1e3;
+    ++window_steps;
+    result.final_train_loss = loss;
+    const double tps = tokens_per_step / (ms / 1e3);
+    metrics << nlohmann::json{{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
+                              {"ms", ms}, {"tokens_per_s", tps}}.dump()
+            << "\n";
+    // With only a time budget, fix the schedule's length from the speed of the first steps.
+    if (total == 0 && step + 1 - start == 5) {
+      const double per_step = since(t_start) / 5;
+      total = step + 1 + static_cast<int64_t>((o.time_budget_s - since(t_start)) / per_step);
+      total = std::max(total, step + 2);
+    }
+    const bool last = total > 0 && step + 1 >= total;
+    if (!o.quiet && ((step + 1) % o.log_interval == 0 || last || tty)) {
+      const double avg = window_time / window_steps;
+      const double eta = total > 0 ? (total - step - 1) * avg : 0;
+      std::fprintf(stderr, "%sstep %lld/%lld | loss %.4f | grad norm %.3f | lr %.2e | %.0f ms | %.0f tok/s | MFU %.1f%% | ETA %.0f s%s",
+                   tty ? "\r\033[K" : "", (long long)(step + 1), (long long)total, loss, gnorm, lr, ms,
+                   tokens_per_step / avg, 100.0 * fpt * tokens_per_step / avg / peak, eta, tty ? "" : "\n");
+      if ((step + 1) % o.log_interval == 0) window_time = 0, window_steps = 0;
+    }
+    if ((step + 1) % o.eval_interval == 0 && !last) run_eval(step + 1);
+    if ((step + 1) % o.checkpoint_interval == 0 && !last) save(step + 1);
+    if (g_signal.load() != 0) {
+      ++step;
+      result.interrupted = true;
+      break;
+    }
+    if (o.time_budget_s > 0 && since(t_start) >= o.time_budget_s) {
+      ++step;
+      break;
+    }
+  }
+  if (tty && !o.quiet) std::fprintf(stderr, "\n");
+  save(step);
+  result.steps = step;
+  if (result.interrupted) {
+    if (!o.quiet)
+      std::fprintf(stderr, "stopped by signal %d at step %lld: checkpoint written; continue with --resume\n",
+                   g_signal.load(), (long long)step);
+    metrics << std::flush;
+    return result;
+  }
+  run_eval(step);
+  save_model(model, (fs::path(o.out_dir) / "model.safetensors").string());
+  result.tokens_per_s = static_cast<double>((step - start) * tokens_per_step) / since(t_start);
+  return result;
+}
+
+}  // namespace retnet
