@@ -136,7 +136,8 @@ void register_demo(CLI::App& app) {
     for (char& ch : text)
       if ((static_cast<unsigned char>(ch) < 32 && ch != '\n') || static_cast<unsigned char>(ch) > 126)
         ch = '?';
-    std::printf("greedy text of the untrained model (first 120 bytes): %.120s\n", text.c_str());
+    std::printf("\ngreedy continuation of the input by the %s model (first 400 bytes):\n%.400s\n",
+                o->model.empty() ? "untrained" : "loaded", text.c_str());
   });
 }
 

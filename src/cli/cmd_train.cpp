@@ -65,6 +65,7 @@ void register_eval(CLI::App& app) {
   struct Opts {
     std::string model, config, data, form = "chunkwise";
     int64_t seq = 512, batch = 8;
+    double tail = 0;
     bool json = false;
     int threads = 0;
   };
@@ -77,6 +78,11 @@ void register_eval(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seq", o->seq, "Tokens per window")->capture_default_str();
   cmd->add_option("--batch,-b", o->batch, "Windows per batch")->capture_default_str();
+  cmd->add_option("--tail", o->tail,
+                  "Evaluate only the last fraction of the file (0.1: the validation split of "
+                  "`retnet train`); 0: the whole file")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print one JSON object");
   cmd->add_option("--threads,-t", o->threads, "Threads (default: all cores)");
   cmd->callback([o] {
@@ -86,7 +92,12 @@ void register_eval(CLI::App& app) {
     std::ifstream in(o->data, std::ios::binary);
     RETNET_CHECK(in.good(), "cannot open '{}'", o->data);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    RETNET_CHECK(text.size() >= 2, "'{}' holds fewer than 2 bytes", o->data);
+    if (o->tail > 0) {
+      // The same split as `retnet train`: the last floor(size * tail) bytes.
+      const size_t n_tail = static_cast<size_t>(static_cast<double>(text.size()) * o->tail);
+      text = text.substr(text.size() - n_tail);
+    }
+    RETNET_CHECK(text.size() >= 2, "'{}' holds fewer than 2 bytes to evaluate", o->data);
     std::vector<int32_t> tokens(text.begin(), text.end());
     for (auto& t : tokens) t &= 0xff;
     TrainingOptions to;
