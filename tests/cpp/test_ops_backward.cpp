@@ -58,8 +58,9 @@ TEST(OpsBackward, RmsNorm) {
       };
       auto xd = as_double(x), wd = as_double(w);
       EXPECT_TRUE(close(dx, fd_gradient([&](const auto& v) { return f(v, wd); }, xd, dy), 1e-5));
-      if (with_weight)
+      if (with_weight) {
         EXPECT_TRUE(close(dw, fd_gradient([&](const auto& v) { return f(xd, v); }, wd, dy), 1e-5));
+      }
     }
 }
 
