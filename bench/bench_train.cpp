@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "retnet/core/parallel.h"
 #include "retnet/model/training.h"
 #include "retnet/train/optimizer.h"
 
@@ -23,6 +24,7 @@ Model& bench_model() {
 
 // Args: form (0 parallel, 1 chunkwise), B, T.
 void BM_TrainStep(benchmark::State& st) {
+  set_num_threads(0);  // all cores, denormals flushed, as the CLI runs
   Model& model = bench_model();
   const int64_t B = st.range(1), T = st.range(2);
   TrainingOptions to;

@@ -59,11 +59,16 @@ double measure_peak_flops() {
   return 2.0 * n * n * n / best;
 }
 
-// Training FLOPs per token: 6 per weight of every matrix product (forward and backward), plus the
-// retention scores and values (parallel form: causal half of T x (d_k + d_v) per head and layer).
-double flops_per_token(const Config& c, int64_t T) {
+// Training FLOPs per token: 6 per weight of every matrix product (forward and backward), plus
+// retention's own products: scores and values over the causal half of the context (T in the
+// parallel form, the chunk in the chunkwise form), and in the chunkwise form the state's read and
+// update (2 x d_k x (d_v + 1) per head).
+double flops_per_token(const Config& c, int64_t T, RetentionForm form, int64_t chunk) {
   const double matmul_params = static_cast<double>(c.parameter_count() - c.vocab_size * c.embed_dim);
-  const double retention = 6.0 * c.layers * (T / 2.0) * (c.embed_dim + c.value_embed_dim);
+  const double context = form == RetentionForm::Chunkwise ? std::min(chunk, T) : T;
+  double retention = 6.0 * c.layers * (context / 2.0) * (c.embed_dim + c.value_embed_dim);
+  if (form == RetentionForm::Chunkwise)
+    retention += 6.0 * c.layers * 2.0 * c.embed_dim * (c.head_value_dim() + 1);
   return 6.0 * matmul_params + retention;
 }
 
@@ -152,7 +157,8 @@ TrainResult train(const TrainOptions& o) {
   to.chunk = o.chunk;
   const int64_t B = o.batch, T = o.seq, tokens_per_step = B * T * o.grad_accum;
   const double peak = measure_peak_flops();
-  const double fpt = flops_per_token(config, T);
+  const double fpt =
+      flops_per_token(config, T, o.form, o.chunk > 0 ? o.chunk : config.recurrent_chunk_size);
   if (!o.quiet)
     std::fprintf(stderr,
                  "model %lld parameters, %lld train / %lld val tokens, batch %lld x %lld (x%lld "
