@@ -174,7 +174,7 @@ TrainResult train(const TrainOptions& o) {
   std::vector<int32_t> in(B * T), tgt(B * T);
   Arena arena;
   TrainResult result;
-  auto t_start = Clock::now();
+  auto t_start = Clock::now(), t_probe = t_start;
   double window_time = 0;
   int64_t window_steps = 0;
   auto save = [&](int64_t step) {
@@ -224,9 +224,11 @@ TrainResult train(const TrainOptions& o) {
     metrics << nlohmann::json{{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
                               {"ms", ms}, {"tokens_per_s", tps}}.dump()
             << "\n";
-    // With only a time budget, fix the schedule's length from the speed of the first steps.
-    if (total == 0 && step + 1 - start == 5) {
-      const double per_step = since(t_start) / 5;
+    // With only a time budget, fix the schedule's length from the speed of steps 6-10 (the first
+    // ones pay for allocation and warm-up).
+    if (total == 0 && step + 1 - start == 5) t_probe = Clock::now();
+    if (total == 0 && step + 1 - start == 10) {
+      const double per_step = since(t_probe) / 5;
       total = step + 1 + static_cast<int64_t>((o.time_budget_s - since(t_start)) / per_step);
       total = std::max(total, step + 2);
     }
