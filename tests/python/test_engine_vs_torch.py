@@ -57,8 +57,9 @@ class Engine:
     def run(self, args):
         env = dict(os.environ, **(self.env or {}))
         try:
-            return subprocess.run(self.command + args, capture_output=True, text=True, env=env,
-                                  timeout=self.timeout)
+            # errors="replace": an engine may echo the bytes of a corrupt file in its message
+            return subprocess.run(self.command + args, capture_output=True, text=True, errors="replace",
+                                  env=env, timeout=self.timeout)
         except subprocess.TimeoutExpired:
             return subprocess.CompletedProcess(self.command + args, "timeout", "", f"timed out after {self.timeout}s")
 
@@ -232,11 +233,16 @@ def main():
     os.makedirs(workdir, exist_ok=True)
     print(f"workdir: {workdir}")
     torch.set_num_threads(min(4, torch.get_num_threads()))
-    if args.self_test:
-        failures = self_test(workdir, args.tol)
-    else:
-        engine = Engine([os.path.abspath(args.retnet)], timeout=args.timeout)
-        failures = compare_forms(engine, workdir, args.tol) + check_bad_inputs(engine, workdir)
+    try:
+        if args.self_test:
+            failures = self_test(workdir, args.tol)
+        else:
+            engine = Engine([os.path.abspath(args.retnet)], timeout=args.timeout)
+            failures = compare_forms(engine, workdir, args.tol) + check_bad_inputs(engine, workdir)
+    except Exception as e:  # a harness crash is reported like a failed check
+        import traceback
+        traceback.print_exc()
+        failures = [f"harness exception: {type(e).__name__}: {e}"]
     if failures:
         print(f"\nFAILED: {len(failures)} check(s):")
         for f in failures:
