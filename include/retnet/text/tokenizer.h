@@ -1,0 +1,44 @@
+#pragma once
+// Tokenizers: text <-> token ids. Two kinds: byte-level (vocabulary 256, the default: any text,
+// nothing to train) and SentencePiece (tokenizer_sentencepiece.cpp). A model file records the
+// tokenizer it was trained with, so eval and generate tokenize as training did.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace retnet {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // "bytes" or "sentencepiece".
+  virtual std::string kind() const = 0;
+  virtual int64_t vocab_size() const = 0;
+  // Token ids of a text (no BOS/EOS added).
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  // The exact bytes one token stands for when it follows other text (a SentencePiece "▁" is a
+  // space; a byte-fallback piece is its byte). Concatenating these gives the decoded text, so a
+  // generator can stream them; a multi-byte character may span tokens.
+  virtual std::string token_bytes(int32_t id) const = 0;
+  // The whole text of a token sequence.
+  virtual std::string decode(const std::vector<int32_t>& ids) const;
+  // End-of-sequence id, or -1 if the vocabulary has none.
+  virtual int32_t eos_id() const { return -1; }
+  // What a model file stores to rebuild this tokenizer (see tokenizer_from_serialized).
+  virtual std::string serialize() const = 0;
+};
+
+// Byte-level: token i is byte i.
+std::unique_ptr<Tokenizer> make_byte_tokenizer();
+
+// Rebuilds a tokenizer from kind() and serialize(); throws Error on an unknown kind or bad bytes.
+std::unique_ptr<Tokenizer> tokenizer_from_serialized(const std::string& kind,
+                                                     const std::string& bytes);
+
+// The tokenizer a model file records in its metadata ("tokenizer" key); byte-level when it
+// records none (torchscale exports, older files).
+std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& model_path);
+
+}  // namespace retnet
