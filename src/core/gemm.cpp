@@ -111,6 +111,10 @@ void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float 
       for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.f ? 0.f : beta * C[i * ldc + j];
     return;
   }
+  if (trans_a == Trans::No && trans_b == Trans::Yes && M <= kSkinnyMaxRows && alpha == 1.f) {
+    skinny_gemm_nt(M, N, K, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
   // A one-row product is a matrix-vector product: OpenBLAS's sgemm does not hand it to sgemv
   // and runs about 3x slower on it.
   if (M == 1) {

@@ -26,6 +26,14 @@ void check_tokens(const int32_t* tokens, int64_t n, int64_t vocab) {
                  vocab);
 }
 
+// logits [B, vocab] of each sequence's last token, from the final features xn [B, T, d].
+void last_token_logits(const Model& model, const float* xn, int64_t B, int64_t T, float* logits) {
+  const Config& c = model.config();
+  sgemm(Trans::No, Trans::Yes, B, c.vocab_size, c.embed_dim, 1.f, xn + (T - 1) * c.embed_dim,
+        T * c.embed_dim, model.param(model.tensors().output_projection), c.embed_dim, 0.f, logits,
+        c.vocab_size);
+}
+
 }  // namespace
 
 namespace detail {
@@ -191,51 +199,71 @@ void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_
                     float* logits, const ForwardOptions& options, Arena& arena,
                     RecurrentState* state) {
   const Config& c = model.config();
-  RETNET_CHECK(B >= 1 && T >= 1, "forward needs at least one token per sequence (B = {}, T = {})",
-               B, T);
-  check_tokens(tokens, B * T, c.vocab_size);
-  arena.reserve(forward_workspace_floats(c, B, T, options));
-  arena.reset();
   if (options.form == RetentionForm::Parallel) {
+    RETNET_CHECK(B >= 1 && T >= 1, "forward needs at least one token per sequence (B = {}, T = {})",
+                 B, T);
     RETNET_CHECK(state == nullptr || std::all_of(state->positions.begin(), state->positions.end(),
                                                  [](int64_t p) { return p == 0; }),
                  "the parallel form starts from an empty state; use chunkwise to continue one");
+    check_tokens(tokens, B * T, c.vocab_size);
+    arena.reserve(forward_workspace_floats(c, B, T, options));
+    arena.reset();
     auto acts = detail::allocate_activations(arena, c, B, T, false);
-    detail::run_layers(model, tokens, B, T, logits, options.form, chunk_of(c, options),
-                       options.scan_tile, arena, nullptr, 0, nullptr, acts);
+    detail::run_layers(model, tokens, B, T, options.last_logits_only ? nullptr : logits,
+                       options.form, chunk_of(c, options), options.scan_tile, arena, nullptr, 0,
+                       nullptr, acts);
+    if (options.last_logits_only) last_token_logits(model, acts.xn_f, B, T, logits);
     return;
   }
   std::optional<RecurrentState> local;
   if (!state) state = &local.emplace(c, B);
-  RETNET_CHECK(state->batch == B && state->floats_per_sequence == c.state_floats_per_sequence(),
-               "state holds {} sequences of {} floats; this pass needs {} of {}", state->batch,
-               state->floats_per_sequence, B, c.state_floats_per_sequence());
+  forward_logits(model, tokens, B, T, logits, options, arena, state->view());
+}
+
+void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
+                    float* logits, const ForwardOptions& options, Arena& arena,
+                    const StateView& state) {
+  const Config& c = model.config();
+  RETNET_CHECK(B >= 1 && T >= 1, "forward needs at least one token per sequence (B = {}, T = {})",
+               B, T);
+  RETNET_CHECK(options.form != RetentionForm::Parallel,
+               "the parallel form starts from an empty state; use chunkwise to continue one");
+  RETNET_CHECK(state.batch == B && state.floats_per_sequence == c.state_floats_per_sequence(),
+               "state holds {} sequences of {} floats; this pass needs {} of {}", state.batch,
+               state.floats_per_sequence, B, c.state_floats_per_sequence());
+  check_tokens(tokens, B * T, c.vocab_size);
+  arena.reserve(forward_workspace_floats(c, B, T, options));
+  arena.reset();
   if (options.form != RetentionForm::Recurrent) {
     auto acts = detail::allocate_activations(arena, c, B, T, false);
-    detail::run_layers(model, tokens, B, T, logits, options.form, chunk_of(c, options),
-                       options.scan_tile, arena, state->data.data(), state->floats_per_sequence,
-                       state->positions.data(), acts);
-  } else {
-    // Token by token through all layers, exactly as decoding runs.
-    int32_t* column = reinterpret_cast<int32_t*>(arena.alloc(static_cast<size_t>(B)));
-    float* step_logits = arena.alloc(static_cast<size_t>(B * c.vocab_size));
-    auto acts = detail::allocate_activations(arena, c, B, 1, false);
-    const size_t mark = arena.used();
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t b = 0; b < B; ++b) column[b] = tokens[b * T + t];
-      arena.rewind(mark);
-      detail::run_layers(model, column, B, 1, step_logits, RetentionForm::Recurrent, 0, 0, arena,
-                         state->data.data(), state->floats_per_sequence, state->positions.data(),
-                         acts);
-      for (int64_t b = 0; b < B; ++b) {
-        std::memcpy(logits + (b * T + t) * c.vocab_size, step_logits + b * c.vocab_size,
-                    c.vocab_size * sizeof(float));
-        state->positions[b] += 1;
-      }
-    }
+    detail::run_layers(model, tokens, B, T, options.last_logits_only ? nullptr : logits,
+                       options.form, chunk_of(c, options), options.scan_tile, arena, state.data,
+                       state.floats_per_sequence, state.positions, acts);
+    if (options.last_logits_only) last_token_logits(model, acts.xn_f, B, T, logits);
+    for (int64_t b = 0; b < B; ++b) state.positions[b] += T;
     return;
   }
-  for (int64_t b = 0; b < B; ++b) state->positions[b] += T;
+  // Token by token through all layers, exactly as decoding runs.
+  int32_t* column = reinterpret_cast<int32_t*>(arena.alloc(static_cast<size_t>(B)));
+  float* step_logits = arena.alloc(static_cast<size_t>(B * c.vocab_size));
+  auto acts = detail::allocate_activations(arena, c, B, 1, false);
+  const size_t mark = arena.used();
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t b = 0; b < B; ++b) column[b] = tokens[b * T + t];
+    arena.rewind(mark);
+    const bool wanted = !options.last_logits_only || t == T - 1;
+    detail::run_layers(model, column, B, 1, wanted ? step_logits : nullptr,
+                       RetentionForm::Recurrent, 0, 0, arena, state.data,
+                       state.floats_per_sequence, state.positions, acts);
+    for (int64_t b = 0; b < B; ++b) {
+      if (wanted) {
+        float* dst = options.last_logits_only ? logits + b * c.vocab_size
+                                              : logits + (b * T + t) * c.vocab_size;
+        std::memcpy(dst, step_logits + b * c.vocab_size, c.vocab_size * sizeof(float));
+      }
+      state.positions[b] += 1;
+    }
+  }
 }
 
 }  // namespace retnet

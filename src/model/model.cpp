@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "retnet/core/error.h"
+#include "retnet/core/hash.h"
 #include "retnet/core/rng.h"
 #include "retnet/ops/rotation.h"
 
@@ -87,6 +88,12 @@ Model Model::init(const Config& config, uint64_t seed) {
     ones(L.final_norm);
   }
   return Model(config, std::move(params));
+}
+
+uint64_t model_fingerprint(const Model& model) {
+  const std::string config = model.config().to_json();
+  uint64_t h = fnv1a(config.data(), config.size());
+  return fnv1a(model.params().data(), model.params().size() * sizeof(float), h);
 }
 
 }  // namespace retnet

@@ -22,6 +22,14 @@ void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float 
 void sgemv(Trans trans_a, int64_t M, int64_t N, float alpha, const float* A, int64_t lda,
            const float* x, float beta, float* y);
 
+// C[M,N] = A[M,K] B[N,K]^T + beta C for few rows (decoding: M sequences, B a weight matrix):
+// each weight row read once for all M rows, rows split across threads, and every C[m,n] computed
+// in the same order whatever M is (batched results equal single-sequence ones bit for bit).
+// sgemm hands (No, Yes) products with M <= kSkinnyMaxRows and alpha = 1 to it.
+inline constexpr int64_t kSkinnyMaxRows = 64;
+void skinny_gemm_nt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                    int64_t ldb, float beta, float* C, int64_t ldc);
+
 // Naive double-accumulating reference with the same contract, for tests.
 void sgemm_reference(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                      const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,

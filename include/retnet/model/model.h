@@ -55,4 +55,8 @@ class Model {
   std::vector<double> gammas_, thetas_;
 };
 
+// A 64-bit fingerprint of the config and every parameter value: state files record it so that a
+// state is never resumed on another model.
+uint64_t model_fingerprint(const Model& model);
+
 }  // namespace retnet

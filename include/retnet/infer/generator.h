@@ -1,0 +1,79 @@
+#pragma once
+// Text generation over a Session: prompts are prefilled (chunkwise), then every unfinished
+// sequence decodes one token per step together with the others. Output is released as complete
+// UTF-8 characters only, and never the part of the text that could still turn into a stop string.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "retnet/infer/session.h"
+#include "retnet/text/tokenizer.h"
+
+namespace retnet {
+
+struct GenerateOptions {
+  int64_t max_tokens = 128;        // tokens to generate per sequence
+  SamplingParams sampling;
+  std::vector<std::string> stop;   // stop strings: output ends before the first one
+  bool stop_at_eos = true;         // the tokenizer's end-of-sequence token ends a sequence
+  bool record_latency = false;     // keep every step's latency (GenerationTimings::steps)
+  // Random stream of each sequence (empty: sequence i draws from stream i). A sequence decoded
+  // alone with stream i gives the same text as sequence i of a batch.
+  std::vector<uint64_t> streams;
+};
+
+struct SequenceResult {
+  std::string text;                // generated text only, valid UTF-8
+  int64_t prompt_tokens = 0, generated_tokens = 0;
+  std::string finish_reason;       // "length", "stop" or "eos"
+  // Bytes of an unfinished UTF-8 character at the end (not in `text`): a state file keeps them
+  // so that a continuation completes the character.
+  std::string text_tail;
+};
+
+struct StepLatency {
+  int64_t position;                // of the token fed (sequence 0's)
+  int64_t batch;                   // sequences in the step
+  double seconds;                  // the step's forward pass and sampling
+};
+
+struct GenerationTimings {
+  double prefill_s = 0, decode_s = 0;
+  int64_t prefill_tokens = 0, decode_steps = 0, decode_tokens = 0;
+  std::vector<StepLatency> steps;
+};
+
+// Called with newly released text of a sequence (index into the prompts) as it is produced.
+using TextCallback = std::function<void(int64_t sequence, std::string_view text)>;
+
+// Generates for session sequences 0..prompts.size()-1 (they must exist; prompts[i] is fed to
+// sequence i first and may be empty if the sequence already holds a state). `text_tails[i]`, if
+// given, are bytes left over by a previous run (from a state file). A finished sequence leaves
+// the batch while others go on; the last one to finish stays in the session (so its state can
+// be saved).
+std::vector<SequenceResult> generate(Session& session, const Tokenizer& tokenizer,
+                                     const std::vector<std::vector<int32_t>>& prompts,
+                                     const GenerateOptions& options,
+                                     GenerationTimings* timings = nullptr,
+                                     const TextCallback& on_text = nullptr,
+                                     const std::vector<std::string>& text_tails = {});
+
+// The streaming rule on its own: bytes in, releasable text out.
+class TextReleaser {
+ public:
+  TextReleaser(const std::vector<std::string>* stop, std::string initial_bytes = "");
+  // Adds bytes; returns text now safe to release. Sets stopped() when a stop string appears.
+  std::string push(std::string_view bytes);
+  bool stopped() const { return stopped_; }
+  // What is left at the end: released text, and the unfinished character tail kept aside.
+  std::string finish(std::string* unfinished_tail);
+
+ private:
+  const std::vector<std::string>* stop_;
+  std::string held_;
+  bool stopped_ = false;
+};
+
+}  // namespace retnet

@@ -1,0 +1,37 @@
+#pragma once
+// Choosing the next token from logits: greedy, or temperature sampling restricted by top-k and
+// top-p (nucleus), with llama.cpp's repetition penalty. Random draws come from a counter-based
+// RNG keyed by (seed, sequence, position), so a seed gives the same text whatever the thread
+// count, the batch a sequence decodes in, or whether it was resumed from a saved state.
+#include <cstdint>
+#include <vector>
+
+namespace retnet {
+
+struct SamplingParams {
+  float temperature = 0.8f;     // 0: greedy (argmax)
+  int64_t top_k = 40;           // 0: no limit
+  float top_p = 0.95f;          // 1: no limit
+  float repeat_penalty = 1.0f;  // 1: off; > 1 makes recent tokens less likely
+  int64_t repeat_last_n = 64;   // how many recent tokens the penalty looks at
+  uint64_t seed = 0;
+  void validate() const;        // throws Error naming the bad value
+};
+
+// Scratch for sample_token, sized once for a vocabulary (no allocation per call).
+class SamplerScratch {
+ public:
+  explicit SamplerScratch(int64_t vocab);
+  std::vector<float> logits;
+  std::vector<int32_t> order;
+  std::vector<int32_t> seen;  // penalty: stamp of the last call that saw each token
+  int32_t stamp = 0;
+};
+
+// The next token for sequence `stream` at absolute position `position` (the draw's counter).
+// `recent` holds the sequence's latest tokens (for the repetition penalty).
+int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params,
+                     uint64_t stream, uint64_t position, const int32_t* recent, int64_t n_recent,
+                     SamplerScratch& scratch);
+
+}  // namespace retnet

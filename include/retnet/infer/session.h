@@ -1,0 +1,81 @@
+#pragma once
+// A decoding session: a model and the recurrent states of up to `capacity` sequences. Prompts are
+// prefilled with the chunkwise form in blocks (memory bounded by the block, never T x T), then all
+// active sequences step together with the recurrent form, so every projection is one GEMM over the
+// batch. A sequence's state is one contiguous block of floats; saving, restoring, adding and
+// removing sequences are memcpys. The CLI, the server and the Python bindings all use this class.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "retnet/core/arena.h"
+#include "retnet/infer/sampler.h"
+#include "retnet/model/forward.h"
+
+namespace retnet {
+
+struct SessionOptions {
+  int64_t capacity = 1;         // sequences the session can hold at once
+  int64_t prefill_chunk = 0;    // chunkwise chunk size; 0: the config's recurrent_chunk_size
+  int64_t prefill_block = 2048; // tokens per prefill pass: bounds activation memory
+  int64_t history = 256;        // recent tokens kept per sequence (repetition penalty)
+};
+
+class Session {
+ public:
+  explicit Session(const Model& model, const SessionOptions& options = {});
+
+  const Model& model() const { return model_; }
+  int64_t batch() const { return active_; }
+  int64_t capacity() const { return options_.capacity; }
+  int64_t vocab() const { return model_.config().vocab_size; }
+
+  // Appends an empty sequence (position 0, no logits yet); returns its index.
+  int64_t add_sequence();
+  // Drops sequence b; the ones after it move down one index, keeping their order.
+  void remove_sequence(int64_t b);
+  // Empties sequence b (position 0).
+  void reset_sequence(int64_t b);
+
+  // Feeds tokens to sequence b alone (chunkwise form, block by block); its logits become those
+  // after the last token. T = 0 is allowed and changes nothing.
+  void prefill(int64_t b, const int32_t* tokens, int64_t T);
+  // One recurrent step for every active sequence: tokens[batch()] -> logits of each.
+  void step(const int32_t* tokens);
+
+  // Logits after sequence b's last token ([vocab]); an error before it has consumed any.
+  const float* logits(int64_t b) const;
+  bool has_logits(int64_t b) const { return has_logits_.at(b); }
+  // Tokens sequence b has consumed.
+  int64_t position(int64_t b) const { return state_.positions.at(b); }
+  // Next token of sequence b from its logits; `stream` keys the random draws (give each
+  // independent sequence its own).
+  int32_t sample(int64_t b, const SamplingParams& params, uint64_t stream = 0);
+
+  // Saves sequence b (state, position, logits, recent tokens) to a versioned, checksummed file
+  // that names the model; atomic. `text_tail` (bytes of an unfinished UTF-8 character, say) is
+  // stored and returned by load.
+  void save(const std::string& path, int64_t b = 0, const std::string& text_tail = "") const;
+  // Restores a saved sequence into b; throws Error if the file is damaged or from another model.
+  std::string load(const std::string& path, int64_t b = 0);
+
+  int64_t state_bytes_per_sequence() const { return model_.state_bytes_per_sequence(); }
+  uint64_t model_fingerprint() const { return fingerprint_; }
+
+ private:
+  void check_index(int64_t b) const;
+  void remember(int64_t b, int32_t token);
+
+  const Model& model_;
+  SessionOptions options_;
+  uint64_t fingerprint_;
+  int64_t active_ = 0;
+  RecurrentState state_;
+  std::vector<float> logits_;                 // [capacity, vocab]
+  std::vector<uint8_t> has_logits_;           // [capacity]
+  std::vector<std::vector<int32_t>> recent_;  // per sequence, at most options_.history
+  Arena arena_;
+  SamplerScratch scratch_;
+};
+
+}  // namespace retnet

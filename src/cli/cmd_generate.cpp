@@ -1,0 +1,259 @@
+// `retnet generate`: chunkwise prefill of the prompt, then recurrent decoding with sampling,
+// streamed as complete UTF-8 characters; batched decoding of a prompts file; state save/restore.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "commands.h"
+#include "retnet/infer/generator.h"
+#include "retnet/model/model_io.h"
+#include "retnet/text/utf8.h"
+
+namespace retnet::cli {
+namespace {
+
+struct GenerateArgs {
+  std::string model, config, prompt, prompt_file, prompts_file, state_in, state_out;
+  bool prompt_given = false;
+  int64_t max_tokens = 128, max_prompt_tokens = 262144, chunk = 0, repeat_last_n = 64;
+  float temperature = 0.8f, top_p = 0.95f, repeat_penalty = 1.0f;
+  int64_t top_k = 40;
+  int64_t seed = -1;
+  std::vector<std::string> stop;
+  int threads = 0;
+  bool stats = false, json = false, ignore_eos = false;
+};
+
+std::string read_file(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  RETNET_CHECK(in.good(), "cannot open {} '{}'", what, path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::vector<int32_t> encode_prompt(const Tokenizer& tok, const std::string& text,
+                                   const GenerateArgs& a, const std::string& where) {
+  size_t bad = 0;
+  RETNET_CHECK(utf8_valid(text, &bad), "{} is not valid UTF-8 (bad byte 0x{:02x} at offset {})",
+               where, static_cast<unsigned char>(text[bad]), bad);
+  std::vector<int32_t> ids = tok.encode(text);
+  RETNET_CHECK(static_cast<int64_t>(ids.size()) <= a.max_prompt_tokens,
+               "{} has {} tokens, more than --max-prompt-tokens {} (raise it to feed a longer "
+               "prompt: prefill runs in bounded memory)",
+               where, ids.size(), a.max_prompt_tokens);
+  return ids;
+}
+
+double peak_rss_bytes() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return 1024.0 * static_cast<double>(ru.ru_maxrss);
+}
+
+// Median step latency in a window of 16 steps around each reported position.
+nlohmann::json latency_by_position(const std::vector<StepLatency>& steps) {
+  nlohmann::json out = nlohmann::json::object();
+  if (steps.empty()) return out;
+  std::vector<int64_t> wanted;
+  for (int64_t p : {16, 128, 1024, 4096, 16384})
+    if (p >= steps.front().position && p <= steps.back().position) wanted.push_back(p);
+  wanted.push_back(steps.back().position);
+  for (int64_t p : wanted) {
+    std::vector<double> window;
+    for (const auto& s : steps)
+      if (s.position >= p - 8 && s.position < p + 8) window.push_back(s.seconds);
+    if (window.empty()) continue;
+    std::nth_element(window.begin(), window.begin() + window.size() / 2, window.end());
+    out[std::to_string(p)] = 1e3 * window[window.size() / 2];
+  }
+  return out;
+}
+
+void print_timings(double load_s, const GenerationTimings& t, double total_s) {
+  auto line = [](const char* what, double s, int64_t n, const char* unit) {
+    std::fprintf(stderr, "retnet: %16s = %10.2f ms / %5lld %-6s (%8.3f ms per token, %9.2f tokens per second)\n",
+                 what, 1e3 * s, (long long)n, unit, n ? 1e3 * s / n : 0.0, s > 0 ? n / s : 0.0);
+  };
+  std::fprintf(stderr, "\nretnet: %16s = %10.2f ms\n", "load time", 1e3 * load_s);
+  line("prompt eval time", t.prefill_s, t.prefill_tokens, "tokens");
+  line("eval time", t.decode_s, t.decode_tokens, "runs");
+  std::fprintf(stderr, "retnet: %16s = %10.2f ms / %5lld tokens\n", "total time", 1e3 * total_s,
+               (long long)(t.prefill_tokens + t.decode_tokens));
+}
+
+void run_generate(const GenerateArgs& a) {
+  apply_threads(a.threads);
+  const auto t_start = std::chrono::steady_clock::now();
+  const int sources = (a.prompt_given ? 1 : 0) + !a.prompt_file.empty() + !a.prompts_file.empty();
+  RETNET_CHECK(sources <= 1, "give only one of --prompt, --prompt-file and --prompts-file");
+  RETNET_CHECK(a.prompts_file.empty() || (a.state_in.empty() && a.state_out.empty()),
+               "--state-in and --state-out work on one sequence, not with --prompts-file");
+  RETNET_CHECK(sources == 1 || !a.state_in.empty(),
+               "nothing to continue: give --prompt, --prompt-file, --prompts-file or --state-in");
+  RETNET_CHECK(a.max_tokens >= 0, "--max-tokens must be >= 0, got {}", a.max_tokens);
+  RETNET_CHECK(a.max_prompt_tokens >= 1, "--max-prompt-tokens must be >= 1");
+  RETNET_CHECK(a.chunk >= 0, "--chunk must be >= 0, got {}", a.chunk);
+
+  Model model = load_model(a.model, optional_config(a.config));
+  std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(a.model);
+  const double load_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+
+  GenerateOptions go;
+  go.max_tokens = a.max_tokens;
+  go.stop = a.stop;
+  go.stop_at_eos = !a.ignore_eos;
+  go.record_latency = a.stats;
+  go.sampling.temperature = a.temperature;
+  go.sampling.top_k = a.top_k;
+  go.sampling.top_p = a.top_p;
+  go.sampling.repeat_penalty = a.repeat_penalty;
+  go.sampling.repeat_last_n = a.repeat_last_n;
+  go.sampling.seed = a.seed >= 0 ? static_cast<uint64_t>(a.seed) : std::random_device{}();
+  go.sampling.validate();
+
+  std::vector<std::string> texts;
+  if (!a.prompts_file.empty()) {
+    const std::string all = read_file(a.prompts_file, "prompts file");
+    size_t start = 0;
+    while (start < all.size()) {
+      size_t end = all.find('\n', start);
+      if (end == std::string::npos) end = all.size();
+      std::string line = all.substr(start, end - start);
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (!line.empty()) texts.push_back(line);
+      start = end + 1;
+    }
+    RETNET_CHECK(!texts.empty(), "prompts file '{}' holds no prompt (one per line)",
+                 a.prompts_file);
+  } else {
+    texts.push_back(a.prompt_file.empty() ? a.prompt : read_file(a.prompt_file, "prompt file"));
+  }
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t i = 0; i < texts.size(); ++i)
+    prompts.push_back(encode_prompt(
+        *tokenizer, texts[i], a,
+        a.prompts_file.empty() ? std::string("the prompt") : fmt::format("prompt {}", i + 1)));
+
+  SessionOptions so;
+  so.capacity = static_cast<int64_t>(prompts.size());
+  so.prefill_chunk = a.chunk;
+  so.history = std::max<int64_t>(a.repeat_last_n, 1);
+  Session session(model, so);
+  for (size_t i = 0; i < prompts.size(); ++i) session.add_sequence();
+  std::vector<std::string> tails;
+  if (!a.state_in.empty()) tails.push_back(session.load(a.state_in, 0));
+  if (a.state_in.empty() && prompts.size() == 1)
+    RETNET_CHECK(!prompts[0].empty(), "the prompt is empty: give some text, or --state-in to "
+                                      "continue a saved state");
+
+  const bool stream = !a.json && a.prompts_file.empty();
+  TextCallback on_text;
+  if (stream) {
+    on_text = [](int64_t, std::string_view text) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+    };
+  }
+  GenerationTimings timings;
+  std::vector<SequenceResult> results = generate(session, *tokenizer, prompts, go, &timings,
+                                                 on_text, tails);
+  if (!a.state_out.empty()) {
+    session.save(a.state_out, 0, results[0].text_tail);
+  } else {
+    for (auto& r : results) {  // no state to carry an unfinished character: show it as U+FFFD
+      const std::string tail = utf8_sanitize(r.text_tail);
+      if (stream) std::fwrite(tail.data(), 1, tail.size(), stdout);
+      r.text += tail;
+    }
+  }
+  if (stream) std::printf("\n");
+  const double total_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+
+  nlohmann::json stats;
+  if (a.stats) {
+    stats["prefill_tokens_per_s"] = timings.prefill_s > 0 ? timings.prefill_tokens / timings.prefill_s : 0.0;
+    stats["decode_tokens_per_s"] = timings.decode_s > 0 ? timings.decode_tokens / timings.decode_s : 0.0;
+    stats["latency_ms_by_position"] = latency_by_position(timings.steps);
+    stats["peak_rss_bytes"] = static_cast<int64_t>(peak_rss_bytes());
+    stats["state_bytes"] = model.state_bytes_per_sequence();
+  }
+  if (a.json && a.prompts_file.empty()) {
+    nlohmann::json j = {{"text", results[0].text},
+                        {"prompt_tokens", results[0].prompt_tokens},
+                        {"generated_tokens", results[0].generated_tokens},
+                        {"finish_reason", results[0].finish_reason},
+                        {"seed", go.sampling.seed}};
+    j.update(stats);
+    std::printf("%s\n", j.dump().c_str());
+  } else if (!a.prompts_file.empty()) {
+    for (size_t i = 0; i < results.size(); ++i) {
+      nlohmann::json j = {{"index", i},
+                          {"prompt", texts[i]},
+                          {"text", results[i].text},
+                          {"prompt_tokens", results[i].prompt_tokens},
+                          {"generated_tokens", results[i].generated_tokens},
+                          {"finish_reason", results[i].finish_reason}};
+      std::printf("%s\n", j.dump().c_str());
+    }
+    if (a.stats) std::fprintf(stderr, "%s\n", stats.dump().c_str());
+  } else if (a.stats) {
+    std::fprintf(stderr, "stats: %s\n", stats.dump().c_str());
+  }
+  std::fflush(stdout);
+  print_timings(load_s, timings, total_s);
+}
+
+}  // namespace
+
+void register_generate(CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  auto* cmd = app.add_subcommand(
+      "generate",
+      "Generate text: chunkwise prefill of the prompt, then O(1)-per-token recurrent decoding");
+  cmd->add_option("--model,-m", a->model, "Model .safetensors file")->required();
+  cmd->add_option("--config-json", a->config, "Config JSON for a file that has none");
+  auto* p = cmd->add_option("--prompt,-p", a->prompt, "Prompt text");
+  cmd->add_option("--prompt-file,-f", a->prompt_file, "Read the prompt from a file");
+  cmd->add_option("--prompts-file", a->prompts_file,
+                  "Decode one prompt per line together as a batch; prints JSON lines");
+  cmd->add_option("--max-tokens,-n", a->max_tokens, "Tokens to generate")->capture_default_str();
+  cmd->add_option("--temperature,--temp", a->temperature, "Sampling temperature (0: greedy)")
+      ->capture_default_str();
+  cmd->add_option("--top-k", a->top_k, "Keep the k most likely tokens (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--top-p", a->top_p, "Keep the smallest set of tokens with this probability")
+      ->capture_default_str();
+  cmd->add_option("--repeat-penalty", a->repeat_penalty,
+                  "Penalty for recently seen tokens (1: off)")->capture_default_str();
+  cmd->add_option("--repeat-last-n", a->repeat_last_n, "Recent tokens the penalty looks at")
+      ->capture_default_str();
+  cmd->add_option("--seed,-s", a->seed, "Sampling seed (-1: random, printed with --json)")
+      ->capture_default_str();
+  cmd->add_option("--stop", a->stop, "Stop before this string (repeatable)");
+  cmd->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past the end-of-sequence token");
+  cmd->add_option("--state-in", a->state_in,
+                  "Continue from a saved state (the prompt, possibly empty, is fed on top)");
+  cmd->add_option("--state-out", a->state_out,
+                  "Save the state after the prompt and the generated text");
+  cmd->add_option("--chunk", a->chunk, "Chunk size of the chunkwise prefill (default: config's)");
+  cmd->add_option("--max-prompt-tokens", a->max_prompt_tokens, "Refuse longer prompts")
+      ->capture_default_str();
+  cmd->add_option("--threads,-t", a->threads, "Threads (default: all cores)");
+  cmd->add_flag("--stats", a->stats,
+                "Measure prefill and decode speed, latency by position, peak RSS, state bytes");
+  cmd->add_flag("--json", a->json, "Print one JSON object instead of streaming text");
+  cmd->callback([a, p] {
+    a->prompt_given = p->count() > 0;
+    run_generate(*a);
+  });
+}
+
+}  // namespace retnet::cli

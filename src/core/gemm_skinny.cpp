@@ -1,0 +1,97 @@
+// Products with few rows, C[M,N] = A[M,K] B[N,K]^T + beta C for M <= kSkinnyMaxRows: decoding's
+// projections (M = sequences in the batch, B = a weight matrix [out, in]). Two reasons to own it:
+// - speed: OpenBLAS's sgemm is slow on one row and its sgemv is not fused across rows; here each
+//   weight row is loaded once per step for the whole batch and rows are split across threads;
+// - batch invariance: every C[m,n] is one dot product accumulated in the same order whatever M
+//   is, so a sequence decoded in a batch gets bit for bit the logits it gets alone.
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "retnet/core/gemm.h"
+
+namespace retnet {
+namespace {
+
+#if defined(__AVX512F__)
+// Horizontal sum in a fixed order (the same for every m, n).
+inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+// C[m, n0..n0+R) for rows m0..m0+4 of A (fewer at the end: `mrows`), weight rows n0..n0+R.
+template <int R>
+void block(const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+           int64_t ldc, int64_t K, int64_t m0, int64_t mrows, int64_t n0) {
+  __m512 acc[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < 4; ++m) acc[r][m] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) {
+    __m512 w[R];
+    for (int r = 0; r < R; ++r) w[r] = _mm512_loadu_ps(B + (n0 + r) * ldb + k);
+    for (int m = 0; m < 4; ++m) {
+      if (m >= mrows) break;
+      const __m512 x = _mm512_loadu_ps(A + (m0 + m) * lda + k);
+      for (int r = 0; r < R; ++r) acc[r][m] = _mm512_fmadd_ps(w[r], x, acc[r][m]);
+    }
+  }
+  if (k < K) {  // tail: masked loads read nothing past the row
+    const __mmask16 mask = static_cast<__mmask16>((1u << (K - k)) - 1);
+    __m512 w[R];
+    for (int r = 0; r < R; ++r) w[r] = _mm512_maskz_loadu_ps(mask, B + (n0 + r) * ldb + k);
+    for (int m = 0; m < mrows; ++m) {
+      const __m512 x = _mm512_maskz_loadu_ps(mask, A + (m0 + m) * lda + k);
+      for (int r = 0; r < R; ++r) acc[r][m] = _mm512_fmadd_ps(w[r], x, acc[r][m]);
+    }
+  }
+  for (int m = 0; m < mrows; ++m)
+    for (int r = 0; r < R; ++r) {
+      float* c = C + (m0 + m) * ldc + n0 + r;
+      const float dot = hsum(acc[r][m]);
+      *c = beta == 0.f ? dot : dot + beta * *c;
+    }
+}
+#else
+template <int R>
+void block(const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+           int64_t ldc, int64_t K, int64_t m0, int64_t mrows, int64_t n0) {
+  for (int64_t m = 0; m < mrows; ++m)
+    for (int r = 0; r < R; ++r) {
+      const float* a = A + (m0 + m) * lda;
+      const float* b = B + (n0 + r) * ldb;
+      float lanes[16] = {};
+      for (int64_t k = 0; k < K; ++k) lanes[k % 16] += a[k] * b[k];
+      float dot = 0;
+      for (float l : lanes) dot += l;
+      float* c = C + (m0 + m) * ldc + n0 + r;
+      *c = beta == 0.f ? dot : dot + beta * *c;
+    }
+}
+#endif
+
+// Weight rows per task: 4 at a time (4 rows x 4 batch rows = 16 accumulators in registers).
+constexpr int64_t kRowsPerBlock = 4;
+
+}  // namespace
+
+void skinny_gemm_nt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                    int64_t ldb, float beta, float* C, int64_t ldc) {
+  const int64_t blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
+  // Threads only when the product is worth a fork (measured: below ~32k multiply-adds per
+  // call one thread wins).
+  const bool parallel = N * K >= (1 << 15);
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t n0 = blk * kRowsPerBlock, rows = std::min(kRowsPerBlock, N - n0);
+    for (int64_t m0 = 0; m0 < M; m0 += 4) {
+      const int64_t mrows = std::min<int64_t>(4, M - m0);
+      if (rows == kRowsPerBlock) {
+        block<4>(A, lda, B, ldb, beta, C, ldc, K, m0, mrows, n0);
+      } else {
+        for (int64_t r = 0; r < rows; ++r)
+          block<1>(A, lda, B, ldb, beta, C, ldc, K, m0, mrows, n0 + r);
+      }
+    }
+  }
+}
+
+}  // namespace retnet

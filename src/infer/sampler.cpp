@@ -1,0 +1,87 @@
+#include "retnet/infer/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "retnet/core/error.h"
+#include "retnet/core/rng.h"
+
+namespace retnet {
+
+void SamplingParams::validate() const {
+  RETNET_CHECK(std::isfinite(temperature) && temperature >= 0,
+               "temperature must be a finite number >= 0, got {}", temperature);
+  RETNET_CHECK(top_k >= 0, "top-k must be >= 0 (0: no limit), got {}", top_k);
+  RETNET_CHECK(top_p > 0 && top_p <= 1, "top-p must be in (0, 1], got {}", top_p);
+  RETNET_CHECK(std::isfinite(repeat_penalty) && repeat_penalty > 0,
+               "repeat penalty must be a finite number > 0, got {}", repeat_penalty);
+  RETNET_CHECK(repeat_last_n >= 0, "repeat-last-n must be >= 0, got {}", repeat_last_n);
+}
+
+SamplerScratch::SamplerScratch(int64_t vocab)
+    : logits(static_cast<size_t>(vocab)),
+      order(static_cast<size_t>(vocab)),
+      seen(static_cast<size_t>(vocab), -1) {}
+
+int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params,
+                     uint64_t stream, uint64_t position, const int32_t* recent, int64_t n_recent,
+                     SamplerScratch& scratch) {
+  RETNET_CHECK(static_cast<int64_t>(scratch.logits.size()) == vocab,
+               "sampler scratch is sized for {} tokens, the logits have {}", scratch.logits.size(),
+               vocab);
+  float* z = scratch.logits.data();
+  std::copy(logits, logits + vocab, z);
+  for (int64_t i = 0; i < vocab; ++i)
+    RETNET_CHECK(!std::isnan(z[i]), "the model produced NaN logits (token {}, position {})", i,
+                 position);
+  // llama.cpp's penalty: divide positive logits by it, multiply negative ones, once per token.
+  if (params.repeat_penalty != 1.0f && n_recent > 0) {
+    const int32_t stamp = ++scratch.stamp;
+    const int64_t first = std::max<int64_t>(0, n_recent - params.repeat_last_n);
+    for (int64_t i = first; i < n_recent; ++i) {
+      const int32_t t = recent[i];
+      if (t < 0 || t >= vocab || scratch.seen[t] == stamp) continue;
+      scratch.seen[t] = stamp;
+      z[t] = z[t] > 0 ? z[t] / params.repeat_penalty : z[t] * params.repeat_penalty;
+    }
+  }
+  // Greedy: the first maximum (ties go to the lowest id, as argmax does).
+  if (params.temperature == 0.f)
+    return static_cast<int32_t>(std::max_element(z, z + vocab) - z);
+
+  // Candidates sorted by logit (ties by id, so the order is deterministic), cut to top-k.
+  int32_t* order = scratch.order.data();
+  std::iota(order, order + vocab, 0);
+  const int64_t k = params.top_k > 0 ? std::min(params.top_k, vocab) : vocab;
+  auto by_logit = [z](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); };
+  std::partial_sort(order, order + k, order + vocab, by_logit);
+  // Softmax at the temperature over the k candidates (in double: the nucleus sum must be exact
+  // enough to be the same on every machine).
+  const double inv_t = 1.0 / params.temperature, top = z[order[0]];
+  double total = 0;
+  for (int64_t i = 0; i < k; ++i) total += std::exp((z[order[i]] - top) * inv_t);
+  // Nucleus: the smallest prefix whose probability reaches top_p.
+  int64_t n = k;
+  if (params.top_p < 1.f) {
+    double cum = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      cum += std::exp((z[order[i]] - top) * inv_t) / total;
+      if (cum >= params.top_p) {
+        n = i + 1;
+        break;
+      }
+    }
+  }
+  double kept = 0;
+  for (int64_t i = 0; i < n; ++i) kept += std::exp((z[order[i]] - top) * inv_t);
+  const double u = Philox(params.seed).uniform(/*stream=*/0x5a3b1e00000000ull + stream, position);
+  double target = u * kept, cum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    cum += std::exp((z[order[i]] - top) * inv_t);
+    if (cum >= target) return order[i];
+  }
+  return order[n - 1];
+}
+
+}  // namespace retnet

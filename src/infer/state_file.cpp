@@ -1,0 +1,128 @@
+#include "retnet/infer/state_file.h"
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+
+#include "retnet/core/error.h"
+#include "retnet/core/hash.h"
+#include "retnet/core/safetensors.h"
+
+namespace retnet {
+namespace {
+
+constexpr char kMagic[8] = {'R', 'E', 'T', 'N', 'E', 'T', 'S', 'T'};
+constexpr size_t kMaxHeader = 1 << 20;
+
+template <typename T>
+void append(std::string& out, const T* data, size_t n) {
+  out.append(reinterpret_cast<const char*>(data), n * sizeof(T));
+}
+
+std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
+
+}  // namespace
+
+void write_state_file(const std::string& path, const Model& model, uint64_t fingerprint,
+                      const SavedSequence& s) {
+  const Config& c = model.config();
+  RETNET_CHECK(static_cast<int64_t>(s.state.size()) == c.state_floats_per_sequence(),
+               "state holds {} floats; the model's state has {}", s.state.size(),
+               c.state_floats_per_sequence());
+  nlohmann::json header = {
+      {"model_fingerprint", hex64(fingerprint)},
+      {"config", nlohmann::json::parse(c.to_json())},
+      {"position", s.position},
+      {"state_floats", s.state.size()},
+      {"logits", s.logits.size()},
+      {"recent_tokens", s.recent.size()},
+      {"text_tail_bytes", s.text_tail.size()},
+  };
+  const std::string h = header.dump();
+  std::string out(kMagic, sizeof kMagic);
+  const uint32_t version = kStateFileVersion, header_len = static_cast<uint32_t>(h.size());
+  append(out, &version, 1);
+  append(out, &header_len, 1);
+  out += h;
+  append(out, s.state.data(), s.state.size());
+  append(out, s.logits.data(), s.logits.size());
+  append(out, s.recent.data(), s.recent.size());
+  out += s.text_tail;
+  const uint64_t sum = fnv1a(out.data(), out.size());
+  append(out, &sum, 1);
+  write_file_atomically(path, out);
+}
+
+SavedSequence read_state_file(const std::string& path, const Model& model, uint64_t fingerprint) {
+  std::ifstream in(path, std::ios::binary);
+  RETNET_CHECK(in.good(), "cannot open state file '{}'", path);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t fixed = sizeof kMagic + 8;
+  RETNET_CHECK(bytes.size() >= fixed + 8 && std::memcmp(bytes.data(), kMagic, sizeof kMagic) == 0,
+               "'{}' is not a retnet state file", path);
+  uint32_t version = 0, header_len = 0;
+  std::memcpy(&version, bytes.data() + 8, 4);
+  std::memcpy(&header_len, bytes.data() + 12, 4);
+  RETNET_CHECK(version == kStateFileVersion,
+               "'{}' is a state file of format version {}; this engine reads version {}", path,
+               version, kStateFileVersion);
+  uint64_t stored = 0;
+  std::memcpy(&stored, bytes.data() + bytes.size() - 8, 8);
+  RETNET_CHECK(header_len <= kMaxHeader && fixed + header_len + 8 <= bytes.size() &&
+                   fnv1a(bytes.data(), bytes.size() - 8) == stored,
+               "state file '{}' is damaged or truncated (checksum mismatch)", path);
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(bytes.substr(fixed, header_len));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("state file '{}' has a malformed header: {}", path, e.what()));
+  }
+  SavedSequence s;
+  size_t n_state = 0, n_logits = 0, n_recent = 0, n_tail = 0;
+  std::string model_id;
+  try {
+    model_id = header.at("model_fingerprint").get<std::string>();
+    s.position = header.at("position").get<int64_t>();
+    n_state = header.at("state_floats").get<size_t>();
+    n_logits = header.at("logits").get<size_t>();
+    n_recent = header.at("recent_tokens").get<size_t>();
+    n_tail = header.at("text_tail_bytes").get<size_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("state file '{}' has an incomplete header: {}", path, e.what()));
+  }
+  const Config& c = model.config();
+  if (model_id != hex64(fingerprint)) {
+    std::string theirs = header.contains("config") ? header["config"].dump() : "(none)";
+    throw Error(fmt::format("state file '{}' was saved by another model (fingerprint {}, config "
+                            "{}); this model is {} with config {}",
+                            path, model_id, theirs, hex64(fingerprint), c.to_json()));
+  }
+  RETNET_CHECK(static_cast<int64_t>(n_state) == c.state_floats_per_sequence() &&
+                   (n_logits == 0 || static_cast<int64_t>(n_logits) == c.vocab_size) &&
+                   s.position >= 0 && (n_logits == 0) == (s.position == 0),
+               "state file '{}' holds {} state floats and {} logits at position {}; the model "
+               "needs {} and {}",
+               path, n_state, n_logits, s.position, c.state_floats_per_sequence(), c.vocab_size);
+  const size_t payload = n_state * 4 + n_logits * 4 + n_recent * 4 + n_tail;
+  RETNET_CHECK(fixed + header_len + payload + 8 == bytes.size(),
+               "state file '{}' has {} bytes; its header describes {}", path, bytes.size(),
+               fixed + header_len + payload + 8);
+  const char* p = bytes.data() + fixed + header_len;
+  s.state.resize(n_state);
+  std::memcpy(s.state.data(), p, n_state * 4);
+  p += n_state * 4;
+  s.logits.resize(n_logits);
+  std::memcpy(s.logits.data(), p, n_logits * 4);
+  p += n_logits * 4;
+  s.recent.resize(n_recent);
+  std::memcpy(s.recent.data(), p, n_recent * 4);
+  p += n_recent * 4;
+  s.text_tail.assign(p, n_tail);
+  for (int32_t t : s.recent)
+    RETNET_CHECK(t >= 0 && t < c.vocab_size, "state file '{}' holds token id {} out of range", path,
+                 t);
+  return s;
+}
+
+}  // namespace retnet

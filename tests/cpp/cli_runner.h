@@ -1,0 +1,55 @@
+#pragma once
+// Runs the `retnet` binary for end-to-end tests: exit status, stdout, stderr, and whether a
+// signal killed it (a crash is never an acceptable way to reject bad input).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace retnet::test {
+
+struct CliResult {
+  int exit_code = -1;
+  bool signaled = false;
+  std::string out, err;
+};
+
+inline CliResult run_retnet(const std::string& args) {
+  namespace fs = std::filesystem;
+  static int counter = 0;
+  fs::path errf = fs::temp_directory_path() / ("retnet_run_err_" + std::to_string(getpid()) + "_" +
+                                               std::to_string(counter++));
+  std::string cmd = std::string(RETNET_CLI) + " " + args + " 2>" + errf.string();
+  CliResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(p);
+  r.signaled = WIFSIGNALED(status);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(errf);
+  r.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  fs::remove(errf);
+  return r;
+}
+
+// Bad input as users must see it: a non-zero exit, no signal, a "retnet: error:" message.
+inline ::testing::AssertionResult fails_cleanly(const CliResult& r, const std::string& expected = "") {
+  if (r.signaled) return ::testing::AssertionFailure() << "killed by a signal; stderr: " << r.err;
+  if (r.exit_code == 0) return ::testing::AssertionFailure() << "exit 0; stdout: " << r.out;
+  if (r.err.find("retnet: error:") == std::string::npos)
+    return ::testing::AssertionFailure() << "no 'retnet: error:' on stderr: " << r.err;
+  if (!expected.empty() && r.err.find(expected) == std::string::npos)
+    return ::testing::AssertionFailure() << "stderr lacks '" << expected << "': " << r.err;
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace retnet::test
