@@ -177,7 +177,7 @@ void run_generate(const GenerateArgs& a) {
   const double total_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
 
-  nlohmann::json stats;
+  nlohmann::json stats = nlohmann::json::object();
   if (a.stats) {
     stats["prefill_tokens_per_s"] = timings.prefill_s > 0 ? timings.prefill_tokens / timings.prefill_s : 0.0;
     stats["decode_tokens_per_s"] = timings.decode_s > 0 ? timings.decode_tokens / timings.decode_s : 0.0;

@@ -76,7 +76,7 @@ Activations allocate_activations(Arena& arena, const Config& c, int64_t B, int64
     l.ffn = arena.alloc(N * 2 * F);
     l.h = l.ffn;
     l.ld_h = 2 * F;
-    a.layers.push_back(l);
+    a.shared = l;
     return a;
   }
   a.rstd_f = arena.alloc(N);
@@ -121,7 +121,7 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
   const size_t state_per_layer = static_cast<size_t>(H * retention_state_floats_per_head(dk, dv));
   for (int64_t l = 0; l < c.layers; ++l) {
     const LayerTensors& L = w.layers[l];
-    LayerActivations& a = acts.layers[acts.layers.size() == 1 ? 0 : l];
+    LayerActivations& a = acts.layers.empty() ? acts.shared : acts.layers[l];
     if (a.x_in) std::memcpy(a.x_in, x, N * d * sizeof(float));
     // Retention sub-layer: x += out(swish(g) * headnorm(retention(rot(q), rot(k * s), v))).
     rmsnorm_forward(x, d, model.param(L.retention_norm), a.xn1, d, a.rstd1, N, d, eps);

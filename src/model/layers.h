@@ -29,7 +29,8 @@ struct LayerActivations {
 };
 
 struct Activations {
-  std::vector<LayerActivations> layers;  // one per layer (training) or one shared (inference)
+  std::vector<LayerActivations> layers;  // one per layer (training); empty for inference, which
+  LayerActivations shared;               // reuses these for every layer (no allocation per step)
   float* x = nullptr;        // [N, d] residual stream; after the pass: the final layer's output
   float* go = nullptr;       // [N, vd] gate output scratch
   float* cos_sin = nullptr;  // rotation table

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "retnet/infer/generator.h"
 #include "retnet/model/forward.h"
@@ -284,4 +285,129 @@ TEST(Sampler, FrequenciesFollowTheSoftmax) {
   for (float v : z) total += std::exp(v / 2);
   for (int t = 0; t < 4; ++t)
     EXPECT_NEAR(counts[t] / double(n), std::exp(z[t] / 2) / total, 0.015) << "token " << t;
+}
+
+// ---- `retnet generate` end to end ----
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.h"
+#include "retnet/model/model_io.h"
+
+namespace {
+
+class GenerateCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("retnet_gen_cli_" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+    save_model(Model::init(small_config(), 21), (dir_ / "m.safetensors").string());
+    Config other = small_config();
+    other.layers = 1;
+    save_model(Model::init(other, 21), (dir_ / "other.safetensors").string());
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  static std::string path(const std::string& name) { return (dir_ / name).string(); }
+  static std::string model() { return path("m.safetensors"); }
+  static nlohmann::json run_json(const std::string& args) {
+    auto r = retnet::test::run_retnet("generate -m " + model() + " --json " + args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+  }
+  static inline fs::path dir_;
+};
+
+}  // namespace
+
+TEST_F(GenerateCli, JsonHasTheDocumentedKeysAndStreamingMatchesIt) {
+  auto j = run_json("-p 'ROMEO:' -n 40 --temp 0.7 -s 3 --stats");
+  for (const char* key : {"text", "prompt_tokens", "generated_tokens", "prefill_tokens_per_s",
+                          "decode_tokens_per_s", "latency_ms_by_position", "peak_rss_bytes",
+                          "state_bytes"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_EQ(j["prompt_tokens"], 6);
+  EXPECT_EQ(j["generated_tokens"], 40);
+  EXPECT_TRUE(j["latency_ms_by_position"].contains("16"));
+  // Streaming prints the same text (then a newline), whatever the thread count.
+  for (int threads : {1, 2}) {
+    auto r = retnet::test::run_retnet("generate -m " + model() + " -p 'ROMEO:' -n 40 --temp 0.7 -s 3 -t " +
+                                      std::to_string(threads));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, j["text"].get<std::string>() + "\n") << threads << " threads";
+    EXPECT_NE(r.err.find("eval time"), std::string::npos) << "timing summary on stderr";
+  }
+}
+
+TEST_F(GenerateCli, StateOutThenStateInContinuesTheText) {
+  auto full = run_json("-p 'To be' -n 50 --temp 0.9 -s 8");
+  auto first = run_json("-p 'To be' -n 20 --temp 0.9 -s 8 --state-out " + path("s.state"));
+  auto rest = run_json("-p '' -n 30 --temp 0.9 -s 8 --state-in " + path("s.state"));
+  EXPECT_EQ(first["text"].get<std::string>() + rest["text"].get<std::string>(),
+            full["text"].get<std::string>());
+}
+
+TEST_F(GenerateCli, PromptsFileDecodesABatchLikeSingleRuns) {
+  std::ofstream(path("prompts.txt")) << "First\nSecond prompt\n\nThird one, longer than the rest\n";
+  auto r = retnet::test::run_retnet("generate -m " + model() + " --prompts-file " +
+                                    path("prompts.txt") + " -n 25 --temp 0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::string line;
+  std::vector<nlohmann::json> rows;
+  while (std::getline(lines, line)) rows.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(rows.size(), 3u);  // the empty line is skipped
+  for (const auto& row : rows) {
+    auto alone = run_json("-p '" + row["prompt"].get<std::string>() + "' -n 25 --temp 0");
+    EXPECT_EQ(row["text"], alone["text"]) << row["prompt"];
+  }
+}
+
+TEST_F(GenerateCli, BadInputFailsCleanly) {
+  using retnet::test::fails_cleanly;
+  using retnet::test::run_retnet;
+  const std::string g = "generate -m " + model() + " ";
+  EXPECT_TRUE(fails_cleanly(run_retnet(g + "-p ''"), "prompt is empty"));
+  EXPECT_TRUE(fails_cleanly(run_retnet(g), "nothing to continue"));
+  std::ofstream(path("bad_utf8.txt"), std::ios::binary) << "ab\xff\xfe" << "cd";
+  EXPECT_TRUE(fails_cleanly(run_retnet(g + "-f " + path("bad_utf8.txt")), "not valid UTF-8"));
+  std::ofstream(path("big.txt")) << std::string(1 << 20, 'a');
+  EXPECT_TRUE(fails_cleanly(run_retnet(g + "-f " + path("big.txt")), "--max-prompt-tokens"));
+  EXPECT_TRUE(fails_cleanly(run_retnet(g + "-p x --temp -1"), "temperature"));
+  EXPECT_TRUE(fails_cleanly(run_retnet(g + "-p x --top-p 0"), "top-p"));
+  EXPECT_TRUE(fails_cleanly(run_retnet(g + "-f " + path("missing.txt")), "cannot open"));
+  // State files: missing, from another model, damaged, truncated, not a state file.
+  EXPECT_TRUE(fails_cleanly(run_retnet(g + "-p '' --state-in " + path("none.state")), "cannot open"));
+  ASSERT_EQ(run_retnet("generate -m " + path("other.safetensors") + " -p hi -n 2 --state-out " +
+                       path("other.state")).exit_code, 0);
+  EXPECT_TRUE(fails_cleanly(run_retnet(g + "-p '' --state-in " + path("other.state")),
+                            "another model"));
+  ASSERT_EQ(run_retnet(g + "-p hi -n 2 --state-out " + path("good.state")).exit_code, 0);
+  std::string bytes;
+  {
+    std::ifstream in(path("good.state"), std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  std::string damaged = bytes;
+  damaged[damaged.size() / 3] ^= 1;
+  std::ofstream(path("damaged.state"), std::ios::binary) << damaged;
+  EXPECT_TRUE(fails_cleanly(run_retnet(g + "-p '' --state-in " + path("damaged.state")), "damaged"));
+  std::ofstream(path("short.state"), std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  EXPECT_TRUE(fails_cleanly(run_retnet(g + "-p '' --state-in " + path("short.state"))));
+  std::ofstream(path("junk.state"), std::ios::binary) << "hello";
+  EXPECT_TRUE(fails_cleanly(run_retnet(g + "-p '' --state-in " + path("junk.state")),
+                            "not a retnet state file"));
+}
+
+TEST(GenerateCliSlow, MemoryIsFlatOver20000Tokens) {
+  // The default-size model: peak RSS after 20,000 generated tokens within 5% of after 200.
+  const fs::path m = fs::temp_directory_path() / ("retnet_flat_" + std::to_string(getpid()));
+  save_model(Model::init(Config{}, 1), m.string());
+  auto peak = [&](int n) {
+    auto r = retnet::test::run_retnet("generate -m " + m.string() + " -p 'ROMEO:' --temp 0.8 -s 1 -n " +
+                                      std::to_string(n) + " --json --stats");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out)["peak_rss_bytes"].get<double>();
+  };
+  const double small = peak(200), large = peak(20000);
+  fs::remove(m);
+  EXPECT_LE(large, 1.05 * small) << "200 tokens: " << small << " bytes, 20000: " << large;
 }

@@ -32,6 +32,32 @@ TEST(Gemm, BetaZeroOverwritesNaN) {
   for (float c : C) EXPECT_EQ(c, 2.f);
 }
 
+TEST(Gemm, SkinnyMatchesReferenceAndIsBatchInvariant) {
+  // Shapes with K tails (not a multiple of 16), N tails (not a multiple of 4), strided operands.
+  for (auto [M, N, K] : {std::array<int64_t, 3>{1, 7, 5}, {3, 33, 130}, {5, 1536, 256},
+                         {64, 13, 17}, {9, 256, 512}}) {
+    const int64_t lda = K + 3, ldb = K + 1, ldc = N + 2;
+    auto A = random_vector(M * lda, 4), B = random_vector(N * ldb, 5);
+    for (float beta : {0.f, 1.f}) {
+      auto C = random_vector(M * ldc, 6), R = C;
+      skinny_gemm_nt(M, N, K, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+      sgemm_reference(Trans::No, Trans::Yes, M, N, K, 1.f, A.data(), lda, B.data(), ldb, beta,
+                      R.data(), ldc);
+      EXPECT_TRUE(close(C, R, 1e-5)) << M << "x" << N << "x" << K << " beta " << beta;
+      // Row m of a batched product equals, bit for bit, the product of row m alone.
+      for (int64_t m = 0; m < M; ++m) {
+        std::vector<float> one(N + 2);
+        std::copy(R.begin() + m * ldc, R.begin() + m * ldc + N, one.begin());  // beta's input
+        auto input = random_vector(M * ldc, 6);
+        std::copy(input.begin() + m * ldc, input.begin() + m * ldc + N, one.begin());
+        skinny_gemm_nt(1, N, K, A.data() + m * lda, lda, B.data(), ldb, beta, one.data(), ldc);
+        for (int64_t n = 0; n < N; ++n)
+          ASSERT_EQ(one[n], C[m * ldc + n]) << "row " << m << " col " << n << " of " << M;
+      }
+    }
+  }
+}
+
 TEST(Gemm, LoadsAnOptimisedCore) {
   const BlasInfo& info = blas_info();
   EXPECT_FALSE(info.library.empty());

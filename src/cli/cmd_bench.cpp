@@ -1,0 +1,216 @@
+// `retnet bench decode`: the generation benchmark. Decode latency per token by position (flat for
+// RetNet), decode throughput by batch size, and prefill speed of the chunkwise form against the
+// parallel form; medians of repetitions with their spread, the baseline measured in the same run.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "retnet/core/gemm.h"
+#include "retnet/core/parallel.h"
+#include "retnet/infer/session.h"
+#include "retnet/model/model_io.h"
+
+namespace retnet::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+struct Summary {
+  double median = 0, min = 0, max = 0;
+};
+
+Summary summarize(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+nlohmann::json to_json(const Summary& s) {
+  return {{"median", s.median}, {"min", s.min}, {"max", s.max}};
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+// Token ids of a deterministic pseudo-text (the benchmark's speed does not depend on the values).
+std::vector<int32_t> bench_tokens(int64_t n, int64_t vocab, uint64_t salt = 0) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  uint64_t x = 0x9e3779b97f4a7c15ull ^ salt;
+  for (auto& v : t) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    v = static_cast<int32_t>(x % static_cast<uint64_t>(vocab));
+  }
+  return t;
+}
+
+// Median per-token decode latency (seconds) over `window` steps starting at `position`.
+double window_latency(const Model& m, int64_t position, int64_t window) {
+  Session s(m);
+  s.add_sequence();
+  auto prompt = bench_tokens(std::max<int64_t>(position, 1), m.config().vocab_size);
+  s.prefill(0, prompt.data(), static_cast<int64_t>(prompt.size()));
+  std::vector<double> step;
+  int32_t token = prompt.back();
+  for (int64_t i = 0; i < window + 4; ++i) {  // 4 warm-up steps
+    auto t0 = Clock::now();
+    s.step(&token);
+    token = static_cast<int32_t>(std::max_element(s.logits(0), s.logits(0) + s.vocab()) - s.logits(0));
+    if (i >= 4) step.push_back(since(t0));
+  }
+  return summarize(step).median;
+}
+
+// Aggregate decode tokens/s of B sequences stepping together.
+double batch_throughput(const Model& m, int64_t B, int64_t steps) {
+  SessionOptions so;
+  so.capacity = B;
+  Session s(m, so);
+  for (int64_t b = 0; b < B; ++b) {
+    s.add_sequence();
+    auto p = bench_tokens(16, m.config().vocab_size, b + 1);
+    s.prefill(b, p.data(), 16);
+  }
+  std::vector<int32_t> tokens(static_cast<size_t>(B));
+  auto step_all = [&] {
+    for (int64_t b = 0; b < B; ++b)
+      tokens[b] = static_cast<int32_t>(std::max_element(s.logits(b), s.logits(b) + s.vocab()) -
+                                       s.logits(b));
+    s.step(tokens.data());
+  };
+  for (int i = 0; i < 4; ++i) step_all();
+  auto t0 = Clock::now();
+  for (int64_t i = 0; i < steps; ++i) step_all();
+  return static_cast<double>(B * steps) / since(t0);
+}
+
+// Prefill tokens/s of one sequence of T tokens in a form (last-token logits only).
+double prefill_speed(const Model& m, RetentionForm form, int64_t T) {
+  auto tokens = bench_tokens(T, m.config().vocab_size);
+  ForwardOptions fo;
+  fo.form = form;
+  fo.last_logits_only = true;
+  Arena arena;
+  std::vector<float> logits(static_cast<size_t>(m.config().vocab_size));
+  auto t0 = Clock::now();
+  forward_logits(m, tokens.data(), 1, T, logits.data(), fo, arena);
+  return static_cast<double>(T) / since(t0);
+}
+
+void run_bench_decode(const std::string& model_path, int reps, bool quick, int threads,
+                      const std::string& json_out) {
+  apply_threads(threads);
+  Model m = model_path.empty() ? Model::init(Config{}, 1) : load_model(model_path);
+  const Config& c = m.config();
+  std::printf("model: %s, %lld parameters, state %s per sequence\n", c.to_json().c_str(),
+              (long long)m.parameter_count(), human_bytes(double(m.state_bytes_per_sequence())).c_str());
+  std::printf("machine: %s, %ld cores; %d threads; BLAS core %s; medians of %d repetitions "
+              "[min, max]\n\n",
+              cpu_model().c_str(), sysconf(_SC_NPROCESSORS_ONLN), num_threads(),
+              blas_info().corename.c_str(), reps);
+  nlohmann::json out = {{"cpu", cpu_model()},        {"cores", sysconf(_SC_NPROCESSORS_ONLN)},
+                        {"threads", num_threads()},  {"config", nlohmann::json::parse(c.to_json())},
+                        {"parameters", m.parameter_count()},
+                        {"state_bytes", m.state_bytes_per_sequence()}, {"repetitions", reps}};
+
+  // 1. Latency by position: the state does not grow, so neither does the step.
+  const std::vector<int64_t> positions = quick ? std::vector<int64_t>{16, 1024}
+                                               : std::vector<int64_t>{16, 1024, 4096, 16384};
+  std::printf("decode latency per token by position (batch 1, 64-step windows)\n");
+  std::printf("%10s %12s %22s %10s\n", "position", "ms/token", "[min, max]", "vs 16");
+  double base = 0;
+  for (int64_t p : positions) {
+    std::vector<double> r;
+    for (int i = 0; i < reps; ++i) r.push_back(1e3 * window_latency(m, p, 64));
+    Summary s = summarize(r);
+    if (p == positions.front()) base = s.median;
+    std::printf("%10lld %12.4f %10.4f, %9.4f %9.3fx\n", (long long)p, s.median, s.min, s.max,
+                s.median / base);
+    out["latency_ms_by_position"][std::to_string(p)] = to_json(s);
+  }
+
+  // 2. Throughput by batch size: one GEMM per projection for the whole batch.
+  const std::vector<int64_t> batches = quick ? std::vector<int64_t>{1, 4}
+                                             : std::vector<int64_t>{1, 4, 16, 64};
+  std::printf("\ndecode throughput by batch size (all sequences step together)\n");
+  std::printf("%10s %14s %24s %12s %12s\n", "batch", "tokens/s", "[min, max]", "vs batch 1",
+              "per sequence");
+  double b1 = 0;
+  for (int64_t B : batches) {
+    std::vector<double> r;
+    for (int i = 0; i < reps; ++i) r.push_back(batch_throughput(m, B, quick ? 32 : 64));
+    Summary s = summarize(r);
+    if (B == 1) b1 = s.median;
+    std::printf("%10lld %14.0f %11.0f, %11.0f %11.2fx %12.0f\n", (long long)B, s.median, s.min,
+                s.max, s.median / b1, s.median / B);
+    out["decode_tokens_per_s_by_batch"][std::to_string(B)] = to_json(s);
+  }
+
+  // 3. Prefill: the chunkwise form against the parallel form.
+  const std::vector<int64_t> lengths = quick ? std::vector<int64_t>{512}
+                                             : std::vector<int64_t>{512, 2048, 8192};
+  std::printf("\nprefill tokens/s (one sequence, last-token logits)\n");
+  std::printf("%10s %14s %14s %12s\n", "T", "parallel", "chunkwise", "chunkwise/parallel");
+  for (int64_t T : lengths) {
+    std::vector<double> par, chk;
+    prefill_speed(m, RetentionForm::Chunkwise, T);  // warm-up
+    for (int i = 0; i < reps; ++i) {
+      par.push_back(prefill_speed(m, RetentionForm::Parallel, T));
+      chk.push_back(prefill_speed(m, RetentionForm::Chunkwise, T));
+    }
+    Summary sp = summarize(par), sc = summarize(chk);
+    std::printf("%10lld %14.0f %14.0f %12.2fx\n", (long long)T, sp.median, sc.median,
+                sc.median / sp.median);
+    out["prefill_tokens_per_s"][std::to_string(T)] = {{"parallel", to_json(sp)},
+                                                      {"chunkwise", to_json(sc)}};
+  }
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  out["peak_rss_bytes"] = 1024 * static_cast<int64_t>(ru.ru_maxrss);
+  std::printf("\npeak RSS %s\n", human_bytes(1024.0 * ru.ru_maxrss).c_str());
+  if (!json_out.empty()) {
+    std::ofstream f(json_out);
+    RETNET_CHECK(f.good(), "cannot write '{}'", json_out);
+    f << out.dump(2) << "\n";
+  }
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "Benchmarks that print ratios against a baseline "
+                                            "measured in the same run");
+  bench->require_subcommand(1);
+  struct Opts {
+    std::string model, json;
+    int reps = 5, threads = 0;
+    bool quick = false;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* dec = bench->add_subcommand(
+      "decode", "Decode latency by position, decode throughput by batch, prefill chunkwise vs "
+                "parallel");
+  dec->add_option("--model,-m", o->model, "Model file (default: the default config, initialised)");
+  dec->add_option("--reps", o->reps, "Repetitions per figure (median reported)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  dec->add_flag("--quick", o->quick, "Fewer positions, batches and lengths (a smoke test)");
+  dec->add_option("--threads,-t", o->threads, "Threads (default: all cores)");
+  dec->add_option("--json", o->json, "Also write the results to this JSON file");
+  dec->callback([o] { run_bench_decode(o->model, o->reps, o->quick, o->threads, o->json); });
+}
+
+}  // namespace retnet::cli
