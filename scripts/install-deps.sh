@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libopenblas-dev libopenblas0-openmp libomp-dev
-  nlohmann-json3-dev libcli11-dev libfmt-dev
+  nlohmann-json3-dev libcli11-dev libfmt-dev libsentencepiece-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-torch
 )
