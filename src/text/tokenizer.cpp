@@ -1,6 +1,12 @@
 #include "retnet/text/tokenizer.h"
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "retnet/core/base64.h"
 #include "retnet/core/error.h"
+#include "retnet/core/hash.h"
 #include "retnet/core/safetensors.h"
 
 namespace retnet {
@@ -22,6 +28,23 @@ class ByteTokenizer final : public Tokenizer {
   std::string serialize() const override { return ""; }
 };
 
+constexpr const char* kKindKey = "tokenizer";
+constexpr const char* kModelKey = "tokenizer_model";
+
+std::string read_whole_file(const std::string& path, const char* what) {
+  std::error_code ec;
+  RETNET_CHECK(std::filesystem::is_regular_file(path, ec),
+               "{} '{}' does not exist or is not a file", what, path);
+  std::ifstream in(path, std::ios::binary);
+  RETNET_CHECK(in.good(), "cannot open {} '{}'", what, path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 }  // namespace
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
@@ -35,15 +58,48 @@ std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteT
 std::unique_ptr<Tokenizer> tokenizer_from_serialized(const std::string& kind,
                                                      const std::string& bytes) {
   if (kind == "bytes") return make_byte_tokenizer();
-  (void)bytes;
-  throw Error(fmt::format("unknown tokenizer kind '{}' (this engine knows: bytes)", kind));
+  if (kind == "sentencepiece") return make_sentencepiece_tokenizer(bytes, "serialized tokenizer");
+  throw Error(
+      fmt::format("unknown tokenizer kind '{}' (this engine knows: bytes, sentencepiece)", kind));
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
+  if (spec == "bytes") return make_byte_tokenizer();
+  if (ends_with(spec, ".safetensors")) return load_model_tokenizer(spec);
+  return make_sentencepiece_tokenizer(read_whole_file(spec, "tokenizer file"), spec);
+}
+
+std::map<std::string, std::string> tokenizer_metadata(const Tokenizer& tokenizer) {
+  std::map<std::string, std::string> meta{{kKindKey, tokenizer.kind()}};
+  const std::string bytes = tokenizer.serialize();
+  if (!bytes.empty()) meta[kModelKey] = base64_encode(bytes);
+  return meta;
+}
+
+std::unique_ptr<Tokenizer> tokenizer_from_metadata(const std::map<std::string, std::string>& meta,
+                                                   const std::string& origin) {
+  auto kind = meta.find(kKindKey);
+  if (kind == meta.end()) return make_byte_tokenizer();
+  auto model = meta.find(kModelKey);
+  const std::string bytes =
+      model == meta.end() ? ""
+                          : base64_decode(model->second, origin + ": metadata tokenizer_model");
+  try {
+    return tokenizer_from_serialized(kind->second, bytes);
+  } catch (const Error& e) {
+    throw Error(
+        fmt::format("'{}': the tokenizer in its metadata does not load: {}", origin, e.what()));
+  }
 }
 
 std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& model_path) {
   SafetensorsFile file = SafetensorsFile::open(model_path);
-  auto it = file.metadata().find("tokenizer");
-  if (it == file.metadata().end()) return make_byte_tokenizer();
-  return tokenizer_from_serialized(it->second, "");
+  return tokenizer_from_metadata(file.metadata(), model_path);
+}
+
+uint64_t tokenizer_fingerprint(const Tokenizer& tokenizer) {
+  const std::string kind = tokenizer.kind(), bytes = tokenizer.serialize();
+  return fnv1a(bytes.data(), bytes.size(), fnv1a(kind.c_str(), kind.size() + 1));
 }
 
 }  // namespace retnet

@@ -3,6 +3,7 @@
 // nothing to train) and SentencePiece (tokenizer_sentencepiece.cpp). A model file records the
 // tokenizer it was trained with, so eval and generate tokenize as training did.
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -33,12 +34,33 @@ class Tokenizer {
 // Byte-level: token i is byte i.
 std::unique_ptr<Tokenizer> make_byte_tokenizer();
 
+// SentencePiece from a serialized ModelProto (the bytes of a `.model` file); throws Error naming
+// `origin` when the bytes are not a model.
+std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::string& model_proto,
+                                                        const std::string& origin);
+
 // Rebuilds a tokenizer from kind() and serialize(); throws Error on an unknown kind or bad bytes.
 std::unique_ptr<Tokenizer> tokenizer_from_serialized(const std::string& kind,
                                                      const std::string& bytes);
 
-// The tokenizer a model file records in its metadata ("tokenizer" key); byte-level when it
-// records none (torchscale exports, older files).
+// What a user names on the command line: "bytes", a SentencePiece `.model` file, or a model or
+// checkpoint `.safetensors` file whose tokenizer is reused.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec);
+
+// A model file's metadata entries for a tokenizer: "tokenizer" (the kind) and, when serialize()
+// is not empty, "tokenizer_model" (its bytes in base64, as metadata values are JSON strings).
+std::map<std::string, std::string> tokenizer_metadata(const Tokenizer& tokenizer);
+
+// The tokenizer recorded in a file's metadata (see tokenizer_metadata); byte-level when it records
+// none (torchscale exports, older files). `origin` names the file in errors.
+std::unique_ptr<Tokenizer> tokenizer_from_metadata(const std::map<std::string, std::string>& meta,
+                                                   const std::string& origin);
+
+// The tokenizer a model file records in its metadata; byte-level when it records none.
 std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& model_path);
+
+// 64-bit hash of kind() and serialize(): equal for tokenizers that tokenize alike (token caches
+// and resumed runs check it).
+uint64_t tokenizer_fingerprint(const Tokenizer& tokenizer);
 
 }  // namespace retnet
