@@ -132,15 +132,17 @@ Model load_model(const std::string& path, const std::optional<Config>& config_ov
   return Model(config, std::move(params));
 }
 
-void save_model(const Model& model, const std::string& path) {
+void save_model(const Model& model, const std::string& path,
+                const std::map<std::string, std::string>& extra_metadata) {
   std::vector<TensorToWrite> tensors;
   const auto& layout = model.params().layout();
   for (size_t i = 0; i < layout.size(); ++i)
     tensors.push_back({layout[i].name, layout[i].shape, model.params().tensor(i)});
-  write_safetensors(path, tensors,
-                    {{"format", kModelFormat},
-                     {"format_version", std::to_string(kModelFormatVersion)},
-                     {"config", model.config().to_json()}});
+  std::map<std::string, std::string> metadata = extra_metadata;
+  metadata["format"] = kModelFormat;
+  metadata["format_version"] = std::to_string(kModelFormatVersion);
+  metadata["config"] = model.config().to_json();
+  write_safetensors(path, tensors, metadata);
 }
 
 }  // namespace retnet

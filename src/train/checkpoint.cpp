@@ -46,7 +46,8 @@ std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const std::string& di
 }  // namespace
 
 void save_checkpoint(const std::string& dir, const Model& model, AdamW& opt,
-                     const CheckpointInfo& info, int keep_last) {
+                     const CheckpointInfo& info, int keep_last,
+                     const std::map<std::string, std::string>& extra_metadata) {
   fs::create_directories(dir);
   const int64_t n = static_cast<int64_t>(model.params().size());
   const float* p = model.params().data();
@@ -61,6 +62,7 @@ void save_checkpoint(const std::string& dir, const Model& model, AdamW& opt,
       {"seed", std::to_string(info.seed)},
       {"run", info.run_json},
       {"checksum", std::to_string(checksum(p, m, v, static_cast<size_t>(n)))}};
+  meta.insert(extra_metadata.begin(), extra_metadata.end());
   char name[64];
   std::snprintf(name, sizeof name, "%s%08lld.safetensors", kPrefix, static_cast<long long>(info.step));
   write_safetensors((fs::path(dir) / name).string(),

@@ -10,12 +10,14 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <span>
 
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
 #include "retnet/core/parallel.h"
 #include "retnet/model/model_io.h"
 #include "retnet/model/training.h"
+#include "retnet/text/tokenizer.h"
 #include "retnet/train/checkpoint.h"
 #include "retnet/train/data.h"
 
@@ -72,12 +74,34 @@ double flops_per_token(const Config& c, int64_t T, RetentionForm form, int64_t c
   return 6.0 * matmul_params + retention;
 }
 
+// The model config: the file's, or the default small model; its vocabulary is the tokenizer's
+// when the file does not set one, and must equal it when it does.
+Config model_config(const std::string& path, const Tokenizer& tokenizer,
+                    const std::string& tokenizer_spec) {
+  Config config = path.empty() ? Config{} : Config::from_file(path);
+  bool sets_vocab = false;
+  if (!path.empty()) {
+    std::ifstream in(path);
+    sets_vocab = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false).contains("vocab_size");
+  }
+  if (!sets_vocab) {
+    config.vocab_size = tokenizer.vocab_size();
+    config.validate();
+  }
+  RETNET_CHECK(config.vocab_size == tokenizer.vocab_size(),
+               "the config '{}' has vocab_size {} but the tokenizer '{}' has {} tokens; set "
+               "vocab_size to {} or leave it out",
+               path, config.vocab_size, tokenizer_spec, tokenizer.vocab_size(),
+               tokenizer.vocab_size());
+  return config;
+}
+
 struct Evaluation {
   double loss = 0, bits_per_byte = 0;
   int64_t tokens = 0;
 };
 
-Evaluation evaluate(const Model& model, const std::vector<int32_t>& tokens, int64_t bytes,
+Evaluation evaluate(const Model& model, std::span<const int32_t> tokens, int64_t bytes,
                     int64_t B, int64_t T, int64_t max_tokens, const TrainingOptions& to,
                     Arena& arena) {
   const int64_t windows = (static_cast<int64_t>(tokens.size()) - 1) / T;
@@ -99,13 +123,17 @@ Evaluation evaluate(const Model& model, const std::vector<int32_t>& tokens, int6
   Evaluation e;
   e.loss = sum / count;
   e.tokens = count;
-  // Byte-level tokens: one token per byte of text.
+  // Nats per token over the split's text bytes per token: exact for the whole split, the split's
+  // average rate when only its first windows are evaluated.
   const double bytes_per_token = static_cast<double>(bytes) / static_cast<double>(tokens.size());
   e.bits_per_byte = e.loss / std::log(2.0) / bytes_per_token;
   return e;
 }
 
-std::string run_json(const TrainOptions& o) {
+// The settings a resumed run must share with the checkpoint's. The tokenizer's fingerprint is only
+// recorded for tokenizers other than bytes, so that byte-level checkpoints of earlier versions
+// still resume.
+std::string run_json(const TrainOptions& o, const Tokenizer& tokenizer) {
   nlohmann::ordered_json j;
   j["batch"] = o.batch;
   j["seq"] = o.seq;
@@ -116,6 +144,8 @@ std::string run_json(const TrainOptions& o) {
   j["warmup_steps"] = o.optimizer.warmup_steps;
   j["weight_decay"] = o.optimizer.weight_decay;
   j["clip_norm"] = o.optimizer.clip_norm;
+  if (tokenizer.kind() != "bytes")
+    j["tokenizer"] = fmt::format("{}-{:016x}", tokenizer.kind(), tokenizer_fingerprint(tokenizer));
   return j.dump();
 }
 
@@ -127,13 +157,17 @@ TrainResult train(const TrainOptions& o) {
   RETNET_CHECK(o.form == RetentionForm::Parallel || o.form == RetentionForm::Chunkwise,
                "--form must be parallel or chunkwise");
   namespace fs = std::filesystem;
-  const Config config = o.config_path.empty() ? Config{} : Config::from_file(o.config_path);
-  RETNET_CHECK(config.vocab_size >= 256, "byte-level training needs vocab_size >= 256, the config has {}",
-               config.vocab_size);
-  TokenDataset data = TokenDataset::from_text_file(o.data);
+  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(o.tokenizer);
+  const Config config = model_config(o.config_path, *tokenizer, o.tokenizer);
+  DataOptions data_options;
+  data_options.cache_dir = o.token_cache_dir;
+  data_options.quiet = o.quiet;
+  TokenDataset data = TokenDataset::load(o.data, *tokenizer, data_options);
   RETNET_CHECK(static_cast<int64_t>(data.train.size()) > o.seq + 1 &&
                    static_cast<int64_t>(data.val.size()) > o.seq + 1,
-               "'{}' is too short for windows of {} tokens", o.data, o.seq);
+               "'{}' is too short for windows of {} tokens: {} training and {} validation tokens",
+               o.data, o.seq, data.train.size(), data.val.size());
+  const auto tokenizer_meta = tokenizer_metadata(*tokenizer);
   fs::create_directories(o.out_dir);
 
   Model model = Model::init(config, o.seed);
@@ -144,10 +178,10 @@ TrainResult train(const TrainOptions& o) {
   if (o.resume) {
     auto info = load_latest_checkpoint(o.out_dir, model, opt);
     RETNET_CHECK(info.has_value(), "--resume: no usable checkpoint in '{}'", o.out_dir);
-    RETNET_CHECK(info->run_json == run_json(o) && info->seed == o.seed,
+    RETNET_CHECK(info->run_json == run_json(o, *tokenizer) && info->seed == o.seed,
                  "--resume: '{}' holds a run with other settings ({}, seed {}); this one is {}, seed "
                  "{}",
-                 o.out_dir, info->run_json, info->seed, run_json(o), o.seed);
+                 o.out_dir, info->run_json, info->seed, run_json(o, *tokenizer), o.seed);
     start = info->step;
     total = o.steps > 0 ? o.steps : info->total_steps;
     if (!o.quiet) std::fprintf(stderr, "resuming from step %lld\n", (long long)start);
@@ -161,10 +195,13 @@ TrainResult train(const TrainOptions& o) {
       flops_per_token(config, T, o.form, o.chunk > 0 ? o.chunk : config.recurrent_chunk_size);
   if (!o.quiet)
     std::fprintf(stderr,
-                 "model %lld parameters, %lld train / %lld val tokens, batch %lld x %lld (x%lld "
-                 "accum), %s form, %d threads, GEMM peak %.0f GFLOP/s\n",
-                 (long long)model.parameter_count(), (long long)data.train.size(),
-                 (long long)data.val.size(), (long long)B, (long long)T, (long long)o.grad_accum,
+                 "model %lld parameters, %s tokenizer (vocabulary %lld), %lld train / %lld val "
+                 "tokens%s, batch %lld x %lld (x%lld accum), %s form, %d threads, GEMM peak %.0f "
+                 "GFLOP/s\n",
+                 (long long)model.parameter_count(), tokenizer->kind().c_str(),
+                 (long long)tokenizer->vocab_size(), (long long)data.train.size(),
+                 (long long)data.val.size(), data.cache_reused ? " (token cache)" : "",
+                 (long long)B, (long long)T, (long long)o.grad_accum,
                  retention_form_name(o.form), num_threads(), peak / 1e9);
 
   std::ofstream metrics(fs::path(o.out_dir) / "metrics.jsonl", o.resume ? std::ios::app : std::ios::trunc);
@@ -178,8 +215,8 @@ TrainResult train(const TrainOptions& o) {
   double window_time = 0;
   int64_t window_steps = 0;
   auto save = [&](int64_t step) {
-    CheckpointInfo info{step, total, o.seed, run_json(o)};
-    save_checkpoint(o.out_dir, model, opt, info, o.keep_checkpoints);
+    CheckpointInfo info{step, total, o.seed, run_json(o, *tokenizer)};
+    save_checkpoint(o.out_dir, model, opt, info, o.keep_checkpoints, tokenizer_meta);
   };
   auto run_eval = [&](int64_t step) {
     Evaluation e = evaluate(model, data.val, data.val_bytes, B, T, o.eval_tokens, to, arena);
@@ -264,7 +301,7 @@ TrainResult train(const TrainOptions& o) {
     return result;
   }
   run_eval(step);
-  save_model(model, (fs::path(o.out_dir) / "model.safetensors").string());
+  save_model(model, (fs::path(o.out_dir) / "model.safetensors").string(), tokenizer_meta);
   result.tokens_per_s = static_cast<double>((step - start) * tokens_per_step) / since(t_start);
   return result;
 }

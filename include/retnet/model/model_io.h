@@ -3,6 +3,7 @@
 // version in __metadata__; torchscale exports (RetNetDecoder.state_dict(), optionally with its
 // retnet_rel_pos buffers, optionally prefixed "decoder." as fairseq does) load as they are, with
 // their config given separately.
+#include <map>
 #include <optional>
 #include <string>
 
@@ -24,7 +25,9 @@ struct LoadInfo {
 Model load_model(const std::string& path, const std::optional<Config>& config = std::nullopt,
                  LoadInfo* info = nullptr);
 
-// Writes the model atomically, with the config and the format version in the metadata.
-void save_model(const Model& model, const std::string& path);
+// Writes the model atomically, with the config and the format version in the metadata, plus
+// `extra_metadata` (such as the tokenizer's entries, text/tokenizer.h).
+void save_model(const Model& model, const std::string& path,
+                const std::map<std::string, std::string>& extra_metadata = {});
 
 }  // namespace retnet

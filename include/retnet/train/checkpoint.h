@@ -3,6 +3,7 @@
 // safetensors file written atomically (temporary file, fsync, rename), with a checksum of the data
 // so that a file cut short or damaged is detected on load. The last K are kept.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -18,8 +19,11 @@ struct CheckpointInfo {
   std::string run_json;     // the run's settings, for checking a resume
 };
 
+// `extra_metadata` joins the file's metadata (the tokenizer's entries, so that a checkpoint can be
+// evaluated or sampled like a model file).
 void save_checkpoint(const std::string& dir, const Model& model, AdamW& optimizer,
-                     const CheckpointInfo& info, int keep_last);
+                     const CheckpointInfo& info, int keep_last,
+                     const std::map<std::string, std::string>& extra_metadata = {});
 
 // The newest checkpoint in dir that loads and verifies (older ones are tried when the newest is
 // damaged, with a warning on stderr); nullopt when there is none. Restores parameters and moments.

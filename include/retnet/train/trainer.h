@@ -10,8 +10,11 @@
 namespace retnet {
 
 struct TrainOptions {
-  std::string data;                  // text file (byte-level tokens)
-  std::string config_path;           // model config JSON; empty: the default small model
+  std::string data;                  // text file
+  std::string tokenizer = "bytes";   // "bytes", a SentencePiece .model, or a model file's tokenizer
+  std::string token_cache_dir;       // empty: .cache next to the data (train/data.h)
+  std::string config_path;           // model config JSON; empty: the default small model; a config
+                                     // without vocab_size takes the tokenizer's
   std::string out_dir = "runs/retnet";
   int64_t steps = 0;                 // optimizer steps (0: decided by time_budget_s)
   double time_budget_s = 0;          // stop after this many seconds (0: no limit)

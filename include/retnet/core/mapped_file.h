@@ -1,0 +1,22 @@
+#pragma once
+// A whole file mapped read-only into memory; whatever points into it holds the shared_ptr.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace retnet {
+
+struct MappedFile {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  MappedFile() = default;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile();
+};
+
+// Throws Error naming the file when it cannot be opened or mapped. An empty file maps to size 0.
+std::shared_ptr<const MappedFile> map_file_readonly(const std::string& path);
+
+}  // namespace retnet

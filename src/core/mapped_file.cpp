@@ -1,0 +1,41 @@
+#include "retnet/core/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "retnet/core/error.h"
+
+namespace retnet {
+
+MappedFile::~MappedFile() {
+  if (data != nullptr) munmap(const_cast<uint8_t*>(data), size);
+}
+
+std::shared_ptr<const MappedFile> map_file_readonly(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  RETNET_CHECK(fd >= 0, "cannot open '{}': {}", path, std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(fmt::format("'{}' is not a regular file", path));
+  }
+  auto file = std::make_shared<MappedFile>();
+  file->size = static_cast<size_t>(st.st_size);
+  if (file->size > 0) {
+    void* base = mmap(nullptr, file->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    const int err = errno;
+    ::close(fd);
+    RETNET_CHECK(base != MAP_FAILED, "cannot map '{}': {}", path, std::strerror(err));
+    file->data = static_cast<const uint8_t*>(base);
+  } else {
+    ::close(fd);
+  }
+  return file;
+}
+
+}  // namespace retnet
