@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "retnet/model/model_io.h"
+#include "retnet/text/tokenizer.h"
 
 namespace retnet::cli {
 
@@ -26,6 +27,7 @@ void register_info(CLI::App& app) {
     const Config& c = model.config();
     const int64_t params = model.parameter_count();
     const int64_t state = model.state_bytes_per_sequence();
+    const auto tokenizer = load_model_tokenizer(o->model);
     if (o->json) {
       nlohmann::ordered_json j;
       j["config"] = nlohmann::json::parse(c.to_json());
@@ -34,6 +36,7 @@ void register_info(CLI::App& app) {
       j["file_bytes"] = static_cast<int64_t>(st.st_size);
       j["state_bytes_per_sequence"] = state;
       j["source"] = li.torchscale ? "torchscale" : "retnet";
+      j["tokenizer"] = {{"kind", tokenizer->kind()}, {"vocab_size", tokenizer->vocab_size()}};
       j["memory_mapped"] = li.zero_copy;
       std::printf("%s\n", j.dump(2).c_str());
       return;
@@ -47,6 +50,8 @@ void register_info(CLI::App& app) {
                 (long long)c.layers, (long long)c.embed_dim, (long long)c.value_embed_dim,
                 (long long)c.heads, (long long)c.key_dim(), (long long)c.head_value_dim(),
                 (long long)c.ffn_dim, (long long)c.vocab_size);
+    std::printf("tokenizer:    %s, %lld tokens\n", tokenizer->kind().c_str(),
+                (long long)tokenizer->vocab_size());
     std::printf("decay gamma:  ");
     for (double g : model.gammas()) std::printf("%.8f ", g);
     std::printf("\nparameters:   %lld (%s as float32; file %s)\n", (long long)params,

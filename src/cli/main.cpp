@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   retnet::cli::register_grad(app);
   retnet::cli::register_train(app);
   retnet::cli::register_eval(app);
+  retnet::cli::register_tokenizer(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

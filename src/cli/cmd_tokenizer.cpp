@@ -1,0 +1,128 @@
+// `retnet tokenizer`: train a SentencePiece tokenizer on a text file, and encode or decode with
+// any tokenizer (bytes, a .model file, or the one a model file records).
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <memory>
+
+#include "commands.h"
+#include "retnet/core/error.h"
+#include "retnet/core/safetensors.h"
+#include "retnet/text/tokenizer.h"
+#include "retnet/text/tokenizer_training.h"
+
+namespace retnet::cli {
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  RETNET_CHECK(in.good(), "cannot open '{}'", path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void register_tokenizer_train(CLI::App& parent) {
+  auto o = std::make_shared<SentencePieceTrainOptions>();
+  auto out = std::make_shared<std::string>();
+  auto no_byte_fallback = std::make_shared<bool>(false);
+  auto threads = std::make_shared<int>(0);
+  auto* cmd = parent.add_subcommand(
+      "train",
+      "Train a SentencePiece tokenizer on a text file (lossless: the text as it is, "
+      "byte fallback for rare characters)");
+  cmd->add_option("--data", o->data, "Training text file (one sentence per line)")->required();
+  cmd->add_option("--vocab", o->vocab_size,
+                  "Vocabulary size (with byte fallback: >= 256 + the "
+                  "text's characters + 4)")
+      ->required();
+  cmd->add_option("--out,-o", *out, "Output .model file")->required();
+  cmd->add_option("--model-type", o->model_type, "SentencePiece algorithm")
+      ->check(CLI::IsMember({"unigram", "bpe"}))
+      ->capture_default_str();
+  cmd->add_option("--character-coverage", o->character_coverage,
+                  "Share of the text's characters the vocabulary covers")
+      ->capture_default_str();
+  cmd->add_flag("--no-byte-fallback", *no_byte_fallback,
+                "Map characters outside the vocabulary to <unk> instead of their UTF-8 bytes "
+                "(lossy)");
+  cmd->add_option("--max-sentences", o->max_sentences, "Lines sampled for training")
+      ->capture_default_str();
+  cmd->add_option("--seed,-s", o->seed, "Seed of the line sampling")->capture_default_str();
+  cmd->add_flag("--verbose,-v", o->verbose, "Show SentencePiece's own log");
+  cmd->add_option("--threads,-t", *threads, "Threads (default: all cores)");
+  cmd->callback([o, out, no_byte_fallback, threads] {
+    apply_threads(*threads);
+    o->byte_fallback = !*no_byte_fallback;
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string model = train_sentencepiece(*o);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    write_file_atomically(*out, model);
+    auto tokenizer = make_sentencepiece_tokenizer(model, *out);
+    const std::string text = read_file(o->data);
+    const auto ids = tokenizer->encode(text);
+    std::printf(
+        "trained a %s tokenizer of %lld pieces in %.1f s; on '%s': %zu bytes -> %zu "
+        "tokens (%.2f bytes per token); wrote %s\n",
+        o->model_type.c_str(), (long long)tokenizer->vocab_size(), seconds, o->data.c_str(),
+        text.size(), ids.size(),
+        static_cast<double>(text.size()) / static_cast<double>(std::max<size_t>(1, ids.size())),
+        out->c_str());
+  });
+}
+
+void register_tokenizer_encode(CLI::App& parent) {
+  struct Opts {
+    std::string tokenizer = "bytes", text, file;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = parent.add_subcommand("encode",
+                                    "Token ids of a text, comma-separated (the form "
+                                    "`retnet logits --tokens` reads)");
+  cmd->add_option("--tokenizer", o->tokenizer,
+                  "bytes, a SentencePiece .model or a .safetensors "
+                  "model whose tokenizer to use")
+      ->capture_default_str();
+  auto* text = cmd->add_option("--text,-p", o->text, "The text");
+  auto* file = cmd->add_option("--file,-f", o->file, "Read the text from this file");
+  text->excludes(file);
+  cmd->callback([o, text, file] {
+    RETNET_CHECK(text->count() + file->count() == 1, "give --text or --file");
+    auto tokenizer = load_tokenizer(o->tokenizer);
+    const auto ids = tokenizer->encode(o->file.empty() ? o->text : read_file(o->file));
+    std::string line;
+    for (size_t i = 0; i < ids.size(); ++i) line += (i ? "," : "") + std::to_string(ids[i]);
+    std::printf("%s\n", line.c_str());
+  });
+}
+
+void register_tokenizer_decode(CLI::App& parent) {
+  struct Opts {
+    std::string tokenizer = "bytes", tokens;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = parent.add_subcommand("decode", "The text of comma-separated token ids");
+  cmd->add_option("--tokenizer", o->tokenizer,
+                  "bytes, a SentencePiece .model or a .safetensors "
+                  "model whose tokenizer to use")
+      ->capture_default_str();
+  cmd->add_option("--tokens", o->tokens, "Token ids, e.g. 5,17,3")->required();
+  cmd->callback([o] {
+    auto tokenizer = load_tokenizer(o->tokenizer);
+    const std::string text = tokenizer->decode(parse_token_list(o->tokens));
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::printf("\n");
+  });
+}
+
+}  // namespace
+
+void register_tokenizer(CLI::App& app) {
+  auto* cmd = app.add_subcommand("tokenizer", "Train a SentencePiece tokenizer; encode and decode");
+  cmd->require_subcommand(1);
+  register_tokenizer_train(*cmd);
+  register_tokenizer_encode(*cmd);
+  register_tokenizer_decode(*cmd);
+}
+
+}  // namespace retnet::cli
