@@ -58,7 +58,7 @@ void register_demo(CLI::App& app) {
   cmd->add_option("--config", o->config, "Config JSON for the initialised model");
   cmd->add_option("--data", o->data, "Text whose bytes are the input")->capture_default_str();
   cmd->add_option("--tokens,-T", o->tokens, "Input length")->capture_default_str();
-  cmd->add_option("--decode,-n", o->decode, "Tokens to decode greedily after the input")
+  cmd->add_option("--decode,-n", o->decode, "Tokens to decode greedily after the input (0: skip)")
       ->capture_default_str();
   cmd->add_option("--chunk", o->chunk, "Chunk size of the chunkwise form")->capture_default_str();
   cmd->add_option("--repeats", o->repeats, "Timed runs per form (median)")->capture_default_str();
@@ -106,6 +106,7 @@ void register_demo(CLI::App& app) {
                   max_rel_diff(logits, reference));
     }
 
+    if (o->decode <= 0) return;  // `retnet generate` does the decoding in the main job
     // Decode: prefill with the chunkwise form, then one token at a time from the recurrent state.
     RecurrentState state(c, 1);
     ForwardOptions prefill;

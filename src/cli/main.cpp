@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   retnet::cli::register_train(app);
   retnet::cli::register_eval(app);
   retnet::cli::register_tokenizer(app);
+  retnet::cli::register_generate(app);
+  retnet::cli::register_bench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

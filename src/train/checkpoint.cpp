@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "retnet/core/error.h"
+#include "retnet/core/hash.h"
 #include "retnet/core/safetensors.h"
 
 namespace retnet {
@@ -15,12 +16,6 @@ namespace {
 namespace fs = std::filesystem;
 constexpr const char* kFormat = "retnet-checkpoint";
 constexpr const char* kPrefix = "checkpoint-";
-
-uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
 
 uint64_t checksum(const float* a, const float* b, const float* c, size_t n) {
   uint64_t h = fnv1a(a, n * 4);

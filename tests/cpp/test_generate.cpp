@@ -402,7 +402,7 @@ TEST(GenerateCliSlow, MemoryIsFlatOver20000Tokens) {
   const fs::path m = fs::temp_directory_path() / ("retnet_flat_" + std::to_string(getpid()));
   save_model(Model::init(Config{}, 1), m.string());
   auto peak = [&](int n) {
-    auto r = retnet::test::run_retnet("generate -m " + m.string() + " -p 'ROMEO:' --temp 0.8 -s 1 -n " +
+    auto r = retnet::test::run_retnet("generate -m " + m.string() + " -t 1 -p 'ROMEO:' --temp 0.8 -s 1 -n " +
                                       std::to_string(n) + " --json --stats");
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return nlohmann::json::parse(r.out)["peak_rss_bytes"].get<double>();
