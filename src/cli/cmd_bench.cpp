@@ -114,6 +114,7 @@ void run_bench_decode(const std::string& model_path, int reps, bool quick, int t
                       const std::string& json_out) {
   apply_threads(threads);
   Model m = model_path.empty() ? Model::init(Config{}, 1) : load_model(model_path);
+  m.set_f16_decode(false);
   const Config& c = m.config();
   std::printf("model: %s, %lld parameters, state %s per sequence\n", c.to_json().c_str(),
               (long long)m.parameter_count(), human_bytes(double(m.state_bytes_per_sequence())).c_str());
@@ -142,21 +143,29 @@ void run_bench_decode(const std::string& model_path, int reps, bool quick, int t
     out["latency_ms_by_position"][std::to_string(p)] = to_json(s);
   }
 
-  // 2. Throughput by batch size: one GEMM per projection for the whole batch.
+  // 2. Throughput by batch size: one GEMM per projection for the whole batch; with float32
+  // weights (exact) and with their f16 copy (half the bytes streamed per step).
   const std::vector<int64_t> batches = quick ? std::vector<int64_t>{1, 4}
                                              : std::vector<int64_t>{1, 4, 16, 64};
-  std::printf("\ndecode throughput by batch size (all sequences step together)\n");
-  std::printf("%10s %14s %24s %12s %12s\n", "batch", "tokens/s", "[min, max]", "vs batch 1",
-              "per sequence");
+  std::printf("\ndecode throughput by batch size (all sequences step together), tokens/s\n");
+  std::printf("%8s %10s %22s %10s %10s %22s %10s\n", "batch", "f32", "[min, max]", "vs batch 1",
+              "f16", "[min, max]", "f16/f32");
   double b1 = 0;
   for (int64_t B : batches) {
-    std::vector<double> r;
-    for (int i = 0; i < reps; ++i) r.push_back(batch_throughput(m, B, quick ? 32 : 64));
-    Summary s = summarize(r);
+    std::vector<double> r32, r16;
+    for (int i = 0; i < reps; ++i) {
+      m.set_f16_decode(false);
+      r32.push_back(batch_throughput(m, B, quick ? 32 : 64));
+      m.set_f16_decode(true);
+      r16.push_back(batch_throughput(m, B, quick ? 32 : 64));
+    }
+    m.set_f16_decode(false);
+    Summary s = summarize(r32), h = summarize(r16);
     if (B == 1) b1 = s.median;
-    std::printf("%10lld %14.0f %11.0f, %11.0f %11.2fx %12.0f\n", (long long)B, s.median, s.min,
-                s.max, s.median / b1, s.median / B);
+    std::printf("%8lld %10.0f %10.0f, %10.0f %9.2fx %10.0f %10.0f, %10.0f %9.2fx\n", (long long)B,
+                s.median, s.min, s.max, s.median / b1, h.median, h.min, h.max, h.median / s.median);
     out["decode_tokens_per_s_by_batch"][std::to_string(B)] = to_json(s);
+    out["decode_tokens_per_s_by_batch_f16"][std::to_string(B)] = to_json(h);
   }
 
   // 3. Prefill: the chunkwise form against the parallel form.

@@ -4,11 +4,15 @@
 //   weight row is loaded once per step for the whole batch and rows are split across threads;
 // - batch invariance: every C[m,n] is one dot product accumulated in the same order whatever M
 //   is, so a sequence decoded in a batch gets bit for bit the logits it gets alone.
+// GCC 12's own AVX-512 headers trip -Wmaybe-uninitialized (their "undefined" register idiom in
+// _mm512_reduce_add_ps and _mm512_cvtph_ps); the warning is about the headers, not this code.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
 
 #include "retnet/core/gemm.h"
+#include "retnet/core/half.h"
 
 namespace retnet {
 namespace {
@@ -17,9 +21,19 @@ namespace {
 // Horizontal sum in a fixed order (the same for every m, n).
 inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
 
+// 16 weights as floats: loaded, or converted from f16 (F16C, exact).
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline __m512 load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 load16(const uint16_t* p, __mmask16 m) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+
 // C[m, n0..n0+R) for rows m0..m0+4 of A (fewer at the end: `mrows`), weight rows n0..n0+R.
-template <int R>
-void block(const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+template <int R, typename W>
+void block(const float* A, int64_t lda, const W* B, int64_t ldb, float beta, float* C,
            int64_t ldc, int64_t K, int64_t m0, int64_t mrows, int64_t n0) {
   __m512 acc[R][4];
   for (int r = 0; r < R; ++r)
@@ -27,7 +41,7 @@ void block(const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
   int64_t k = 0;
   for (; k + 16 <= K; k += 16) {
     __m512 w[R];
-    for (int r = 0; r < R; ++r) w[r] = _mm512_loadu_ps(B + (n0 + r) * ldb + k);
+    for (int r = 0; r < R; ++r) w[r] = load16(B + (n0 + r) * ldb + k);
     for (int m = 0; m < 4; ++m) {
       if (m >= mrows) break;
       const __m512 x = _mm512_loadu_ps(A + (m0 + m) * lda + k);
@@ -37,7 +51,7 @@ void block(const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
   if (k < K) {  // tail: masked loads read nothing past the row
     const __mmask16 mask = static_cast<__mmask16>((1u << (K - k)) - 1);
     __m512 w[R];
-    for (int r = 0; r < R; ++r) w[r] = _mm512_maskz_loadu_ps(mask, B + (n0 + r) * ldb + k);
+    for (int r = 0; r < R; ++r) w[r] = load16(B + (n0 + r) * ldb + k, mask);
     for (int m = 0; m < mrows; ++m) {
       const __m512 x = _mm512_maskz_loadu_ps(mask, A + (m0 + m) * lda + k);
       for (int r = 0; r < R; ++r) acc[r][m] = _mm512_fmadd_ps(w[r], x, acc[r][m]);
@@ -51,15 +65,18 @@ void block(const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
     }
 }
 #else
-template <int R>
-void block(const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+inline float to_float(float w) { return w; }
+inline float to_float(uint16_t w) { return half_to_float(w); }
+
+template <int R, typename W>
+void block(const float* A, int64_t lda, const W* B, int64_t ldb, float beta, float* C,
            int64_t ldc, int64_t K, int64_t m0, int64_t mrows, int64_t n0) {
   for (int64_t m = 0; m < mrows; ++m)
     for (int r = 0; r < R; ++r) {
       const float* a = A + (m0 + m) * lda;
-      const float* b = B + (n0 + r) * ldb;
+      const W* b = B + (n0 + r) * ldb;
       float lanes[16] = {};
-      for (int64_t k = 0; k < K; ++k) lanes[k % 16] += a[k] * b[k];
+      for (int64_t k = 0; k < K; ++k) lanes[k % 16] += a[k] * to_float(b[k]);
       float dot = 0;
       for (float l : lanes) dot += l;
       float* c = C + (m0 + m) * ldc + n0 + r;
@@ -71,10 +88,9 @@ void block(const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
 // Weight rows per task: 4 at a time (4 rows x 4 batch rows = 16 accumulators in registers).
 constexpr int64_t kRowsPerBlock = 4;
 
-}  // namespace
-
-void skinny_gemm_nt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-                    int64_t ldb, float beta, float* C, int64_t ldc) {
+template <typename W>
+void skinny(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const W* B, int64_t ldb,
+            float beta, float* C, int64_t ldc) {
   const int64_t blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
   // Threads only when the product is worth a fork (measured: below ~32k multiply-adds per
   // call one thread wins).
@@ -85,13 +101,25 @@ void skinny_gemm_nt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda
     for (int64_t m0 = 0; m0 < M; m0 += 4) {
       const int64_t mrows = std::min<int64_t>(4, M - m0);
       if (rows == kRowsPerBlock) {
-        block<4>(A, lda, B, ldb, beta, C, ldc, K, m0, mrows, n0);
+        block<4, W>(A, lda, B, ldb, beta, C, ldc, K, m0, mrows, n0);
       } else {
         for (int64_t r = 0; r < rows; ++r)
-          block<1>(A, lda, B, ldb, beta, C, ldc, K, m0, mrows, n0 + r);
+          block<1, W>(A, lda, B, ldb, beta, C, ldc, K, m0, mrows, n0 + r);
       }
     }
   }
+}
+
+}  // namespace
+
+void skinny_gemm_nt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                    int64_t ldb, float beta, float* C, int64_t ldc) {
+  skinny(M, N, K, A, lda, B, ldb, beta, C, ldc);
+}
+
+void skinny_gemm_nt_f16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                        const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  skinny(M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 
 }  // namespace retnet

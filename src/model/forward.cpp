@@ -26,12 +26,22 @@ void check_tokens(const int32_t* tokens, int64_t n, int64_t vocab) {
                  vocab);
 }
 
+// y[M, N] = x[M, K] W^T (+ y when accumulate) for weight tensor `w` [N, K] (rows of adjacent
+// tensors may follow: q, k, v, g are one product). Few rows read the f16 copy when the model has it.
+void project(const Model& model, size_t w, int64_t M, int64_t N, int64_t K, const float* x,
+             int64_t ldx, bool accumulate, float* y, int64_t ldy) {
+  const float beta = accumulate ? 1.f : 0.f;
+  if (const uint16_t* half = model.param_f16(w); half && M <= kSkinnyMaxRows)
+    skinny_gemm_nt_f16(M, N, K, x, ldx, half, K, beta, y, ldy);
+  else
+    sgemm(Trans::No, Trans::Yes, M, N, K, 1.f, x, ldx, model.param(w), K, beta, y, ldy);
+}
+
 // logits [B, vocab] of each sequence's last token, from the final features xn [B, T, d].
 void last_token_logits(const Model& model, const float* xn, int64_t B, int64_t T, float* logits) {
   const Config& c = model.config();
-  sgemm(Trans::No, Trans::Yes, B, c.vocab_size, c.embed_dim, 1.f, xn + (T - 1) * c.embed_dim,
-        T * c.embed_dim, model.param(model.tensors().output_projection), c.embed_dim, 0.f, logits,
-        c.vocab_size);
+  project(model, model.tensors().output_projection, B, c.vocab_size, c.embed_dim,
+          xn + (T - 1) * c.embed_dim, T * c.embed_dim, false, logits, c.vocab_size);
 }
 
 }  // namespace
@@ -126,7 +136,7 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
     // Retention sub-layer: x += out(swish(g) * headnorm(retention(rot(q), rot(k * s), v))).
     rmsnorm_forward(x, d, model.param(L.retention_norm), a.xn1, d, a.rstd1, N, d, eps);
     // q, k, v, g are adjacent in the parameter buffer: one GEMM for the four projections.
-    sgemm(Trans::No, Trans::Yes, N, P, d, 1.f, a.xn1, d, model.param(L.q_proj), d, 0.f, a.proj, P);
+    project(model, L.q_proj, N, P, d, a.xn1, d, false, a.proj, P);
     float* q = a.proj;
     float* k = a.proj + d;
     float* v = a.proj + 2 * d;
@@ -155,20 +165,18 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
     // Per-head RMSNorm without weight: rows of d_v.
     rmsnorm_forward(a.o, dv, nullptr, a.on, dv, a.rstd_g, N * H, dv, eps);
     gated_activation_forward(Activation::Swish, g, P, a.on, vd, acts.go, vd, N, vd);
-    sgemm(Trans::No, Trans::Yes, N, d, vd, 1.f, acts.go, vd, model.param(L.out_proj), vd, 1.f, x, d);
+    project(model, L.out_proj, N, d, vd, acts.go, vd, true, x, d);
     if (a.x_mid) std::memcpy(a.x_mid, x, N * d * sizeof(float));
 
     // FFN sub-layer: x += fc2(act(fc1 xn) * gate xn); fc1 and gate are one GEMM.
     rmsnorm_forward(x, d, model.param(L.final_norm), a.xn2, d, a.rstd2, N, d, eps);
-    sgemm(Trans::No, Trans::Yes, N, 2 * F, d, 1.f, a.xn2, d, model.param(L.fc1), d, 0.f, a.ffn,
-          2 * F);
+    project(model, L.fc1, N, 2 * F, d, a.xn2, d, false, a.ffn, 2 * F);
     gated_activation_forward(c.activation, a.ffn, 2 * F, a.ffn + F, 2 * F, a.h, a.ld_h, N, F);
-    sgemm(Trans::No, Trans::Yes, N, d, F, 1.f, a.h, a.ld_h, model.param(L.fc2), F, 1.f, x, d);
+    project(model, L.fc2, N, d, F, a.h, a.ld_h, true, x, d);
   }
   rmsnorm_forward(x, d, model.param(w.final_norm), acts.xn_f, d, acts.rstd_f, N, d, eps);
-  if (logits)
-    sgemm(Trans::No, Trans::Yes, N, c.vocab_size, d, 1.f, acts.xn_f, d,
-          model.param(w.output_projection), d, 0.f, logits, c.vocab_size);
+  if (logits) project(model, w.output_projection, N, c.vocab_size, d, acts.xn_f, d, false, logits,
+                      c.vocab_size);
 }
 
 }  // namespace detail

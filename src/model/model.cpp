@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "retnet/core/error.h"
+#include "retnet/core/half.h"
 #include "retnet/core/hash.h"
 #include "retnet/core/rng.h"
 #include "retnet/ops/rotation.h"
@@ -88,6 +89,25 @@ Model Model::init(const Config& config, uint64_t seed) {
     ones(L.final_norm);
   }
   return Model(config, std::move(params));
+}
+
+void Model::set_f16_decode(bool on) {
+  if (!on) {
+    f16_.reset();
+    return;
+  }
+  auto copy = std::make_shared<std::vector<uint16_t>>(params_.size());
+  const float* p = params_.data();
+  uint16_t* h = copy->data();
+  int64_t overflow = 0;
+#pragma omp parallel for schedule(static) reduction(+ : overflow)
+  for (size_t i = 0; i < params_.size(); ++i) {
+    h[i] = float_to_half(p[i]);
+    overflow += (h[i] & 0x7c00u) == 0x7c00u;
+  }
+  RETNET_CHECK(overflow == 0, "{} weights lie outside the f16 range (|w| > 65504): decode in f32",
+               overflow);
+  f16_ = std::move(copy);
 }
 
 uint64_t model_fingerprint(const Model& model) {

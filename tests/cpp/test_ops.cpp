@@ -3,6 +3,7 @@
 
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
+#include "retnet/core/half.h"
 #include "retnet/ops/activation.h"
 #include "retnet/ops/rmsnorm.h"
 #include "retnet/ops/rotation.h"
@@ -55,6 +56,27 @@ TEST(Gemm, SkinnyMatchesReferenceAndIsBatchInvariant) {
           ASSERT_EQ(one[n], C[m * ldc + n]) << "row " << m << " col " << n << " of " << M;
       }
     }
+  }
+}
+
+TEST(Gemm, SkinnyF16MatchesReferenceOnTheRoundedWeights) {
+  for (auto [M, N, K] : {std::array<int64_t, 3>{1, 7, 5}, {4, 1536, 256}, {11, 33, 130}}) {
+    auto A = random_vector(M * K, 7), B = random_vector(N * K, 8);
+    std::vector<uint16_t> half(B.size());
+    std::vector<float> rounded(B.size());
+    for (size_t i = 0; i < B.size(); ++i) {
+      half[i] = float_to_half(B[i]);
+      rounded[i] = half_to_float(half[i]);
+      ASSERT_LE(std::fabs(rounded[i] - B[i]), std::fabs(B[i]) * (1.0 / 2048) + 6e-8) << B[i];
+    }
+    std::vector<float> C(M * N), R(M * N);
+    skinny_gemm_nt_f16(M, N, K, A.data(), K, half.data(), K, 0.f, C.data(), N);
+    sgemm_reference(Trans::No, Trans::Yes, M, N, K, 1.f, A.data(), K, rounded.data(), K, 0.f,
+                    R.data(), N);
+    EXPECT_TRUE(close(C, R, 1e-5)) << M << "x" << N << "x" << K;
+    std::vector<float> one(N);  // batch invariance holds for the f16 kernel too
+    skinny_gemm_nt_f16(1, N, K, A.data() + (M - 1) * K, K, half.data(), K, 0.f, one.data(), N);
+    for (int64_t n = 0; n < N; ++n) ASSERT_EQ(one[n], C[(M - 1) * N + n]);
   }
 }
 

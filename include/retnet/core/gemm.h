@@ -29,6 +29,9 @@ void sgemv(Trans trans_a, int64_t M, int64_t N, float alpha, const float* A, int
 inline constexpr int64_t kSkinnyMaxRows = 64;
 void skinny_gemm_nt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                     int64_t ldb, float beta, float* C, int64_t ldc);
+// The same with B in IEEE half precision (accumulation in float32).
+void skinny_gemm_nt_f16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                        const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 // Naive double-accumulating reference with the same contract, for tests.
 void sgemm_reference(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,

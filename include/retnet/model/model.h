@@ -2,6 +2,7 @@
 // The RetNet language model (torchscale's RetNetDecoder): its config and its parameters in one
 // buffer under torchscale's state_dict names. Forward passes are in forward.h, files in model_io.h.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,17 @@ class Model {
   const std::vector<double>& thetas() const { return thetas_; }
 
   int64_t parameter_count() const { return static_cast<int64_t>(params_.size()); }
+
+  // Decoding streams every weight matrix once per token, so at batch 1 it runs at the speed the
+  // weights come from memory. With f16 on, products of few rows (decode steps, short prefills)
+  // read a half-precision copy of the weights (same layout, half the bytes; accumulation stays
+  // float32): faster, and no longer bit-exact to the float32 forms (logits within ~1e-3).
+  void set_f16_decode(bool on);
+  bool f16_decode() const { return f16_ != nullptr; }
+  // The f16 copy of tensor `index`, or nullptr when f16 decoding is off.
+  const uint16_t* param_f16(size_t index) const {
+    return f16_ ? f16_->data() + params_.layout()[index].offset : nullptr;
+  }
   int64_t state_bytes_per_sequence() const {
     return config_.state_floats_per_sequence() * static_cast<int64_t>(sizeof(float));
   }
@@ -53,6 +65,7 @@ class Model {
   ParamBuffer params_;
   ModelTensors tensors_;
   std::vector<double> gammas_, thetas_;
+  std::shared_ptr<const std::vector<uint16_t>> f16_;
 };
 
 // A 64-bit fingerprint of the config and every parameter value: state files record it so that a
