@@ -68,7 +68,8 @@ double window_latency(const Model& m, int64_t position, int64_t window) {
   for (int64_t i = 0; i < window + 4; ++i) {  // 4 warm-up steps
     auto t0 = Clock::now();
     s.step(&token);
-    token = static_cast<int32_t>(std::max_element(s.logits(0), s.logits(0) + s.vocab()) - s.logits(0));
+    token =
+        static_cast<int32_t>(std::max_element(s.logits(0), s.logits(0) + s.vocab()) - s.logits(0));
     if (i >= 4) step.push_back(since(t0));
   }
   return summarize(step).median;
@@ -114,22 +115,27 @@ void run_bench_decode(const std::string& model_path, int reps, bool quick, int t
                       const std::string& json_out) {
   apply_threads(threads);
   Model m = model_path.empty() ? Model::init(Config{}, 1) : load_model(model_path);
-  m.set_f16_decode(false);
+  m.prepare_decode(DecodePrecision::F32);
   const Config& c = m.config();
   std::printf("model: %s, %lld parameters, state %s per sequence\n", c.to_json().c_str(),
-              (long long)m.parameter_count(), human_bytes(double(m.state_bytes_per_sequence())).c_str());
-  std::printf("machine: %s, %ld cores; %d threads; BLAS core %s; medians of %d repetitions "
-              "[min, max]\n\n",
-              cpu_model().c_str(), sysconf(_SC_NPROCESSORS_ONLN), num_threads(),
-              blas_info().corename.c_str(), reps);
-  nlohmann::json out = {{"cpu", cpu_model()},        {"cores", sysconf(_SC_NPROCESSORS_ONLN)},
-                        {"threads", num_threads()},  {"config", nlohmann::json::parse(c.to_json())},
+              (long long)m.parameter_count(),
+              human_bytes(double(m.state_bytes_per_sequence())).c_str());
+  std::printf(
+      "machine: %s, %ld cores; %d threads; BLAS core %s; medians of %d repetitions "
+      "[min, max]\n\n",
+      cpu_model().c_str(), sysconf(_SC_NPROCESSORS_ONLN), num_threads(),
+      blas_info().corename.c_str(), reps);
+  nlohmann::json out = {{"cpu", cpu_model()},
+                        {"cores", sysconf(_SC_NPROCESSORS_ONLN)},
+                        {"threads", num_threads()},
+                        {"config", nlohmann::json::parse(c.to_json())},
                         {"parameters", m.parameter_count()},
-                        {"state_bytes", m.state_bytes_per_sequence()}, {"repetitions", reps}};
+                        {"state_bytes", m.state_bytes_per_sequence()},
+                        {"repetitions", reps}};
 
   // 1. Latency by position: the state does not grow, so neither does the step.
-  const std::vector<int64_t> positions = quick ? std::vector<int64_t>{16, 1024}
-                                               : std::vector<int64_t>{16, 1024, 4096, 16384};
+  const std::vector<int64_t> positions =
+      quick ? std::vector<int64_t>{16, 1024} : std::vector<int64_t>{16, 1024, 4096, 16384};
   std::printf("decode latency per token by position (batch 1, 64-step windows)\n");
   std::printf("%10s %12s %22s %10s\n", "position", "ms/token", "[min, max]", "vs 16");
   double base = 0;
@@ -145,8 +151,8 @@ void run_bench_decode(const std::string& model_path, int reps, bool quick, int t
 
   // 2. Throughput by batch size: one GEMM per projection for the whole batch; with float32
   // weights (exact) and with their f16 copy (half the bytes streamed per step).
-  const std::vector<int64_t> batches = quick ? std::vector<int64_t>{1, 4}
-                                             : std::vector<int64_t>{1, 4, 16, 64};
+  const std::vector<int64_t> batches =
+      quick ? std::vector<int64_t>{1, 4} : std::vector<int64_t>{1, 4, 16, 64};
   std::printf("\ndecode throughput by batch size (all sequences step together), tokens/s\n");
   std::printf("%8s %10s %22s %10s %10s %22s %10s\n", "batch", "f32", "[min, max]", "vs batch 1",
               "f16", "[min, max]", "f16/f32");
@@ -154,12 +160,12 @@ void run_bench_decode(const std::string& model_path, int reps, bool quick, int t
   for (int64_t B : batches) {
     std::vector<double> r32, r16;
     for (int i = 0; i < reps; ++i) {
-      m.set_f16_decode(false);
+      m.prepare_decode(DecodePrecision::F32);
       r32.push_back(batch_throughput(m, B, quick ? 32 : 64));
-      m.set_f16_decode(true);
+      m.prepare_decode(DecodePrecision::F16);
       r16.push_back(batch_throughput(m, B, quick ? 32 : 64));
     }
-    m.set_f16_decode(false);
+    m.prepare_decode(DecodePrecision::F32);
     Summary s = summarize(r32), h = summarize(r16);
     if (B == 1) b1 = s.median;
     std::printf("%8lld %10.0f %10.0f, %10.0f %9.2fx %10.0f %10.0f, %10.0f %9.2fx\n", (long long)B,
@@ -169,8 +175,8 @@ void run_bench_decode(const std::string& model_path, int reps, bool quick, int t
   }
 
   // 3. Prefill: the chunkwise form against the parallel form.
-  const std::vector<int64_t> lengths = quick ? std::vector<int64_t>{512}
-                                             : std::vector<int64_t>{512, 2048, 8192};
+  const std::vector<int64_t> lengths =
+      quick ? std::vector<int64_t>{512} : std::vector<int64_t>{512, 2048, 8192};
   std::printf("\nprefill tokens/s (one sequence, last-token logits)\n");
   std::printf("%10s %14s %14s %12s\n", "T", "parallel", "chunkwise", "chunkwise/parallel");
   for (int64_t T : lengths) {
@@ -200,8 +206,9 @@ void run_bench_decode(const std::string& model_path, int reps, bool quick, int t
 }  // namespace
 
 void register_bench(CLI::App& app) {
-  auto* bench = app.add_subcommand("bench", "Benchmarks that print ratios against a baseline "
-                                            "measured in the same run");
+  auto* bench = app.add_subcommand("bench",
+                                   "Benchmarks that print ratios against a baseline "
+                                   "measured in the same run");
   bench->require_subcommand(1);
   struct Opts {
     std::string model, json;
@@ -210,8 +217,9 @@ void register_bench(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   auto* dec = bench->add_subcommand(
-      "decode", "Decode latency by position, decode throughput by batch, prefill chunkwise vs "
-                "parallel");
+      "decode",
+      "Decode latency by position, decode throughput by batch, prefill chunkwise vs "
+      "parallel");
   dec->add_option("--model,-m", o->model, "Model file (default: the default config, initialised)");
   dec->add_option("--reps", o->reps, "Repetitions per figure (median reported)")
       ->check(CLI::PositiveNumber)

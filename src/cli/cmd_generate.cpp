@@ -78,8 +78,10 @@ nlohmann::json latency_by_position(const std::vector<StepLatency>& steps) {
 
 void print_timings(double load_s, const GenerationTimings& t, double total_s) {
   auto line = [](const char* what, double s, int64_t n, const char* unit) {
-    std::fprintf(stderr, "retnet: %16s = %10.2f ms / %5lld %-6s (%8.3f ms per token, %9.2f tokens per second)\n",
-                 what, 1e3 * s, (long long)n, unit, n ? 1e3 * s / n : 0.0, s > 0 ? n / s : 0.0);
+    std::fprintf(
+        stderr,
+        "retnet: %16s = %10.2f ms / %5lld %-6s (%8.3f ms per token, %9.2f tokens per second)\n",
+        what, 1e3 * s, (long long)n, unit, n ? 1e3 * s / n : 0.0, s > 0 ? n / s : 0.0);
   };
   std::fprintf(stderr, "\nretnet: %16s = %10.2f ms\n", "load time", 1e3 * load_s);
   line("prompt eval time", t.prefill_s, t.prefill_tokens, "tokens");
@@ -102,7 +104,7 @@ void run_generate(const GenerateArgs& a) {
   RETNET_CHECK(a.chunk >= 0, "--chunk must be >= 0, got {}", a.chunk);
 
   Model model = load_model(a.model, optional_config(a.config));
-  model.set_f16_decode(a.weights == "f16");
+  model.prepare_decode(a.weights == "f16" ? DecodePrecision::F16 : DecodePrecision::F32);
   std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(a.model);
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
@@ -152,8 +154,9 @@ void run_generate(const GenerateArgs& a) {
   std::vector<std::string> tails;
   if (!a.state_in.empty()) tails.push_back(session.load(a.state_in, 0));
   if (a.state_in.empty() && prompts.size() == 1)
-    RETNET_CHECK(!prompts[0].empty(), "the prompt is empty: give some text, or --state-in to "
-                                      "continue a saved state");
+    RETNET_CHECK(!prompts[0].empty(),
+                 "the prompt is empty: give some text, or --state-in to "
+                 "continue a saved state");
 
   const bool stream = !a.json && a.prompts_file.empty();
   TextCallback on_text;
@@ -164,8 +167,8 @@ void run_generate(const GenerateArgs& a) {
     };
   }
   GenerationTimings timings;
-  std::vector<SequenceResult> results = generate(session, *tokenizer, prompts, go, &timings,
-                                                 on_text, tails);
+  std::vector<SequenceResult> results =
+      generate(session, *tokenizer, prompts, go, &timings, on_text, tails);
   if (!a.state_out.empty()) {
     session.save(a.state_out, 0, results[0].text_tail);
   } else {
@@ -181,8 +184,10 @@ void run_generate(const GenerateArgs& a) {
 
   nlohmann::json stats = nlohmann::json::object();
   if (a.stats) {
-    stats["prefill_tokens_per_s"] = timings.prefill_s > 0 ? timings.prefill_tokens / timings.prefill_s : 0.0;
-    stats["decode_tokens_per_s"] = timings.decode_s > 0 ? timings.decode_tokens / timings.decode_s : 0.0;
+    stats["prefill_tokens_per_s"] =
+        timings.prefill_s > 0 ? timings.prefill_tokens / timings.prefill_s : 0.0;
+    stats["decode_tokens_per_s"] =
+        timings.decode_s > 0 ? timings.decode_tokens / timings.decode_s : 0.0;
     stats["latency_ms_by_position"] = latency_by_position(timings.steps);
     stats["peak_rss_bytes"] = static_cast<int64_t>(peak_rss_bytes());
     stats["state_bytes"] = model.state_bytes_per_sequence();
@@ -234,7 +239,8 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--top-p", a->top_p, "Keep the smallest set of tokens with this probability")
       ->capture_default_str();
   cmd->add_option("--repeat-penalty", a->repeat_penalty,
-                  "Penalty for recently seen tokens (1: off)")->capture_default_str();
+                  "Penalty for recently seen tokens (1: off)")
+      ->capture_default_str();
   cmd->add_option("--repeat-last-n", a->repeat_last_n, "Recent tokens the penalty looks at")
       ->capture_default_str();
   cmd->add_option("--seed,-s", a->seed, "Sampling seed (-1: random, printed with --json)")

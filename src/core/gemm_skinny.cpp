@@ -5,14 +5,13 @@
 // - batch invariance: every C[m,n] is one dot product accumulated in the same order whatever M
 //   is, so a sequence decoded in a batch gets bit for bit the logits it gets alone.
 // GCC 12's own AVX-512 headers trip -Wmaybe-uninitialized (their "undefined" register idiom in
-// _mm512_reduce_add_ps and _mm512_cvtph_ps); the warning is about the headers, not this code.
+// _mm512_reduce_add_ps); the warning is about the headers, not this code.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
 
 #include "retnet/core/gemm.h"
-#include "retnet/core/half.h"
 
 namespace retnet {
 namespace {
@@ -21,15 +20,8 @@ namespace {
 // Horizontal sum in a fixed order (the same for every m, n).
 inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
 
-// 16 weights as floats: loaded, or converted from f16 (F16C, exact).
 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load16(const uint16_t* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
 inline __m512 load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-inline __m512 load16(const uint16_t* p, __mmask16 m) {
-  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
-}
 
 // C[m, n0..n0+R) for rows m0..m0+4 of A (fewer at the end: `mrows`), weight rows n0..n0+R.
 template <int R, typename W>
@@ -65,9 +57,6 @@ void block(const float* A, int64_t lda, const W* B, int64_t ldb, float beta, flo
     }
 }
 #else
-inline float to_float(float w) { return w; }
-inline float to_float(uint16_t w) { return half_to_float(w); }
-
 template <int R, typename W>
 void block(const float* A, int64_t lda, const W* B, int64_t ldb, float beta, float* C,
            int64_t ldc, int64_t K, int64_t m0, int64_t mrows, int64_t n0) {
@@ -76,7 +65,7 @@ void block(const float* A, int64_t lda, const W* B, int64_t ldb, float beta, flo
       const float* a = A + (m0 + m) * lda;
       const W* b = B + (n0 + r) * ldb;
       float lanes[16] = {};
-      for (int64_t k = 0; k < K; ++k) lanes[k % 16] += a[k] * to_float(b[k]);
+      for (int64_t k = 0; k < K; ++k) lanes[k % 16] += a[k] * b[k];
       float dot = 0;
       for (float l : lanes) dot += l;
       float* c = C + (m0 + m) * ldc + n0 + r;
@@ -114,11 +103,6 @@ void skinny(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const 
 
 void skinny_gemm_nt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                     int64_t ldb, float beta, float* C, int64_t ldc) {
-  skinny(M, N, K, A, lda, B, ldb, beta, C, ldc);
-}
-
-void skinny_gemm_nt_f16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-                        const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   skinny(M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 

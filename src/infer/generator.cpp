@@ -51,8 +51,10 @@ std::string TextReleaser::finish(std::string* unfinished_tail) {
   const size_t complete = utf8_complete_prefix(held_);
   std::string out = utf8_sanitize(std::string_view(held_).substr(0, complete));
   std::string tail = held_.substr(complete);
-  if (unfinished_tail) *unfinished_tail = tail;
-  else out += utf8_sanitize(tail);
+  if (unfinished_tail)
+    *unfinished_tail = tail;
+  else
+    out += utf8_sanitize(tail);
   held_.clear();
   return out;
 }
@@ -121,8 +123,10 @@ std::vector<SequenceResult> generate(Session& session, const Tokenizer& tokenize
       } else {
         ++results[i].generated_tokens;
         emit(i, releasers[i].push(tokenizer.token_bytes(token)));
-        if (releasers[i].stopped()) reason = "stop";
-        else if (results[i].generated_tokens == options.max_tokens) reason = "length";
+        if (releasers[i].stopped())
+          reason = "stop";
+        else if (results[i].generated_tokens == options.max_tokens)
+          reason = "length";
       }
       // A generated token is always fed, so a saved state covers all the text produced.
       next[slot] = token;

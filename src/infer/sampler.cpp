@@ -47,8 +47,7 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
     }
   }
   // Greedy: the first maximum (ties go to the lowest id, as argmax does).
-  if (params.temperature == 0.f)
-    return static_cast<int32_t>(std::max_element(z, z + vocab) - z);
+  if (params.temperature == 0.f) return static_cast<int32_t>(std::max_element(z, z + vocab) - z);
 
   // Candidates sorted by logit (ties by id, so the order is deterministic), cut to top-k.
   int32_t* order = scratch.order.data();

@@ -31,9 +31,9 @@ Session::Session(const Model& model, const SessionOptions& options)
   prefill.last_logits_only = true;
   ForwardOptions step;
   step.form = RetentionForm::Recurrent;
-  arena_.reserve(std::max(
-      forward_workspace_floats(model.config(), 1, options.prefill_block, prefill),
-      forward_workspace_floats(model.config(), options.capacity, 1, step)));
+  arena_.reserve(
+      std::max(forward_workspace_floats(model.config(), 1, options.prefill_block, prefill),
+               forward_workspace_floats(model.config(), options.capacity, 1, step)));
 }
 
 void Session::check_index(int64_t b) const {
@@ -130,7 +130,8 @@ void Session::save(const std::string& path, int64_t b, const std::string& text_t
   s.position = state_.positions[b];
   const float* st = state_.sequence(b);
   s.state.assign(st, st + state_.floats_per_sequence);
-  if (has_logits_[b]) s.logits.assign(logits_.data() + b * vocab(), logits_.data() + (b + 1) * vocab());
+  if (has_logits_[b])
+    s.logits.assign(logits_.data() + b * vocab(), logits_.data() + (b + 1) * vocab());
   s.recent = recent_[b];
   s.text_tail = text_tail;
   write_state_file(path, model_, fingerprint_, s);
@@ -142,7 +143,8 @@ std::string Session::load(const std::string& path, int64_t b) {
   std::memcpy(state_.sequence(b), s.state.data(), s.state.size() * sizeof(float));
   state_.positions[b] = s.position;
   has_logits_[b] = !s.logits.empty();
-  if (has_logits_[b]) std::memcpy(logits_.data() + b * vocab(), s.logits.data(), s.logits.size() * 4);
+  if (has_logits_[b])
+    std::memcpy(logits_.data() + b * vocab(), s.logits.data(), s.logits.size() * 4);
   recent_[b].clear();
   const size_t keep = std::min(s.recent.size(), static_cast<size_t>(options_.history));
   recent_[b].insert(recent_[b].end(), s.recent.end() - keep, s.recent.end());

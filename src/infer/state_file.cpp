@@ -94,9 +94,10 @@ SavedSequence read_state_file(const std::string& path, const Model& model, uint6
   const Config& c = model.config();
   if (model_id != hex64(fingerprint)) {
     std::string theirs = header.contains("config") ? header["config"].dump() : "(none)";
-    throw Error(fmt::format("state file '{}' was saved by another model (fingerprint {}, config "
-                            "{}); this model is {} with config {}",
-                            path, model_id, theirs, hex64(fingerprint), c.to_json()));
+    throw Error(
+        fmt::format("state file '{}' was saved by another model (fingerprint {}, config "
+                    "{}); this model is {} with config {}",
+                    path, model_id, theirs, hex64(fingerprint), c.to_json()));
   }
   RETNET_CHECK(static_cast<int64_t>(n_state) == c.state_floats_per_sequence() &&
                    (n_logits == 0 || static_cast<int64_t>(n_logits) == c.vocab_size) &&

@@ -27,14 +27,17 @@ void check_tokens(const int32_t* tokens, int64_t n, int64_t vocab) {
 }
 
 // y[M, N] = x[M, K] W^T (+ y when accumulate) for weight tensor `w` [N, K] (rows of adjacent
-// tensors may follow: q, k, v, g are one product). Few rows read the f16 copy when the model has it.
+// tensors may follow: q, k, v, g are one product). Few rows use the model's decode packing.
 void project(const Model& model, size_t w, int64_t M, int64_t N, int64_t K, const float* x,
              int64_t ldx, bool accumulate, float* y, int64_t ldy) {
   const float beta = accumulate ? 1.f : 0.f;
-  if (const uint16_t* half = model.param_f16(w); half && M <= kSkinnyMaxRows)
-    skinny_gemm_nt_f16(M, N, K, x, ldx, half, K, beta, y, ldy);
-  else
+  const PackedProjection* p = M <= kSkinnyMaxRows ? model.packed(w) : nullptr;
+  if (p && p->N == N && p->K == K) {
+    if (p->f16) packed_gemm_nt_f16(M, N, K, x, ldx, p->f16, beta, y, ldy);
+    else packed_gemm_nt(M, N, K, x, ldx, p->f32, beta, y, ldy);
+  } else {
     sgemm(Trans::No, Trans::Yes, M, N, K, 1.f, x, ldx, model.param(w), K, beta, y, ldy);
+  }
 }
 
 // logits [B, vocab] of each sequence's last token, from the final features xn [B, T, d].

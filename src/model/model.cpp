@@ -1,9 +1,11 @@
 #include "retnet/model/model.h"
 
 #include <cmath>
+#include <tuple>
+#include <unordered_map>
 
 #include "retnet/core/error.h"
-#include "retnet/core/half.h"
+#include "retnet/core/gemm.h"
 #include "retnet/core/hash.h"
 #include "retnet/core/rng.h"
 #include "retnet/ops/rotation.h"
@@ -91,23 +93,60 @@ Model Model::init(const Config& config, uint64_t seed) {
   return Model(config, std::move(params));
 }
 
-void Model::set_f16_decode(bool on) {
-  if (!on) {
-    f16_.reset();
-    return;
+struct DecodePack {
+  DecodePrecision precision;
+  std::vector<float> f32;
+  std::vector<uint16_t> f16;
+  std::unordered_map<size_t, PackedProjection> by_tensor;
+};
+
+void Model::prepare_decode(DecodePrecision precision) {
+  const Config& c = config_;
+  const int64_t d = c.embed_dim, vd = c.value_embed_dim, F = c.ffn_dim;
+  // The products of a decode step: q|k|v|g, out, fc1|gate, fc2, and the LM head.
+  std::vector<std::tuple<size_t, int64_t, int64_t>> products;
+  for (const LayerTensors& L : tensors_.layers) {
+    products.emplace_back(L.q_proj, 2 * d + 2 * vd, d);
+    products.emplace_back(L.out_proj, d, vd);
+    products.emplace_back(L.fc1, 2 * F, d);
+    products.emplace_back(L.fc2, d, F);
   }
-  auto copy = std::make_shared<std::vector<uint16_t>>(params_.size());
-  const float* p = params_.data();
-  uint16_t* h = copy->data();
-  int64_t overflow = 0;
-#pragma omp parallel for schedule(static) reduction(+ : overflow)
-  for (size_t i = 0; i < params_.size(); ++i) {
-    h[i] = float_to_half(p[i]);
-    overflow += (h[i] & 0x7c00u) == 0x7c00u;
+  products.emplace_back(tensors_.output_projection, c.vocab_size, d);
+  auto pack = std::make_shared<DecodePack>();
+  pack->precision = precision;
+  size_t total = 0;
+  for (auto [index, N, K] : products) total += packed_weight_elements(N, K);
+  if (precision == DecodePrecision::F32) pack->f32.resize(total);
+  else pack->f16.resize(total);
+  size_t offset = 0;
+  for (auto [index, N, K] : products) {
+    PackedProjection p{N, K, nullptr, nullptr};
+    const float* w = params_.tensor(index);
+    if (precision == DecodePrecision::F32) {
+      pack_weights(w, N, K, K, pack->f32.data() + offset);
+      p.f32 = pack->f32.data() + offset;
+    } else {
+      for (int64_t i = 0; i < N * K; ++i)
+        RETNET_CHECK(std::fabs(w[i]) <= 65504.f,
+                     "weight {} of '{}' is {}: outside the f16 range; decode in f32", i,
+                     params_.layout()[index].name, w[i]);
+      pack_weights_f16(w, N, K, K, pack->f16.data() + offset);
+      p.f16 = pack->f16.data() + offset;
+    }
+    pack->by_tensor[index] = p;
+    offset += packed_weight_elements(N, K);
   }
-  RETNET_CHECK(overflow == 0, "{} weights lie outside the f16 range (|w| > 65504): decode in f32",
-               overflow);
-  f16_ = std::move(copy);
+  packed_ = std::move(pack);
+}
+
+DecodePrecision Model::decode_precision() const {
+  return packed_ ? packed_->precision : DecodePrecision::F32;
+}
+
+const PackedProjection* Model::packed(size_t index) const {
+  if (!packed_) return nullptr;
+  auto it = packed_->by_tensor.find(index);
+  return it == packed_->by_tensor.end() ? nullptr : &it->second;
 }
 
 uint64_t model_fingerprint(const Model& model) {

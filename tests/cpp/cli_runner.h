@@ -1,6 +1,7 @@
 #pragma once
 // Runs the `retnet` binary for end-to-end tests: exit status, stdout, stderr, and whether a
 // signal killed it (a crash is never an acceptable way to reject bad input).
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,8 +11,6 @@
 #include <fstream>
 #include <iterator>
 #include <string>
-
-#include <gtest/gtest.h>
 
 namespace retnet::test {
 
@@ -24,8 +23,8 @@ struct CliResult {
 inline CliResult run_retnet(const std::string& args) {
   namespace fs = std::filesystem;
   static int counter = 0;
-  fs::path errf = fs::temp_directory_path() / ("retnet_run_err_" + std::to_string(getpid()) + "_" +
-                                               std::to_string(counter++));
+  fs::path errf = fs::temp_directory_path() /
+                  ("retnet_run_err_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
   std::string cmd = std::string(RETNET_CLI) + " " + args + " 2>" + errf.string();
   CliResult r;
   FILE* p = popen(cmd.c_str(), "r");
@@ -42,7 +41,8 @@ inline CliResult run_retnet(const std::string& args) {
 }
 
 // Bad input as users must see it: a non-zero exit, no signal, a "retnet: error:" message.
-inline ::testing::AssertionResult fails_cleanly(const CliResult& r, const std::string& expected = "") {
+inline ::testing::AssertionResult fails_cleanly(const CliResult& r,
+                                                const std::string& expected = "") {
   if (r.signaled) return ::testing::AssertionFailure() << "killed by a signal; stderr: " << r.err;
   if (r.exit_code == 0) return ::testing::AssertionFailure() << "exit 0; stdout: " << r.out;
   if (r.err.find("retnet: error:") == std::string::npos)

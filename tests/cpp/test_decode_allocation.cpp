@@ -26,6 +26,7 @@ TEST(DecodeAllocation, StepsAllocateNothing) {
   Config c;
   c.embed_dim = 32, c.value_embed_dim = 48, c.ffn_dim = 40, c.layers = 2;
   Model m = Model::init(c, 1);
+  m.prepare_decode(DecodePrecision::F32);
   SessionOptions so;
   so.capacity = 3;
   Session s(m, so);

@@ -34,8 +34,8 @@ std::vector<int32_t> text_ids(const std::string& s) {
   return ids;
 }
 
-std::vector<int32_t> generate_ids(const Model& m, const std::vector<int32_t>& prompt,
-                                  int64_t n, const SamplingParams& sp) {
+std::vector<int32_t> generate_ids(const Model& m, const std::vector<int32_t>& prompt, int64_t n,
+                                  const SamplingParams& sp) {
   Session s(m);
   s.add_sequence();
   s.prefill(0, prompt.data(), static_cast<int64_t>(prompt.size()));
@@ -60,18 +60,22 @@ fs::path temp_path(const std::string& name) {
 }  // namespace
 
 TEST(Generate, GreedyEqualsArgmaxOfParallelLogits) {
-  Model m = Model::init(small_config(), 7);
-  const auto prompt = text_ids("First Citizen:\nBefore we proceed");
-  const int64_t n = 48, P = static_cast<int64_t>(prompt.size()), V = 256;
-  auto gen = generate_ids(m, prompt, n, greedy());
-  std::vector<int32_t> all = prompt;
-  all.insert(all.end(), gen.begin(), gen.end() - 1);
-  std::vector<float> logits(all.size() * V);
-  Arena arena;
-  forward_logits(m, all.data(), 1, static_cast<int64_t>(all.size()), logits.data(), {}, arena);
-  for (int64_t i = 0; i < n; ++i) {
-    const float* z = logits.data() + (P - 1 + i) * V;
-    ASSERT_EQ(gen[i], std::max_element(z, z + V) - z) << "generated token " << i;
+  for (bool packed : {false, true}) {  // decode products on the plain or the packed weights
+    Model m = Model::init(small_config(), 7);
+    if (packed) m.prepare_decode(DecodePrecision::F32);
+    const auto prompt = text_ids("First Citizen:\nBefore we proceed");
+    const int64_t n = 48, P = static_cast<int64_t>(prompt.size()), V = 256;
+    auto gen = generate_ids(m, prompt, n, greedy());
+    std::vector<int32_t> all = prompt;
+    all.insert(all.end(), gen.begin(), gen.end() - 1);
+    std::vector<float> logits(all.size() * V);
+    Arena arena;
+    forward_logits(m, all.data(), 1, static_cast<int64_t>(all.size()), logits.data(), {}, arena);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* z = logits.data() + (P - 1 + i) * V;
+      ASSERT_EQ(gen[i], std::max_element(z, z + V) - z)
+          << "generated token " << i << ", packed " << packed;
+    }
   }
 }
 
@@ -79,7 +83,7 @@ TEST(Generate, F16DecodeWeightsStayCloseToF32) {
   // Decoding from the f16 copy of the weights: logits within 1e-2 relative of the exact ones over
   // 64 steps (measured about 1e-3), and batched still equal to alone bit for bit.
   Model exact = Model::init(small_config(), 17), half = Model::init(small_config(), 17);
-  half.set_f16_decode(true);
+  half.prepare_decode(DecodePrecision::F16);
   const auto prompt = text_ids("Shall I compare thee");
   Session a(exact), b(half, {.capacity = 2});
   a.add_sequence();
@@ -120,15 +124,14 @@ TEST(Generate, ChunkedPrefillEqualsWholePrefill) {
     EXPECT_TRUE(close(l, la, 1e-5));
     EXPECT_EQ(s->position(0), 300);
   }
-  EXPECT_EQ(generate_ids(m, prompt, 20, greedy()),
-            [&] {
-              std::vector<int32_t> out;
-              for (int i = 0; i < 20; ++i) {
-                out.push_back(b.sample(0, greedy()));
-                b.step(&out.back());
-              }
-              return out;
-            }());
+  EXPECT_EQ(generate_ids(m, prompt, 20, greedy()), [&] {
+    std::vector<int32_t> out;
+    for (int i = 0; i < 20; ++i) {
+      out.push_back(b.sample(0, greedy()));
+      b.step(&out.back());
+    }
+    return out;
+  }());
 }
 
 TEST(Generate, SavedStateContinuesLikeOneRun) {
@@ -164,6 +167,7 @@ TEST(Generate, SavedStateContinuesLikeOneRun) {
 
 TEST(Generate, BatchedEqualsAlone) {
   Model m = Model::init(small_config(), 5);
+  m.prepare_decode(DecodePrecision::F32);  // the packed kernel is batch-invariant too
   auto tok = make_byte_tokenizer();
   const std::vector<std::string> texts = {"To be, or not", "A", "Now is the winter of our",
                                           "Friends, Romans, countrymen, lend me your ears;"};
@@ -285,7 +289,8 @@ TEST(Sampler, GreedyTopKAndDeterminism) {
   EXPECT_EQ(sample_token(z.data(), V, p, 0, 0, nullptr, 0, scratch), best);
   p.temperature = 1.5f;
   p.top_k = 1;
-  for (int i = 0; i < 20; ++i) EXPECT_EQ(sample_token(z.data(), V, p, 0, i, nullptr, 0, scratch), best);
+  for (int i = 0; i < 20; ++i)
+    EXPECT_EQ(sample_token(z.data(), V, p, 0, i, nullptr, 0, scratch), best);
   p.top_k = 0;
   p.top_p = 1e-6f;  // the nucleus shrinks to the top token
   EXPECT_EQ(sample_token(z.data(), V, p, 0, 5, nullptr, 0, scratch), best);
@@ -347,16 +352,17 @@ class GenerateCli : public ::testing::Test {
 
 TEST_F(GenerateCli, JsonHasTheDocumentedKeysAndStreamingMatchesIt) {
   auto j = run_json("-p 'ROMEO:' -n 40 --temp 0.7 -s 3 --stats");
-  for (const char* key : {"text", "prompt_tokens", "generated_tokens", "prefill_tokens_per_s",
-                          "decode_tokens_per_s", "latency_ms_by_position", "peak_rss_bytes",
-                          "state_bytes"})
+  for (const char* key :
+       {"text", "prompt_tokens", "generated_tokens", "prefill_tokens_per_s", "decode_tokens_per_s",
+        "latency_ms_by_position", "peak_rss_bytes", "state_bytes"})
     EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_EQ(j["prompt_tokens"], 6);
   EXPECT_EQ(j["generated_tokens"], 40);
   EXPECT_TRUE(j["latency_ms_by_position"].contains("16"));
   // Streaming prints the same text (then a newline), whatever the thread count.
   for (int threads : {1, 2}) {
-    auto r = retnet::test::run_retnet("generate -m " + model() + " -p 'ROMEO:' -n 40 --temp 0.7 -s 3 -t " +
+    auto r = retnet::test::run_retnet("generate -m " + model() +
+                                      " -p 'ROMEO:' -n 40 --temp 0.7 -s 3 -t " +
                                       std::to_string(threads));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(r.out, j["text"].get<std::string>() + "\n") << threads << " threads";
@@ -394,7 +400,8 @@ TEST_F(GenerateCli, BadInputFailsCleanly) {
   const std::string g = "generate -m " + model() + " ";
   EXPECT_TRUE(fails_cleanly(run_retnet(g + "-p ''"), "prompt is empty"));
   EXPECT_TRUE(fails_cleanly(run_retnet(g), "nothing to continue"));
-  std::ofstream(path("bad_utf8.txt"), std::ios::binary) << "ab\xff\xfe" << "cd";
+  std::ofstream(path("bad_utf8.txt"), std::ios::binary) << "ab\xff\xfe"
+                                                        << "cd";
   EXPECT_TRUE(fails_cleanly(run_retnet(g + "-f " + path("bad_utf8.txt")), "not valid UTF-8"));
   std::ofstream(path("big.txt")) << std::string(1 << 20, 'a');
   EXPECT_TRUE(fails_cleanly(run_retnet(g + "-f " + path("big.txt")), "--max-prompt-tokens"));
@@ -402,11 +409,14 @@ TEST_F(GenerateCli, BadInputFailsCleanly) {
   EXPECT_TRUE(fails_cleanly(run_retnet(g + "-p x --top-p 0"), "top-p"));
   EXPECT_TRUE(fails_cleanly(run_retnet(g + "-f " + path("missing.txt")), "cannot open"));
   // State files: missing, from another model, damaged, truncated, not a state file.
-  EXPECT_TRUE(fails_cleanly(run_retnet(g + "-p '' --state-in " + path("none.state")), "cannot open"));
+  EXPECT_TRUE(
+      fails_cleanly(run_retnet(g + "-p '' --state-in " + path("none.state")), "cannot open"));
   ASSERT_EQ(run_retnet("generate -m " + path("other.safetensors") + " -p hi -n 2 --state-out " +
-                       path("other.state")).exit_code, 0);
-  EXPECT_TRUE(fails_cleanly(run_retnet(g + "-p '' --state-in " + path("other.state")),
-                            "another model"));
+                       path("other.state"))
+                .exit_code,
+            0);
+  EXPECT_TRUE(
+      fails_cleanly(run_retnet(g + "-p '' --state-in " + path("other.state")), "another model"));
   ASSERT_EQ(run_retnet(g + "-p hi -n 2 --state-out " + path("good.state")).exit_code, 0);
   std::string bytes;
   {
@@ -416,7 +426,8 @@ TEST_F(GenerateCli, BadInputFailsCleanly) {
   std::string damaged = bytes;
   damaged[damaged.size() / 3] ^= 1;
   std::ofstream(path("damaged.state"), std::ios::binary) << damaged;
-  EXPECT_TRUE(fails_cleanly(run_retnet(g + "-p '' --state-in " + path("damaged.state")), "damaged"));
+  EXPECT_TRUE(
+      fails_cleanly(run_retnet(g + "-p '' --state-in " + path("damaged.state")), "damaged"));
   std::ofstream(path("short.state"), std::ios::binary) << bytes.substr(0, bytes.size() / 2);
   EXPECT_TRUE(fails_cleanly(run_retnet(g + "-p '' --state-in " + path("short.state"))));
   std::ofstream(path("junk.state"), std::ios::binary) << "hello";
@@ -429,8 +440,9 @@ TEST(GenerateCliSlow, MemoryIsFlatOver20000Tokens) {
   const fs::path m = fs::temp_directory_path() / ("retnet_flat_" + std::to_string(getpid()));
   save_model(Model::init(Config{}, 1), m.string());
   auto peak = [&](int n) {
-    auto r = retnet::test::run_retnet("generate -m " + m.string() + " -t 1 -p 'ROMEO:' --temp 0.8 -s 1 -n " +
-                                      std::to_string(n) + " --json --stats");
+    auto r = retnet::test::run_retnet("generate -m " + m.string() +
+                                      " -t 1 -p 'ROMEO:' --temp 0.8 -s 1 -n " + std::to_string(n) +
+                                      " --json --stats");
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return nlohmann::json::parse(r.out)["peak_rss_bytes"].get<double>();
   };

@@ -59,24 +59,41 @@ TEST(Gemm, SkinnyMatchesReferenceAndIsBatchInvariant) {
   }
 }
 
-TEST(Gemm, SkinnyF16MatchesReferenceOnTheRoundedWeights) {
-  for (auto [M, N, K] : {std::array<int64_t, 3>{1, 7, 5}, {4, 1536, 256}, {11, 33, 130}}) {
-    auto A = random_vector(M * K, 7), B = random_vector(N * K, 8);
-    std::vector<uint16_t> half(B.size());
-    std::vector<float> rounded(B.size());
+TEST(Gemm, PackedMatchesReferenceAndIsBatchInvariant) {
+  // float32 and f16 panels; N and K tails; strided A and C; beta 0 and 1.
+  for (auto [M, N, K] : {std::array<int64_t, 3>{1, 7, 5}, {4, 1536, 256}, {11, 33, 130},
+                         {64, 70, 64}, {6, 256, 512}}) {
+    const int64_t lda = K + 2, ldc = N + 3;
+    auto A = random_vector(M * lda, 7), B = random_vector(N * K, 8);
+    std::vector<uint16_t> half(packed_weight_elements(N, K));
+    std::vector<float> packed(packed_weight_elements(N, K)), rounded(B.size());
+    pack_weights(B.data(), N, K, K, packed.data());
+    pack_weights_f16(B.data(), N, K, K, half.data());
     for (size_t i = 0; i < B.size(); ++i) {
-      half[i] = float_to_half(B[i]);
-      rounded[i] = half_to_float(half[i]);
+      rounded[i] = half_to_float(float_to_half(B[i]));
       ASSERT_LE(std::fabs(rounded[i] - B[i]), std::fabs(B[i]) * (1.0 / 2048) + 6e-8) << B[i];
     }
-    std::vector<float> C(M * N), R(M * N);
-    skinny_gemm_nt_f16(M, N, K, A.data(), K, half.data(), K, 0.f, C.data(), N);
-    sgemm_reference(Trans::No, Trans::Yes, M, N, K, 1.f, A.data(), K, rounded.data(), K, 0.f,
-                    R.data(), N);
-    EXPECT_TRUE(close(C, R, 1e-5)) << M << "x" << N << "x" << K;
-    std::vector<float> one(N);  // batch invariance holds for the f16 kernel too
-    skinny_gemm_nt_f16(1, N, K, A.data() + (M - 1) * K, K, half.data(), K, 0.f, one.data(), N);
-    for (int64_t n = 0; n < N; ++n) ASSERT_EQ(one[n], C[(M - 1) * N + n]);
+    for (bool f16 : {false, true})
+      for (float beta : {0.f, 1.f}) {
+        SCOPED_TRACE(::testing::Message() << M << "x" << N << "x" << K << " f16 " << f16
+                                          << " beta " << beta);
+        auto C = random_vector(M * ldc, 9), R = C, input = C;
+        auto run = [&](int64_t rows, const float* a, float* c) {
+          if (f16) packed_gemm_nt_f16(rows, N, K, a, lda, half.data(), beta, c, ldc);
+          else packed_gemm_nt(rows, N, K, a, lda, packed.data(), beta, c, ldc);
+        };
+        run(M, A.data(), C.data());
+        sgemm_reference(Trans::No, Trans::Yes, M, N, K, 1.f, A.data(), lda,
+                        f16 ? rounded.data() : B.data(), K, beta, R.data(), ldc);
+        EXPECT_TRUE(close(C, R, 1e-5));
+        // Columns past N are left alone; row m alone equals row m of the batch, bit for bit.
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = N; n < ldc; ++n) ASSERT_EQ(C[m * ldc + n], input[m * ldc + n]);
+        const int64_t m = M - 1;
+        std::vector<float> one(input.begin() + m * ldc, input.begin() + (m + 1) * ldc);
+        run(1, A.data() + m * lda, one.data());
+        for (int64_t n = 0; n < N; ++n) ASSERT_EQ(one[n], C[m * ldc + n]) << "column " << n;
+      }
   }
 }
 

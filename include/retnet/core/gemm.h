@@ -29,9 +29,20 @@ void sgemv(Trans trans_a, int64_t M, int64_t N, float alpha, const float* A, int
 inline constexpr int64_t kSkinnyMaxRows = 64;
 void skinny_gemm_nt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                     int64_t ldb, float beta, float* C, int64_t ldc);
-// The same with B in IEEE half precision (accumulation in float32).
-void skinny_gemm_nt_f16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-                        const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// Weights packed for products of few rows (decoding): W [N, K] (row stride ldw) as panels of 16
+// output columns, [ceil(N/16)][K][16], zero-padded; float32 or f16. packed_gemm_nt computes
+// C[M,N] = A[M,K] W^T + beta C from them with broadcast-FMA panels (no horizontal sums), each
+// C[m,n] summed over k in order whatever M is: batch-invariant like skinny_gemm_nt, and efficient
+// at every batch size up to kSkinnyMaxRows.
+int64_t packed_panels(int64_t N);
+size_t packed_weight_elements(int64_t N, int64_t K);
+void pack_weights(const float* weights, int64_t N, int64_t K, int64_t ldw, float* out);
+void pack_weights_f16(const float* weights, int64_t N, int64_t K, int64_t ldw, uint16_t* out);
+void packed_gemm_nt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                    const float* packed, float beta, float* C, int64_t ldc);
+void packed_gemm_nt_f16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                        const uint16_t* packed, float beta, float* C, int64_t ldc);
 
 // Naive double-accumulating reference with the same contract, for tests.
 void sgemm_reference(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,

@@ -14,29 +14,29 @@
 namespace retnet {
 
 struct GenerateOptions {
-  int64_t max_tokens = 128;        // tokens to generate per sequence
+  int64_t max_tokens = 128;  // tokens to generate per sequence
   SamplingParams sampling;
-  std::vector<std::string> stop;   // stop strings: output ends before the first one
-  bool stop_at_eos = true;         // the tokenizer's end-of-sequence token ends a sequence
-  bool record_latency = false;     // keep every step's latency (GenerationTimings::steps)
+  std::vector<std::string> stop;  // stop strings: output ends before the first one
+  bool stop_at_eos = true;        // the tokenizer's end-of-sequence token ends a sequence
+  bool record_latency = false;    // keep every step's latency (GenerationTimings::steps)
   // Random stream of each sequence (empty: sequence i draws from stream i). A sequence decoded
   // alone with stream i gives the same text as sequence i of a batch.
   std::vector<uint64_t> streams;
 };
 
 struct SequenceResult {
-  std::string text;                // generated text only, valid UTF-8
+  std::string text;  // generated text only, valid UTF-8
   int64_t prompt_tokens = 0, generated_tokens = 0;
-  std::string finish_reason;       // "length", "stop" or "eos"
+  std::string finish_reason;  // "length", "stop" or "eos"
   // Bytes of an unfinished UTF-8 character at the end (not in `text`): a state file keeps them
   // so that a continuation completes the character.
   std::string text_tail;
 };
 
 struct StepLatency {
-  int64_t position;                // of the token fed (sequence 0's)
-  int64_t batch;                   // sequences in the step
-  double seconds;                  // the step's forward pass and sampling
+  int64_t position;  // of the token fed (sequence 0's)
+  int64_t batch;     // sequences in the step
+  double seconds;    // the step's forward pass and sampling
 };
 
 struct GenerationTimings {

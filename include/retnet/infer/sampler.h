@@ -15,7 +15,7 @@ struct SamplingParams {
   float repeat_penalty = 1.0f;  // 1: off; > 1 makes recent tokens less likely
   int64_t repeat_last_n = 64;   // how many recent tokens the penalty looks at
   uint64_t seed = 0;
-  void validate() const;        // throws Error naming the bad value
+  void validate() const;  // throws Error naming the bad value
 };
 
 // Scratch for sample_token, sized once for a vocabulary (no allocation per call).

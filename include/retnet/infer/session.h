@@ -15,10 +15,10 @@
 namespace retnet {
 
 struct SessionOptions {
-  int64_t capacity = 1;         // sequences the session can hold at once
-  int64_t prefill_chunk = 0;    // chunkwise chunk size; 0: the config's recurrent_chunk_size
-  int64_t prefill_block = 2048; // tokens per prefill pass: bounds activation memory
-  int64_t history = 256;        // recent tokens kept per sequence (repetition penalty)
+  int64_t capacity = 1;          // sequences the session can hold at once
+  int64_t prefill_chunk = 0;     // chunkwise chunk size; 0: the config's recurrent_chunk_size
+  int64_t prefill_block = 2048;  // tokens per prefill pass: bounds activation memory
+  int64_t history = 256;         // recent tokens kept per sequence (repetition penalty)
 };
 
 class Session {

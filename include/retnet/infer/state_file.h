@@ -14,11 +14,11 @@ namespace retnet {
 inline constexpr int kStateFileVersion = 1;
 
 struct SavedSequence {
-  int64_t position = 0;        // tokens consumed
-  std::vector<float> state;    // the model's state_floats_per_sequence()
-  std::vector<float> logits;   // [vocab] after the last token; empty if none consumed
-  std::vector<int32_t> recent; // latest tokens (repetition penalty)
-  std::string text_tail;       // bytes the generator had not emitted yet
+  int64_t position = 0;         // tokens consumed
+  std::vector<float> state;     // the model's state_floats_per_sequence()
+  std::vector<float> logits;    // [vocab] after the last token; empty if none consumed
+  std::vector<int32_t> recent;  // latest tokens (repetition penalty)
+  std::string text_tail;        // bytes the generator had not emitted yet
 };
 
 void write_state_file(const std::string& path, const Model& model, uint64_t fingerprint,

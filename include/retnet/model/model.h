@@ -26,6 +26,16 @@ struct ModelTensors {
 // The layout of a config, with torchscale's names.
 ParamLayout make_param_layout(const Config& config, ModelTensors* indices = nullptr);
 
+enum class DecodePrecision { F32, F16 };
+
+// One projection (possibly several adjacent tensors used as one matrix [N, K]) packed for decoding.
+struct PackedProjection {
+  int64_t N = 0, K = 0;
+  const float* f32 = nullptr;     // set for DecodePrecision::F32
+  const uint16_t* f16 = nullptr;  // set for DecodePrecision::F16
+};
+struct DecodePack;
+
 class Model {
  public:
   Model(const Config& config, ParamBuffer params);
@@ -47,15 +57,16 @@ class Model {
   int64_t parameter_count() const { return static_cast<int64_t>(params_.size()); }
 
   // Decoding streams every weight matrix once per token, so at batch 1 it runs at the speed the
-  // weights come from memory. With f16 on, products of few rows (decode steps, short prefills)
-  // read a half-precision copy of the weights (same layout, half the bytes; accumulation stays
-  // float32): faster, and no longer bit-exact to the float32 forms (logits within ~1e-3).
-  void set_f16_decode(bool on);
-  bool f16_decode() const { return f16_ != nullptr; }
-  // The f16 copy of tensor `index`, or nullptr when f16 decoding is off.
-  const uint16_t* param_f16(size_t index) const {
-    return f16_ ? f16_->data() + params_.layout()[index].offset : nullptr;
-  }
+  // weights come from memory, and at batch B its products have B rows. prepare_decode packs the
+  // projection matrices for products of few rows (panels of 16 outputs: GEMM-speed at every batch
+  // size, batch-invariant); F16 packs them in half precision (half the bytes per token, float32
+  // accumulation; logits within ~1e-3 of the exact ones). Without it those products use
+  // skinny_gemm_nt on the float32 weights.
+  void prepare_decode(DecodePrecision precision);
+  bool decode_prepared() const { return packed_ != nullptr; }
+  DecodePrecision decode_precision() const;
+  // The packed form of the projection starting at tensor `index`, or nullptr.
+  const PackedProjection* packed(size_t index) const;
   int64_t state_bytes_per_sequence() const {
     return config_.state_floats_per_sequence() * static_cast<int64_t>(sizeof(float));
   }
@@ -65,7 +76,7 @@ class Model {
   ParamBuffer params_;
   ModelTensors tensors_;
   std::vector<double> gammas_, thetas_;
-  std::shared_ptr<const std::vector<uint16_t>> f16_;
+  std::shared_ptr<const DecodePack> packed_;
 };
 
 // A 64-bit fingerprint of the config and every parameter value: state files record it so that a

@@ -1,0 +1,161 @@
+// Products with few rows against a weight matrix packed for them: C[M,N] = A[M,K] W[N,K]^T + beta
+// C, W stored as panels of 16 output columns, [ceil(N/16)][K][16] (zero-padded), float32 or f16.
+// The kernel broadcasts A[m,k] and multiplies a whole panel row: no horizontal sums, fully
+// vectorised for any M, so batched decoding runs at GEMM-like speed while batch 1 streams the
+// weights once. Each C[m,n] is summed over k in order 0..K-1 in one vector lane whatever M is:
+// batched results equal single-sequence results bit for bit.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's AVX-512 headers, see gemm_skinny
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "retnet/core/error.h"
+#include "retnet/core/gemm.h"
+#include "retnet/core/half.h"
+
+namespace retnet {
+namespace {
+
+constexpr int64_t kPanel = 16;     // output columns per panel (one AVX-512 register)
+constexpr int kPanelsPerTask = 4;  // 64 outputs x up to 4 rows of A = 16 accumulators
+
+#if defined(__AVX512F__)
+inline __m512 load_panel(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load_panel(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// C[m0..m0+R, panels p0..p0+P) of 16 columns each.
+template <int R, int P, typename W>
+void tile(const float* A, int64_t lda, const W* packed, int64_t K, float beta, float* C,
+          int64_t ldc, int64_t N, int64_t m0, int64_t p0) {
+  __m512 acc[R][P];
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
+  const W* w = packed + p0 * K * kPanel;
+  for (int64_t k = 0; k < K; ++k) {
+    __m512 wv[P];
+    for (int p = 0; p < P; ++p) wv[p] = load_panel(w + (p * K + k) * kPanel);
+    for (int r = 0; r < R; ++r) {
+      const __m512 a = _mm512_set1_ps(A[(m0 + r) * lda + k]);
+      for (int p = 0; p < P; ++p) acc[r][p] = _mm512_fmadd_ps(a, wv[p], acc[r][p]);
+    }
+  }
+  for (int p = 0; p < P; ++p) {
+    const int64_t n0 = (p0 + p) * kPanel, cols = std::min<int64_t>(kPanel, N - n0);
+    const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1);
+    for (int r = 0; r < R; ++r) {
+      float* c = C + (m0 + r) * ldc + n0;
+      __m512 v = acc[r][p];
+      if (beta != 0.f) v = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(mask, c), v);
+      _mm512_mask_storeu_ps(c, mask, v);
+    }
+  }
+}
+#else
+inline float to_float(float w) { return w; }
+inline float to_float(uint16_t w) { return half_to_float(w); }
+
+template <int R, int P, typename W>
+void tile(const float* A, int64_t lda, const W* packed, int64_t K, float beta, float* C,
+          int64_t ldc, int64_t N, int64_t m0, int64_t p0) {
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p) {
+      const W* w = packed + (p0 + p) * K * kPanel;
+      float acc[kPanel] = {};
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t j = 0; j < kPanel; ++j)
+          acc[j] += A[(m0 + r) * lda + k] * to_float(w[k * kPanel + j]);
+      const int64_t n0 = (p0 + p) * kPanel, cols = std::min<int64_t>(kPanel, N - n0);
+      float* c = C + (m0 + r) * ldc + n0;
+      for (int64_t j = 0; j < cols; ++j) c[j] = beta == 0.f ? acc[j] : acc[j] + beta * c[j];
+    }
+}
+#endif
+
+// Rows of A in groups of 4 (then 3, 2, 1), panels in groups of P.
+template <int P, typename W>
+void rows(const float* A, int64_t lda, const W* packed, int64_t K, float beta, float* C,
+          int64_t ldc, int64_t N, int64_t M, int64_t p0) {
+  int64_t m0 = 0;
+  for (; m0 + 4 <= M; m0 += 4) tile<4, P>(A, lda, packed, K, beta, C, ldc, N, m0, p0);
+  switch (M - m0) {
+    case 3:
+      tile<3, P>(A, lda, packed, K, beta, C, ldc, N, m0, p0);
+      break;
+    case 2:
+      tile<2, P>(A, lda, packed, K, beta, C, ldc, N, m0, p0);
+      break;
+    case 1:
+      tile<1, P>(A, lda, packed, K, beta, C, ldc, N, m0, p0);
+      break;
+    default:
+      break;
+  }
+}
+
+template <typename W>
+void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const W* packed,
+                 float beta, float* C, int64_t ldc) {
+  const int64_t panels = packed_panels(N);
+  const int64_t tasks = (panels + kPanelsPerTask - 1) / kPanelsPerTask;
+  // Threads only when the product is worth a fork (below ~32k multiply-adds one thread wins).
+  const bool parallel = M * N * K >= (1 << 15) && tasks > 1;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t t = 0; t < tasks; ++t) {
+    const int64_t p0 = t * kPanelsPerTask;
+    switch (std::min<int64_t>(kPanelsPerTask, panels - p0)) {
+      case 4:
+        rows<4>(A, lda, packed, K, beta, C, ldc, N, M, p0);
+        break;
+      case 3:
+        rows<3>(A, lda, packed, K, beta, C, ldc, N, M, p0);
+        break;
+      case 2:
+        rows<2>(A, lda, packed, K, beta, C, ldc, N, M, p0);
+        break;
+      default:
+        rows<1>(A, lda, packed, K, beta, C, ldc, N, M, p0);
+        break;
+    }
+  }
+}
+
+template <typename W, typename Convert>
+void pack(const float* weights, int64_t N, int64_t K, int64_t ldw, W* out, Convert convert) {
+#pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < packed_panels(N); ++p)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < kPanel; ++j) {
+        const int64_t n = p * kPanel + j;
+        out[(p * K + k) * kPanel + j] = n < N ? convert(weights[n * ldw + k]) : convert(0.f);
+      }
+}
+
+}  // namespace
+
+int64_t packed_panels(int64_t N) { return (N + kPanel - 1) / kPanel; }
+size_t packed_weight_elements(int64_t N, int64_t K) {
+  return static_cast<size_t>(packed_panels(N) * K * kPanel);
+}
+
+void pack_weights(const float* weights, int64_t N, int64_t K, int64_t ldw, float* out) {
+  pack(weights, N, K, ldw, out, [](float x) { return x; });
+}
+
+void pack_weights_f16(const float* weights, int64_t N, int64_t K, int64_t ldw, uint16_t* out) {
+  pack(weights, N, K, ldw, out, [](float x) { return float_to_half(x); });
+}
+
+void packed_gemm_nt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                    const float* packed, float beta, float* C, int64_t ldc) {
+  packed_gemm(M, N, K, A, lda, packed, beta, C, ldc);
+}
+
+void packed_gemm_nt_f16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                        const uint16_t* packed, float beta, float* C, int64_t ldc) {
+  packed_gemm(M, N, K, A, lda, packed, beta, C, ldc);
+}
+
+}  // namespace retnet
