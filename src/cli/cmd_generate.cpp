@@ -149,6 +149,7 @@ void run_generate(const GenerateArgs& a) {
   so.capacity = static_cast<int64_t>(prompts.size());
   so.prefill_chunk = a.chunk;
   so.history = std::max<int64_t>(a.repeat_last_n, 1);
+  so.decode_threads = std::max(a.threads, 0);  // 0: the session picks (one for small models)
   Session session(model, so);
   for (size_t i = 0; i < prompts.size(); ++i) session.add_sequence();
   std::vector<std::string> tails;
@@ -191,6 +192,7 @@ void run_generate(const GenerateArgs& a) {
     stats["latency_ms_by_position"] = latency_by_position(timings.steps);
     stats["peak_rss_bytes"] = static_cast<int64_t>(peak_rss_bytes());
     stats["state_bytes"] = model.state_bytes_per_sequence();
+    stats["decode_threads"] = session.decode_threads();
   }
   if (a.json && a.prompts_file.empty()) {
     nlohmann::json j = {{"text", results[0].text},
@@ -259,7 +261,8 @@ void register_generate(CLI::App& app) {
                   "memory traffic per token: faster at small batch; logits within ~1e-3)")
       ->check(CLI::IsMember({"f32", "f16"}))
       ->capture_default_str();
-  cmd->add_option("--threads,-t", a->threads, "Threads (default: all cores)");
+  cmd->add_option("--threads,-t", a->threads,
+                  "Threads (default: all cores; decoding a small model uses one)");
   cmd->add_flag("--stats", a->stats,
                 "Measure prefill and decode speed, latency by position, peak RSS, state bytes");
   cmd->add_flag("--json", a->json, "Print one JSON object instead of streaming text");

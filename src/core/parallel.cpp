@@ -18,6 +18,14 @@ void set_num_threads(int n) {
   flush_denormals_to_zero();
 }
 
+ScopedThreads::ScopedThreads(int n) : previous_(omp_get_max_threads()) {
+  if (n > 0 && n != previous_) omp_set_num_threads(n);
+}
+
+ScopedThreads::~ScopedThreads() {
+  if (omp_get_max_threads() != previous_) omp_set_num_threads(previous_);
+}
+
 void flush_denormals_to_zero() {
 #if defined(__SSE__)
   // MXCSR is per thread: set FTZ (bit 15) and DAZ (bit 6) on the caller and on every thread of the

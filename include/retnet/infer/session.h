@@ -19,6 +19,9 @@ struct SessionOptions {
   int64_t prefill_chunk = 0;     // chunkwise chunk size; 0: the config's recurrent_chunk_size
   int64_t prefill_block = 2048;  // tokens per prefill pass: bounds activation memory
   int64_t history = 256;         // recent tokens kept per sequence (repetition penalty)
+  // Threads of a decode step; 0: automatic, one thread when a step's products are small (a fork
+  // and join cost more than they save there, and a busy core stalls every barrier), else all.
+  int decode_threads = 0;
 };
 
 class Session {
@@ -61,6 +64,8 @@ class Session {
 
   int64_t state_bytes_per_sequence() const { return model_.state_bytes_per_sequence(); }
   uint64_t model_fingerprint() const { return fingerprint_; }
+  // The thread count steps run with (after resolving "automatic").
+  int decode_threads() const { return decode_threads_; }
 
  private:
   void check_index(int64_t b) const;
@@ -69,6 +74,7 @@ class Session {
   const Model& model_;
   SessionOptions options_;
   uint64_t fingerprint_;
+  int decode_threads_ = 0;
   int64_t active_ = 0;
   RecurrentState state_;
   std::vector<float> logits_;                 // [capacity, vocab]
