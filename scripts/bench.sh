@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the core benchmarks (GEMM, the retention head sweep of seeds/002, whole-model forward) and
-# prints markdown tables with ratios against the baseline measured in the same run.
+# prints markdown tables with ratios against the baseline measured in the same run; then the
+# generation benchmark (`retnet bench decode`: latency by position, throughput by batch, prefill).
 # Results (JSON, with machine context) go to $OUT_DIR (default: bench-results/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,3 +16,5 @@ for b in bench_gemm bench_model bench_retention; do
 done
 python3 scripts/bench_report.py "$OUT_DIR"/bench_gemm.json "$OUT_DIR"/bench_model.json \
   "$OUT_DIR"/bench_retention.json
+echo "running retnet bench decode ..." >&2
+./build/retnet bench decode --reps "$REPS" --json "$OUT_DIR/bench_decode.json"
