@@ -24,7 +24,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // Bad arguments read like every other error: one "retnet: error:" line, a non-zero exit.
+    std::fprintf(stderr, "retnet: error: %s\nRun with --help for more information.\n", e.what());
+    return e.get_exit_code();
   } catch (const retnet::Error& e) {
     std::fprintf(stderr, "retnet: error: %s\n", e.what());
     return 1;

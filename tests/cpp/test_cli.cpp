@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "cli_runner.h"
 #include "retnet/core/npy.h"
 #include "test_helpers.h"
 
@@ -14,38 +15,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  bool signaled = false;
-  std::string out, err;
-};
+using Result = retnet::test::CliResult;
 
-Result run_cli(const std::string& args) {
-  static int counter = 0;
-  fs::path errf = fs::temp_directory_path() / ("retnet_cli_err_" + std::to_string(getpid()) + "_" +
-                                               std::to_string(counter++));
-  std::string cmd = std::string(RETNET_CLI) + " " + args + " 2>" + errf.string();
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.signaled = WIFSIGNALED(status);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream in(errf);
-  r.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  fs::remove(errf);
-  return r;
-}
+Result run_cli(const std::string& args) { return retnet::test::run_retnet(args); }
 
-// A failure the way users must see it: exit 1, no signal, one "retnet: error:" line.
-::testing::AssertionResult clean_failure(const Result& r) {
-  if (r.signaled) return ::testing::AssertionFailure() << "killed by a signal; stderr: " << r.err;
-  if (r.exit_code == 0) return ::testing::AssertionFailure() << "exit 0; stdout: " << r.out;
-  if (r.err.empty()) return ::testing::AssertionFailure() << "no message on stderr";
-  return ::testing::AssertionSuccess();
-}
+// A failure the way users must see it: non-zero exit, no signal, a "retnet: error:" message.
+::testing::AssertionResult clean_failure(const Result& r) { return retnet::test::fails_cleanly(r); }
 
 class Cli : public ::testing::Test {
  protected:
