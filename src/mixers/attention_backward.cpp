@@ -28,7 +28,12 @@ struct GradHead {
   int64_t ldq, ldk, ldv, ldo, ld_do, ld_lse, ld_dq, ld_dk, ld_dv;
 };
 
-size_t tile_scratch(int64_t tile) { return 2 * tile * tile + tile; }
+size_t tile_scratch(int64_t tile) { return 2 * tile * tile; }
+
+// D [T]: D_n = dO_n . o_n, the row term of the softmax Jacobian, once per head.
+void row_terms(const GradHead& g, int64_t T, int64_t Dv, float* D) {
+  for (int64_t n = 0; n < T; ++n) D[n] = dot(g.d_out + n * g.ld_do, g.out + n * g.ldo, Dv);
+}
 
 // P [Lq, Lk] = exp(scale Q K^T - lse) for queries i0.., keys j0.., 0 above the diagonal.
 void recompute_probabilities(const GradHead& g, int64_t i0, int64_t Lq, int64_t j0, int64_t Lk,
@@ -45,12 +50,11 @@ void recompute_probabilities(const GradHead& g, int64_t i0, int64_t Lq, int64_t 
 }
 
 // Key rows [j0, j0 + Lk) against every query tile that sees them (queries j0 .. T - 1).
-// scratch: P [tile, tile], dP [tile, tile], D [tile].
-void backward_key_tile(const GradHead& g, int64_t j0, int64_t Lk, int64_t T, int64_t tile,
-                       int64_t Dk, int64_t Dv, float* scratch) {
+// D [T] from row_terms; scratch: P [tile, tile], dP [tile, tile].
+void backward_key_tile(const GradHead& g, const float* D, int64_t j0, int64_t Lk, int64_t T,
+                       int64_t tile, int64_t Dk, int64_t Dv, float* scratch) {
   float* P = scratch;
   float* dP = P + tile * tile;
-  float* D = dP + tile * tile;
   const float scale = 1.f / std::sqrt(static_cast<float>(Dk));
   const float* k = g.k + j0 * g.ldk;
   const float* v = g.v + j0 * g.ldv;
@@ -59,23 +63,25 @@ void backward_key_tile(const GradHead& g, int64_t j0, int64_t Lk, int64_t T, int
     const float* q = g.q + i0 * g.ldq;
     const float* d_out = g.d_out + i0 * g.ld_do;
     recompute_probabilities(g, i0, Lq, j0, Lk, Dk, scale, P);
-    for (int64_t i = 0; i < Lq; ++i) D[i] = dot(d_out + i * g.ld_do, g.out + (i0 + i) * g.ldo, Dv);
-    // dV_j += P^T dO_i ; dP = dO_i V_j^T
+    // dV_j += P^T dO_i ; dP = scale dO_i V_j^T. The scale is folded in here rather than into
+    // the dQ and dK products, which also keeps this product on OpenBLAS's small-matrix kernel:
+    // sgemm sends (No, Yes) products with alpha 1 and <= 64 rows to the decode-oriented skinny
+    // kernel, measured 2x slower on square tiles.
     sgemm(Trans::Yes, Trans::No, Lk, Dv, Lq, 1.f, P, Lk, d_out, g.ld_do, 1.f, g.d_v + j0 * g.ld_dv,
           g.ld_dv);
-    sgemm(Trans::No, Trans::Yes, Lq, Lk, Dv, 1.f, d_out, g.ld_do, v, g.ldv, 0.f, dP, Lk);
-    // dS = P .* (dP - D): masked entries have P = 0.
+    sgemm(Trans::No, Trans::Yes, Lq, Lk, Dv, scale, d_out, g.ld_do, v, g.ldv, 0.f, dP, Lk);
+    // scale dS = P .* (scale dP - scale D): masked entries have P = 0.
     for (int64_t i = 0; i < Lq; ++i) {
       float* ds = dP + i * Lk;
       const float* p = P + i * Lk;
-      const float Di = D[i];
+      const float Di = scale * D[i0 + i];
 #pragma omp simd
       for (int64_t j = 0; j < Lk; ++j) ds[j] = p[j] * (ds[j] - Di);
     }
-    // dQ_i += scale dS K_j ; dK_j += scale dS^T Q_i
-    sgemm(Trans::No, Trans::No, Lq, Dk, Lk, scale, dP, Lk, k, g.ldk, 1.f, g.d_q + i0 * g.ld_dq,
+    // dQ_i += (scale dS) K_j ; dK_j += (scale dS)^T Q_i
+    sgemm(Trans::No, Trans::No, Lq, Dk, Lk, 1.f, dP, Lk, k, g.ldk, 1.f, g.d_q + i0 * g.ld_dq,
           g.ld_dq);
-    sgemm(Trans::Yes, Trans::No, Lk, Dk, Lq, scale, dP, Lk, q, g.ldq, 1.f, g.d_k + j0 * g.ld_dk,
+    sgemm(Trans::Yes, Trans::No, Lk, Dk, Lq, 1.f, dP, Lk, q, g.ldq, 1.f, g.d_k + j0 * g.ld_dk,
           g.ld_dk);
   }
 }
@@ -109,9 +115,10 @@ bool heads_in_parallel(int64_t B, int64_t H) {
 size_t attention_backward_workspace_floats(int64_t B, int64_t T, int64_t H, int64_t Dk,
                                            int64_t /*Dv*/, int64_t tile) {
   const int64_t t = std::clamp<int64_t>(tile, 1, std::max<int64_t>(T, 1));
-  size_t per_slot = tile_scratch(t);
-  if (!heads_in_parallel(B, H)) per_slot += T * Dk;
-  return Arena::footprint(per_slot * thread_slots());
+  // Per thread: the tile scratch and D [T] (heads in parallel) or a partial dQ [T, Dk] (plus one
+  // shared D [T]).
+  if (heads_in_parallel(B, H)) return Arena::footprint((tile_scratch(t) + T) * thread_slots());
+  return Arena::footprint((tile_scratch(t) + T * Dk) * thread_slots() + T);
 }
 
 void attention_backward(const AttentionGradArgs& a, Arena& arena) {
@@ -129,21 +136,25 @@ void attention_backward(const AttentionGradArgs& a, Arena& arena) {
   const int64_t key_tiles = (d.T + tile - 1) / tile;
   const size_t slots = thread_slots();
   if (heads_in_parallel(d.B, d.H)) {
-    const size_t per_slot = tile_scratch(tile);
+    const size_t per_slot = tile_scratch(tile) + d.T;
     float* scratch = arena.alloc(per_slot * slots);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t t = 0; t < d.B * d.H; ++t) {
       const GradHead g = grad_head(a, d, t / d.H, t % d.H);
-      float* s = scratch + per_slot * omp_get_thread_num();
+      float* D = scratch + per_slot * omp_get_thread_num();  // [T]
+      row_terms(g, d.T, d.Dv, D);
       for (int64_t j = 0; j < key_tiles; ++j)
-        backward_key_tile(g, j * tile, std::min(tile, d.T - j * tile), d.T, tile, d.Dk, d.Dv, s);
+        backward_key_tile(g, D, j * tile, std::min(tile, d.T - j * tile), d.T, tile, d.Dk, d.Dv,
+                          D + d.T);
     }
     return;
   }
   const size_t per_slot = tile_scratch(tile) + d.T * d.Dk;
-  float* scratch = arena.alloc(per_slot * slots);
+  float* scratch = arena.alloc(per_slot * slots + d.T);
+  float* D = scratch + per_slot * slots;  // [T], shared by the threads of a head
   for (int64_t t = 0; t < d.B * d.H; ++t) {
     const GradHead head = grad_head(a, d, t / d.H, t % d.H);
+    row_terms(head, d.T, d.Dv, D);
 #pragma omp parallel
     {
       float* dq_part = scratch + per_slot * omp_get_thread_num();  // [T, Dk]
@@ -153,7 +164,7 @@ void attention_backward(const AttentionGradArgs& a, Arena& arena) {
       // Key tile 0 meets every query tile: the first tiles are the largest, dynamic balances.
 #pragma omp for schedule(dynamic, 1)
       for (int64_t j = 0; j < key_tiles; ++j)
-        backward_key_tile(g, j * tile, std::min(tile, d.T - j * tile), d.T, tile, d.Dk, d.Dv,
+        backward_key_tile(g, D, j * tile, std::min(tile, d.T - j * tile), d.T, tile, d.Dk, d.Dv,
                           dq_part + d.T * d.Dk);
       // Sum the partial dQ into d_q, rows split across threads (the barrier above completes them).
       const int threads = omp_get_num_threads();
