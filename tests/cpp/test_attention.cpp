@@ -349,7 +349,7 @@ TEST(AttentionCache, LongStepCrossesDecodeBlocks) {
   OwnedCache c(B);
   attention_cache_reserve(c.cache, c.storage, B, H, Dk, Dv, T);
   std::vector<float> out(B * T * H * Dv, NAN);
-  Arena arena(attention_workspace_floats(T, Dk, Dv, 64) + attention_step_workspace_floats(Dv));
+  Arena arena(attention_workspace_floats(T, Dk, Dv, kAttentionDefaultTile) + attention_step_workspace_floats(Dv));
   attention_prefill(time_slice(p.q, B, T, H, Dk, 0, T - 1), time_slice(p.k, B, T, H, Dk, 0, T - 1),
                     time_slice(p.v, B, T, H, Dv, 0, T - 1), time_slice(out, B, T, H, Dv, 0, T - 1),
                     c.cache, arena);
@@ -392,7 +392,7 @@ TEST(AttentionCache, BatchedDecodeEqualsEachSequenceAlone) {
   AttentionCache second{c.cache.data + attention_cache_floats(H, Dk, Dv, c.cache.capacity),
                         c.cache.capacity, c.length.data() + 1};
   std::vector<float> out1(T * H * Dv, NAN), out0(steps * H * Dv, NAN);
-  Arena arena(attention_workspace_floats(T, Dk, Dv, 64) + attention_step_workspace_floats(Dv));
+  Arena arena(attention_workspace_floats(T, Dk, Dv, kAttentionDefaultTile) + attention_step_workspace_floats(Dv));
   attention_prefill(time_slice(p1.q, 1, T, H, Dk, 0, T0), time_slice(p1.k, 1, T, H, Dk, 0, T0),
                     time_slice(p1.v, 1, T, H, Dv, 0, T0), time_slice(out1, 1, T, H, Dv, 0, T0),
                     second, arena);
@@ -427,7 +427,7 @@ TEST(AttentionCache, FullCacheThrowsAndLeavesItUnchanged) {
   std::vector<float> storage(attention_cache_floats(H, D, D, 2)), out(T * D);
   std::vector<int64_t> length{0};
   AttentionCache c{storage.data(), 2, length.data()};
-  Arena arena(attention_workspace_floats(T, D, D, 64));
+  Arena arena(attention_workspace_floats(T, D, D, kAttentionDefaultTile));
   try {
     attention_prefill(p.view(p.q, D), p.view(p.k, D), p.view(p.v, D), p.view(out, D), c, arena);
     FAIL() << "expected an Error";
