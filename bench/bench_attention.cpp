@@ -133,7 +133,7 @@ void BM_Decode(benchmark::State& st) {
     std::copy(fill.begin(), fill.end(), cache_storage.begin());
     length[0] = cached;
   }
-  Arena arena(attention_step_workspace_floats(kD) + 4096);
+  Arena arena(attention_step_workspace_floats(1, kH, kD) + 4096);
   for (auto _ : st) {
     arena.reset();
     if (attention) {

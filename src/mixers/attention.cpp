@@ -147,35 +147,83 @@ const float* cache_values(const AttentionCache& c, const Dims& d, int64_t b, int
   return c.data + b * c.capacity * cache_row(d) + d.H * d.Dk + h * d.Dv;
 }
 
-// One query against L cached keys, online softmax over blocks of kDecodeBlock keys (so the
-// scratch does not grow with the cache). q [Dk]; keys, values: rows `ld` apart; out [Dv].
-// scratch: [kDecodeBlock].
-void decode_head(const float* q, const float* keys, const float* values, int64_t ld, int64_t L,
-                 int64_t Dk, int64_t Dv, float* out, float* scratch) {
-  const float scale = 1.f / std::sqrt(static_cast<float>(Dk));
-  float running_max = -std::numeric_limits<float>::infinity(), running_sum = 0.f;
-  std::fill(out, out + Dv, 0.f);
-  for (int64_t j0 = 0; j0 < L; j0 += kDecodeBlock) {
-    const int64_t n = std::min(kDecodeBlock, L - j0);
-    for (int64_t j = 0; j < n; ++j) scratch[j] = scale * dot(q, keys + (j0 + j) * ld, Dk);
-    const float m = max_of(scratch, n, running_max);
-    const float correction = exp_nonpositive(running_max - m);
-    running_sum = running_sum * correction + exp_shifted_sum(scratch, n, m);
-    running_max = m;
-    if (correction != 1.f) {
+// ---- decode: flash-decoding over the token-major cache ------------------------------------
+// A step's tokens are split into ranges, one task each (sequence b, split s); a task reads its
+// cache rows once, front to back, for all heads at a time (each row holds every head's key and
+// value), and keeps a partial softmax per head: running max, sum and weighted values. The
+// partials of a sequence are then merged. So one sequence uses every thread, and the cache is
+// streamed contiguously, which is what a memory-bound step needs.
+
+// A task's partial result per head: [H, Dv + 2] = weighted values, then max, then sum.
+int64_t partial_floats(const Dims& d) { return d.H * (d.Dv + 2); }
+
+// Tokens [begin, end) of one sequence: the partial softmax of every head. q(h): head h's query;
+// rows: the sequence's cache block; scores: [H, kDecodeBlock] scratch; partial: [H, Dv + 2].
+template <typename Query>
+void decode_range(Query q, const float* rows, const Dims& d, int64_t begin, int64_t end,
+                  float* scores, float* partial) {
+  const int64_t row = cache_row(d), W = d.Dv + 2;
+  const float scale = 1.f / std::sqrt(static_cast<float>(d.Dk));
+  for (int64_t h = 0; h < d.H; ++h) {
+    std::fill(partial + h * W, partial + h * W + d.Dv, 0.f);
+    partial[h * W + d.Dv] = -std::numeric_limits<float>::infinity();
+    partial[h * W + d.Dv + 1] = 0.f;
+  }
+  for (int64_t j0 = begin; j0 < end; j0 += kDecodeBlock) {
+    const int64_t n = std::min(kDecodeBlock, end - j0);
+    for (int64_t j = 0; j < n; ++j) {
+      const float* keys = rows + (j0 + j) * row;
+      for (int64_t h = 0; h < d.H; ++h)
+        scores[h * kDecodeBlock + j] = scale * dot(q(h), keys + h * d.Dk, d.Dk);
+    }
+    for (int64_t h = 0; h < d.H; ++h) {
+      float* acc = partial + h * W;
+      float* s = scores + h * kDecodeBlock;
+      const float m = max_of(s, n, acc[d.Dv]);
+      const float correction = exp_nonpositive(acc[d.Dv] - m);
+      acc[d.Dv + 1] = acc[d.Dv + 1] * correction + exp_shifted_sum(s, n, m);
+      acc[d.Dv] = m;
+      if (correction != 1.f) {
 #pragma omp simd
-      for (int64_t c = 0; c < Dv; ++c) out[c] *= correction;
+        for (int64_t c = 0; c < d.Dv; ++c) acc[c] *= correction;
+      }
     }
     for (int64_t j = 0; j < n; ++j) {
-      const float* v = values + (j0 + j) * ld;
-      const float p = scratch[j];
+      const float* values = rows + (j0 + j) * row + d.H * d.Dk;
+      for (int64_t h = 0; h < d.H; ++h) {
+        float* acc = partial + h * W;
+        const float* v = values + h * d.Dv;
+        const float p = scores[h * kDecodeBlock + j];
 #pragma omp simd
-      for (int64_t c = 0; c < Dv; ++c) out[c] += p * v[c];
+        for (int64_t c = 0; c < d.Dv; ++c) acc[c] += p * v[c];
+      }
     }
   }
-  const float inv = 1.f / running_sum;
+}
+
+// out [Dv] of head h from the S partials of its sequence (partials[s] = [H, Dv + 2]).
+void merge_partials(const float* partials, int64_t S, const Dims& d, int64_t h, float* out) {
+  const int64_t W = d.Dv + 2, stride = partial_floats(d);
+  float m = -std::numeric_limits<float>::infinity(), sum = 0.f;
+  for (int64_t s = 0; s < S; ++s) m = std::max(m, partials[s * stride + h * W + d.Dv]);
+  std::fill(out, out + d.Dv, 0.f);
+  for (int64_t s = 0; s < S; ++s) {
+    const float* p = partials + s * stride + h * W;
+    const float w = exp_nonpositive(p[d.Dv] - m);  // 0 for an empty range (max -inf)
+    sum += w * p[d.Dv + 1];
 #pragma omp simd
-  for (int64_t c = 0; c < Dv; ++c) out[c] *= inv;
+    for (int64_t c = 0; c < d.Dv; ++c) out[c] += w * p[c];
+  }
+  const float inv = 1.f / sum;
+#pragma omp simd
+  for (int64_t c = 0; c < d.Dv; ++c) out[c] *= inv;
+}
+
+// Splits per sequence: enough to keep every thread busy, none shorter than a block.
+int64_t decode_splits(int64_t B, int64_t longest) {
+  const int64_t threads = static_cast<int64_t>(thread_slots());
+  const int64_t per_sequence = (threads + B - 1) / B;
+  return std::clamp<int64_t>((longest + kDecodeBlock - 1) / kDecodeBlock, 1, per_sequence);
 }
 
 }  // namespace
@@ -211,11 +259,16 @@ void attention_cache_reserve(AttentionCache& cache, std::vector<float>& storage,
                "attention_cache_reserve: bad sizes B {}, H {}, Dk {}, Dv {}, new tokens {}", B, H,
                Dk, Dv, new_tokens);
   RETNET_CHECK(B == 0 || cache.length != nullptr, "attention_cache_reserve: no lengths array");
+  const int64_t old_capacity = cache.data ? cache.capacity : 0;
   int64_t longest = 0;
-  for (int64_t b = 0; b < B; ++b) longest = std::max(longest, cache.length[b]);
+  for (int64_t b = 0; b < B; ++b) {
+    RETNET_CHECK(cache.length[b] >= 0 && cache.length[b] <= old_capacity,
+                 "attention_cache_reserve: sequence {} claims {} cached tokens, the cache holds {}",
+                 b, cache.length[b], old_capacity);
+    longest = std::max(longest, cache.length[b]);
+  }
   const int64_t needed = longest + new_tokens;
   if (cache.data != nullptr && needed <= cache.capacity) return;
-  const int64_t old_capacity = cache.data ? cache.capacity : 0;
   const int64_t capacity = std::max({needed, 2 * old_capacity, int64_t{16}});
   const int64_t row = H * (Dk + Dv);
   RETNET_CHECK(storage.size() >= static_cast<size_t>(B * old_capacity * row),
@@ -230,8 +283,10 @@ void attention_cache_reserve(AttentionCache& cache, std::vector<float>& storage,
   cache.capacity = capacity;
 }
 
-size_t attention_step_workspace_floats(int64_t /*Dv*/) {
-  return Arena::footprint(kDecodeBlock * thread_slots());
+size_t attention_step_workspace_floats(int64_t B, int64_t H, int64_t Dv) {
+  const size_t splits = std::max<size_t>((thread_slots() + B - 1) / std::max<int64_t>(B, 1), 1);
+  return Arena::footprint(B * splits * H * (Dv + 2)) +
+         Arena::footprint(H * kDecodeBlock * thread_slots());
 }
 
 void attention_step(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -241,15 +296,22 @@ void attention_step(const TensorView& q, const TensorView& k, const TensorView& 
   if (d.B == 0 || d.H == 0) return;
   check_room(cache, d, "attention_step");
   append_to_cache(k, v, cache, d);
-  float* scratch = arena.alloc(kDecodeBlock * thread_slots());
-  const int64_t row = cache_row(d);
-  // Heads of a step read disjoint cache columns; (B, H) is the only parallelism a step has.
+  int64_t longest = 0;
+  for (int64_t b = 0; b < d.B; ++b) longest = std::max(longest, cache.length[b] + 1);
+  const int64_t S = decode_splits(d.B, longest);
+  float* partials = arena.alloc(d.B * S * partial_floats(d));        // [B, S, H, Dv + 2]
+  float* scores = arena.alloc(d.H * kDecodeBlock * thread_slots());  // per thread [H, block]
 #pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < d.B * S; ++t) {
+    const int64_t b = t / S, s = t % S, L = cache.length[b] + 1;
+    decode_range([&](int64_t h) { return &q.at(b, 0, h, 0); },
+                 cache.data + b * cache.capacity * cache_row(d), d, L * s / S, L * (s + 1) / S,
+                 scores + d.H * kDecodeBlock * omp_get_thread_num(),
+                 partials + t * partial_floats(d));
+  }
   for (int64_t t = 0; t < d.B * d.H; ++t) {
     const int64_t b = t / d.H, h = t % d.H;
-    decode_head(&q.at(b, 0, h, 0), cache_keys(cache, d, b, h), cache_values(cache, d, b, h), row,
-                cache.length[b] + 1, d.Dk, d.Dv, &out.at(b, 0, h, 0),
-                scratch + kDecodeBlock * omp_get_thread_num());
+    merge_partials(partials + b * S * partial_floats(d), S, d, h, &out.at(b, 0, h, 0));
   }
   for (int64_t b = 0; b < d.B; ++b) cache.length[b] += 1;
 }

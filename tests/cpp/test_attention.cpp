@@ -328,7 +328,7 @@ TEST(AttentionCache, StepByStepEqualsTheTiledForward) {
   const auto want = p.forward(16);
   OwnedCache c(B);
   std::vector<float> out(B * T * H * Dv, NAN);
-  Arena arena(attention_step_workspace_floats(Dv));
+  Arena arena(attention_step_workspace_floats(B, H, Dv));
   for (int64_t t = 0; t < T; ++t) {
     attention_cache_reserve(c.cache, c.storage, B, H, Dk, Dv, 1);  // grows 16 -> 32 -> 64
     arena.reset();
@@ -343,13 +343,14 @@ TEST(AttentionCache, StepByStepEqualsTheTiledForward) {
 }
 
 TEST(AttentionCache, LongStepCrossesDecodeBlocks) {
-  // 600 cached tokens: the step's online softmax folds three blocks of keys.
+  // 600 cached tokens: the step splits them across threads and each split folds several blocks.
   const int64_t B = 1, T = 600, H = 1, Dk = 16, Dv = 16;
   Problem p(B, T, H, Dk, Dv, 33);
   OwnedCache c(B);
   attention_cache_reserve(c.cache, c.storage, B, H, Dk, Dv, T);
   std::vector<float> out(B * T * H * Dv, NAN);
-  Arena arena(attention_workspace_floats(T, Dk, Dv, kAttentionDefaultTile) + attention_step_workspace_floats(Dv));
+  Arena arena(attention_workspace_floats(T, Dk, Dv, kAttentionDefaultTile) +
+              attention_step_workspace_floats(B, H, Dv));
   attention_prefill(time_slice(p.q, B, T, H, Dk, 0, T - 1), time_slice(p.k, B, T, H, Dk, 0, T - 1),
                     time_slice(p.v, B, T, H, Dv, 0, T - 1), time_slice(out, B, T, H, Dv, 0, T - 1),
                     c.cache, arena);
@@ -392,7 +393,8 @@ TEST(AttentionCache, BatchedDecodeEqualsEachSequenceAlone) {
   AttentionCache second{c.cache.data + attention_cache_floats(H, Dk, Dv, c.cache.capacity),
                         c.cache.capacity, c.length.data() + 1};
   std::vector<float> out1(T * H * Dv, NAN), out0(steps * H * Dv, NAN);
-  Arena arena(attention_workspace_floats(T, Dk, Dv, kAttentionDefaultTile) + attention_step_workspace_floats(Dv));
+  Arena arena(attention_workspace_floats(T, Dk, Dv, kAttentionDefaultTile) +
+              attention_step_workspace_floats(2, H, Dv));
   attention_prefill(time_slice(p1.q, 1, T, H, Dk, 0, T0), time_slice(p1.k, 1, T, H, Dk, 0, T0),
                     time_slice(p1.v, 1, T, H, Dv, 0, T0), time_slice(out1, 1, T, H, Dv, 0, T0),
                     second, arena);

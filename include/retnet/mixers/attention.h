@@ -74,11 +74,12 @@ struct AttentionCache {
 void attention_cache_reserve(AttentionCache& cache, std::vector<float>& storage, int64_t B,
                              int64_t H, int64_t Dk, int64_t Dv, int64_t new_tokens);
 
-// Scratch floats attention_step takes from the arena.
-size_t attention_step_workspace_floats(int64_t Dv);
+// Scratch floats attention_step takes from the arena (independent of the cache length).
+size_t attention_step_workspace_floats(int64_t B, int64_t H, int64_t Dv);
 
 // One new token per sequence (q, k, v, out: [B, 1, H, D]): appends k, v to each sequence's cache
-// and attends over its length + 1 cached tokens. OpenMP over (B, H).
+// and attends over its length + 1 cached tokens. Flash-decoding: each sequence's tokens are split
+// across threads (all heads read together from each cache row), partial softmaxes merged.
 void attention_step(const TensorView& q, const TensorView& k, const TensorView& v,
                     const TensorView& out, AttentionCache& cache, Arena& arena);
 
