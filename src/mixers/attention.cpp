@@ -139,7 +139,7 @@ void append_to_cache(const TensorView& k, const TensorView& v, const AttentionCa
   }
 }
 
-// Cached keys of head h of sequence b start at key_rows(...), rows `row` floats apart.
+// The cached keys and values of head h of sequence b: rows cache_row(d) floats apart.
 const float* cache_keys(const AttentionCache& c, const Dims& d, int64_t b, int64_t h) {
   return c.data + b * c.capacity * cache_row(d) + h * d.Dk;
 }
