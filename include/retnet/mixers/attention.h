@@ -22,8 +22,8 @@
 
 namespace retnet {
 
-// 128: the tile products are then large enough for OpenBLAS to run near its peak while a tile's
-// scratch (2 x 64 KiB) stays in L2; 64 measured 10-30% slower forward and backward
+// 128: large enough that OpenBLAS's per-call overhead on the tile products stays small, while a
+// tile's scratch (2 x 64 KiB) stays in L2; 64 measured 10-30% slower forward and backward
 // (docs/attention-kernels.md).
 inline constexpr int64_t kAttentionDefaultTile = 128;
 
