@@ -81,7 +81,7 @@ void elu_rows_backward(const float* x, const float* phi, const float* d_phi, flo
   for (int64_t i = 0; i < D; ++i) d_x[i] += d_phi[i] * (x[i] > 0.f ? 1.f : phi[i]);
 }
 
-// Runs fn(row of each view...) over all B * T * H rows.
+// Runs fn(b, t, h) for all B * T * H rows, across threads when there is enough work.
 template <typename Fn>
 void for_each_row(const Dims& d, Fn fn) {
 #pragma omp parallel for schedule(static) if (d.B * d.T * d.H * d.D >= 16384)
