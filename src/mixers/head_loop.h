@@ -1,0 +1,39 @@
+#pragma once
+// Internal to src/mixers: runs a per-(sequence, head) task over all B * H heads.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "retnet/core/arena.h"
+
+namespace retnet::detail {
+
+// Runs fn(b, h, scratch) for every head, each task with `scratch_per_head` floats of its own. With
+// at least as many heads as threads, heads run in parallel (BLAS then runs single-threaded inside
+// our region); otherwise one at a time, and BLAS and inner loops use all the threads.
+template <typename Fn>
+void for_each_head(int64_t B, int64_t H, Arena& arena, size_t scratch_per_head, Fn fn) {
+  const int64_t tasks = B * H;
+  const int threads = omp_get_max_threads();
+  const bool heads_in_parallel = tasks >= threads && threads > 1;
+  // Tasks without scratch take nothing from the arena (it may be empty).
+  const size_t per = scratch_per_head;
+  float* scratch = per ? arena.alloc(per * (heads_in_parallel ? threads : 1)) : nullptr;
+  if (heads_in_parallel) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t t = 0; t < tasks; ++t) fn(t / H, t % H, scratch + per * omp_get_thread_num());
+  } else {
+    for (int64_t t = 0; t < tasks; ++t) fn(t / H, t % H, scratch);
+  }
+}
+
+// Arena floats for_each_head takes for `scratch_per_head`.
+inline size_t head_loop_footprint(int64_t B, int64_t H, size_t scratch_per_head) {
+  const int64_t threads = omp_get_max_threads();
+  const bool heads_in_parallel = B * H >= threads && threads > 1;
+  return scratch_per_head ? Arena::footprint(scratch_per_head * (heads_in_parallel ? threads : 1))
+                          : 0;
+}
+
+}  // namespace retnet::detail
