@@ -14,7 +14,8 @@ const char* activation_name(Activation a) { return a == Activation::Gelu ? "gelu
 
 void gated_activation_forward(Activation act, const float* a, int64_t lda, const float* b,
                               int64_t ldb, float* out, int64_t ldo, int64_t N, int64_t D) {
-#pragma omp parallel for schedule(static) if (N * D > 16384)
+  // erf costs ~10 ns: from a few thousand elements (a decode step of 8+ sequences) threads pay.
+#pragma omp parallel for schedule(static) if (N * D > 2048)
   for (int64_t n = 0; n < N; ++n) {
     const float* ar = a + n * lda;
     const float* br = b + n * ldb;
