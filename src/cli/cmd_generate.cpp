@@ -179,7 +179,10 @@ void run_generate(const GenerateArgs& a) {
       r.text += tail;
     }
   }
-  if (stream) std::printf("\n");
+  if (stream) {
+    std::printf("\n");
+    std::fflush(stdout);  // before the stats and timings on stderr
+  }
   const double total_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
 
