@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "head_loop.h"
 #include "retnet/core/error.h"
 #include "retnet/core/tensor.h"
 #include "retnet/ops/fast_exp.h"
@@ -79,8 +80,7 @@ inline Dims check_dims(const TensorView& q, const TensorView& k, const TensorVie
                        const TensorView& out, const char* what) {
   Dims d{q.shape[0], q.shape[1], q.shape[2], q.shape[3], v.shape[3]};
   auto same = [&](const TensorView& t, int64_t last) {
-    return t.ndim == 4 && t.shape[0] == d.B && t.shape[1] == d.T && t.shape[2] == d.H &&
-           t.shape[3] == last && t.stride[3] == 1 && t.data != nullptr;
+    return detail::is_head_view(t, d.B, d.T, d.H, last) && t.data != nullptr;
   };
   RETNET_CHECK(same(q, d.Dk) && same(k, d.Dk) && same(v, d.Dv) && same(out, d.Dv),
                "{}: q, k must be [B, T, H, Dk] and v, out [B, T, H, Dv] with unit stride in the "
