@@ -50,7 +50,7 @@ void online_softmax_tile(float* S, int64_t Lq, int64_t Lk, int64_t first, int64_
     const float m = max_of(s, visible, row_max[i]);
     // row_max starts at -inf (exp gives 0); key 0 is visible to every query in the first tile, so
     // m is finite from there on.
-    const float correction = exp_nonpositive(row_max[i] - m);
+    const float correction = fast_exp_nonpositive(row_max[i] - m);
     row_sum[i] = row_sum[i] * correction + exp_shifted_sum(s, visible, m);
     row_max[i] = m;
     if (correction != 1.f) {
@@ -180,7 +180,7 @@ void decode_range(Query q, const float* rows, const Dims& d, int64_t begin, int6
       float* acc = partial + h * W;
       float* s = scores + h * kDecodeBlock;
       const float m = max_of(s, n, acc[d.Dv]);
-      const float correction = exp_nonpositive(acc[d.Dv] - m);
+      const float correction = fast_exp_nonpositive(acc[d.Dv] - m);
       acc[d.Dv + 1] = acc[d.Dv + 1] * correction + exp_shifted_sum(s, n, m);
       acc[d.Dv] = m;
       if (correction != 1.f) {
@@ -209,7 +209,7 @@ void merge_partials(const float* partials, int64_t S, const Dims& d, int64_t h, 
   std::fill(out, out + d.Dv, 0.f);
   for (int64_t s = 0; s < S; ++s) {
     const float* p = partials + s * stride + h * W;
-    const float w = exp_nonpositive(p[d.Dv] - m);  // 0 for an empty range (max -inf)
+    const float w = fast_exp_nonpositive(p[d.Dv] - m);  // 0 for an empty range (max -inf)
     sum += w * p[d.Dv + 1];
 #pragma omp simd
     for (int64_t c = 0; c < d.Dv; ++c) out[c] += w * p[c];

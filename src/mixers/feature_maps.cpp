@@ -3,13 +3,13 @@
 #include "retnet/mixers/feature_maps.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 
 #include "head_loop.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
 #include "retnet/core/rng.h"
+#include "retnet/ops/fast_exp.h"
 
 namespace retnet {
 namespace {
@@ -45,31 +45,11 @@ Dims check_pair(const FeatureMap& map, const TensorView& x, const TensorView& ph
   return dx;
 }
 
-// exp(x) in float to within 2 ulp (Cephes' expf: x = n ln2 + r, a degree-6 polynomial in r, 2^n
-// from the exponent bits), written so that `omp simd` loops vectorise it: libm's scalar expf was
-// most of the time of both feature maps. Returns 0 below -87 (where float underflows anyway) and
-// is used only for arguments <= 88 (FAVOR+'s are <= kFavorKeyHeadroom, elu's < 0).
-inline float exp_simd(float x) {
-  // Compares and selects, not std::fmin/fmax (library calls that GCC does not vectorise).
-  const float xc = x < -87.f ? -87.f : (x > 88.f ? 88.f : x);
-  const float n = std::floor(xc * 1.44269504088896341f + 0.5f);
-  const float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
-  float y = 1.9875691500e-4f;
-  y = y * r + 1.3981999507e-3f;
-  y = y * r + 8.3334519073e-3f;
-  y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f;
-  y = y * r + 5.0000001201e-1f;
-  y = y * r * r + r + 1.f;
-  const float scale = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-  return x < -87.f ? 0.f : y * scale;
-}
-
 // ---- elu + 1 -------------------------------------------------------------------------------
 void elu_rows(const float* x, float* phi, int64_t D) {
 #pragma omp simd
   for (int64_t i = 0; i < D; ++i) {
-    const float e = exp_simd(x[i] < 0.f ? x[i] : 0.f);  // both branches, then a select
+    const float e = fast_exp(x[i] < 0.f ? x[i] : 0.f);  // both branches, then a select
     phi[i] = x[i] > 0.f ? x[i] + 1.f : e;
   }
 }
@@ -110,7 +90,7 @@ void favor_head(const FeatureMap& map, FeatureRole role, const float* x, int64_t
       shift = static_cast<float>(0.5 * sq * inv_root4 * inv_root4) + map.favor_key_shift;
     }
 #pragma omp simd
-    for (int64_t j = 0; j < m; ++j) p[j] = exp_simd(p[j] - shift) * inv_sqrt_m;
+    for (int64_t j = 0; j < m; ++j) p[j] = fast_exp(p[j] - shift) * inv_sqrt_m;
   }
 }
 

@@ -6,8 +6,16 @@
 #include <cstdint>
 
 #include "retnet/core/arena.h"
+#include "retnet/core/tensor.h"
 
 namespace retnet::detail {
+
+// Whether t is a [B, T, H, last] view with unit stride in the last dim: what the per-head kernels
+// read, one row of `last` floats per token, rows stride[1] apart.
+inline bool is_head_view(const TensorView& t, int64_t B, int64_t T, int64_t H, int64_t last) {
+  return t.ndim == 4 && t.shape[0] == B && t.shape[1] == T && t.shape[2] == H &&
+         t.shape[3] == last && t.stride[3] == 1;
+}
 
 // Runs fn(b, h, scratch) for every head, each task with `scratch_per_head` floats of its own. With
 // at least as many heads as threads, heads run in parallel (BLAS then runs single-threaded inside

@@ -20,8 +20,7 @@ struct Dims {
 Dims dims_of(const CausalLinearArgs& a) {
   Dims d{a.phi_q.shape[0], a.phi_q.shape[1], a.phi_q.shape[2], a.phi_q.shape[3], a.v.shape[3]};
   auto check = [&](const TensorView& t, int64_t last, const char* name) {
-    RETNET_CHECK(t.ndim == 4 && t.shape[0] == d.B && t.shape[1] == d.T && t.shape[2] == d.H &&
-                     t.shape[3] == last && t.stride[3] == 1,
+    RETNET_CHECK(detail::is_head_view(t, d.B, d.T, d.H, last),
                  "linear attention: {} is [{}, {}, {}, {}] (last stride {}), expected [{}, {}, {}, "
                  "{}] with unit stride in the last dim",
                  name, t.shape[0], t.shape[1], t.shape[2], t.shape[3], t.stride[3], d.B, d.T, d.H,

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "head_loop.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
 
@@ -39,8 +40,7 @@ struct Dims {
 Dims dims_of(const RetentionArgs& a) {
   Dims d{a.q.shape[0], a.q.shape[1], a.q.shape[2], a.q.shape[3], a.v.shape[3]};
   auto same = [&](const TensorView& t, int64_t last) {
-    return t.ndim == 4 && t.shape[0] == d.B && t.shape[1] == d.T && t.shape[2] == d.H &&
-           t.shape[3] == last && t.stride[3] == 1;
+    return detail::is_head_view(t, d.B, d.T, d.H, last);
   };
   RETNET_CHECK(same(a.q, d.Dk) && same(a.k, d.Dk) && same(a.v, d.Dv) && same(a.out, d.Dv),
                "retention: q, k must be [B, T, H, Dk] and v, out [B, T, H, Dv] with unit stride "
@@ -93,24 +93,12 @@ inline void normalise_row(const float* aug, float row_sum, float* out, int64_t D
   for (int64_t j = 0; j < Dv; ++j) out[j] = aug[j] * scale;
 }
 
-// Runs fn(head_block, scratch) for all B*H heads. With at least as many heads as threads, heads run
-// in parallel (BLAS then runs single-threaded inside our region); otherwise one at a time, and BLAS
-// and the inner loops use all threads.
+// Runs fn(head_block, scratch) for all B*H heads (see detail::for_each_head).
 template <typename Fn>
 void for_each_head(const RetentionArgs& a, const Dims& d, Arena& arena, size_t scratch_per_head,
                    Fn fn) {
-  int64_t tasks = d.B * d.H;
-  int threads = omp_get_max_threads();
-  bool heads_in_parallel = tasks >= threads && threads > 1;
-  int slots = heads_in_parallel ? threads : 1;
-  float* scratch = arena.alloc(std::max<size_t>(scratch_per_head, 1) * slots);
-  if (heads_in_parallel) {
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t t = 0; t < tasks; ++t)
-      fn(head_block(a, d, t / d.H, t % d.H), scratch + scratch_per_head * omp_get_thread_num());
-  } else {
-    for (int64_t t = 0; t < tasks; ++t) fn(head_block(a, d, t / d.H, t % d.H), scratch);
-  }
+  detail::for_each_head(d.B, d.H, arena, scratch_per_head,
+                        [&](int64_t b, int64_t h, float* s) { fn(head_block(a, d, b, h), s); });
 }
 
 // ---- parallel form: the T x T score matrix of each head, masked by the decay ------------------

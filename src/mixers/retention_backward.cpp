@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "head_loop.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
 #include "retnet/mixers/retention.h"
@@ -143,6 +144,25 @@ void chunkwise_backward_head(const GradHead& g, int64_t T, int64_t Dk, int64_t D
   }
 }
 
+GradHead grad_head(const RetentionGradArgs& a, int64_t T, int64_t H, int64_t b, int64_t h) {
+  GradHead g;
+  g.q = &a.q.at(b, 0, h, 0);
+  g.k = &a.k.at(b, 0, h, 0);
+  g.v = &a.v.at(b, 0, h, 0);
+  g.out = &a.out.at(b, 0, h, 0);
+  g.d_out = &a.d_out.at(b, 0, h, 0);
+  g.d_q = &a.d_q.at(b, 0, h, 0);
+  g.d_k = &a.d_k.at(b, 0, h, 0);
+  g.d_v = &a.d_v.at(b, 0, h, 0);
+  g.ldq = a.q.stride[1], g.ldk = a.k.stride[1], g.ldv = a.v.stride[1], g.ldo = a.out.stride[1];
+  g.ld_do = a.d_out.stride[1], g.ld_dq = a.d_q.stride[1], g.ld_dk = a.d_k.stride[1];
+  g.ld_dv = a.d_v.stride[1];
+  g.stats = a.row_stats + (b * T * H + h) * 2;
+  g.ld_stats = H * 2;
+  g.gamma = a.gammas[h];
+  return g;
+}
+
 }  // namespace
 
 size_t retention_backward_workspace_floats(RetentionForm form, int64_t T, int64_t Dk, int64_t Dv,
@@ -163,50 +183,23 @@ void retention_backward(RetentionForm form, const RetentionGradArgs& a, Arena& a
   const int64_t B = a.q.shape[0], T = a.q.shape[1], H = a.q.shape[2];
   const int64_t Dk = a.q.shape[3], Dv = a.v.shape[3];
   for (const TensorView* t : {&a.q, &a.k, &a.d_q, &a.d_k})
-    RETNET_CHECK(t->shape[0] == B && t->shape[1] == T && t->shape[2] == H && t->shape[3] == Dk &&
-                     t->stride[3] == 1,
+    RETNET_CHECK(detail::is_head_view(*t, B, T, H, Dk),
                  "retention backward: q, k and their gradients must be [B, T, H, Dk]");
   for (const TensorView* t : {&a.v, &a.out, &a.d_out, &a.d_v})
-    RETNET_CHECK(t->shape[0] == B && t->shape[1] == T && t->shape[2] == H && t->shape[3] == Dv &&
-                     t->stride[3] == 1,
+    RETNET_CHECK(detail::is_head_view(*t, B, T, H, Dv),
                  "retention backward: v, out and their gradients must be [B, T, H, Dv]");
   RETNET_CHECK(a.chunk >= 1, "chunk size must be at least 1, got {}", a.chunk);
   const int64_t C = std::min(a.chunk, T);
   const size_t per_head = form == RetentionForm::Parallel
                               ? 2 * T * T + 2 * T * (Dv + 1) + T
                               : chunkwise_backward_scratch(C, Dk, Dv);
-  const int64_t tasks = B * H;
-  const int threads = omp_get_max_threads();
-  const bool heads_in_parallel = tasks >= threads && threads > 1;
-  float* scratch = arena.alloc(per_head * (heads_in_parallel ? threads : 1));
-  auto run = [&](int64_t task, float* s) {
-    const int64_t b = task / H, h = task % H;
-    GradHead g;
-    g.q = &a.q.at(b, 0, h, 0);
-    g.k = &a.k.at(b, 0, h, 0);
-    g.v = &a.v.at(b, 0, h, 0);
-    g.out = &a.out.at(b, 0, h, 0);
-    g.d_out = &a.d_out.at(b, 0, h, 0);
-    g.d_q = &a.d_q.at(b, 0, h, 0);
-    g.d_k = &a.d_k.at(b, 0, h, 0);
-    g.d_v = &a.d_v.at(b, 0, h, 0);
-    g.ldq = a.q.stride[1], g.ldk = a.k.stride[1], g.ldv = a.v.stride[1], g.ldo = a.out.stride[1];
-    g.ld_do = a.d_out.stride[1], g.ld_dq = a.d_q.stride[1], g.ld_dk = a.d_k.stride[1];
-    g.ld_dv = a.d_v.stride[1];
-    g.stats = a.row_stats + (b * T * H + h) * 2;
-    g.ld_stats = H * 2;
-    g.gamma = a.gammas[h];
+  detail::for_each_head(B, H, arena, per_head, [&](int64_t b, int64_t h, float* s) {
+    const GradHead g = grad_head(a, T, H, b, h);
     if (form == RetentionForm::Parallel)
       parallel_backward_head(g, T, Dk, Dv, s);
     else
       chunkwise_backward_head(g, T, Dk, Dv, C, s);
-  };
-  if (heads_in_parallel) {
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t t = 0; t < tasks; ++t) run(t, scratch + per_head * omp_get_thread_num());
-  } else {
-    for (int64_t t = 0; t < tasks; ++t) run(t, scratch);
-  }
+  });
 }
 
 }  // namespace retnet

@@ -12,7 +12,9 @@
 
 using namespace retnet;
 using retnet::test::close;
+using retnet::test::finite_differences;
 using retnet::test::random_vector;
+using retnet::test::to_double;
 
 namespace {
 
@@ -47,10 +49,7 @@ struct Problem {
 
   // Rows of head h of sequence b as a contiguous [T, D] block.
   std::vector<float> head(const std::vector<float>& x, int64_t D, int64_t b, int64_t h) const {
-    std::vector<float> r(T * D);
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t i = 0; i < D; ++i) r[t * D + i] = x[((b * T + t) * H + h) * D + i];
-    return r;
+    return test::head_rows(x, T, H, D, b, h);
   }
 
   // attention_reference head by head, laid out like forward()'s outputs.
@@ -227,8 +226,6 @@ void backward_ref(const std::vector<double>& q, const std::vector<double>& k,
   }
 }
 
-std::vector<double> to_double(const std::vector<float>& x) { return {x.begin(), x.end()}; }
-
 }  // namespace
 
 TEST(AttentionBackward, ReferenceMatchesFiniteDifferences) {
@@ -243,19 +240,8 @@ TEST(AttentionBackward, ReferenceMatchesFiniteDifferences) {
     for (size_t i = 0; i < o.size(); ++i) s += o[i] * d_out[i];
     return s;
   };
-  for (auto [x, g] : {std::pair{&q, &dq}, {&k, &dk}, {&v, &dv}}) {
-    std::vector<double> fd(x->size());
-    for (size_t i = 0; i < x->size(); ++i) {
-      const double h = 1e-6, x0 = (*x)[i];
-      (*x)[i] = x0 + h;
-      const double lp = loss();
-      (*x)[i] = x0 - h;
-      const double lm = loss();
-      (*x)[i] = x0;
-      fd[i] = (lp - lm) / (2 * h);
-    }
-    EXPECT_TRUE(close(*g, fd, 1e-6));
-  }
+  for (auto [x, g] : {std::pair{&q, &dq}, {&k, &dk}, {&v, &dv}})
+    EXPECT_TRUE(close(*g, finite_differences(loss, *x), 1e-6));
 }
 
 TEST(AttentionBackward, MatchesTheDoubleGradient) {

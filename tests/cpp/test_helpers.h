@@ -3,10 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "retnet/core/rng.h"
+#include "retnet/model/config.h"
 
 namespace retnet::test {
 
@@ -16,6 +19,45 @@ inline std::vector<float> random_vector(size_t n, uint64_t seed, double scale = 
   std::vector<float> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(scale * rng.normal(stream, i));
   return v;
+}
+
+// A two-layer model small enough for finite differences and file round trips.
+inline Config tiny_config() {
+  Config c;
+  c.embed_dim = 16;
+  c.value_embed_dim = 24;
+  c.heads = 2;
+  c.ffn_dim = 20;
+  c.layers = 2;
+  c.vocab_size = 30;
+  return c;
+}
+
+inline std::vector<double> to_double(const std::vector<float>& x) { return {x.begin(), x.end()}; }
+
+// Rows of head h of sequence b of a contiguous [B, T, H, D] tensor, as a contiguous [T, D] block.
+inline std::vector<float> head_rows(const std::vector<float>& x, int64_t T, int64_t H, int64_t D,
+                                    int64_t b, int64_t h) {
+  std::vector<float> r(T * D);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < D; ++i) r[t * D + i] = x[((b * T + t) * H + h) * D + i];
+  return r;
+}
+
+// Central differences of loss() with respect to every entry of x (restored afterwards).
+inline std::vector<double> finite_differences(const std::function<double()>& loss,
+                                              std::vector<double>& x, double h = 1e-6) {
+  std::vector<double> g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double x0 = x[i];
+    x[i] = x0 + h;
+    const double lp = loss();
+    x[i] = x0 - h;
+    const double lm = loss();
+    x[i] = x0;
+    g[i] = (lp - lm) / (2 * h);
+  }
+  return g;
 }
 
 // max|a - b| / max|b|: the tolerance measure of the project.

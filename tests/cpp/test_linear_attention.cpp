@@ -11,6 +11,7 @@
 
 using namespace retnet;
 using retnet::test::close;
+using retnet::test::finite_differences;
 using retnet::test::random_vector;
 
 namespace {
@@ -77,10 +78,7 @@ struct Problem {
 
   // One head's rows, contiguous.
   std::vector<float> head(const std::vector<float>& x, int64_t D, int64_t b, int64_t h) const {
-    std::vector<float> r(T * D);
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t i = 0; i < D; ++i) r[t * D + i] = x[((b * T + t) * H + h) * D + i];
-    return r;
+    return test::head_rows(x, T, H, D, b, h);
   }
   // The double-precision recurrence, laid out like run()'s output.
   std::vector<double> reference() const {
@@ -152,22 +150,6 @@ std::vector<double> forward_double(const FeatureMap& map, const std::vector<doub
       }
     }
   return out;
-}
-
-// Central differences of loss = sum(forward * d_out) with respect to every entry of *x.
-std::vector<double> finite_differences(const std::function<double()>& loss, std::vector<double>& x,
-                                       double h = 1e-6) {
-  std::vector<double> g(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double x0 = x[i];
-    x[i] = x0 + h;
-    const double lp = loss();
-    x[i] = x0 - h;
-    const double lm = loss();
-    x[i] = x0;
-    g[i] = (lp - lm) / (2 * h);
-  }
-  return g;
 }
 
 // Relative 1e-4, except where the true gradient is identically 0 (one token: o = v whatever q and

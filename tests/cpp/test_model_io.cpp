@@ -18,16 +18,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-Config tiny() {
-  Config c;
-  c.embed_dim = 16;
-  c.value_embed_dim = 24;
-  c.heads = 2;
-  c.ffn_dim = 20;
-  c.layers = 2;
-  c.vocab_size = 30;
-  return c;
-}
+Config tiny() { return test::tiny_config(); }
 
 fs::path temp_dir() {
   fs::path d = fs::temp_directory_path() / ("retnet_io_" + std::to_string(getpid()));

@@ -1,10 +1,13 @@
 // Every op against a naive double-precision reference.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
 #include "retnet/core/half.h"
 #include "retnet/ops/activation.h"
+#include "retnet/ops/fast_exp.h"
 #include "retnet/ops/rmsnorm.h"
 #include "retnet/ops/rotation.h"
 #include "test_helpers.h"
@@ -12,6 +15,70 @@
 using namespace retnet;
 using retnet::test::close;
 using retnet::test::random_vector;
+
+namespace {
+
+// Largest |f(x) - exp(x)| / exp(x) over x = lo, lo + step, ... <= hi, against exp in double.
+template <typename F>
+double max_exp_rel_error(F f, double lo, double hi, double step) {
+  double worst = 0;
+  for (double x = lo; x <= hi; x += step) {
+    const float xf = static_cast<float>(x);
+    const double want = std::exp(static_cast<double>(xf));
+    worst = std::max(worst, std::fabs(static_cast<double>(f(xf)) - want) / want);
+  }
+  return worst;
+}
+
+}  // namespace
+
+// 2 ulp of float is 2.4e-7 relative at worst.
+TEST(FastExp, WithinTwoUlpOverItsRange) {
+  EXPECT_LE(max_exp_rel_error([](float x) { return fast_exp(x); }, -87, 88, 1e-4), 2.4e-7);
+  EXPECT_LE(max_exp_rel_error([](float x) { return fast_exp_nonpositive(x); }, -87, 0, 1e-4),
+            2.4e-7);
+  EXPECT_EQ(fast_exp(0.f), 1.f);
+  EXPECT_EQ(fast_exp_nonpositive(0.f), 1.f);
+#if defined(__AVX512F__)
+  auto lanes = [](float x) {
+    // Every lane holds x, and every lane must give the same result.
+    alignas(64) float out[16];
+    _mm512_store_ps(out, fast_exp_nonpositive16(_mm512_set1_ps(x)));
+    for (float o : out) EXPECT_EQ(o, out[0]);
+    return out[0];
+  };
+  EXPECT_LE(max_exp_rel_error(lanes, -87, 0, 1e-3), 2.4e-7);
+#endif
+}
+
+TEST(FastExp, ZeroBelowMinus87) {
+  for (float x : {-87.01f, -88.f, -100.f, -1e30f, -INFINITY}) {
+    EXPECT_EQ(fast_exp(x), 0.f) << x;
+    EXPECT_EQ(fast_exp_nonpositive(x), 0.f) << x;
+#if defined(__AVX512F__)
+    alignas(64) float out[16];
+    _mm512_store_ps(out, fast_exp_nonpositive16(_mm512_set1_ps(x)));
+    for (float o : out) EXPECT_EQ(o, 0.f) << x;
+#endif
+  }
+  // In an `omp simd` loop (the way the mixers call them), the same.
+  std::vector<float> x(64), y(64), z(64);
+  for (int i = 0; i < 64; ++i) x[i] = -80.f - 0.25f * i;
+#pragma omp simd
+  for (int i = 0; i < 64; ++i) {
+    y[i] = fast_exp(x[i]);
+    z[i] = fast_exp_nonpositive(x[i]);
+  }
+  for (int i = 0; i < 64; ++i) {
+    if (x[i] < -87.f) {
+      EXPECT_EQ(y[i], 0.f) << x[i];
+      EXPECT_EQ(z[i], 0.f) << x[i];
+    } else {
+      EXPECT_NEAR(y[i], std::exp(double(x[i])), 2.4e-7 * std::exp(double(x[i]))) << x[i];
+      EXPECT_EQ(y[i], z[i]) << x[i];
+    }
+  }
+}
 
 TEST(Gemm, AllTransposesMatchReference) {
   for (auto [M, N, K] : {std::array<int64_t, 3>{1, 7, 5}, {17, 33, 9}, {64, 48, 130}, {3, 1, 4}}) {

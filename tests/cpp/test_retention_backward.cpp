@@ -7,7 +7,9 @@
 
 using namespace retnet;
 using retnet::test::close;
+using retnet::test::finite_differences;
 using retnet::test::random_vector;
+using retnet::test::to_double;
 
 namespace {
 
@@ -71,8 +73,6 @@ void backward_ref(const std::vector<double>& q, const std::vector<double>& k,
   }
 }
 
-std::vector<double> to_double(const std::vector<float>& x) { return {x.begin(), x.end()}; }
-
 }  // namespace
 
 TEST(RetentionBackward, ReferenceMatchesFiniteDifferences) {
@@ -89,19 +89,8 @@ TEST(RetentionBackward, ReferenceMatchesFiniteDifferences) {
       for (size_t i = 0; i < o.size(); ++i) s += o[i] * d_out[i];
       return s;
     };
-    for (auto [x, g] : {std::pair{&q, &dq}, {&k, &dk}, {&v, &dv}}) {
-      std::vector<double> fd(x->size());
-      for (size_t i = 0; i < x->size(); ++i) {
-        double h = 1e-6, x0 = (*x)[i];
-        (*x)[i] = x0 + h;
-        double lp = loss();
-        (*x)[i] = x0 - h;
-        double lm = loss();
-        (*x)[i] = x0;
-        fd[i] = (lp - lm) / (2 * h);
-      }
-      EXPECT_TRUE(close(*g, fd, 1e-6)) << "scale " << scale;
-    }
+    for (auto [x, g] : {std::pair{&q, &dq}, {&k, &dk}, {&v, &dv}})
+      EXPECT_TRUE(close(*g, finite_differences(loss, *x), 1e-6)) << "scale " << scale;
   }
 }
 

@@ -12,13 +12,7 @@ using retnet::test::close;
 namespace {
 
 Model tiny_model(double eps) {
-  Config c;
-  c.embed_dim = 16;
-  c.value_embed_dim = 24;
-  c.heads = 2;
-  c.ffn_dim = 20;
-  c.layers = 2;
-  c.vocab_size = 30;
+  Config c = test::tiny_config();
   c.layernorm_eps = eps;
   return Model::init(c, 9);
 }
