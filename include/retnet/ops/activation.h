@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "retnet/ops/fast_exp.h"
+
 namespace retnet {
 
 enum class Activation { Gelu, Swish };
@@ -12,7 +14,9 @@ Activation parse_activation(const std::string& name);  // "gelu" | "swish" (alia
 const char* activation_name(Activation a);
 
 inline float gelu(float x) { return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f)); }
-inline float swish(float x) { return x / (1.f + std::exp(-x)); }
+// swish through the vectorisable exp (2 ulp): libm's scalar expf was a tenth of a training step.
+#pragma omp declare simd notinbranch
+inline float swish(float x) { return x / (1.f + fast_exp(-x)); }
 inline float activate(Activation a, float x) { return a == Activation::Gelu ? gelu(x) : swish(x); }
 
 // Derivatives of the activations.
@@ -20,8 +24,9 @@ inline float gelu_grad(float x) {
   return 0.5f * (1.f + std::erf(x * 0.70710678118654752f)) +
          x * 0.39894228040143268f * std::exp(-0.5f * x * x);
 }
+#pragma omp declare simd notinbranch
 inline float swish_grad(float x) {
-  float s = 1.f / (1.f + std::exp(-x));
+  float s = 1.f / (1.f + fast_exp(-x));
   return s * (1.f + x * (1.f - s));
 }
 
