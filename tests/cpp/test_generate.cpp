@@ -28,11 +28,7 @@ Config small_config() {
   return c;
 }
 
-std::vector<int32_t> text_ids(const std::string& s) {
-  std::vector<int32_t> ids;
-  for (unsigned char ch : s) ids.push_back(ch);
-  return ids;
-}
+std::vector<int32_t> text_ids(const std::string& s) { return make_byte_tokenizer()->encode(s); }
 
 std::vector<int32_t> generate_ids(const Model& m, const std::vector<int32_t>& prompt, int64_t n,
                                   const SamplingParams& sp) {
