@@ -34,7 +34,7 @@ Session::Session(const Model& model, const SessionOptions& options)
   for (auto& r : recent_) r.reserve(static_cast<size_t>(options.history) + 1);
   // Size the arena for the larger of a prefill block and a full-batch step, once.
   ForwardOptions prefill;
-  prefill.form = RetentionForm::Chunkwise;
+  prefill.form = mixer_prefill_form(model.config().mixer);
   prefill.chunk = options.prefill_chunk;
   prefill.last_logits_only = true;
   ForwardOptions step;
@@ -60,7 +60,7 @@ int64_t Session::add_sequence() {
 void Session::reset_sequence(int64_t b) {
   check_index(b);
   std::fill(state_.sequence(b), state_.sequence(b) + state_.floats_per_sequence, 0.f);
-  state_.positions[b] = 0;
+  state_.positions[b] = 0;  // a cache's rows past the position are never read
   has_logits_[b] = 0;
   recent_[b].clear();
 }
@@ -71,6 +71,8 @@ void Session::remove_sequence(int64_t b) {
   if (after > 0) {
     std::memmove(state_.sequence(b), state_.sequence(b + 1),
                  static_cast<size_t>(after * state_.floats_per_sequence) * sizeof(float));
+    for (int64_t i = b; i + 1 < active_; ++i)
+      state_.cache.copy_sequence(i + 1, i, state_.positions[i + 1]);
     std::memmove(logits_.data() + b * V, logits_.data() + (b + 1) * V,
                  static_cast<size_t>(after * V) * sizeof(float));
     std::move(state_.positions.begin() + b + 1, state_.positions.begin() + active_,
@@ -93,7 +95,7 @@ void Session::prefill(int64_t b, const int32_t* tokens, int64_t T) {
   check_index(b);
   RETNET_CHECK(T >= 0, "prefill of {} tokens", T);
   ForwardOptions fo;
-  fo.form = RetentionForm::Chunkwise;
+  fo.form = mixer_prefill_form(model_.config().mixer);
   fo.chunk = options_.prefill_chunk;
   fo.last_logits_only = true;
   float* out = logits_.data() + b * vocab();
@@ -141,6 +143,11 @@ void Session::save(const std::string& path, int64_t b, const std::string& text_t
   s.position = state_.positions[b];
   const float* st = state_.sequence(b);
   s.state.assign(st, st + state_.floats_per_sequence);
+  if (!state_.cache.empty())
+    for (int64_t l = 0; l < state_.cache.layers; ++l) {
+      const float* rows = const_cast<TokenCache&>(state_.cache).block(l, b);
+      s.cache.insert(s.cache.end(), rows, rows + s.position * state_.cache.floats_per_token);
+    }
   if (has_logits_[b])
     s.logits.assign(logits_.data() + b * vocab(), logits_.data() + (b + 1) * vocab());
   s.recent = recent_[b];
@@ -152,6 +159,13 @@ std::string Session::load(const std::string& path, int64_t b) {
   check_index(b);
   SavedSequence s = read_state_file(path, model_, fingerprint_);
   std::memcpy(state_.sequence(b), s.state.data(), s.state.size() * sizeof(float));
+  if (!state_.cache.empty()) {
+    state_.cache.reserve(s.position);
+    const int64_t per_layer = s.position * state_.cache.floats_per_token;
+    for (int64_t l = 0; l < state_.cache.layers; ++l)
+      std::memcpy(state_.cache.block(l, b), s.cache.data() + l * per_layer,
+                  static_cast<size_t>(per_layer) * sizeof(float));
+  }
   state_.positions[b] = s.position;
   has_logits_[b] = !s.logits.empty();
   if (has_logits_[b])

@@ -30,11 +30,15 @@ void write_state_file(const std::string& path, const Model& model, uint64_t fing
   RETNET_CHECK(static_cast<int64_t>(s.state.size()) == c.state_floats_per_sequence(),
                "state holds {} floats; the model's state has {}", s.state.size(),
                c.state_floats_per_sequence());
+  RETNET_CHECK(static_cast<int64_t>(s.cache.size()) == s.position * c.cache_floats_per_token(),
+               "cache holds {} floats; {} tokens of this model's cache are {}", s.cache.size(),
+               s.position, s.position * c.cache_floats_per_token());
   nlohmann::json header = {
       {"model_fingerprint", hex64(fingerprint)},
       {"config", nlohmann::json::parse(c.to_json())},
       {"position", s.position},
       {"state_floats", s.state.size()},
+      {"cache_floats", s.cache.size()},
       {"logits", s.logits.size()},
       {"recent_tokens", s.recent.size()},
       {"text_tail_bytes", s.text_tail.size()},
@@ -46,6 +50,7 @@ void write_state_file(const std::string& path, const Model& model, uint64_t fing
   append(out, &header_len, 1);
   out += h;
   append(out, s.state.data(), s.state.size());
+  append(out, s.cache.data(), s.cache.size());
   append(out, s.logits.data(), s.logits.size());
   append(out, s.recent.data(), s.recent.size());
   out += s.text_tail;
@@ -79,12 +84,14 @@ SavedSequence read_state_file(const std::string& path, const Model& model, uint6
     throw Error(fmt::format("state file '{}' has a malformed header: {}", path, e.what()));
   }
   SavedSequence s;
-  size_t n_state = 0, n_logits = 0, n_recent = 0, n_tail = 0;
+  size_t n_state = 0, n_cache = 0, n_logits = 0, n_recent = 0, n_tail = 0;
   std::string model_id;
   try {
     model_id = header.at("model_fingerprint").get<std::string>();
     s.position = header.at("position").get<int64_t>();
     n_state = header.at("state_floats").get<size_t>();
+    // Absent in files of the retention-only engine, whose models have no cache.
+    n_cache = header.value("cache_floats", size_t{0});
     n_logits = header.at("logits").get<size_t>();
     n_recent = header.at("recent_tokens").get<size_t>();
     n_tail = header.at("text_tail_bytes").get<size_t>();
@@ -101,11 +108,13 @@ SavedSequence read_state_file(const std::string& path, const Model& model, uint6
   }
   RETNET_CHECK(static_cast<int64_t>(n_state) == c.state_floats_per_sequence() &&
                    (n_logits == 0 || static_cast<int64_t>(n_logits) == c.vocab_size) &&
-                   s.position >= 0 && (n_logits == 0) == (s.position == 0),
+                   s.position >= 0 && (n_logits == 0) == (s.position == 0) &&
+                   s.position <= (int64_t{1} << 40) &&
+                   static_cast<int64_t>(n_cache) == s.position * c.cache_floats_per_token(),
                "state file '{}' holds {} state floats and {} logits at position {}; the model "
                "needs {} and {}",
                path, n_state, n_logits, s.position, c.state_floats_per_sequence(), c.vocab_size);
-  const size_t payload = n_state * 4 + n_logits * 4 + n_recent * 4 + n_tail;
+  const size_t payload = n_state * 4 + n_cache * 4 + n_logits * 4 + n_recent * 4 + n_tail;
   RETNET_CHECK(fixed + header_len + payload + 8 == bytes.size(),
                "state file '{}' has {} bytes; its header describes {}", path, bytes.size(),
                fixed + header_len + payload + 8);
@@ -113,6 +122,9 @@ SavedSequence read_state_file(const std::string& path, const Model& model, uint6
   s.state.resize(n_state);
   std::memcpy(s.state.data(), p, n_state * 4);
   p += n_state * 4;
+  s.cache.resize(n_cache);
+  std::memcpy(s.cache.data(), p, n_cache * 4);
+  p += n_cache * 4;
   s.logits.resize(n_logits);
   std::memcpy(s.logits.data(), p, n_logits * 4);
   p += n_logits * 4;

@@ -14,21 +14,42 @@ namespace {
 using nlohmann::json;
 
 // torchscale fields that describe PyTorch training only; accepted and ignored.
-const std::set<std::string> kIgnoredTorchscaleFields = {
-    "dropout", "activation_dropout", "attention_dropout", "drop_path_rate",
-    "checkpoint_activations", "fsdp", "ddp_rank", "max_target_positions", "moe_freq",
-    "moe_top1_expert", "moe_expert_count", "moe_gating_use_fp32",
-    "moe_eval_capacity_token_fraction", "moe_second_expert_policy",
-    "moe_normalize_gate_prob_before_dropping", "use_xmoe", "rel_pos_buckets", "max_rel_pos",
-    "subln", "bert_init", "xpos_rel_pos", "xpos_scale_base", "chunkwise_recurrent",
-    "decoder_attention_heads", "no_output_layer", "_comment", "model_type", "architectures",
-    "torch_dtype", "transformers_version"};
+const std::set<std::string> kIgnoredTorchscaleFields = {"dropout",
+                                                        "activation_dropout",
+                                                        "attention_dropout",
+                                                        "drop_path_rate",
+                                                        "checkpoint_activations",
+                                                        "fsdp",
+                                                        "ddp_rank",
+                                                        "max_target_positions",
+                                                        "moe_freq",
+                                                        "moe_top1_expert",
+                                                        "moe_expert_count",
+                                                        "moe_gating_use_fp32",
+                                                        "moe_eval_capacity_token_fraction",
+                                                        "moe_second_expert_policy",
+                                                        "moe_normalize_gate_prob_before_dropping",
+                                                        "use_xmoe",
+                                                        "rel_pos_buckets",
+                                                        "max_rel_pos",
+                                                        "subln",
+                                                        "bert_init",
+                                                        "xpos_rel_pos",
+                                                        "xpos_scale_base",
+                                                        "chunkwise_recurrent",
+                                                        "decoder_attention_heads",
+                                                        "no_output_layer",
+                                                        "_comment",
+                                                        "model_type",
+                                                        "architectures",
+                                                        "torch_dtype",
+                                                        "transformers_version"};
 
 int64_t get_int(const json& j, const char* key, int64_t fallback, const std::string& origin) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
   const auto& v = j[key];
-  RETNET_CHECK(v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) ==
-                                                                    v.get<double>()),
+  RETNET_CHECK(v.is_number_integer() ||
+                   (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()),
                "{}: '{}' must be an integer, got {}", origin, key, v.dump());
   return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
 }
@@ -81,16 +102,50 @@ void Config::validate() const {
                "config: layernorm_eps must be a finite non-negative number, got {}", layernorm_eps);
   RETNET_CHECK(recurrent_chunk_size >= 1, "config: recurrent_chunk_size must be >= 1, got {}",
                recurrent_chunk_size);
+  RETNET_CHECK(performer_features >= 1 && performer_features <= 65536,
+               "config: performer_features must be in [1, 65536], got {}", performer_features);
+  RETNET_CHECK(aft_max_distance >= 1 && aft_max_distance <= (1 << 24),
+               "config: aft_max_distance must be in [1, 16777216], got {}", aft_max_distance);
+}
+
+int64_t Config::projection_width() const {
+  if (mixer == MixerKind::Retention) return 2 * embed_dim + 2 * value_embed_dim;
+  if (mixer_is_channelwise(mixer)) return 3 * value_embed_dim;
+  return 2 * embed_dim + value_embed_dim;
 }
 
 int64_t Config::parameter_count() const {
-  int64_t d = embed_dim, vd = value_embed_dim;
-  int64_t per_layer = 2 * d * d + 2 * vd * d + d * vd + d + 3 * ffn_dim * d + d;
+  const int64_t d = embed_dim, vd = value_embed_dim;
+  int64_t extra = 0;  // the mixer's own tensors besides its projections
+  if (mixer == MixerKind::Performer) extra = performer_features * key_dim();  // FAVOR+ matrix
+  if (mixer == MixerKind::Aft) extra = aft_max_distance;                      // position biases
+  if (mixer == MixerKind::Rwkv) extra = 2 * vd;                               // decay, bonus
+  const int64_t per_layer = projection_width() * d + d * vd + d + extra + 3 * ffn_dim * d + d;
   return 2 * vocab_size * d + layers * per_layer + d;
 }
 
 int64_t Config::state_floats_per_sequence() const {
-  return layers * heads * key_dim() * (head_value_dim() + 1);
+  const int64_t vd = value_embed_dim, dv = head_value_dim();
+  switch (mixer) {
+    case MixerKind::Retention:
+    case MixerKind::Linear:
+      return layers * heads * key_dim() * (dv + 1);
+    case MixerKind::Performer:
+      return layers * heads * performer_features * (dv + 1);
+    case MixerKind::AftSimple:
+    case MixerKind::Rwkv:
+      return layers * 3 * vd;
+    case MixerKind::Attention:
+    case MixerKind::Aft:
+      return 0;
+  }
+  return 0;
+}
+
+int64_t Config::cache_floats_per_token() const {
+  if (mixer == MixerKind::Attention) return layers * (embed_dim + value_embed_dim);
+  if (mixer == MixerKind::Aft) return layers * 2 * value_embed_dim;
+  return 0;
 }
 
 Config Config::from_json(const std::string& text, const std::string& origin) {
@@ -100,8 +155,7 @@ Config Config::from_json(const std::string& text, const std::string& origin) {
   } catch (const json::exception& e) {
     throw Error(fmt::format("{}: not valid JSON: {}", origin, e.what()));
   }
-  RETNET_CHECK(j.is_object(), "{}: expected a JSON object, got {}", origin,
-               j.dump().substr(0, 80));
+  RETNET_CHECK(j.is_object(), "{}: expected a JSON object, got {}", origin, j.dump().substr(0, 80));
   Config c;
   c.embed_dim = get_int(j, "decoder_embed_dim", c.embed_dim, origin);
   c.value_embed_dim = get_int(j, "decoder_value_embed_dim", c.value_embed_dim, origin);
@@ -127,6 +181,17 @@ Config Config::from_json(const std::string& text, const std::string& origin) {
                  j["decay"].dump());
     c.decay = d == "paper" ? DecaySchedule::Paper : DecaySchedule::Torchscale;
   }
+  if (j.contains("mixer")) {
+    RETNET_CHECK(j["mixer"].is_string(), "{}: 'mixer' must be one of {}, got {}", origin,
+                 mixer_names(), j["mixer"].dump());
+    try {
+      c.mixer = parse_mixer(j["mixer"].get<std::string>());
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: {}", origin, e.what()));
+    }
+  }
+  c.performer_features = get_int(j, "performer_features", c.performer_features, origin);
+  c.aft_max_distance = get_int(j, "aft_max_distance", c.aft_max_distance, origin);
   // torchscale features that change the model and that this engine does not implement.
   auto reject_if = [&](const char* key, bool unsupported_value) {
     if (j.contains(key) && !j[key].is_null())
@@ -138,17 +203,33 @@ Config Config::from_json(const std::string& text, const std::string& origin) {
   reject_if("layernorm_embedding", true);
   reject_if("share_decoder_input_output_embed", true);
   reject_if("decoder_normalize_before", false);
-  static const std::set<std::string> known = {
-      "decoder_embed_dim", "decoder_value_embed_dim", "decoder_retention_heads",
-      "decoder_ffn_embed_dim", "decoder_layers", "vocab_size", "recurrent_chunk_size",
-      "no_scale_embedding", "layernorm_eps", "activation_fn", "decay", "deepnorm", "multiway",
-      "layernorm_embedding", "share_decoder_input_output_embed", "decoder_normalize_before"};
+  static const std::set<std::string> known = {"decoder_embed_dim",
+                                              "decoder_value_embed_dim",
+                                              "decoder_retention_heads",
+                                              "decoder_ffn_embed_dim",
+                                              "decoder_layers",
+                                              "vocab_size",
+                                              "recurrent_chunk_size",
+                                              "no_scale_embedding",
+                                              "layernorm_eps",
+                                              "activation_fn",
+                                              "decay",
+                                              "deepnorm",
+                                              "multiway",
+                                              "layernorm_embedding",
+                                              "share_decoder_input_output_embed",
+                                              "decoder_normalize_before",
+                                              "mixer",
+                                              "performer_features",
+                                              "aft_max_distance"};
   for (auto it = j.begin(); it != j.end(); ++it)
     RETNET_CHECK(known.count(it.key()) || kIgnoredTorchscaleFields.count(it.key()),
                  "{}: unknown field '{}'", origin, it.key());
   if (j.contains("moe_freq")) {
-    RETNET_CHECK(get_int(j, "moe_freq", 0, origin) == 0, "{}: mixture of experts (moe_freq) is "
-                 "not supported", origin);
+    RETNET_CHECK(get_int(j, "moe_freq", 0, origin) == 0,
+                 "{}: mixture of experts (moe_freq) is "
+                 "not supported",
+                 origin);
   }
   c.validate();
   return c;
@@ -174,6 +255,10 @@ std::string Config::to_json(int indent) const {
   j["no_scale_embedding"] = no_scale_embedding;
   j["recurrent_chunk_size"] = recurrent_chunk_size;
   j["decay"] = decay == DecaySchedule::Paper ? "paper" : "torchscale";
+  // Written only when they matter, so retention configs stay torchscale's.
+  if (mixer != MixerKind::Retention) j["mixer"] = mixer_name(mixer);
+  if (mixer == MixerKind::Performer) j["performer_features"] = performer_features;
+  if (mixer == MixerKind::Aft) j["aft_max_distance"] = aft_max_distance;
   return j.dump(indent);
 }
 

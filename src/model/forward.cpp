@@ -5,12 +5,13 @@
 #include <cstring>
 #include <optional>
 
+#include "layers.h"
+#include "mixer_layer.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
 #include "retnet/ops/activation.h"
 #include "retnet/ops/rmsnorm.h"
 #include "retnet/ops/rotation.h"
-#include "layers.h"
 
 namespace retnet {
 namespace {
@@ -33,8 +34,10 @@ void project(const Model& model, size_t w, int64_t M, int64_t N, int64_t K, cons
   const float beta = accumulate ? 1.f : 0.f;
   const PackedProjection* p = M <= kSkinnyMaxRows ? model.packed(w) : nullptr;
   if (p && p->N == N && p->K == K) {
-    if (p->f16) packed_gemm_nt_f16(M, N, K, x, ldx, p->f16, beta, y, ldy);
-    else packed_gemm_nt(M, N, K, x, ldx, p->f32, beta, y, ldy);
+    if (p->f16)
+      packed_gemm_nt_f16(M, N, K, x, ldx, p->f16, beta, y, ldy);
+    else
+      packed_gemm_nt(M, N, K, x, ldx, p->f32, beta, y, ldy);
   } else {
     sgemm(Trans::No, Trans::Yes, M, N, K, 1.f, x, ldx, model.param(w), K, beta, y, ldy);
   }
@@ -62,20 +65,20 @@ TensorView head_view(float* p, int64_t B, int64_t T, int64_t H, int64_t ld, int6
 
 size_t activation_floats(const Config& c, int64_t B, int64_t T, bool training) {
   const size_t N = static_cast<size_t>(B * T), d = c.embed_dim, vd = c.value_embed_dim;
-  const size_t P = 2 * d + 2 * vd, F = c.ffn_dim, H = c.heads;
+  const size_t P = c.projection_width(), F = c.ffn_dim;
   auto fp = [](size_t n) { return Arena::footprint(n); };
   size_t shared = fp(N * d) + fp(N * vd) + fp(static_cast<size_t>(T * c.key_dim())) + fp(N * d);
-  if (!training) return shared + fp(N * d) + fp(N * P) + fp(N * vd) + fp(N * 2 * F);
-  size_t per_layer = fp(N * d) + fp(N) + fp(N * d) + fp(N * P) + fp(N * vd) + fp(N * H * 2) +
-                     fp(N * H) + fp(N * vd) + fp(N * d) + fp(N) + fp(N * d) + fp(N * 2 * F) +
-                     fp(N * F);
+  if (!training) return shared + fp(N * d) + fp(N * P) + fp(N * 2 * F);
+  const size_t per_layer = fp(N * d) + fp(N) + fp(N * d) + fp(N * P) +
+                           fp(layer_mixer(c.mixer).saved_floats(c, B, T)) + fp(N * d) + fp(N) +
+                           fp(N * d) + fp(N * 2 * F) + fp(N * F);
   return shared + fp(N) + c.layers * per_layer;
 }
 
 Activations allocate_activations(Arena& arena, const Config& c, int64_t B, int64_t T,
                                  bool training) {
   const size_t N = static_cast<size_t>(B * T), d = c.embed_dim, vd = c.value_embed_dim;
-  const size_t P = 2 * d + 2 * vd, F = c.ffn_dim, H = c.heads;
+  const size_t P = c.projection_width(), F = c.ffn_dim;
   Activations a;
   a.x = arena.alloc(N * d);
   a.go = arena.alloc(N * vd);
@@ -85,7 +88,6 @@ Activations allocate_activations(Arena& arena, const Config& c, int64_t B, int64
     LayerActivations l;
     l.xn1 = l.xn2 = arena.alloc(N * d);
     l.proj = arena.alloc(N * P);
-    l.o = l.on = arena.alloc(N * vd);
     l.ffn = arena.alloc(N * 2 * F);
     l.h = l.ffn;
     l.ld_h = 2 * F;
@@ -93,16 +95,14 @@ Activations allocate_activations(Arena& arena, const Config& c, int64_t B, int64
     return a;
   }
   a.rstd_f = arena.alloc(N);
+  const size_t saved = layer_mixer(c.mixer).saved_floats(c, B, T);
   for (int64_t i = 0; i < c.layers; ++i) {
     LayerActivations l;
     l.x_in = arena.alloc(N * d);
     l.rstd1 = arena.alloc(N);
     l.xn1 = arena.alloc(N * d);
     l.proj = arena.alloc(N * P);
-    l.o = arena.alloc(N * vd);
-    l.stats = arena.alloc(N * H * 2);
-    l.rstd_g = arena.alloc(N * H);
-    l.on = arena.alloc(N * vd);
+    l.saved = arena.alloc(saved);
     l.x_mid = arena.alloc(N * d);
     l.rstd2 = arena.alloc(N);
     l.xn2 = arena.alloc(N * d);
@@ -115,13 +115,14 @@ Activations allocate_activations(Arena& arena, const Config& c, int64_t B, int64
 }
 
 void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T, float* logits,
-                RetentionForm form, int64_t chunk, int64_t scan_tile, Arena& arena, float* state,
-                int64_t state_stride, const int64_t* positions, Activations& acts) {
+                RetentionForm form, int64_t chunk, int64_t scan_tile, Arena& arena,
+                const PassState& state, Activations& acts) {
   const Config& c = model.config();
   const ModelTensors& w = model.tensors();
-  const int64_t N = B * T, d = c.embed_dim, vd = c.value_embed_dim, H = c.heads;
-  const int64_t dk = c.key_dim(), dv = c.head_value_dim(), F = c.ffn_dim, P = 2 * d + 2 * vd;
+  const int64_t N = B * T, d = c.embed_dim, vd = c.value_embed_dim;
+  const int64_t F = c.ffn_dim, P = c.projection_width();
   const float eps = static_cast<float>(c.layernorm_eps);
+  const LayerMixer& mixer = layer_mixer(c.mixer);
   float* x = acts.x;
 
   const float scale = static_cast<float>(c.embed_scale());
@@ -130,45 +131,36 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
   for (int64_t n = 0; n < N; ++n)
     for (int64_t i = 0; i < d; ++i) x[n * d + i] = scale * embed[tokens[n] * d + i];
 
-  const float key_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
-  const size_t state_per_layer = static_cast<size_t>(H * retention_state_floats_per_head(dk, dv));
+  const int64_t state_per_layer = c.state_floats_per_sequence() / c.layers;
   for (int64_t l = 0; l < c.layers; ++l) {
     const LayerTensors& L = w.layers[l];
     LayerActivations& a = acts.layers.empty() ? acts.shared : acts.layers[l];
     if (a.x_in) std::memcpy(a.x_in, x, N * d * sizeof(float));
-    // Retention sub-layer: x += out(swish(g) * headnorm(retention(rot(q), rot(k * s), v))).
-    rmsnorm_forward(x, d, model.param(L.retention_norm), a.xn1, d, a.rstd1, N, d, eps);
-    // q, k, v, g are adjacent in the parameter buffer: one GEMM for the four projections.
+    // Mixer sub-layer: x += out_proj(mixer(xn [q | k | v (| g)])).
+    rmsnorm_forward(x, d, model.param(L.mixer_norm), a.xn1, d, a.rstd1, N, d, eps);
+    // The input projections are adjacent in the parameter buffer: one GEMM.
     project(model, L.q_proj, N, P, d, a.xn1, d, false, a.proj, P);
-    float* q = a.proj;
-    float* k = a.proj + d;
-    float* v = a.proj + 2 * d;
-    float* g = a.proj + 2 * d + vd;
-#pragma omp parallel for schedule(static) if (N * d > 65536)
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t i = 0; i < d; ++i) k[n * P + i] *= key_scale;
-    rotate_forward(q, P, B, T, H, dk, model.thetas(), positions, acts.cos_sin);
-    rotate_forward(k, P, B, T, H, dk, model.thetas(), positions, acts.cos_sin);
-
-    RetentionArgs ra;
-    ra.q = head_view(q, B, T, H, P, dk);
-    ra.k = head_view(k, B, T, H, P, dk);
-    ra.v = head_view(v, B, T, H, P, dv);
-    ra.out = head_view(a.o, B, T, H, vd, dv);
-    ra.gammas = model.gammas().data();
-    ra.state = state ? state + l * state_per_layer : nullptr;
-    ra.state_stride = state_stride;
-    ra.positions = positions;
-    ra.chunk = chunk;
-    ra.scan_tile = scan_tile;
-    ra.row_stats = a.stats;
+    MixerPass mp;
+    mp.model = &model;
+    mp.layer = l;
+    mp.B = B;
+    mp.T = T;
+    mp.form = form;
+    mp.chunk = chunk;
+    mp.scan_tile = scan_tile;
+    mp.proj = a.proj;
+    mp.out = acts.go;
+    mp.saved = a.saved;
+    mp.state = state.data && state_per_layer > 0 ? state.data + l * state_per_layer : nullptr;
+    mp.state_stride = state.stride;
+    mp.cache = state.cache && !state.cache->empty() ? state.cache : nullptr;
+    mp.first = state.first;
+    mp.positions = state.positions;
+    mp.cos_sin = acts.cos_sin;
     const size_t mark = arena.used();
-    retention_forward(form, ra, arena);
-    arena.rewind(mark);  // the retention scratch is reused by the next layer
-    // Per-head RMSNorm without weight: rows of d_v.
-    rmsnorm_forward(a.o, dv, nullptr, a.on, dv, a.rstd_g, N * H, dv, eps);
-    gated_activation_forward(Activation::Swish, g, P, a.on, vd, acts.go, vd, N, vd);
-    project(model, L.out_proj, N, d, vd, acts.go, vd, true, x, d);
+    const float* mixed = mixer.forward(mp, arena);
+    arena.rewind(mark);  // the mixer's scratch is reused by the next layer
+    project(model, L.out_proj, N, d, vd, mixed, vd, true, x, d);
     if (a.x_mid) std::memcpy(a.x_mid, x, N * d * sizeof(float));
 
     // FFN sub-layer: x += fc2(act(fc1 xn) * gate xn); fc1 and gate are one GEMM.
@@ -178,8 +170,26 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
     project(model, L.fc2, N, d, F, a.h, a.ld_h, true, x, d);
   }
   rmsnorm_forward(x, d, model.param(w.final_norm), acts.xn_f, d, acts.rstd_f, N, d, eps);
-  if (logits) project(model, w.output_projection, N, c.vocab_size, d, acts.xn_f, d, false, logits,
-                      c.vocab_size);
+  if (logits)
+    project(model, w.output_projection, N, c.vocab_size, d, acts.xn_f, d, false, logits,
+            c.vocab_size);
+}
+
+const LayerMixer& layer_mixer(MixerKind kind) {
+  switch (kind) {
+    case MixerKind::Retention:
+      return retention_layer_mixer();
+    case MixerKind::Attention:
+      return attention_layer_mixer();
+    case MixerKind::Linear:
+    case MixerKind::Performer:
+      return linear_layer_mixer();
+    case MixerKind::Aft:
+    case MixerKind::AftSimple:
+    case MixerKind::Rwkv:
+      break;  // TODO(wire): merged with their kernels
+  }
+  throw Error("unknown mixer");
 }
 
 }  // namespace detail
@@ -188,29 +198,73 @@ RecurrentState::RecurrentState(const Config& config, int64_t b)
     : batch(b),
       floats_per_sequence(config.state_floats_per_sequence()),
       data(static_cast<size_t>(b * config.state_floats_per_sequence()), 0.f),
-      positions(static_cast<size_t>(b), 0) {}
+      positions(static_cast<size_t>(b), 0) {
+  if (config.cache_floats_per_token() > 0) {
+    cache.layers = config.layers;
+    cache.floats_per_token = config.cache_floats_per_token() / config.layers;
+    cache.sequences = b;
+    cache.storage.resize(static_cast<size_t>(config.layers));
+  }
+}
 
 void RecurrentState::reset() {
   std::fill(data.begin(), data.end(), 0.f);
   std::fill(positions.begin(), positions.end(), 0);
 }
 
+void TokenCache::reserve(int64_t tokens) {
+  if (empty() || tokens <= capacity) return;
+  const int64_t grown = std::max({tokens, 2 * capacity, int64_t{16}});
+  const size_t row = static_cast<size_t>(floats_per_token);
+  for (auto& layer : storage) {
+    std::vector<float> next(static_cast<size_t>(sequences * grown) * row);
+    for (int64_t b = 0; b < sequences && capacity > 0; ++b)
+      std::memcpy(next.data() + b * grown * row, layer.data() + b * capacity * row,
+                  capacity * row * sizeof(float));
+    layer.swap(next);
+  }
+  capacity = grown;
+}
+
+void TokenCache::copy_sequence(int64_t from, int64_t to, int64_t rows) {
+  if (empty() || from == to || rows <= 0) return;
+  for (int64_t l = 0; l < layers; ++l)
+    std::memmove(block(l, to), block(l, from),
+                 static_cast<size_t>(rows * floats_per_token) * sizeof(float));
+}
+
+size_t TokenCache::bytes() const {
+  size_t total = 0;
+  for (const auto& layer : storage) total += layer.size() * sizeof(float);
+  return total;
+}
+
 size_t forward_workspace_floats(const Config& c, int64_t B, int64_t T,
                                 const ForwardOptions& options) {
-  int64_t steps_T = options.form == RetentionForm::Recurrent ? 1 : T;
+  const int64_t steps_T = options.form == RetentionForm::Recurrent ? 1 : T;
   size_t total = detail::activation_floats(c, B, steps_T, false);
-  total += retention_workspace_floats(options.form, B, steps_T, c.heads, c.key_dim(),
-                                      c.head_value_dim(), chunk_of(c, options), options.scan_tile);
+  total += detail::layer_mixer(c.mixer).workspace_floats(c, options.form, B, steps_T,
+                                                         chunk_of(c, options), options.scan_tile);
   if (options.form == RetentionForm::Recurrent)
     total += Arena::footprint(static_cast<size_t>(B)) + Arena::footprint(B * c.vocab_size);
   return total;
 }
 
-void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
-                    float* logits, const ForwardOptions& options, Arena& arena,
-                    RecurrentState* state) {
+namespace {
+
+void check_form(const Config& c, RetentionForm form) {
+  RETNET_CHECK(mixer_has_form(c.mixer, form), "the {} mixer has no {} form", mixer_name(c.mixer),
+               retention_form_name(form));
+}
+
+}  // namespace
+
+void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_t T, float* logits,
+                    const ForwardOptions& options, Arena& arena, RecurrentState* state) {
   const Config& c = model.config();
-  if (options.form == RetentionForm::Parallel) {
+  check_form(c, options.form);
+  // The parallel form of the mixers with a constant-size state neither reads nor writes one.
+  if (options.form == RetentionForm::Parallel && (!state || !mixer_has_cache(c.mixer))) {
     RETNET_CHECK(B >= 1 && T >= 1, "forward needs at least one token per sequence (B = {}, T = {})",
                  B, T);
     RETNET_CHECK(state == nullptr || std::all_of(state->positions.begin(), state->positions.end(),
@@ -221,8 +275,7 @@ void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_
     arena.reset();
     auto acts = detail::allocate_activations(arena, c, B, T, false);
     detail::run_layers(model, tokens, B, T, options.last_logits_only ? nullptr : logits,
-                       options.form, chunk_of(c, options), options.scan_tile, arena, nullptr, 0,
-                       nullptr, acts);
+                       options.form, chunk_of(c, options), options.scan_tile, arena, {}, acts);
     if (options.last_logits_only) last_token_logits(model, acts.xn_f, B, T, logits);
     return;
   }
@@ -231,25 +284,37 @@ void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_
   forward_logits(model, tokens, B, T, logits, options, arena, state->view());
 }
 
-void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
-                    float* logits, const ForwardOptions& options, Arena& arena,
-                    const StateView& state) {
+void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_t T, float* logits,
+                    const ForwardOptions& options, Arena& arena, const StateView& state) {
   const Config& c = model.config();
+  check_form(c, options.form);
   RETNET_CHECK(B >= 1 && T >= 1, "forward needs at least one token per sequence (B = {}, T = {})",
                B, T);
-  RETNET_CHECK(options.form != RetentionForm::Parallel,
-               "the parallel form starts from an empty state; use chunkwise to continue one");
   RETNET_CHECK(state.batch == B && state.floats_per_sequence == c.state_floats_per_sequence(),
                "state holds {} sequences of {} floats; this pass needs {} of {}", state.batch,
                state.floats_per_sequence, B, c.state_floats_per_sequence());
+  const bool cached = mixer_has_cache(c.mixer);
+  if (options.form == RetentionForm::Parallel && !cached)
+    for (int64_t b = 0; b < B; ++b)
+      RETNET_CHECK(state.positions[b] == 0,
+                   "the parallel form starts from an empty state; use chunkwise to continue one");
+  RETNET_CHECK(!cached || (state.cache &&
+                           state.cache->floats_per_token * c.layers == c.cache_floats_per_token()),
+               "the {} mixer needs a state with its token cache", mixer_name(c.mixer));
   check_tokens(tokens, B * T, c.vocab_size);
+  if (cached) {
+    int64_t longest = 0;
+    for (int64_t b = 0; b < B; ++b) longest = std::max(longest, state.positions[b]);
+    state.cache->reserve(longest + T);
+  }
   arena.reserve(forward_workspace_floats(c, B, T, options));
   arena.reset();
+  detail::PassState ps{state.data, state.floats_per_sequence, state.positions, state.cache,
+                       state.first};
   if (options.form != RetentionForm::Recurrent) {
     auto acts = detail::allocate_activations(arena, c, B, T, false);
     detail::run_layers(model, tokens, B, T, options.last_logits_only ? nullptr : logits,
-                       options.form, chunk_of(c, options), options.scan_tile, arena, state.data,
-                       state.floats_per_sequence, state.positions, acts);
+                       options.form, chunk_of(c, options), options.scan_tile, arena, ps, acts);
     if (options.last_logits_only) last_token_logits(model, acts.xn_f, B, T, logits);
     for (int64_t b = 0; b < B; ++b) state.positions[b] += T;
     return;
@@ -264,8 +329,7 @@ void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_
     arena.rewind(mark);
     const bool wanted = !options.last_logits_only || t == T - 1;
     detail::run_layers(model, column, B, 1, wanted ? step_logits : nullptr,
-                       RetentionForm::Recurrent, 0, 0, arena, state.data,
-                       state.floats_per_sequence, state.positions, acts);
+                       RetentionForm::Recurrent, 0, 0, arena, ps, acts);
     for (int64_t b = 0; b < B; ++b) {
       if (wanted) {
         float* dst = options.last_logits_only ? logits + b * c.vocab_size

@@ -7,24 +7,22 @@
 
 #include "retnet/core/arena.h"
 #include "retnet/mixers/retention.h"
+#include "retnet/model/forward.h"
 #include "retnet/model/model.h"
 
 namespace retnet::detail {
 
 struct LayerActivations {
-  float* x_in = nullptr;    // [N, d] residual stream entering the layer (training only)
-  float* rstd1 = nullptr;   // [N] (training only)
-  float* xn1 = nullptr;     // [N, d]
-  float* proj = nullptr;    // [N, 2d + 2vd]: rotated q | scaled rotated k | v | g
-  float* o = nullptr;       // [N, vd] retention output
-  float* stats = nullptr;   // [N, H, 2] (training only)
-  float* rstd_g = nullptr;  // [N * H] head norm (training only)
-  float* on = nullptr;      // [N, vd] head-normed output (inference: == o)
-  float* x_mid = nullptr;   // [N, d] residual after the retention sub-layer (training only)
-  float* rstd2 = nullptr;   // [N] (training only)
-  float* xn2 = nullptr;     // [N, d]
-  float* ffn = nullptr;     // [N, 2F]: fc1 | gate, before the activation
-  float* h = nullptr;       // gated product; inference: the fc1 half of ffn (row stride 2F)
+  float* x_in = nullptr;   // [N, d] residual stream entering the layer (training only)
+  float* rstd1 = nullptr;  // [N] (training only)
+  float* xn1 = nullptr;    // [N, d]
+  float* proj = nullptr;   // [N, P]: the mixer's input projection (q | k | v (| g))
+  float* saved = nullptr;  // what the mixer saves for its backward pass (training only)
+  float* x_mid = nullptr;  // [N, d] residual after the mixer sub-layer (training only)
+  float* rstd2 = nullptr;  // [N] (training only)
+  float* xn2 = nullptr;    // [N, d]
+  float* ffn = nullptr;    // [N, 2F]: fc1 | gate, before the activation
+  float* h = nullptr;      // gated product; inference: the fc1 half of ffn (row stride 2F)
   int64_t ld_h = 0;
 };
 
@@ -32,7 +30,7 @@ struct Activations {
   std::vector<LayerActivations> layers;  // one per layer (training); empty for inference, which
   LayerActivations shared;               // reuses these for every layer (no allocation per step)
   float* x = nullptr;        // [N, d] residual stream; after the pass: the final layer's output
-  float* go = nullptr;       // [N, vd] gate output scratch
+  float* go = nullptr;       // [N, vd] mixer output scratch
   float* cos_sin = nullptr;  // rotation table
   float* rstd_f = nullptr;   // [N] final norm (training only)
   float* xn_f = nullptr;     // [N, d] final normed features
@@ -40,13 +38,23 @@ struct Activations {
 
 // Floats the activations take, and their allocation from the arena.
 size_t activation_floats(const Config& c, int64_t B, int64_t T, bool training);
-Activations allocate_activations(Arena& arena, const Config& c, int64_t B, int64_t T, bool training);
+Activations allocate_activations(Arena& arena, const Config& c, int64_t B, int64_t T,
+                                 bool training);
+
+// Where a pass's state lives: the constant-size states (`data`, sequences `stride` floats apart)
+// and, for the mixers with a cache, the cache and the pass's first sequence in it. All empty for
+// a pass from empty sequences without a state (training's parallel form).
+struct PassState {
+  float* data = nullptr;
+  int64_t stride = 0;
+  const int64_t* positions = nullptr;
+  TokenCache* cache = nullptr;
+  int64_t first = 0;
+};
 
 // Embedding, all layers and the final norm over B x T tokens; logits [N, vocab] if non-null.
 void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T, float* logits,
-                RetentionForm form, int64_t chunk, int64_t scan_tile, Arena& arena, float* state,
-                int64_t state_stride, const int64_t* positions, Activations& acts);
-
-TensorView head_view(float* p, int64_t B, int64_t T, int64_t H, int64_t ld, int64_t last);
+                RetentionForm form, int64_t chunk, int64_t scan_tile, Arena& arena,
+                const PassState& state, Activations& acts);
 
 }  // namespace retnet::detail

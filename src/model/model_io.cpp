@@ -21,8 +21,10 @@ void check_rel_pos_buffers(const SafetensorsFile& file, const std::string& prefi
                            const Config& config) {
   if (const auto* t = file.find(prefix + "retnet_rel_pos.angle")) {
     const int64_t dk = config.key_dim();
-    RETNET_CHECK(t->numel() == dk, "'{}': retnet_rel_pos.angle has {} values, the config's key dim "
-                 "per head is {}", file.path(), t->numel(), dk);
+    RETNET_CHECK(t->numel() == dk,
+                 "'{}': retnet_rel_pos.angle has {} values, the config's key dim "
+                 "per head is {}",
+                 file.path(), t->numel(), dk);
     std::vector<float> angle(dk);
     copy_as_float32(*t, angle.data());
     const std::vector<double> theta = rotation_thetas(dk);
@@ -32,8 +34,9 @@ void check_rel_pos_buffers(const SafetensorsFile& file, const std::string& prefi
                    file.path(), i, angle[i], theta[i / 2]);
   }
   if (const auto* t = file.find(prefix + "retnet_rel_pos.decay")) {
-    RETNET_CHECK(t->numel() == config.heads, "'{}': retnet_rel_pos.decay has {} values for {} heads",
-                 file.path(), t->numel(), config.heads);
+    RETNET_CHECK(t->numel() == config.heads,
+                 "'{}': retnet_rel_pos.decay has {} values for {} heads", file.path(), t->numel(),
+                 config.heads);
     std::vector<float> decay(config.heads);
     copy_as_float32(*t, decay.data());
     for (int64_t h = 0; h < config.heads; ++h) {
@@ -88,9 +91,10 @@ Model load_model(const std::string& path, const std::optional<Config>& config_ov
     if (expected_names.count(t.name)) continue;
     if (t.name == prefix + "retnet_rel_pos.angle" || t.name == prefix + "retnet_rel_pos.decay")
       continue;
-    throw Error(fmt::format("'{}' has a tensor '{}' that a RetNet with this config does not have "
-                            "(config: {} layers)",
-                            path, t.name, config.layers));
+    throw Error(
+        fmt::format("'{}' has a tensor '{}' that a RetNet with this config does not have "
+                    "(config: {} layers)",
+                    path, t.name, config.layers));
   }
   check_rel_pos_buffers(file, prefix, config);
 
@@ -125,8 +129,9 @@ Model load_model(const std::string& path, const std::optional<Config>& config_ov
   for (size_t i = 0; i < layout.size(); ++i) {
     const float* w = params.tensor(i);
     for (size_t j = 0; j < layout[i].numel; ++j)
-      RETNET_CHECK(std::isfinite(w[j]), "'{}': tensor '{}' holds a non-finite value ({}) at index {}",
-                   path, layout[i].name, w[j], j);
+      RETNET_CHECK(std::isfinite(w[j]),
+                   "'{}': tensor '{}' holds a non-finite value ({}) at index {}", path,
+                   layout[i].name, w[j], j);
   }
   if (info) *info = li;
   return Model(config, std::move(params));

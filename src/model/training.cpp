@@ -5,11 +5,11 @@
 #include <cstring>
 
 #include "layers.h"
+#include "mixer_layer.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
 #include "retnet/ops/activation.h"
 #include "retnet/ops/rmsnorm.h"
-#include "retnet/ops/rotation.h"
 
 namespace retnet {
 namespace {
@@ -23,33 +23,31 @@ int64_t chunk_of(const Config& c, const TrainingOptions& o) {
 
 // Scratch of the backward pass, beyond the saved activations.
 struct GradScratch {
-  float* dx;     // [N, d] gradient of the residual stream
-  float* dxn;    // [N, d]
-  float* dproj;  // [N, P]
-  float* dgo;    // [N, vd]
-  float* don;    // [N, vd]
-  float* d_o;    // [N, vd]
-  float* dffn;   // [N, 2F]
-  float* dh;     // [N, F]
-  float* logits; // [kLossBlock, V]
+  float* dx;      // [N, d] gradient of the residual stream
+  float* dxn;     // [N, d]
+  float* dproj;   // [N, P]
+  float* dgo;     // [N, vd] gradient of the mixer's output
+  float* go;      // [N, vd] the mixer's output (recomputed by some mixers)
+  float* dffn;    // [N, 2F]
+  float* dh;      // [N, F]
+  float* logits;  // [kLossBlock, V]
 };
 
 size_t grad_scratch_floats(const Config& c, int64_t N) {
-  const size_t d = c.embed_dim, vd = c.value_embed_dim, P = 2 * d + 2 * vd, F = c.ffn_dim;
+  const size_t d = c.embed_dim, vd = c.value_embed_dim, P = c.projection_width(), F = c.ffn_dim;
   auto fp = [](size_t n) { return Arena::footprint(n); };
-  return 2 * fp(N * d) + fp(N * P) + 3 * fp(N * vd) + fp(N * 2 * F) + fp(N * F) +
+  return 2 * fp(N * d) + fp(N * P) + 2 * fp(N * vd) + fp(N * 2 * F) + fp(N * F) +
          fp(kLossBlock * c.vocab_size);
 }
 
 GradScratch allocate_grads(Arena& arena, const Config& c, int64_t N) {
-  const size_t d = c.embed_dim, vd = c.value_embed_dim, P = 2 * d + 2 * vd, F = c.ffn_dim;
+  const size_t d = c.embed_dim, vd = c.value_embed_dim, P = c.projection_width(), F = c.ffn_dim;
   GradScratch g;
   g.dx = arena.alloc(N * d);
   g.dxn = arena.alloc(N * d);
   g.dproj = arena.alloc(N * P);
   g.dgo = arena.alloc(N * vd);
-  g.don = arena.alloc(N * vd);
-  g.d_o = arena.alloc(N * vd);
+  g.go = arena.alloc(N * vd);
   g.dffn = arena.alloc(N * 2 * F);
   g.dh = arena.alloc(N * F);
   g.logits = arena.alloc(kLossBlock * c.vocab_size);
@@ -94,15 +92,13 @@ double fused_cross_entropy(const Model& model, const float* xn, const int32_t* t
 
 }  // namespace
 
-size_t training_workspace_floats(const Config& c, int64_t B, int64_t T,
-                                 const TrainingOptions& o) {
+size_t training_workspace_floats(const Config& c, int64_t B, int64_t T, const TrainingOptions& o) {
   const int64_t N = B * T;
+  const detail::LayerMixer& mixer = detail::layer_mixer(c.mixer);
   return detail::activation_floats(c, B, T, true) + grad_scratch_floats(c, N) +
          Arena::footprint(static_cast<size_t>(B * c.state_floats_per_sequence())) +
-         std::max(retention_workspace_floats(o.form, B, T, c.heads, c.key_dim(),
-                                             c.head_value_dim(), chunk_of(c, o), 0),
-                  retention_backward_workspace_floats(o.form, T, c.key_dim(), c.head_value_dim(),
-                                                      chunk_of(c, o)));
+         std::max(mixer.workspace_floats(c, o.form, B, T, chunk_of(c, o), 0),
+                  mixer.backward_workspace_floats(c, o.form, B, T, chunk_of(c, o)));
 }
 
 double loss_and_gradients(const Model& model, const int32_t* tokens, const int32_t* targets,
@@ -112,14 +108,15 @@ double loss_and_gradients(const Model& model, const int32_t* tokens, const int32
   RETNET_CHECK(o.form == RetentionForm::Parallel || o.form == RetentionForm::Chunkwise,
                "training runs the parallel or the chunkwise form, not {}",
                retention_form_name(o.form));
+  RETNET_CHECK(mixer_trains_with(c.mixer, o.form), "the {} mixer has no {} form to train with",
+               mixer_name(c.mixer), retention_form_name(o.form));
   RETNET_CHECK(B >= 1 && T >= 1, "a training batch needs B >= 1 and T >= 1");
-  const int64_t N = B * T, d = c.embed_dim, vd = c.value_embed_dim, H = c.heads;
-  const int64_t dk = c.key_dim(), dv = c.head_value_dim(), F = c.ffn_dim, P = 2 * d + 2 * vd;
+  const int64_t N = B * T, d = c.embed_dim, vd = c.value_embed_dim;
+  const int64_t F = c.ffn_dim, P = c.projection_width();
   for (int64_t i = 0; i < N; ++i)
-    RETNET_CHECK(tokens[i] >= 0 && tokens[i] < c.vocab_size && targets[i] >= 0 &&
-                     targets[i] < c.vocab_size,
-                 "token or target id out of range for a vocabulary of {} at position {}",
-                 c.vocab_size, i);
+    RETNET_CHECK(
+        tokens[i] >= 0 && tokens[i] < c.vocab_size && targets[i] >= 0 && targets[i] < c.vocab_size,
+        "token or target id out of range for a vocabulary of {} at position {}", c.vocab_size, i);
   if (grads)
     RETNET_CHECK(grads->size() == model.params().size(),
                  "gradient buffer has {} floats, the model {}", grads->size(),
@@ -135,28 +132,28 @@ double loss_and_gradients(const Model& model, const int32_t* tokens, const int32
     state = arena.alloc(static_cast<size_t>(B * c.state_floats_per_sequence()));
     std::fill(state, state + B * c.state_floats_per_sequence(), 0.f);
   }
-  detail::run_layers(model, tokens, B, T, nullptr, o.form, chunk, 0, arena, state,
-                     c.state_floats_per_sequence(), nullptr, acts);
+  detail::PassState ps;
+  ps.data = state;
+  ps.stride = c.state_floats_per_sequence();
+  detail::run_layers(model, tokens, B, T, nullptr, o.form, chunk, 0, arena, ps, acts);
   const ModelTensors& w = model.tensors();
-  if (!grads)
-    return fused_cross_entropy(model, acts.xn_f, targets, N, g.logits, nullptr, nullptr);
+  if (!grads) return fused_cross_entropy(model, acts.xn_f, targets, N, g.logits, nullptr, nullptr);
 
   auto grad = [&](size_t index) { return grads->tensor(index); };
-  const double loss = fused_cross_entropy(model, acts.xn_f, targets, N, g.logits, g.dxn,
-                                          grad(w.output_projection));
+  const double loss =
+      fused_cross_entropy(model, acts.xn_f, targets, N, g.logits, g.dxn, grad(w.output_projection));
   std::fill(g.dx, g.dx + N * d, 0.f);
   rmsnorm_backward(acts.x, d, model.param(w.final_norm), acts.rstd_f, g.dxn, d, g.dx, d,
                    grad(w.final_norm), N, d);
 
-  const float key_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
   for (int64_t l = c.layers - 1; l >= 0; --l) {
     const LayerTensors& L = w.layers[l];
     const detail::LayerActivations& a = acts.layers[l];
     // FFN: x_out = x_mid + fc2(h), h = act(fc1 xn2) * gate xn2.
     sgemm(Trans::No, Trans::No, N, F, d, 1.f, g.dx, d, model.param(L.fc2), F, 0.f, g.dh, F);
     sgemm(Trans::Yes, Trans::No, d, F, N, 1.f, g.dx, d, a.h, a.ld_h, 1.f, grad(L.fc2), F);
-    gated_activation_backward(c.activation, a.ffn, 2 * F, a.ffn + F, 2 * F, g.dh, F, g.dffn,
-                              2 * F, g.dffn + F, 2 * F, N, F);
+    gated_activation_backward(c.activation, a.ffn, 2 * F, a.ffn + F, 2 * F, g.dh, F, g.dffn, 2 * F,
+                              g.dffn + F, 2 * F, N, F);
     // fc1 and gate are adjacent: one GEMM for both weight gradients, one for the input gradient.
     sgemm(Trans::Yes, Trans::No, 2 * F, d, N, 1.f, g.dffn, 2 * F, a.xn2, d, 1.f, grad(L.fc1), d);
     sgemm(Trans::No, Trans::No, N, d, 2 * F, 1.f, g.dffn, 2 * F, model.param(L.fc1), d, 0.f, g.dxn,
@@ -164,42 +161,33 @@ double loss_and_gradients(const Model& model, const int32_t* tokens, const int32
     rmsnorm_backward(a.x_mid, d, model.param(L.final_norm), a.rstd2, g.dxn, d, g.dx, d,
                      grad(L.final_norm), N, d);
 
-    // Retention: x_mid = x_in + out(swish(g) * on), on = headnorm(o).
-    const float* gate = a.proj + 2 * d + vd;
-    gated_activation_forward(Activation::Swish, gate, P, a.on, vd, acts.go, vd, N, vd);
-    sgemm(Trans::Yes, Trans::No, d, vd, N, 1.f, g.dx, d, acts.go, vd, 1.f, grad(L.out_proj), vd);
+    // Mixer: x_mid = x_in + out_proj(mixer(proj)).
+    detail::MixerGrad mg;
+    mg.model = &model;
+    mg.layer = l;
+    mg.B = B;
+    mg.T = T;
+    mg.form = o.form;
+    mg.chunk = chunk;
+    mg.proj = a.proj;
+    mg.saved = a.saved;
+    mg.cos_sin = acts.cos_sin;
+    mg.d_out = g.dgo;
+    mg.d_proj = g.dproj;
+    mg.grads = grads;
+    const detail::LayerMixer& mixer = detail::layer_mixer(c.mixer);
+    const float* go = mixer.output(mg, g.go);
+    sgemm(Trans::Yes, Trans::No, d, vd, N, 1.f, g.dx, d, go, vd, 1.f, grad(L.out_proj), vd);
     sgemm(Trans::No, Trans::No, N, vd, d, 1.f, g.dx, d, model.param(L.out_proj), vd, 0.f, g.dgo,
           vd);
-    gated_activation_backward(Activation::Swish, gate, P, a.on, vd, g.dgo, vd,
-                              g.dproj + 2 * d + vd, P, g.don, vd, N, vd);
-    std::fill(g.d_o, g.d_o + N * vd, 0.f);
-    rmsnorm_backward(a.o, dv, nullptr, a.rstd_g, g.don, dv, g.d_o, dv, nullptr, N * H, dv);
-    for (int64_t n = 0; n < N; ++n) std::fill(g.dproj + n * P, g.dproj + n * P + 2 * d + vd, 0.f);
-    RetentionGradArgs ga;
-    ga.q = detail::head_view(a.proj, B, T, H, P, dk);
-    ga.k = detail::head_view(a.proj + d, B, T, H, P, dk);
-    ga.v = detail::head_view(a.proj + 2 * d, B, T, H, P, dv);
-    ga.out = detail::head_view(a.o, B, T, H, vd, dv);
-    ga.d_out = detail::head_view(g.d_o, B, T, H, vd, dv);
-    ga.d_q = detail::head_view(g.dproj, B, T, H, P, dk);
-    ga.d_k = detail::head_view(g.dproj + d, B, T, H, P, dk);
-    ga.d_v = detail::head_view(g.dproj + 2 * d, B, T, H, P, dv);
-    ga.row_stats = a.stats;
-    ga.gammas = model.gammas().data();
-    ga.chunk = chunk;
     const size_t mark = arena.used();
-    retention_backward(o.form, ga, arena);
+    mixer.backward(mg, arena);
     arena.rewind(mark);
-    rotate_backward(g.dproj, P, B, T, H, dk, model.thetas(), nullptr, acts.cos_sin);
-    rotate_backward(g.dproj + d, P, B, T, H, dk, model.thetas(), nullptr, acts.cos_sin);
-#pragma omp parallel for schedule(static) if (N * d > 65536)
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t i = 0; i < d; ++i) g.dproj[n * P + d + i] *= key_scale;
-    // q, k, v, g are adjacent: one GEMM for the four weight gradients, one for the input's.
+    // The input projections are adjacent: one GEMM for their weight gradients, one for the input's.
     sgemm(Trans::Yes, Trans::No, P, d, N, 1.f, g.dproj, P, a.xn1, d, 1.f, grad(L.q_proj), d);
     sgemm(Trans::No, Trans::No, N, d, P, 1.f, g.dproj, P, model.param(L.q_proj), d, 0.f, g.dxn, d);
-    rmsnorm_backward(a.x_in, d, model.param(L.retention_norm), a.rstd1, g.dxn, d, g.dx, d,
-                     grad(L.retention_norm), N, d);
+    rmsnorm_backward(a.x_in, d, model.param(L.mixer_norm), a.rstd1, g.dxn, d, g.dx, d,
+                     grad(L.mixer_norm), N, d);
   }
   // Embedding: scatter-add (sequential: tokens repeat).
   const float scale = static_cast<float>(c.embed_scale());

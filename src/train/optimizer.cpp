@@ -32,7 +32,10 @@ double clip_gradients(ParamBuffer& grads, double max_norm) {
 }
 
 bool AdamW::decays(const ParamEntry& e) {
-  return e.shape.size() == 2 && e.name.find("embed_tokens") == std::string::npos;
+  // Not the embeddings, and not the Performer's random matrix: it is drawn, not learned (it gets
+  // no gradient, so decay alone would shrink it).
+  return e.shape.size() == 2 && e.name.find("embed_tokens") == std::string::npos &&
+         e.name.find("feature_matrix") == std::string::npos;
 }
 
 AdamW::AdamW(const ParamLayout& layout, const AdamWOptions& options)

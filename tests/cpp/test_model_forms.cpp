@@ -154,5 +154,5 @@ TEST(ModelForms, InitIsDeterministicAndThreadIndependent) {
   for (int i = 0; i < 32 * 32; ++i) maxabs = std::max(maxabs, std::fabs(double(q[i])));
   EXPECT_LE(maxabs, bound);
   EXPECT_GT(maxabs, 0.9 * bound);
-  EXPECT_EQ(a.param(L.retention_norm)[5], 1.f);
+  EXPECT_EQ(a.param(L.mixer_norm)[5], 1.f);
 }

@@ -16,6 +16,7 @@ inline constexpr int kStateFileVersion = 1;
 struct SavedSequence {
   int64_t position = 0;         // tokens consumed
   std::vector<float> state;     // the model's state_floats_per_sequence()
+  std::vector<float> cache;     // mixers with a cache: per layer, `position` rows of keys, values
   std::vector<float> logits;    // [vocab] after the last token; empty if none consumed
   std::vector<int32_t> recent;  // latest tokens (repetition penalty)
   std::string text_tail;        // bytes the generator had not emitted yet

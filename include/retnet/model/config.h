@@ -2,11 +2,12 @@
 // Model configuration, read from JSON with torchscale's RetNetConfig field names and meanings, so
 // that one JSON file configures both torchscale and this engine. Missing fields take the defaults
 // below (the small model the main job trains); fields of torchscale's that only matter to training
-// in PyTorch (dropout, checkpointing, fsdp, ...) are accepted and ignored; features this engine does
-// not implement (MoE, deepnorm, post-norm, multiway, ...) are rejected when switched on.
+// in PyTorch (dropout, checkpointing, fsdp, ...) are accepted and ignored; features this engine
+// does not implement (MoE, deepnorm, post-norm, multiway, ...) are rejected when switched on.
 #include <cstdint>
 #include <string>
 
+#include "retnet/model/mixer.h"
 #include "retnet/ops/activation.h"
 
 namespace retnet {
@@ -22,11 +23,14 @@ struct Config {
   int64_t vocab_size = 256;       // vocab_size (256: byte-level)
   double layernorm_eps = 1e-6;    // layernorm_eps, for every RMSNorm including the per-head one
   Activation activation = Activation::Gelu;  // activation_fn ("gelu" as torchscale, or "swish")
-  bool no_scale_embedding = true;  // no_scale_embedding (false: embeddings times sqrt(d))
+  bool no_scale_embedding = true;            // no_scale_embedding (false: embeddings times sqrt(d))
   int64_t recurrent_chunk_size = 64;  // recurrent_chunk_size: default chunk of the chunkwise form
   DecaySchedule decay = DecaySchedule::Torchscale;  // "decay": "torchscale" | "paper"
+  MixerKind mixer = MixerKind::Retention;           // "mixer": the token mixer of every block
+  int64_t performer_features = 64;  // "performer_features": FAVOR+ random features per head
+  int64_t aft_max_distance = 1024;  // "aft_max_distance": learned AFT position biases
 
-  int64_t key_dim() const { return embed_dim / heads; }          // d_k
+  int64_t key_dim() const { return embed_dim / heads; }               // d_k
   int64_t head_value_dim() const { return value_embed_dim / heads; }  // d_v
   double embed_scale() const;
   // gamma_h: 1 - 2^(-5-h) (torchscale), or the paper's 1 - exp(linspace(log 1/32, log 1/512, H)).
@@ -35,9 +39,14 @@ struct Config {
   // Throws Error naming the first inconsistency (dims not divisible by heads, odd d_k, ...).
   void validate() const;
   int64_t parameter_count() const;
-  // Recurrent state of one sequence: per layer and head a d_k x (d_v + 1) block (the state and the
-  // decayed key sum).
+  // Rows of a layer's input projection (q | k | v | g for retention; see mixer.h).
+  int64_t projection_width() const;
+  // Constant-size recurrent state of one sequence, all layers. Retention: per layer and head a
+  // d_k x (d_v + 1) block (the state and the decayed key sum); 0 for the mixers with a cache.
   int64_t state_floats_per_sequence() const;
+  // Cache floats one sequence adds per token, all layers (attention: keys and values; aft: keys
+  // and values); 0 for the mixers with a constant-size state.
+  int64_t cache_floats_per_token() const;
 
   static Config from_json(const std::string& json_text, const std::string& origin = "config");
   static Config from_file(const std::string& path);

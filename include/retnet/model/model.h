@@ -11,17 +11,28 @@
 
 namespace retnet {
 
-// Indices into the layout of one decoder layer's tensors. The layout keeps q, k, v, g adjacent
-// (one [2d + 2 vd, d] matrix: the four projections are one GEMM) and fc1, gate adjacent (one
-// [2 ffn, d] matrix), in the order torchscale names them otherwise.
+inline constexpr size_t kNoTensor = static_cast<size_t>(-1);
+
+// Indices into the layout of one decoder layer's tensors. The layout keeps the mixer's input
+// projections adjacent (q, k, v and retention's g: one [projection_width, d] matrix, one GEMM)
+// and fc1, gate adjacent (one [2 ffn, d] matrix), in the order torchscale names them otherwise.
+// Names: "layers.N.<scope>.q_proj.weight", scope = "retention" (torchscale's) or the mixer's name.
 struct LayerTensors {
-  size_t q_proj, k_proj, v_proj, g_proj, out_proj, retention_norm, fc1, gate, fc2, final_norm;
+  size_t q_proj, k_proj, v_proj, g_proj = kNoTensor, out_proj, mixer_norm, fc1, gate, fc2,
+                                 final_norm;
+  // The mixer's own tensors: performer: [0] the FAVOR+ matrix [m, dk] (drawn at init, never
+  // trained); aft: [0] position biases [aft_max_distance]; rwkv: [0] time_decay [vd] (decay rate
+  // exp(time_decay)), [1] time_first [vd] (the current token's bonus).
+  size_t extra[2] = {kNoTensor, kNoTensor};
 };
 
 struct ModelTensors {
   size_t embed, output_projection, final_norm;
   std::vector<LayerTensors> layers;
 };
+
+// The scope of a mixer's tensor names: "retention" (torchscale's), "attention", "aft_simple", ...
+std::string mixer_scope(MixerKind kind);
 
 // The layout of a config, with torchscale's names.
 ParamLayout make_param_layout(const Config& config, ModelTensors* indices = nullptr);

@@ -15,9 +15,9 @@ inline constexpr const char* kModelFormat = "retnet";
 inline constexpr int kModelFormatVersion = 1;
 
 struct LoadInfo {
-  bool zero_copy = false;     // parameters point into the file mapping
-  bool torchscale = false;    // no engine metadata: a torchscale export
-  std::string source_dtype;   // dtype of the stored weights
+  bool zero_copy = false;    // parameters point into the file mapping
+  bool torchscale = false;   // no engine metadata: a torchscale export
+  std::string source_dtype;  // dtype of the stored weights
 };
 
 // Loads and validates a model: every tensor by name, dtype and shape, every value finite.

@@ -1,0 +1,99 @@
+#pragma once
+// Internal to src/model: the token-mixer sub-layer of a block, between the input projection and
+// the output projection, for every mixer of mixer.h. The layer loop (layers.h) runs
+//   xn = norm(x);  proj = xn [q | k | v (| g)]^T;  out = mixer(proj);  x += out out_proj^T
+// and each mixer implements the middle step, forward and backward, in its own file.
+#include <cstdint>
+
+#include "retnet/core/arena.h"
+#include "retnet/core/param_buffer.h"
+#include "retnet/model/forward.h"
+#include "retnet/model/model.h"
+
+namespace retnet::detail {
+
+// One layer's forward call over B x T tokens.
+struct MixerPass {
+  const Model* model = nullptr;
+  int64_t layer = 0;
+  int64_t B = 0, T = 0;
+  RetentionForm form = RetentionForm::Parallel;
+  int64_t chunk = 64, scan_tile = 0;
+  float* proj = nullptr;   // [N, P]; mixers may transform it in place (rotation, key scale)
+  float* out = nullptr;    // [N, vd] scratch the output may be written to
+  float* saved = nullptr;  // training: this layer's saved_floats(B, T) floats; else nullptr
+  // The layer's constant-size state of the first sequence (sequences state_stride apart), or
+  // nullptr (parallel form).
+  float* state = nullptr;
+  int64_t state_stride = 0;
+  // Mixers with a cache: the cache and the index of the call's first sequence in it, or nullptr
+  // (training: from an empty sequence).
+  TokenCache* cache = nullptr;
+  int64_t first = 0;
+  const int64_t* positions = nullptr;  // [B] tokens consumed before this call; nullptr: all 0
+  float* cos_sin = nullptr;            // rotation table scratch [T * d_k]
+};
+
+// One layer's backward call (training: parallel or chunkwise, from an empty state).
+struct MixerGrad {
+  const Model* model = nullptr;
+  int64_t layer = 0;
+  int64_t B = 0, T = 0;
+  RetentionForm form = RetentionForm::Parallel;
+  int64_t chunk = 64;
+  const float* proj = nullptr;   // [N, P] as the forward left it
+  const float* saved = nullptr;  // what the forward saved
+  float* cos_sin = nullptr;      // rotation table scratch [T * d_k]
+  const float* d_out = nullptr;  // [N, vd]
+  float* d_proj = nullptr;       // [N, P], overwritten
+  ParamBuffer* grads = nullptr;  // accumulates the mixer's own tensors' gradients
+};
+
+class LayerMixer {
+ public:
+  virtual ~LayerMixer() = default;
+  // Floats one layer saves for the backward pass.
+  virtual size_t saved_floats(const Config& c, int64_t B, int64_t T) const = 0;
+  // Arena floats of a forward call (B x T tokens, `form`) and of a backward call.
+  virtual size_t workspace_floats(const Config& c, RetentionForm form, int64_t B, int64_t T,
+                                  int64_t chunk, int64_t scan_tile) const = 0;
+  virtual size_t backward_workspace_floats(const Config& c, RetentionForm form, int64_t B,
+                                           int64_t T, int64_t chunk) const = 0;
+  // Runs the mixer; returns where its output [N, vd] is (pass.out or a saved buffer).
+  virtual const float* forward(const MixerPass& pass, Arena& arena) const = 0;
+  // The forward's output again, for the output projection's weight gradient: from the saved
+  // buffer, or recomputed into `scratch` [N, vd].
+  virtual const float* output(const MixerGrad& grad, float* scratch) const = 0;
+  virtual void backward(const MixerGrad& grad, Arena& arena) const = 0;
+};
+
+const LayerMixer& layer_mixer(MixerKind kind);
+
+// One implementation per file.
+const LayerMixer& retention_layer_mixer();
+const LayerMixer& attention_layer_mixer();
+const LayerMixer& linear_layer_mixer();  // linear transformer and performer
+const LayerMixer& aft_layer_mixer();     // AFT-full
+const LayerMixer& decay_layer_mixer();   // rwkv and aft-simple
+
+// Helpers shared by the mixers.
+TensorView head_view(float* p, int64_t B, int64_t T, int64_t H, int64_t ld, int64_t last);
+inline TensorView head_view(const float* p, int64_t B, int64_t T, int64_t H, int64_t ld,
+                            int64_t last) {
+  return head_view(const_cast<float*>(p), B, T, H, ld, last);
+}
+// Carves consecutive 64-byte-aligned regions out of a saved buffer (sizes via Arena::footprint).
+class SavedCarver {
+ public:
+  explicit SavedCarver(float* base) : p_(base) {}
+  float* take(size_t floats) {
+    float* r = p_;
+    p_ += Arena::footprint(floats);
+    return r;
+  }
+
+ private:
+  float* p_;
+};
+
+}  // namespace retnet::detail
