@@ -90,6 +90,97 @@ using Shape = std::array<int64_t, 3>;  // B, T, C
 // Channel counts below, at and across the 32-channel block; T not a multiple of the chunks.
 const Shape kShapes[] = {{1, 1, 1}, {2, 7, 5}, {1, 64, 32}, {3, 50, 45}, {2, 37, 70}};
 
+// The definition in double over double inputs, all sequences: for finite differences.
+std::vector<double> forward_double(const std::vector<double>& r, const std::vector<double>& k,
+                                   const std::vector<double>& v, const std::vector<double>& w,
+                                   const std::vector<double>& u, int64_t B, int64_t T, int64_t C) {
+  std::vector<double> out(B * T * C), x(T);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t n = 0; n < T; ++n) {
+        auto at = [&](int64_t t) { return (b * T + t) * C + c; };
+        for (int64_t m = 0; m < n; ++m) x[m] = k[at(m)] - double(n - 1 - m) * w[c];
+        x[n] = u[c] + k[at(n)];
+        const double top = *std::max_element(x.begin(), x.begin() + n + 1);
+        double num = 0, den = 0;
+        for (int64_t m = 0; m <= n; ++m) {
+          const double e = std::exp(x[m] - top);
+          num += e * v[at(m)];
+          den += e;
+        }
+        out[at(n)] = num / den / (1 + std::exp(-r[at(n)]));
+      }
+  return out;
+}
+
+struct Gradients {
+  std::vector<float> dr, dk, dv, dw, du;
+};
+
+// Forward with saved buffers, then backward (twice, checking that it accumulates; halved).
+Gradients run_backward(Problem& p, DecayAttentionForm form, int64_t chunk,
+                       std::vector<float>& d_out) {
+  const int64_t n = p.B * p.T * p.C;
+  std::vector<float> out(n), wkv(n), log_den(n), state(p.B * p.state_per_sequence(), 0.f);
+  DecayAttentionArgs fa = p.args(out, 0, p.T);
+  fa.state = state.data(), fa.state_stride = p.state_per_sequence(), fa.chunk = chunk;
+  fa.saved_wkv = wkv.data(), fa.saved_log_denominators = log_den.data();
+  Arena arena(std::max(decay_attention_workspace_floats(form, p.B, p.T, p.C, chunk),
+                       decay_attention_backward_workspace_floats(form, p.B, p.T, p.C, chunk)));
+  decay_attention_forward(form, fa, arena);
+  Gradients g{std::vector<float>(n, 0.f), std::vector<float>(n, 0.f), std::vector<float>(n, 0.f),
+              std::vector<float>(p.C, 0.f), std::vector<float>(p.C, 0.f)};
+  DecayAttentionGradArgs ga;
+  ga.r = fa.r, ga.k = fa.k, ga.v = fa.v,
+  ga.d_out = TensorView::contiguous(d_out.data(), {p.B, p.T, p.C});
+  ga.d_r = p.view(g.dr), ga.d_k = p.view(g.dk), ga.d_v = p.view(g.dv);
+  ga.w = p.w.data(), ga.u = p.u.data(), ga.d_w = g.dw.data(), ga.d_u = g.du.data();
+  ga.wkv = wkv.data(), ga.log_denominators = log_den.data();
+  ga.chunk = chunk;
+  arena.reset();
+  decay_attention_backward(form, ga, arena);
+  const Gradients once = g;
+  arena.reset();
+  decay_attention_backward(form, ga, arena);
+  for (auto [twice, single] : {std::pair{&g.dr, &once.dr},
+                               {&g.dk, &once.dk},
+                               {&g.dv, &once.dv},
+                               {&g.dw, &once.dw},
+                               {&g.du, &once.du}})
+    for (size_t i = 0; i < twice->size(); ++i) {
+      EXPECT_NEAR((*twice)[i], 2 * (*single)[i], 1e-5 * (1 + std::fabs((*twice)[i])));
+      (*twice)[i] *= 0.5f;
+    }
+  return g;
+}
+
+void check_gradients(Problem& p) {
+  auto d_out = random_vector(p.B * p.T * p.C, 77);
+  auto r = test::to_double(p.r), k = test::to_double(p.k), v = test::to_double(p.v),
+       w = test::to_double(p.w), u = test::to_double(p.u);
+  auto loss = [&] {
+    auto o = forward_double(r, k, v, w, u, p.B, p.T, p.C);
+    double s = 0;
+    for (size_t i = 0; i < o.size(); ++i) s += o[i] * d_out[i];
+    return s;
+  };
+  const auto er = finite_differences(loss, r), ek = finite_differences(loss, k),
+             ev = finite_differences(loss, v), ew = finite_differences(loss, w),
+             eu = finite_differences(loss, u);
+  for (DecayAttentionForm form : {kParallel, kChunkwise})
+    for (int64_t chunk : {int64_t{1}, int64_t{5}, p.T}) {
+      if (form == kParallel && chunk != p.T) continue;
+      SCOPED_TRACE(::testing::Message() << decay_attention_form_name(form) << " chunk " << chunk
+                                        << " B" << p.B << " T" << p.T << " C" << p.C);
+      const Gradients g = run_backward(p, form, chunk, d_out);
+      EXPECT_TRUE(close(g.dr, er, 1e-4)) << "dr";
+      EXPECT_TRUE(close(g.dk, ek, 1e-4)) << "dk";
+      EXPECT_TRUE(close(g.dv, ev, 1e-4)) << "dv";
+      EXPECT_TRUE(close(g.dw, ew, 1e-4)) << "dw";
+      EXPECT_TRUE(close(g.du, eu, 1e-4)) << "du";
+    }
+}
+
 }  // namespace
 
 TEST(DecayAttention, AllFormsMatchDoubleReference) {
@@ -272,4 +363,44 @@ TEST(DecayAttention, RejectsBadArguments) {
   EXPECT_THROW(decay_attention_forward(kChunkwise, a, arena), Error);  // chunk 0
   EXPECT_THROW(parse_decay_attention_form("scan"), Error);
   EXPECT_EQ(parse_decay_attention_form("chunkwise"), kChunkwise);
+}
+
+TEST(DecayAttention, GradientsMatchFiniteDifferences) {
+  Problem p(2, 13, 35, 41);
+  check_gradients(p);
+}
+
+TEST(DecayAttention, GradientsWithLargeDecaysBonusesAndKeys) {
+  // Strong decays and bonuses, keys of scale 5: weights spanning e^{+-30} in one row.
+  Problem p(1, 12, 6, 42, 5.0);
+  p.w = {0.f, 0.01f, 0.5f, 3.f, 10.f, 30.f};
+  p.u = {0.f, -8.f, 8.f, 1.f, -1.f, 20.f};
+  check_gradients(p);
+}
+
+TEST(DecayAttention, BackwardParallelEqualsChunkwise) {
+  Problem p(2, 100, 70, 43, 2.0);
+  auto d_out = random_vector(p.B * p.T * p.C, 78);
+  const Gradients want = run_backward(p, kParallel, p.T, d_out);
+  for (int64_t chunk : {1, 7, 16, 64, 99}) {
+    SCOPED_TRACE(::testing::Message() << "chunk " << chunk);
+    const Gradients g = run_backward(p, kChunkwise, chunk, d_out);
+    EXPECT_TRUE(close(g.dr, want.dr, 1e-5)) << "dr";
+    EXPECT_TRUE(close(g.dk, want.dk, 1e-5)) << "dk";
+    EXPECT_TRUE(close(g.dv, want.dv, 1e-5)) << "dv";
+    EXPECT_TRUE(close(g.dw, want.dw, 1e-5)) << "dw";
+    EXPECT_TRUE(close(g.du, want.du, 1e-5)) << "du";
+  }
+}
+
+TEST(DecayAttention, BackwardWithHugeKeysStaysFinite) {
+  Problem p(1, 60, 40, 44, 1e4);
+  auto d_out = random_vector(p.B * p.T * p.C, 79);
+  const Gradients par = run_backward(p, kParallel, p.T, d_out);
+  const Gradients chunked = run_backward(p, kChunkwise, 8, d_out);
+  for (const Gradients* g : {&par, &chunked})
+    for (const auto* x : {&g->dr, &g->dk, &g->dv, &g->dw, &g->du})
+      for (float y : *x) ASSERT_TRUE(std::isfinite(y));
+  EXPECT_TRUE(close(chunked.dv, par.dv, 1e-5));
+  EXPECT_TRUE(close(chunked.dr, par.dr, 1e-5));
 }
