@@ -166,19 +166,24 @@ void pairwise_block(const DecayAttentionArgs& args, const Dims& d, int64_t b, in
 // ---- recurrent form: RWKV-4's numerically stable kernel, one token at a time -------------------
 void recurrent_block(const DecayAttentionArgs& args, const Dims& d, int64_t b, int64_t c0,
                      int64_t nc) {
+  // The block's state, w and u in padded local lanes (padding: empty state, zero inputs), so the
+  // per-token loop has a fixed trip count and vectorises.
   float* state = args.state + b * args.state_stride;
-  float* a = state + c0;
-  float* bs = state + d.C + c0;
-  float* p = state + 2 * d.C + c0;
-  const float* w = args.w + c0;
-  const float* u = args.u + c0;
+  alignas(64) float w[kCb], u[kCb], a[kCb], bs[kCb], p[kCb], k[kCb], v[kCb];
   alignas(64) float M[kCb], num[kCb], den[kCb];
+  detail::pack_channels(args.w, c0, nc, w);
+  detail::pack_channels(args.u, c0, nc, u);
+  detail::pack_channels(state, c0, nc, a);
+  detail::pack_channels(state + d.C, c0, nc, bs);
+  detail::pack_channels(state + 2 * d.C, c0, nc, p);
+  std::fill(k, k + kCb, 0.f);
+  std::fill(v, v + kCb, 0.f);
   const RowSink sink{args, d, b, c0, nc};
   for (int64_t t = 0; t < d.T; ++t) {
-    const float* k = &args.k.at(b, t, c0);
-    const float* v = &args.v.at(b, t, c0);
+    std::copy_n(&args.k.at(b, t, c0), nc, k);
+    std::copy_n(&args.v.at(b, t, c0), nc, v);
 #pragma omp simd
-    for (int64_t c = 0; c < nc; ++c) {
+    for (int64_t c = 0; c < kCb; ++c) {
       const float pe = bs[c] > 0.f ? p[c] : kEmptyExponent;
       // Output: the state and the current token, scaled by their larger exponent.
       M[c] = std::max(pe, u[c] + k[c]);
@@ -200,6 +205,9 @@ void recurrent_block(const DecayAttentionArgs& args, const Dims& d, int64_t b, i
     }
     sink.write(t, num, den, M);
   }
+  std::copy_n(a, nc, state + c0);
+  std::copy_n(bs, nc, state + d.C + c0);
+  std::copy_n(p, nc, state + 2 * d.C + c0);
 }
 
 size_t forward_scratch(DecayAttentionForm form, int64_t T, int64_t chunk) {
