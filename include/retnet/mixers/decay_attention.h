@@ -1,0 +1,101 @@
+#pragma once
+// Channel-wise decay attention: RWKV-4's WKV with a receptance gate, and with w = u = 0 the simple
+// attention-free transformer (AFT-simple), in three forms that compute the same function
+// (seeds/000 equations 8-9).
+//
+// Per channel c (channels are independent; no heads), tokens n = 0, 1, ... counted from the start
+// of the state, with a decay rate w >= 0 and a bonus u for the current token:
+//   wkv_n = (sum_{m<n} e^{k_m - (n-1-m) w} v_m + e^{u + k_n} v_n)
+//         / (sum_{m<n} e^{k_m - (n-1-m) w}     + e^{u + k_n})
+//   out_n = sigmoid(r_n) wkv_n
+// The newest previous token is not decayed; w = 0 means no decay. With w = u = 0 this is
+// AFT-simple: a running average of v weighted by e^{k_m} over m <= n, gated by sigmoid(q_n).
+//
+// No exponential is ever taken of anything but (exponent - row maximum) <= 0, so nothing overflows
+// at any length or key magnitude. The state of a channel is RWKV-4's (a, b, p): the sums over the
+// tokens seen, A = sum_m e^{k_m - (n-1-m) w} v_m = a e^p and B = b e^p, scaled by a running maximum
+// exponent p. The empty state is a = b = 0 (p is then ignored): a non-empty state always has
+// b >= e^0 from its largest term, so b = 0 means "no tokens", and a zero-initialised state is the
+// empty state (a fresh p = 0 would otherwise pose as a maximum: with k_n = -1e4 both e^{p - M}
+// and e^{u + k_n - M} terms would underflow and give 0 / 0). Layout per sequence: 3 * C floats
+// [3][C] (all a, then all b, then all p) at state + b * state_stride, so per-channel updates
+// vectorise.
+//
+// Forms:
+//  - parallel: the pairwise definition over all T tokens from an empty state, one row maximum per
+//    (token, channel) kept by the recurrence R_{n+1} = max(R_n - w, k_n); O(T^2 C) exponentials.
+//    It neither reads nor writes `state`.
+//  - recurrent: RWKV-4's kernel, one token at a time through the state; O(T C).
+//  - chunkwise: the pairwise form inside chunks of `chunk` tokens (the last may be short), with the
+//    state entering the chunk as one more term; the state is updated once per chunk; O(T chunk C).
+// Recurrent and chunkwise continue from `state` and leave the state after the last token.
+// On a CPU the recurrent form is the fastest (a vectorised scan over channels, O(T C)); the
+// pairwise forms are the training forms. Exponents stay accurate at any key size: the pairwise
+// forms subtract the decay from (k_m - row maximum), a small number, and the recurrent form folds
+// the rounding of p - w (up to 5e-4 at |p| ~ 1e4) into a and b rather than leaving it in p.
+//
+// Shapes: r, k, v, out: [B, T, C] views with unit stride in the last dim, any other strides;
+// w, u: [C]. OpenMP over (sequence, block of kDecayChannelBlock channels); scratch from the arena.
+#include <cstdint>
+#include <string>
+
+#include "retnet/core/arena.h"
+#include "retnet/core/tensor.h"
+
+namespace retnet {
+
+enum class DecayAttentionForm { Parallel, Recurrent, Chunkwise };
+const char* decay_attention_form_name(DecayAttentionForm f);
+DecayAttentionForm parse_decay_attention_form(const std::string& name);  // throws Error
+
+// Channels per task: one cache line of each row per 16 channels, two AVX-512 vectors.
+inline constexpr int64_t kDecayChannelBlock = 32;
+inline int64_t decay_attention_state_floats(int64_t C) { return 3 * C; }
+
+struct DecayAttentionArgs {
+  TensorView r, k, v, out;   // [B, T, C]
+  const float* w = nullptr;  // [C], >= 0 (the caller's guarantee)
+  const float* u = nullptr;  // [C]
+  float* state = nullptr;    // required by recurrent and chunkwise: [3][C] per sequence
+  int64_t state_stride = 0;
+  int64_t chunk = 64;
+  // What the backward pass needs, or nullptr (inference), both [B, T, C] contiguous: wkv_n and
+  // the log of the denominator, log(sum_m e^{...}), per token and channel.
+  float* saved_wkv = nullptr;
+  float* saved_log_denominators = nullptr;
+};
+size_t decay_attention_workspace_floats(DecayAttentionForm form, int64_t B, int64_t T, int64_t C,
+                                        int64_t chunk);
+void decay_attention_forward(DecayAttentionForm form, const DecayAttentionArgs& args, Arena& arena);
+
+// Backward of the parallel or chunkwise form from an empty state (training): accumulates (+=) into
+// d_r, d_k, d_v ([B, T, C]) and d_w, d_u ([C], summed over sequences and tokens). With the
+// normalised weights pi_nm = e^{log weight_nm - log denominator_n} and G_n = d_out_n sigmoid(r_n),
+// the gradient of the log weight of (n, m) is pi_nm G_n (v_m - wkv_n); k_m, u and -(n-1-m) w
+// collect it. The chunkwise backward sweeps the chunks last to first, carrying the future's
+// sensitivities (four sums over n >= chunk end, scaled by their own running maximum exponent):
+// no [T, T] buffer, O(T chunk C) work.
+struct DecayAttentionGradArgs {
+  TensorView r, k, v, d_out;                // [B, T, C]
+  TensorView d_r, d_k, d_v;                 // [B, T, C], accumulated into
+  const float* w = nullptr;                 // [C]
+  const float* u = nullptr;                 // [C]
+  float* d_w = nullptr;                     // [C], accumulated into
+  float* d_u = nullptr;                     // [C], accumulated into
+  const float* wkv = nullptr;               // [B, T, C] saved by the forward
+  const float* log_denominators = nullptr;  // [B, T, C] saved by the forward
+  int64_t chunk = 64;
+};
+size_t decay_attention_backward_workspace_floats(DecayAttentionForm form, int64_t B, int64_t T,
+                                                 int64_t C, int64_t chunk);
+void decay_attention_backward(DecayAttentionForm form, const DecayAttentionGradArgs& args,
+                              Arena& arena);
+
+// Double-precision definition, for tests: one sequence, contiguous r, k, v [T, C], from the state
+// `state` [3][C] in the layout above (nullptr: empty) -> out [T, C]. Direct sums with one maximum
+// per row, no recurrence.
+void decay_attention_reference(const float* r, const float* k, const float* v, const float* w,
+                               const float* u, double* out, int64_t T, int64_t C,
+                               const double* state = nullptr);
+
+}  // namespace retnet
