@@ -184,10 +184,11 @@ const LayerMixer& layer_mixer(MixerKind kind) {
     case MixerKind::Linear:
     case MixerKind::Performer:
       return linear_layer_mixer();
-    case MixerKind::Aft:
     case MixerKind::AftSimple:
     case MixerKind::Rwkv:
-      break;  // TODO(wire): merged with their kernels
+      return decay_layer_mixer();
+    case MixerKind::Aft:
+      break;  // wired with its kernel
   }
   throw Error("unknown mixer");
 }
@@ -329,7 +330,7 @@ void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_
     arena.rewind(mark);
     const bool wanted = !options.last_logits_only || t == T - 1;
     detail::run_layers(model, column, B, 1, wanted ? step_logits : nullptr,
-                       RetentionForm::Recurrent, 0, 0, arena, ps, acts);
+                       RetentionForm::Recurrent, chunk_of(c, options), 0, arena, ps, acts);
     for (int64_t b = 0; b < B; ++b) {
       if (wanted) {
         float* dst = options.last_logits_only ? logits + b * c.vocab_size
