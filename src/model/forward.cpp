@@ -188,7 +188,7 @@ const LayerMixer& layer_mixer(MixerKind kind) {
     case MixerKind::Rwkv:
       return decay_layer_mixer();
     case MixerKind::Aft:
-      break;  // wired with its kernel
+      return aft_layer_mixer();
   }
   throw Error("unknown mixer");
 }

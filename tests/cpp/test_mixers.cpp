@@ -297,7 +297,7 @@ TEST_P(Mixers, ModelFileRoundTripKeepsTheLogits) {
 
 INSTANTIATE_TEST_SUITE_P(Family, Mixers,
                          ::testing::Values(MixerKind::Retention, MixerKind::Attention,
-                                           MixerKind::Linear, MixerKind::Performer,
+                                           MixerKind::Linear, MixerKind::Performer, MixerKind::Aft,
                                            MixerKind::AftSimple, MixerKind::Rwkv),
                          mixer_test_name);
 
