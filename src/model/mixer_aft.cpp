@@ -12,15 +12,6 @@
 namespace retnet::detail {
 namespace {
 
-TensorView rows(const float* p, int64_t B, int64_t T, int64_t ld, int64_t C) {
-  TensorView t;
-  t.data = const_cast<float*>(p);
-  t.ndim = 3;
-  t.shape = {B, T, C, 1};
-  t.stride = {T * ld, ld, 1, 0};
-  return t;
-}
-
 struct Saved {
   float *row_max, *denominator, *ratio;
 };
@@ -41,7 +32,7 @@ class AftMixer final : public LayerMixer {
 
   size_t workspace_floats(const Config& c, RetentionForm form, int64_t B, int64_t, int64_t,
                           int64_t) const override {
-    const size_t lengths = Arena::footprint(static_cast<size_t>(2 * B));
+    const size_t lengths = cache_lengths_floats(B);
     if (form == RetentionForm::Recurrent)
       return lengths + aft_step_workspace_floats(B, c.value_embed_dim);
     return lengths + aft_workspace_floats(kAftDefaultTile);
@@ -58,8 +49,10 @@ class AftMixer final : public LayerMixer {
     const int64_t B = p.B, T = p.T, N = B * T, vd = c.value_embed_dim, P = 3 * vd;
     const float* bias = model.param(model.tensors().layers[p.layer].extra[0]);
     const int64_t L = c.aft_max_distance;
-    const TensorView q = rows(p.proj, B, T, P, vd), k = rows(p.proj + vd, B, T, P, vd);
-    const TensorView v = rows(p.proj + 2 * vd, B, T, P, vd), out = rows(p.out, B, T, vd, vd);
+    const TensorView q = channel_view(p.proj, B, T, P, vd),
+                     k = channel_view(p.proj + vd, B, T, P, vd);
+    const TensorView v = channel_view(p.proj + 2 * vd, B, T, P, vd),
+                     out = channel_view(p.out, B, T, vd, vd);
     if (!p.cache) {  // from an empty sequence (training, or a parallel pass without a state)
       AftArgs a;
       a.q = q;
@@ -77,9 +70,7 @@ class AftMixer final : public LayerMixer {
       aft_forward(a, arena);
       return p.out;
     }
-    // The kernels advance their own lengths: a copy of the positions, one per layer.
-    int64_t* lengths = reinterpret_cast<int64_t*>(arena.alloc(static_cast<size_t>(2 * B)));
-    for (int64_t b = 0; b < B; ++b) lengths[b] = p.positions ? p.positions[b] : 0;
+    int64_t* lengths = cache_lengths(arena, p.positions, B);
     AftCache cache;
     cache.data = p.cache->block(p.layer, p.first);
     cache.capacity = p.cache->capacity;
@@ -95,10 +86,7 @@ class AftMixer final : public LayerMixer {
     const Config& c = gr.model->config();
     const int64_t N = gr.B * gr.T, vd = c.value_embed_dim, P = 3 * vd;
     const Saved sv = carve(const_cast<float*>(gr.saved), c, N);
-#pragma omp parallel for schedule(static) if (N * vd > 65536)
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t i = 0; i < vd; ++i)
-        scratch[n * vd + i] = sv.ratio[n * vd + i] / (1.f + std::exp(-gr.proj[n * P + i]));
+    sigmoid_gated(gr.proj, P, sv.ratio, scratch, N, vd);
     return scratch;
   }
 
@@ -110,13 +98,13 @@ class AftMixer final : public LayerMixer {
     const size_t bias_index = model.tensors().layers[gr.layer].extra[0];
     std::memset(gr.d_proj, 0, static_cast<size_t>(N * P) * sizeof(float));
     AftGradArgs ga;
-    ga.q = rows(gr.proj, B, T, P, vd);
-    ga.k = rows(gr.proj + vd, B, T, P, vd);
-    ga.v = rows(gr.proj + 2 * vd, B, T, P, vd);
-    ga.d_out = rows(gr.d_out, B, T, vd, vd);
-    ga.d_q = rows(gr.d_proj, B, T, P, vd);
-    ga.d_k = rows(gr.d_proj + vd, B, T, P, vd);
-    ga.d_v = rows(gr.d_proj + 2 * vd, B, T, P, vd);
+    ga.q = channel_view(gr.proj, B, T, P, vd);
+    ga.k = channel_view(gr.proj + vd, B, T, P, vd);
+    ga.v = channel_view(gr.proj + 2 * vd, B, T, P, vd);
+    ga.d_out = channel_view(gr.d_out, B, T, vd, vd);
+    ga.d_q = channel_view(gr.d_proj, B, T, P, vd);
+    ga.d_k = channel_view(gr.d_proj + vd, B, T, P, vd);
+    ga.d_v = channel_view(gr.d_proj + 2 * vd, B, T, P, vd);
     ga.bias = model.param(bias_index);
     ga.d_bias = gr.grads->tensor(bias_index);
     ga.L = c.aft_max_distance;

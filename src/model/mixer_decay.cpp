@@ -55,16 +55,6 @@ Saved carve(float* base, const Config& c, int64_t N) {
   return r;
 }
 
-// [B, T, C] with row stride ld.
-TensorView rows(const float* p, int64_t B, int64_t T, int64_t ld, int64_t C) {
-  TensorView t;
-  t.data = const_cast<float*>(p);
-  t.ndim = 3;
-  t.shape = {B, T, C, 1};
-  t.stride = {T * ld, ld, 1, 0};
-  return t;
-}
-
 class DecayMixer final : public LayerMixer {
  public:
   size_t saved_floats(const Config& c, int64_t B, int64_t T) const override {
@@ -90,10 +80,10 @@ class DecayMixer final : public LayerMixer {
     float* wu = arena.alloc(static_cast<size_t>(2 * vd));
     decay_parameters(*p.model, p.layer, wu);
     DecayAttentionArgs a;
-    a.r = rows(p.proj, B, T, P, vd);
-    a.k = rows(p.proj + vd, B, T, P, vd);
-    a.v = rows(p.proj + 2 * vd, B, T, P, vd);
-    a.out = rows(p.out, B, T, vd, vd);
+    a.r = channel_view(p.proj, B, T, P, vd);
+    a.k = channel_view(p.proj + vd, B, T, P, vd);
+    a.v = channel_view(p.proj + 2 * vd, B, T, P, vd);
+    a.out = channel_view(p.out, B, T, vd, vd);
     a.w = wu;
     a.u = wu + vd;
     a.state = p.state;
@@ -112,10 +102,7 @@ class DecayMixer final : public LayerMixer {
     const Config& c = gr.model->config();
     const int64_t N = gr.B * gr.T, vd = c.value_embed_dim, P = 3 * vd;
     const Saved sv = carve(const_cast<float*>(gr.saved), c, N);
-#pragma omp parallel for schedule(static) if (N * vd > 65536)
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t i = 0; i < vd; ++i)
-        scratch[n * vd + i] = sv.wkv[n * vd + i] / (1.f + std::exp(-gr.proj[n * P + i]));
+    sigmoid_gated(gr.proj, P, sv.wkv, scratch, N, vd);
     return scratch;
   }
 
@@ -130,13 +117,13 @@ class DecayMixer final : public LayerMixer {
     std::memset(dwu, 0, static_cast<size_t>(2 * vd) * sizeof(float));
     std::memset(gr.d_proj, 0, static_cast<size_t>(N * P) * sizeof(float));
     DecayAttentionGradArgs ga;
-    ga.r = rows(gr.proj, B, T, P, vd);
-    ga.k = rows(gr.proj + vd, B, T, P, vd);
-    ga.v = rows(gr.proj + 2 * vd, B, T, P, vd);
-    ga.d_out = rows(gr.d_out, B, T, vd, vd);
-    ga.d_r = rows(gr.d_proj, B, T, P, vd);
-    ga.d_k = rows(gr.d_proj + vd, B, T, P, vd);
-    ga.d_v = rows(gr.d_proj + 2 * vd, B, T, P, vd);
+    ga.r = channel_view(gr.proj, B, T, P, vd);
+    ga.k = channel_view(gr.proj + vd, B, T, P, vd);
+    ga.v = channel_view(gr.proj + 2 * vd, B, T, P, vd);
+    ga.d_out = channel_view(gr.d_out, B, T, vd, vd);
+    ga.d_r = channel_view(gr.d_proj, B, T, P, vd);
+    ga.d_k = channel_view(gr.d_proj + vd, B, T, P, vd);
+    ga.d_v = channel_view(gr.d_proj + 2 * vd, B, T, P, vd);
     ga.w = wu;
     ga.u = wu + vd;
     ga.d_w = dwu;
