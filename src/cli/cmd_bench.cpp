@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "bench_common.h"
 #include "commands.h"
 #include "retnet/core/gemm.h"
 #include "retnet/core/parallel.h"
@@ -18,44 +19,6 @@
 
 namespace retnet::cli {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-struct Summary {
-  double median = 0, min = 0, max = 0;
-};
-
-Summary summarize(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return {v[v.size() / 2], v.front(), v.back()};
-}
-
-nlohmann::json to_json(const Summary& s) {
-  return {{"median", s.median}, {"min", s.min}, {"max", s.max}};
-}
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown";
-}
-
-// Token ids of a deterministic pseudo-text (the benchmark's speed does not depend on the values).
-std::vector<int32_t> bench_tokens(int64_t n, int64_t vocab, uint64_t salt = 0) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  uint64_t x = 0x9e3779b97f4a7c15ull ^ salt;
-  for (auto& v : t) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    v = static_cast<int32_t>(x % static_cast<uint64_t>(vocab));
-  }
-  return t;
-}
 
 // Median per-token decode latency (seconds) over `window` steps starting at `position`.
 double window_latency(const Model& m, int64_t position, int64_t window) {
@@ -196,11 +159,7 @@ void run_bench_decode(const std::string& model_path, int reps, bool quick, int t
   getrusage(RUSAGE_SELF, &ru);
   out["peak_rss_bytes"] = 1024 * static_cast<int64_t>(ru.ru_maxrss);
   std::printf("\npeak RSS %s\n", human_bytes(1024.0 * ru.ru_maxrss).c_str());
-  if (!json_out.empty()) {
-    std::ofstream f(json_out);
-    RETNET_CHECK(f.good(), "cannot write '{}'", json_out);
-    f << out.dump(2) << "\n";
-  }
+  if (!json_out.empty()) write_json(json_out, out);
 }
 
 }  // namespace
@@ -228,6 +187,7 @@ void register_bench(CLI::App& app) {
   dec->add_option("--threads,-t", o->threads, "Threads (default: all cores)");
   dec->add_option("--json", o->json, "Also write the results to this JSON file");
   dec->callback([o] { run_bench_decode(o->model, o->reps, o->quick, o->threads, o->json); });
+  register_bench_family(bench);
 }
 
 }  // namespace retnet::cli

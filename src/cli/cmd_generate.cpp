@@ -154,6 +154,7 @@ void run_generate(const GenerateArgs& a) {
   for (size_t i = 0; i < prompts.size(); ++i) session.add_sequence();
   std::vector<std::string> tails;
   if (!a.state_in.empty()) tails.push_back(session.load(a.state_in, 0));
+  const int64_t resumed_position = session.position(0);
   if (a.state_in.empty() && prompts.size() == 1)
     RETNET_CHECK(!prompts[0].empty(),
                  "the prompt is empty: give some text, or --state-in to "
@@ -194,7 +195,12 @@ void run_generate(const GenerateArgs& a) {
         timings.decode_s > 0 ? timings.decode_tokens / timings.decode_s : 0.0;
     stats["latency_ms_by_position"] = latency_by_position(timings.steps);
     stats["peak_rss_bytes"] = static_cast<int64_t>(peak_rss_bytes());
-    stats["state_bytes"] = model.state_bytes_per_sequence();
+    // The first sequence's state at its end (with its cache, for the mixers that keep one).
+    const int64_t end_position =
+        resumed_position + results[0].prompt_tokens + results[0].generated_tokens;
+    stats["state_bytes"] =
+        model.state_bytes_per_sequence() + end_position * model.config().cache_floats_per_token() *
+                                               static_cast<int64_t>(sizeof(float));
     stats["decode_threads"] = session.decode_threads();
   }
   if (a.json && a.prompts_file.empty()) {

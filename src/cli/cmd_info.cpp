@@ -34,7 +34,9 @@ void register_info(CLI::App& app) {
       j["parameters"] = params;
       j["parameter_bytes"] = params * 4;
       j["file_bytes"] = static_cast<int64_t>(st.st_size);
+      j["mixer"] = mixer_name(c.mixer);
       j["state_bytes_per_sequence"] = state;
+      j["cache_bytes_per_token"] = c.cache_floats_per_token() * 4;
       j["source"] = li.torchscale ? "torchscale" : "retnet";
       j["tokenizer"] = {{"kind", tokenizer->kind()}, {"vocab_size", tokenizer->vocab_size()}};
       j["memory_mapped"] = li.zero_copy;
@@ -45,20 +47,30 @@ void register_info(CLI::App& app) {
                 li.torchscale ? "torchscale export" : "retnet format v1",
                 li.zero_copy ? "memory-mapped, zero copy" : "converted on load");
     std::printf("config:       %s\n", c.to_json().c_str());
-    std::printf("layers %lld, d %lld, value dim %lld, heads %lld (d_k %lld, d_v %lld), ffn %lld, "
-                "vocab %lld\n",
-                (long long)c.layers, (long long)c.embed_dim, (long long)c.value_embed_dim,
-                (long long)c.heads, (long long)c.key_dim(), (long long)c.head_value_dim(),
-                (long long)c.ffn_dim, (long long)c.vocab_size);
+    std::printf(
+        "layers %lld, d %lld, value dim %lld, heads %lld (d_k %lld, d_v %lld), ffn %lld, "
+        "vocab %lld\n",
+        (long long)c.layers, (long long)c.embed_dim, (long long)c.value_embed_dim,
+        (long long)c.heads, (long long)c.key_dim(), (long long)c.head_value_dim(),
+        (long long)c.ffn_dim, (long long)c.vocab_size);
     std::printf("tokenizer:    %s, %lld tokens\n", tokenizer->kind().c_str(),
                 (long long)tokenizer->vocab_size());
-    std::printf("decay gamma:  ");
-    for (double g : model.gammas()) std::printf("%.8f ", g);
-    std::printf("\nparameters:   %lld (%s as float32; file %s)\n", (long long)params,
+    std::printf("mixer:        %s\n", mixer_name(c.mixer));
+    if (c.mixer == MixerKind::Retention) {
+      std::printf("decay gamma:  ");
+      for (double g : model.gammas()) std::printf("%.8f ", g);
+      std::printf("\n");
+    }
+    std::printf("parameters:   %lld (%s as float32; file %s)\n", (long long)params,
                 human_bytes(4.0 * params).c_str(), human_bytes(double(st.st_size)).c_str());
-    std::printf("state:        %s per sequence (%lld floats: per layer and head d_k x (d_v + 1)), "
-                "constant in sequence length\n",
-                human_bytes(double(state)).c_str(), (long long)c.state_floats_per_sequence());
+    if (c.cache_floats_per_token() > 0)
+      std::printf(
+          "state:        a cache of %s per token per sequence (every earlier key and "
+          "value): grows with the sequence\n",
+          human_bytes(4.0 * c.cache_floats_per_token()).c_str());
+    else
+      std::printf("state:        %s per sequence (%lld floats), constant in sequence length\n",
+                  human_bytes(double(state)).c_str(), (long long)c.state_floats_per_sequence());
   });
 }
 

@@ -21,7 +21,7 @@ void register_logits(CLI::App& app) {
                   "Config JSON (torchscale names) for a file that has none, e.g. a torchscale "
                   "export");
   cmd->add_option("--tokens", o->tokens, "Comma-separated token ids, e.g. 5,17,3")->required();
-  cmd->add_option("--mode", o->mode, "Retention form")
+  cmd->add_option("--mode", o->mode, "Form; each mixer has parallel and recurrent, chunkwise all but attention and aft, scan retention only")
       ->check(CLI::IsMember({"parallel", "recurrent", "chunkwise", "scan"}))
       ->capture_default_str();
   cmd->add_option("--chunk", o->chunk, "Chunk size of the chunkwise form (default: the config's)");

@@ -26,6 +26,8 @@ void register_bench(CLI::App& app);
 std::vector<int32_t> parse_token_list(const std::string& text);
 // Sets the thread count (<= 0: all cores) for our loops and BLAS.
 void apply_threads(int threads);
+// `retnet bench family` (cmd_bench_family.cpp), under the `bench` command.
+void register_bench_family(CLI::App* bench);
 std::optional<Config> optional_config(const std::string& path);
 std::string human_bytes(double bytes);
 

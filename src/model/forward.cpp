@@ -175,6 +175,29 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
             c.vocab_size);
 }
 
+TensorView channel_view(const float* p, int64_t B, int64_t T, int64_t ld, int64_t C) {
+  TensorView t;
+  t.data = const_cast<float*>(p);
+  t.ndim = 3;
+  t.shape = {B, T, C, 1};
+  t.stride = {T * ld, ld, 1, 0};
+  return t;
+}
+
+void sigmoid_gated(const float* gate, int64_t ldg, const float* x, float* out, int64_t N,
+                   int64_t C) {
+#pragma omp parallel for schedule(static) if (N * C > 65536)
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = 0; i < C; ++i)
+      out[n * C + i] = x[n * C + i] / (1.f + std::exp(-gate[n * ldg + i]));
+}
+
+int64_t* cache_lengths(Arena& arena, const int64_t* positions, int64_t B) {
+  int64_t* lengths = reinterpret_cast<int64_t*>(arena.alloc(static_cast<size_t>(2 * B)));
+  for (int64_t b = 0; b < B; ++b) lengths[b] = positions ? positions[b] : 0;
+  return lengths;
+}
+
 const LayerMixer& layer_mixer(MixerKind kind) {
   switch (kind) {
     case MixerKind::Retention:
@@ -184,10 +207,11 @@ const LayerMixer& layer_mixer(MixerKind kind) {
     case MixerKind::Linear:
     case MixerKind::Performer:
       return linear_layer_mixer();
-    case MixerKind::Aft:
     case MixerKind::AftSimple:
     case MixerKind::Rwkv:
-      break;  // TODO(wire): merged with their kernels
+      return decay_layer_mixer();
+    case MixerKind::Aft:
+      return aft_layer_mixer();
   }
   throw Error("unknown mixer");
 }
@@ -329,7 +353,7 @@ void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_
     arena.rewind(mark);
     const bool wanted = !options.last_logits_only || t == T - 1;
     detail::run_layers(model, column, B, 1, wanted ? step_logits : nullptr,
-                       RetentionForm::Recurrent, 0, 0, arena, ps, acts);
+                       RetentionForm::Recurrent, chunk_of(c, options), 0, arena, ps, acts);
     for (int64_t b = 0; b < B; ++b) {
       if (wanted) {
         float* dst = options.last_logits_only ? logits + b * c.vocab_size

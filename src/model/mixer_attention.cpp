@@ -33,7 +33,7 @@ class AttentionMixer final : public LayerMixer {
 
   size_t workspace_floats(const Config& c, RetentionForm form, int64_t B, int64_t T, int64_t,
                           int64_t) const override {
-    const size_t lengths = Arena::footprint(static_cast<size_t>(2 * B));
+    const size_t lengths = cache_lengths_floats(B);
     if (form == RetentionForm::Recurrent)
       return lengths + attention_step_workspace_floats(B, c.heads, c.head_value_dim());
     return lengths +
@@ -72,9 +72,7 @@ class AttentionMixer final : public LayerMixer {
       attention_forward(a, arena);
       return o;
     }
-    // The kernels advance their own lengths: a copy of the positions, one per layer.
-    int64_t* lengths = reinterpret_cast<int64_t*>(arena.alloc(static_cast<size_t>(2 * B)));
-    for (int64_t b = 0; b < B; ++b) lengths[b] = p.positions ? p.positions[b] : 0;
+    int64_t* lengths = cache_lengths(arena, p.positions, B);
     AttentionCache cache;
     cache.data = p.cache->block(p.layer, p.first);
     cache.capacity = p.cache->capacity;

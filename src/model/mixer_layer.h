@@ -82,6 +82,19 @@ inline TensorView head_view(const float* p, int64_t B, int64_t T, int64_t H, int
                             int64_t last) {
   return head_view(const_cast<float*>(p), B, T, H, ld, last);
 }
+// A [B, T, C] view of rows `ld` floats apart: the channel-wise mixers' q, k, v and outputs.
+TensorView channel_view(const float* p, int64_t B, int64_t T, int64_t ld, int64_t C);
+// out[n, :] = sigmoid(gate[n, :]) * x[n, :] over N rows of C ([N, ldg] gate, contiguous x, out):
+// the channel-wise mixers' output, recomputed for the output projection's weight gradient.
+void sigmoid_gated(const float* gate, int64_t ldg, const float* x, float* out, int64_t N,
+                   int64_t C);
+// The cache kernels advance their own per-sequence lengths: a copy of the pass's positions (0
+// without them) in the arena, one per layer.
+int64_t* cache_lengths(Arena& arena, const int64_t* positions, int64_t B);
+inline size_t cache_lengths_floats(int64_t B) {
+  return Arena::footprint(static_cast<size_t>(2 * B));
+}
+
 // Carves consecutive 64-byte-aligned regions out of a saved buffer (sizes via Arena::footprint).
 class SavedCarver {
  public:

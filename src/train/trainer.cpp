@@ -30,7 +30,8 @@ extern "C" void on_stop_signal(int sig) { g_signal.store(sig); }
 // Installs SIGINT/SIGTERM handlers for the run's lifetime: the loop finishes its step, writes a
 // checkpoint and returns.
 struct SignalGuard {
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {
+  }, old_term{};
   SignalGuard() {
     g_signal.store(0);
     struct sigaction sa {};
@@ -46,7 +47,9 @@ struct SignalGuard {
 };
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 // GEMM peak of this host and thread count (sgemm 1024^3, best of 5): the MFU denominator.
 double measure_peak_flops() {
@@ -66,7 +69,8 @@ double measure_peak_flops() {
 // parallel form, the chunk in the chunkwise form), and in the chunkwise form the state's read and
 // update (2 x d_k x (d_v + 1) per head).
 double flops_per_token(const Config& c, int64_t T, RetentionForm form, int64_t chunk) {
-  const double matmul_params = static_cast<double>(c.parameter_count() - c.vocab_size * c.embed_dim);
+  const double matmul_params =
+      static_cast<double>(c.parameter_count() - c.vocab_size * c.embed_dim);
   const double context = form == RetentionForm::Chunkwise ? std::min(chunk, T) : T;
   double retention = 6.0 * c.layers * (context / 2.0) * (c.embed_dim + c.value_embed_dim);
   if (form == RetentionForm::Chunkwise)
@@ -82,7 +86,8 @@ Config model_config(const std::string& path, const Tokenizer& tokenizer,
   bool sets_vocab = false;
   if (!path.empty()) {
     std::ifstream in(path);
-    sets_vocab = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false).contains("vocab_size");
+    sets_vocab =
+        nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false).contains("vocab_size");
   }
   if (!sets_vocab) {
     config.vocab_size = tokenizer.vocab_size();
@@ -101,9 +106,8 @@ struct Evaluation {
   int64_t tokens = 0;
 };
 
-Evaluation evaluate(const Model& model, std::span<const int32_t> tokens, int64_t bytes,
-                    int64_t B, int64_t T, int64_t max_tokens, const TrainingOptions& to,
-                    Arena& arena) {
+Evaluation evaluate(const Model& model, std::span<const int32_t> tokens, int64_t bytes, int64_t B,
+                    int64_t T, int64_t max_tokens, const TrainingOptions& to, Arena& arena) {
   const int64_t windows = (static_cast<int64_t>(tokens.size()) - 1) / T;
   int64_t use = windows;
   if (max_tokens > 0) use = std::min<int64_t>(windows, std::max<int64_t>(1, max_tokens / T));
@@ -152,7 +156,8 @@ std::string run_json(const TrainOptions& o, const Tokenizer& tokenizer) {
 }  // namespace
 
 TrainResult train(const TrainOptions& o) {
-  RETNET_CHECK(o.batch >= 1 && o.seq >= 1 && o.grad_accum >= 1, "batch, seq and grad_accum must be >= 1");
+  RETNET_CHECK(o.batch >= 1 && o.seq >= 1 && o.grad_accum >= 1,
+               "batch, seq and grad_accum must be >= 1");
   RETNET_CHECK(o.steps > 0 || o.time_budget_s > 0, "give --steps or --time-budget");
   RETNET_CHECK(o.form == RetentionForm::Parallel || o.form == RetentionForm::Chunkwise,
                "--form must be parallel or chunkwise");
@@ -178,10 +183,11 @@ TrainResult train(const TrainOptions& o) {
   if (o.resume) {
     auto info = load_latest_checkpoint(o.out_dir, model, opt);
     RETNET_CHECK(info.has_value(), "--resume: no usable checkpoint in '{}'", o.out_dir);
-    RETNET_CHECK(info->run_json == run_json(o, *tokenizer) && info->seed == o.seed,
-                 "--resume: '{}' holds a run with other settings ({}, seed {}); this one is {}, seed "
-                 "{}",
-                 o.out_dir, info->run_json, info->seed, run_json(o, *tokenizer), o.seed);
+    RETNET_CHECK(
+        info->run_json == run_json(o, *tokenizer) && info->seed == o.seed,
+        "--resume: '{}' holds a run with other settings ({}, seed {}); this one is {}, seed "
+        "{}",
+        o.out_dir, info->run_json, info->seed, run_json(o, *tokenizer), o.seed);
     start = info->step;
     total = o.steps > 0 ? o.steps : info->total_steps;
     if (!o.quiet) std::fprintf(stderr, "resuming from step %lld\n", (long long)start);
@@ -195,16 +201,17 @@ TrainResult train(const TrainOptions& o) {
       flops_per_token(config, T, o.form, o.chunk > 0 ? o.chunk : config.recurrent_chunk_size);
   if (!o.quiet)
     std::fprintf(stderr,
-                 "model %lld parameters, %s tokenizer (vocabulary %lld), %lld train / %lld val "
+                 "%s model, %lld parameters, %s tokenizer (vocabulary %lld), %lld train / %lld val "
                  "tokens%s, batch %lld x %lld (x%lld accum), %s form, %d threads, GEMM peak %.0f "
                  "GFLOP/s\n",
-                 (long long)model.parameter_count(), tokenizer->kind().c_str(),
-                 (long long)tokenizer->vocab_size(), (long long)data.train.size(),
-                 (long long)data.val.size(), data.cache_reused ? " (token cache)" : "",
-                 (long long)B, (long long)T, (long long)o.grad_accum,
-                 retention_form_name(o.form), num_threads(), peak / 1e9);
+                 mixer_name(config.mixer), (long long)model.parameter_count(),
+                 tokenizer->kind().c_str(), (long long)tokenizer->vocab_size(),
+                 (long long)data.train.size(), (long long)data.val.size(),
+                 data.cache_reused ? " (token cache)" : "", (long long)B, (long long)T,
+                 (long long)o.grad_accum, retention_form_name(o.form), num_threads(), peak / 1e9);
 
-  std::ofstream metrics(fs::path(o.out_dir) / "metrics.jsonl", o.resume ? std::ios::app : std::ios::trunc);
+  std::ofstream metrics(fs::path(o.out_dir) / "metrics.jsonl",
+                        o.resume ? std::ios::app : std::ios::trunc);
   const bool tty = isatty(STDERR_FILENO);
   SignalGuard signals;
   ParamBuffer grads(model.params().layout());
@@ -220,9 +227,13 @@ TrainResult train(const TrainOptions& o) {
   };
   auto run_eval = [&](int64_t step) {
     Evaluation e = evaluate(model, data.val, data.val_bytes, B, T, o.eval_tokens, to, arena);
-    metrics << nlohmann::json{{"step", step}, {"val_loss", e.loss}, {"val_bits_per_byte", e.bits_per_byte},
-                              {"val_tokens", e.tokens}}.dump()
-            << "\n" << std::flush;
+    metrics << nlohmann::json{{"step", step},
+                              {"val_loss", e.loss},
+                              {"val_bits_per_byte", e.bits_per_byte},
+                              {"val_tokens", e.tokens}}
+                   .dump()
+            << "\n"
+            << std::flush;
     if (!o.quiet)
       std::fprintf(stderr, "%sstep %lld | val loss %.4f | val ppl %.3f | %.4f bits/byte\n",
                    tty ? "\r\033[K" : "", (long long)step, e.loss, std::exp(e.loss),
@@ -237,13 +248,15 @@ TrainResult train(const TrainOptions& o) {
     std::fill(grads.data(), grads.data() + grads.size(), 0.f);
     double loss = 0;
     for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
-      sample_batch(data.train, B, T, o.seed, static_cast<uint64_t>(step * o.grad_accum + micro), in.data(),
-                   tgt.data());
-      loss += loss_and_gradients(model, in.data(), tgt.data(), B, T, to, arena, &grads) / o.grad_accum;
+      sample_batch(data.train, B, T, o.seed, static_cast<uint64_t>(step * o.grad_accum + micro),
+                   in.data(), tgt.data());
+      loss +=
+          loss_and_gradients(model, in.data(), tgt.data(), B, T, to, arena, &grads) / o.grad_accum;
     }
     if (!std::isfinite(loss))
-      throw Error(fmt::format("loss is {} at step {}: stopping; the last good checkpoint is kept in '{}'",
-                              loss, step, o.out_dir));
+      throw Error(
+          fmt::format("loss is {} at step {}: stopping; the last good checkpoint is kept in '{}'",
+                      loss, step, o.out_dir));
     if (o.grad_accum > 1) {
       const float s = 1.f / static_cast<float>(o.grad_accum);
       for (size_t i = 0; i < grads.size(); ++i) grads.data()[i] *= s;
@@ -258,8 +271,9 @@ TrainResult train(const TrainOptions& o) {
     ++window_steps;
     result.final_train_loss = loss;
     const double tps = tokens_per_step / (ms / 1e3);
-    metrics << nlohmann::json{{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
-                              {"ms", ms}, {"tokens_per_s", tps}}.dump()
+    metrics << nlohmann::json{{"step", step + 1},   {"loss", loss}, {"lr", lr},
+                              {"grad_norm", gnorm}, {"ms", ms},     {"tokens_per_s", tps}}
+                   .dump()
             << "\n";
     // With only a time budget, fix the schedule's length from the speed of steps 6-10 (the first
     // ones pay for allocation and warm-up).
@@ -273,9 +287,12 @@ TrainResult train(const TrainOptions& o) {
     if (!o.quiet && ((step + 1) % o.log_interval == 0 || last || tty)) {
       const double avg = window_time / window_steps;
       const double eta = total > 0 ? (total - step - 1) * avg : 0;
-      std::fprintf(stderr, "%sstep %lld/%lld | loss %.4f | grad norm %.3f | lr %.2e | %.0f ms | %.0f tok/s | MFU %.1f%% | ETA %.0f s%s",
-                   tty ? "\r\033[K" : "", (long long)(step + 1), (long long)total, loss, gnorm, lr, ms,
-                   tokens_per_step / avg, 100.0 * fpt * tokens_per_step / avg / peak, eta, tty ? "" : "\n");
+      std::fprintf(stderr,
+                   "%sstep %lld/%lld | loss %.4f | grad norm %.3f | lr %.2e | %.0f ms | %.0f tok/s "
+                   "| MFU %.1f%% | ETA %.0f s%s",
+                   tty ? "\r\033[K" : "", (long long)(step + 1), (long long)total, loss, gnorm, lr,
+                   ms, tokens_per_step / avg, 100.0 * fpt * tokens_per_step / avg / peak, eta,
+                   tty ? "" : "\n");
       if ((step + 1) % o.log_interval == 0) window_time = 0, window_steps = 0;
     }
     if ((step + 1) % o.eval_interval == 0 && !last) run_eval(step + 1);
@@ -295,8 +312,9 @@ TrainResult train(const TrainOptions& o) {
   result.steps = step;
   if (result.interrupted) {
     if (!o.quiet)
-      std::fprintf(stderr, "stopped by signal %d at step %lld: checkpoint written; continue with --resume\n",
-                   g_signal.load(), (long long)step);
+      std::fprintf(
+          stderr, "stopped by signal %d at step %lld: checkpoint written; continue with --resume\n",
+          g_signal.load(), (long long)step);
     metrics << std::flush;
     return result;
   }

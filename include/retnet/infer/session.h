@@ -63,6 +63,13 @@ class Session {
   std::string load(const std::string& path, int64_t b = 0);
 
   int64_t state_bytes_per_sequence() const { return model_.state_bytes_per_sequence(); }
+  // What sequence b's state takes now: the constant-size state plus, for the mixers that keep
+  // every token, its cached keys and values (growing with the position).
+  int64_t state_bytes(int64_t b) const {
+    return model_.state_bytes_per_sequence() + position(b) *
+                                                   model_.config().cache_floats_per_token() *
+                                                   static_cast<int64_t>(sizeof(float));
+  }
   uint64_t model_fingerprint() const { return fingerprint_; }
   // The thread count steps run with (after resolving "automatic").
   int decode_threads() const { return decode_threads_; }
