@@ -1,9 +1,23 @@
 #include "bench_common.h"
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include "retnet/core/error.h"
+#include "retnet/core/gemm.h"
+#include "retnet/core/rng.h"
+
+extern char** environ;
 
 namespace retnet::cli {
 
@@ -40,6 +54,177 @@ void write_json(const std::string& path, const nlohmann::json& j) {
   RETNET_CHECK(f.good(), "cannot write '{}'", path);
   f << j.dump(2) << "\n";
   RETNET_CHECK(f.good(), "error writing '{}'", path);
+}
+
+}  // namespace retnet::cli
+
+namespace retnet::cli {
+
+Config family_config(MixerKind kind) {
+  Config base;
+  Config c;
+  c.mixer = kind;
+  int64_t best = c.ffn_dim, best_gap = INT64_MAX;
+  for (int64_t f = base.ffn_dim / 2; f <= base.ffn_dim * 2; ++f) {
+    c.ffn_dim = f;
+    const int64_t gap = std::llabs(c.parameter_count() - base.parameter_count());
+    if (gap < best_gap) best = f, best_gap = gap;
+  }
+  c.ffn_dim = best;
+  // The decay-attention kernel's pairwise chunks cost O(chunk) per token: 16 is its fast size.
+  if (kind == MixerKind::Rwkv || kind == MixerKind::AftSimple) c.recurrent_chunk_size = 16;
+  return c;
+}
+
+RecurrentState synthetic_state(const Model& m, int64_t batch, int64_t position, int64_t room) {
+  RecurrentState s(m.config(), batch);
+  // One tile of random values, repeated: filling gigabytes of cache value by value would take
+  // longer than the measurement.
+  constexpr size_t kTile = size_t{1} << 16;
+  std::vector<float> tile(kTile);
+  Philox rng(11);
+  for (size_t i = 0; i < kTile; ++i) tile[i] = static_cast<float>(0.01 * rng.normal(0, i));
+  // A decay-attention state: a, b >= 0 with b > 0 (a non-empty state), p = 0.
+  if (mixer_is_channelwise(m.config().mixer))
+    for (auto& v : tile) v = std::fabs(v) + 0.01f;
+  auto fill = [&](float* p, size_t n, float scale) {
+    for (size_t i = 0; i < n; i += kTile) {
+      const size_t len = std::min(kTile, n - i);
+      for (size_t j = 0; j < len; ++j) p[i + j] = scale * tile[j];
+    }
+  };
+  fill(s.data.data(), s.data.size(), 1.f);
+  for (int64_t b = 0; b < batch; ++b) s.positions[b] = position;
+  if (!s.cache.empty()) {
+    s.cache.reserve(position + room);
+    for (int64_t l = 0; l < s.cache.layers; ++l)
+      for (int64_t b = 0; b < batch; ++b)
+        fill(s.cache.block(l, b), static_cast<size_t>(position * s.cache.floats_per_token), 30.f);
+  }
+  return s;
+}
+
+int64_t meminfo_bytes(const char* field) {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  const std::string key = std::string(field) + ":";
+  while (std::getline(in, line))
+    if (line.rfind(key, 0) == 0) return 1024 * std::atoll(line.c_str() + key.size());
+  return 0;
+}
+
+nlohmann::json machine_json() {
+  return {{"cpu", cpu_model()},
+          {"cores", sysconf(_SC_NPROCESSORS_ONLN)},
+          {"memory_total_bytes", meminfo_bytes("MemTotal")},
+          {"memory_available_bytes_at_start", meminfo_bytes("MemAvailable")},
+          {"blas_core", blas_info().corename}};
+}
+
+namespace {
+
+// A field of /proc/self/status in bytes (0 if absent).
+int64_t status_bytes(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const std::string key = std::string(field) + ":";
+  while (std::getline(in, line))
+    if (line.rfind(key, 0) == 0) return 1024 * std::atoll(line.c_str() + key.size());
+  return 0;
+}
+
+}  // namespace
+
+// VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss across execve (a process spawned by a
+// large parent starts with the parent's peak), while VmHWM belongs to the process's own memory.
+int64_t peak_rss_bytes() {
+  if (const int64_t hwm = status_bytes("VmHWM"); hwm > 0) return hwm;
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return 1024 * static_cast<int64_t>(ru.ru_maxrss);
+}
+
+int64_t current_rss_bytes() { return status_bytes("VmRSS"); }
+
+std::pair<int, std::string> spawn_capture(const std::vector<std::string>& args,
+                                          bool quiet_stderr) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  int fds[2];
+  if (pipe(fds) != 0) return {-1, ""};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+  posix_spawn_file_actions_addclose(&fa, fds[0]);
+  posix_spawn_file_actions_addclose(&fa, fds[1]);
+  if (quiet_stderr) posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fds[1]);
+  std::string out;
+  if (rc == 0) {
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  if (rc != 0) return {-1, ""};
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFSIGNALED(status)) return {128 + WTERMSIG(status), out};
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+namespace {
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+std::string git_commit() {
+#ifdef RETNET_SOURCE_DIR
+  auto [rc, head] =
+      spawn_capture({"/usr/bin/env", "git", "-C", RETNET_SOURCE_DIR, "rev-parse", "HEAD"}, true);
+  if (rc == 0 && trim(head).size() == 40) {
+    auto [rc2, st] = spawn_capture(
+        {"/usr/bin/env", "git", "-C", RETNET_SOURCE_DIR, "status", "--porcelain", "-uno"}, true);
+    return trim(head) + (rc2 == 0 && !trim(st).empty() ? "+dirty" : "");
+  }
+#endif
+#ifdef RETNET_GIT_COMMIT
+  if (std::strlen(RETNET_GIT_COMMIT) > 0) return RETNET_GIT_COMMIT;
+#endif
+  return "unknown";
+}
+
+nlohmann::json run_probe(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{"/proc/self/exe"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto [rc, out] = spawn_capture(argv, false);
+  nlohmann::json last;
+  size_t start = 0;
+  while (start < out.size()) {
+    size_t end = out.find('\n', start);
+    if (end == std::string::npos) end = out.size();
+    const std::string line = out.substr(start, end - start);
+    if (!line.empty() && line.front() == '{') {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_discarded()) last = j;
+    }
+    start = end + 1;
+  }
+  if (rc != 0 || last.is_null()) {
+    std::string why = rc == 128 + 9 ? "killed (SIGKILL: out of memory?)"
+                      : rc > 128   ? "killed by signal " + std::to_string(rc - 128)
+                                   : "exited with status " + std::to_string(rc);
+    return {{"status", "skipped"}, {"reason", "the measuring process " + why}};
+  }
+  return last;
 }
 
 }  // namespace retnet::cli

@@ -188,6 +188,7 @@ void register_bench(CLI::App& app) {
   dec->add_option("--json", o->json, "Also write the results to this JSON file");
   dec->callback([o] { run_bench_decode(o->model, o->reps, o->quick, o->threads, o->json); });
   register_bench_family(bench);
+  register_bench_paper(bench);
 }
 
 }  // namespace retnet::cli

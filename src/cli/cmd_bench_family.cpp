@@ -39,23 +39,6 @@ struct FamilyOptions {
   bool quick = false;
 };
 
-// The default config with `kind`, its FFN widened to the default RetNet's parameter count.
-Config family_config(MixerKind kind) {
-  Config base;
-  Config c;
-  c.mixer = kind;
-  int64_t best = c.ffn_dim, best_gap = INT64_MAX;
-  for (int64_t f = base.ffn_dim / 2; f <= base.ffn_dim * 2; ++f) {
-    c.ffn_dim = f;
-    const int64_t gap = std::llabs(c.parameter_count() - base.parameter_count());
-    if (gap < best_gap) best = f, best_gap = gap;
-  }
-  c.ffn_dim = best;
-  // The decay-attention kernel's pairwise chunks cost O(chunk) per token: 16 is its fast size.
-  if (kind == MixerKind::Rwkv || kind == MixerKind::AftSimple) c.recurrent_chunk_size = 16;
-  return c;
-}
-
 RetentionForm training_form(MixerKind kind) {
   return mixer_trains_with(kind, RetentionForm::Chunkwise) ? RetentionForm::Chunkwise
                                                            : RetentionForm::Parallel;
@@ -83,30 +66,9 @@ Summary training_speed(Model& m, int64_t B, int64_t T, int reps) {
   return summarize(r);
 }
 
-// A state of one sequence at `position`, filled with small random values.
-RecurrentState state_at(const Model& m, int64_t position, int64_t room) {
-  RecurrentState s(m.config(), 1);
-  Philox rng(11);
-  for (size_t i = 0; i < s.data.size(); ++i)
-    s.data[i] = static_cast<float>(0.01 * rng.normal(0, i));
-  // A decay-attention state: a, b >= 0 with b > 0 (a non-empty state), p = 0.
-  if (mixer_is_channelwise(m.config().mixer))
-    for (size_t i = 0; i < s.data.size(); ++i) s.data[i] = std::fabs(s.data[i]) + 0.01f;
-  s.positions[0] = position;
-  if (!s.cache.empty()) {
-    s.cache.reserve(position + room);
-    for (int64_t l = 0; l < s.cache.layers; ++l) {
-      float* block = s.cache.block(l, 0);
-      for (int64_t i = 0; i < position * s.cache.floats_per_token; ++i)
-        block[i] = static_cast<float>(0.3 * rng.normal(1 + l, i));
-    }
-  }
-  return s;
-}
-
 // Median seconds of a decode step at `position` over a window of steps.
 double step_latency(const Model& m, int64_t position, int64_t window) {
-  RecurrentState s = state_at(m, position, window + 8);
+  RecurrentState s = synthetic_state(m, 1, position, window + 8);
   ForwardOptions fo;
   fo.form = RetentionForm::Recurrent;
   Arena arena;

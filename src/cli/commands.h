@@ -28,6 +28,8 @@ std::vector<int32_t> parse_token_list(const std::string& text);
 void apply_threads(int threads);
 // `retnet bench family` (cmd_bench_family.cpp), under the `bench` command.
 void register_bench_family(CLI::App* bench);
+// `retnet bench paper` and its hidden `paper-probe` (cmd_bench_paper.cpp).
+void register_bench_paper(CLI::App* bench);
 std::optional<Config> optional_config(const std::string& path);
 std::string human_bytes(double bytes);
 
