@@ -69,8 +69,9 @@ void Session::remove_sequence(int64_t b) {
   check_index(b);
   const int64_t after = active_ - b - 1, V = vocab();
   if (after > 0) {
-    std::memmove(state_.sequence(b), state_.sequence(b + 1),
-                 static_cast<size_t>(after * state_.floats_per_sequence) * sizeof(float));
+    if (state_.floats_per_sequence > 0)  // 0 for the mixers with only a cache
+      std::memmove(state_.sequence(b), state_.sequence(b + 1),
+                   static_cast<size_t>(after * state_.floats_per_sequence) * sizeof(float));
     for (int64_t i = b; i + 1 < active_; ++i)
       state_.cache.copy_sequence(i + 1, i, state_.positions[i + 1]);
     std::memmove(logits_.data() + b * V, logits_.data() + (b + 1) * V,
@@ -143,7 +144,7 @@ void Session::save(const std::string& path, int64_t b, const std::string& text_t
   s.position = state_.positions[b];
   const float* st = state_.sequence(b);
   s.state.assign(st, st + state_.floats_per_sequence);
-  if (!state_.cache.empty())
+  if (!state_.cache.empty() && s.position > 0)
     for (int64_t l = 0; l < state_.cache.layers; ++l) {
       const float* rows = const_cast<TokenCache&>(state_.cache).block(l, b);
       s.cache.insert(s.cache.end(), rows, rows + s.position * state_.cache.floats_per_token);
@@ -158,8 +159,9 @@ void Session::save(const std::string& path, int64_t b, const std::string& text_t
 std::string Session::load(const std::string& path, int64_t b) {
   check_index(b);
   SavedSequence s = read_state_file(path, model_, fingerprint_);
-  std::memcpy(state_.sequence(b), s.state.data(), s.state.size() * sizeof(float));
-  if (!state_.cache.empty()) {
+  if (!s.state.empty())
+    std::memcpy(state_.sequence(b), s.state.data(), s.state.size() * sizeof(float));
+  if (!state_.cache.empty() && s.position > 0) {
     state_.cache.reserve(s.position);
     const int64_t per_layer = s.position * state_.cache.floats_per_token;
     for (int64_t l = 0; l < state_.cache.layers; ++l)

@@ -17,7 +17,7 @@ constexpr size_t kMaxHeader = 1 << 20;
 
 template <typename T>
 void append(std::string& out, const T* data, size_t n) {
-  out.append(reinterpret_cast<const char*>(data), n * sizeof(T));
+  if (n > 0) out.append(reinterpret_cast<const char*>(data), n * sizeof(T));
 }
 
 std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
@@ -119,18 +119,16 @@ SavedSequence read_state_file(const std::string& path, const Model& model, uint6
                "state file '{}' has {} bytes; its header describes {}", path, bytes.size(),
                fixed + header_len + payload + 8);
   const char* p = bytes.data() + fixed + header_len;
-  s.state.resize(n_state);
-  std::memcpy(s.state.data(), p, n_state * 4);
-  p += n_state * 4;
-  s.cache.resize(n_cache);
-  std::memcpy(s.cache.data(), p, n_cache * 4);
-  p += n_cache * 4;
-  s.logits.resize(n_logits);
-  std::memcpy(s.logits.data(), p, n_logits * 4);
-  p += n_logits * 4;
-  s.recent.resize(n_recent);
-  std::memcpy(s.recent.data(), p, n_recent * 4);
-  p += n_recent * 4;
+  // Each section: resize, then copy (memcpy of nothing into an empty vector's null data() is UB).
+  auto take = [&p](auto& v, size_t n) {
+    v.resize(n);
+    if (n > 0) std::memcpy(v.data(), p, n * 4);
+    p += n * 4;
+  };
+  take(s.state, n_state);
+  take(s.cache, n_cache);
+  take(s.logits, n_logits);
+  take(s.recent, n_recent);
   s.text_tail.assign(p, n_tail);
   for (int32_t t : s.recent)
     RETNET_CHECK(t >= 0 && t < c.vocab_size, "state file '{}' holds token id {} out of range", path,
