@@ -53,6 +53,65 @@ void tile(const float* A, int64_t lda, const W* packed, int64_t K, float beta, f
     }
   }
 }
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+// A panel is two 8-lane registers. 16 registers hold at most 2 rows x 2 panels of accumulators
+// plus the panel being read (`rows` below picks the tiles), or 1 row x 4 panels for batch 1.
+inline void load_panel(const float* p, __m256& lo, __m256& hi) {
+  lo = _mm256_loadu_ps(p);
+  hi = _mm256_loadu_ps(p + 8);
+}
+inline void load_panel(const uint16_t* p, __m256& lo, __m256& hi) {
+  lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
+}
+
+// Lanes [0, n) of an 8-lane mask register (n clamped to 0..8).
+inline __m256i lane_mask(int64_t n) {
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<int64_t>(n, 0, 8))),
+                            lanes);
+}
+
+inline void store_lanes(float* c, int64_t n, __m256 v, float beta) {
+  if (n <= 0) return;
+  if (n >= 8) {
+    if (beta != 0.f) v = _mm256_fmadd_ps(_mm256_set1_ps(beta), _mm256_loadu_ps(c), v);
+    _mm256_storeu_ps(c, v);
+    return;
+  }
+  const __m256i mask = lane_mask(n);
+  if (beta != 0.f) v = _mm256_fmadd_ps(_mm256_set1_ps(beta), _mm256_maskload_ps(c, mask), v);
+  _mm256_maskstore_ps(c, mask, v);
+}
+
+template <int R, int P, typename W>
+void tile(const float* A, int64_t lda, const W* packed, int64_t K, float beta, float* C,
+          int64_t ldc, int64_t N, int64_t m0, int64_t p0) {
+  __m256 acc[R][P][2];
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p) acc[r][p][0] = acc[r][p][1] = _mm256_setzero_ps();
+  const W* w = packed + p0 * K * kPanel;
+  for (int64_t k = 0; k < K; ++k) {
+    __m256 lo[P], hi[P];
+    for (int p = 0; p < P; ++p) load_panel(w + (p * K + k) * kPanel, lo[p], hi[p]);
+    for (int r = 0; r < R; ++r) {
+      const __m256 a = _mm256_broadcast_ss(A + (m0 + r) * lda + k);
+      for (int p = 0; p < P; ++p) {
+        acc[r][p][0] = _mm256_fmadd_ps(a, lo[p], acc[r][p][0]);
+        acc[r][p][1] = _mm256_fmadd_ps(a, hi[p], acc[r][p][1]);
+      }
+    }
+  }
+  for (int p = 0; p < P; ++p) {
+    const int64_t n0 = (p0 + p) * kPanel, cols = std::min<int64_t>(kPanel, N - n0);
+    for (int r = 0; r < R; ++r) {
+      float* c = C + (m0 + r) * ldc + n0;
+      store_lanes(c, cols, acc[r][p][0], beta);
+      store_lanes(c + 8, cols - 8, acc[r][p][1], beta);
+    }
+  }
+}
+#define RETNET_PACKED_AVX2 1
 #else
 inline float to_float(float w) { return w; }
 inline float to_float(uint16_t w) { return half_to_float(w); }
@@ -74,6 +133,28 @@ void tile(const float* A, int64_t lda, const W* packed, int64_t K, float beta, f
 }
 #endif
 
+#if defined(RETNET_PACKED_AVX2)
+// Eight-lane registers: batch 1 reads all P panels in one pass (2P accumulator chains); more rows
+// go two rows by two panels at a time, so the tile's accumulators stay in registers.
+template <int P, typename W>
+void rows(const float* A, int64_t lda, const W* packed, int64_t K, float beta, float* C,
+          int64_t ldc, int64_t N, int64_t M, int64_t p0) {
+  if (M == 1) {
+    tile<1, P>(A, lda, packed, K, beta, C, ldc, N, 0, p0);
+    return;
+  }
+  for (int64_t p = p0; p < p0 + P; p += 2) {
+    const bool pair = p + 1 < p0 + P;
+    int64_t m0 = 0;
+    for (; m0 + 2 <= M; m0 += 2)
+      pair ? tile<2, 2>(A, lda, packed, K, beta, C, ldc, N, m0, p)
+           : tile<2, 1>(A, lda, packed, K, beta, C, ldc, N, m0, p);
+    if (m0 < M)
+      pair ? tile<1, 2>(A, lda, packed, K, beta, C, ldc, N, m0, p)
+           : tile<1, 1>(A, lda, packed, K, beta, C, ldc, N, m0, p);
+  }
+}
+#else
 // Rows of A in groups of 4 (then 3, 2, 1), panels in groups of P.
 template <int P, typename W>
 void rows(const float* A, int64_t lda, const W* packed, int64_t K, float beta, float* C,
@@ -94,6 +175,7 @@ void rows(const float* A, int64_t lda, const W* packed, int64_t K, float beta, f
       break;
   }
 }
+#endif
 
 template <typename W>
 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const W* packed,

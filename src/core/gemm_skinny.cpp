@@ -56,6 +56,61 @@ void block(const float* A, int64_t lda, const W* B, int64_t ldb, float beta, flo
       *c = beta == 0.f ? dot : dot + beta * *c;
     }
 }
+#elif defined(__AVX2__) && defined(__FMA__)
+// Horizontal sum in a fixed order (the same for every m, n).
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline __m256i lane_mask(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// Weight rows n0..n0+R (R <= 2: 8 accumulators, two weight rows and one row of A in registers).
+template <int R>
+void pair_block(const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                int64_t ldc, int64_t K, int64_t m0, int64_t mrows, int64_t n0) {
+  __m256 acc[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < 4; ++m) acc[r][m] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8) {
+    __m256 w[R];
+    for (int r = 0; r < R; ++r) w[r] = _mm256_loadu_ps(B + (n0 + r) * ldb + k);
+    for (int m = 0; m < 4; ++m) {
+      if (m >= mrows) break;
+      const __m256 x = _mm256_loadu_ps(A + (m0 + m) * lda + k);
+      for (int r = 0; r < R; ++r) acc[r][m] = _mm256_fmadd_ps(w[r], x, acc[r][m]);
+    }
+  }
+  if (k < K) {  // tail: masked loads read nothing past the row
+    const __m256i mask = lane_mask(K - k);
+    __m256 w[R];
+    for (int r = 0; r < R; ++r) w[r] = _mm256_maskload_ps(B + (n0 + r) * ldb + k, mask);
+    for (int m = 0; m < mrows; ++m) {
+      const __m256 x = _mm256_maskload_ps(A + (m0 + m) * lda + k, mask);
+      for (int r = 0; r < R; ++r) acc[r][m] = _mm256_fmadd_ps(w[r], x, acc[r][m]);
+    }
+  }
+  for (int m = 0; m < mrows; ++m)
+    for (int r = 0; r < R; ++r) {
+      float* c = C + (m0 + m) * ldc + n0 + r;
+      const float dot = hsum(acc[r][m]);
+      *c = beta == 0.f ? dot : dot + beta * *c;
+    }
+}
+
+template <int R, typename W>
+void block(const float* A, int64_t lda, const W* B, int64_t ldb, float beta, float* C,
+           int64_t ldc, int64_t K, int64_t m0, int64_t mrows, int64_t n0) {
+  for (int r = 0; r + 2 <= R; r += 2)
+    pair_block<2>(A, lda, B, ldb, beta, C, ldc, K, m0, mrows, n0 + r);
+  if (R % 2) pair_block<1>(A, lda, B, ldb, beta, C, ldc, K, m0, mrows, n0 + R - 1);
+}
 #else
 template <int R, typename W>
 void block(const float* A, int64_t lda, const W* B, int64_t ldb, float beta, float* C,
