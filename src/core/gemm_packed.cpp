@@ -135,7 +135,14 @@ void tile(const float* A, int64_t lda, const W* packed, int64_t K, float beta, f
 
 #if defined(RETNET_PACKED_AVX2)
 // Eight-lane registers: batch 1 reads all P panels in one pass (2P accumulator chains); more rows
-// go two rows by two panels at a time, so the tile's accumulators stay in registers.
+// go six at a time through one panel (12 accumulators, the panel's 2 registers and a broadcast:
+// the classic 6x16 AVX2 tile), so the tile stays in registers.
+template <int R, typename W>
+void panel_rows(const float* A, int64_t lda, const W* packed, int64_t K, float beta, float* C,
+                int64_t ldc, int64_t N, int64_t m0, int64_t p) {
+  tile<R, 1>(A, lda, packed, K, beta, C, ldc, N, m0, p);
+}
+
 template <int P, typename W>
 void rows(const float* A, int64_t lda, const W* packed, int64_t K, float beta, float* C,
           int64_t ldc, int64_t N, int64_t M, int64_t p0) {
@@ -143,15 +150,17 @@ void rows(const float* A, int64_t lda, const W* packed, int64_t K, float beta, f
     tile<1, P>(A, lda, packed, K, beta, C, ldc, N, 0, p0);
     return;
   }
-  for (int64_t p = p0; p < p0 + P; p += 2) {
-    const bool pair = p + 1 < p0 + P;
+  for (int64_t p = p0; p < p0 + P; ++p) {
     int64_t m0 = 0;
-    for (; m0 + 2 <= M; m0 += 2)
-      pair ? tile<2, 2>(A, lda, packed, K, beta, C, ldc, N, m0, p)
-           : tile<2, 1>(A, lda, packed, K, beta, C, ldc, N, m0, p);
-    if (m0 < M)
-      pair ? tile<1, 2>(A, lda, packed, K, beta, C, ldc, N, m0, p)
-           : tile<1, 1>(A, lda, packed, K, beta, C, ldc, N, m0, p);
+    for (; m0 + 6 <= M; m0 += 6) panel_rows<6>(A, lda, packed, K, beta, C, ldc, N, m0, p);
+    switch (M - m0) {
+      case 5: panel_rows<5>(A, lda, packed, K, beta, C, ldc, N, m0, p); break;
+      case 4: panel_rows<4>(A, lda, packed, K, beta, C, ldc, N, m0, p); break;
+      case 3: panel_rows<3>(A, lda, packed, K, beta, C, ldc, N, m0, p); break;
+      case 2: panel_rows<2>(A, lda, packed, K, beta, C, ldc, N, m0, p); break;
+      case 1: panel_rows<1>(A, lda, packed, K, beta, C, ldc, N, m0, p); break;
+      default: break;
+    }
   }
 }
 #else
