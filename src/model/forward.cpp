@@ -67,7 +67,7 @@ size_t activation_floats(const Config& c, int64_t B, int64_t T, bool training) {
   const size_t N = static_cast<size_t>(B * T), d = c.embed_dim, vd = c.value_embed_dim;
   const size_t P = c.projection_width(), F = c.ffn_dim;
   auto fp = [](size_t n) { return Arena::footprint(n); };
-  size_t shared = fp(N * d) + fp(N * vd) + fp(static_cast<size_t>(T * c.key_dim())) + fp(N * d);
+  size_t shared = fp(N * d) + fp(N * vd) + fp(N * c.key_dim()) + fp(N * d);
   if (!training) return shared + fp(N * d) + fp(N * P) + fp(N * 2 * F);
   const size_t per_layer = fp(N * d) + fp(N) + fp(N * d) + fp(N * P) +
                            fp(layer_mixer(c.mixer).saved_floats(c, B, T)) + fp(N * d) + fp(N) +
@@ -82,7 +82,7 @@ Activations allocate_activations(Arena& arena, const Config& c, int64_t B, int64
   Activations a;
   a.x = arena.alloc(N * d);
   a.go = arena.alloc(N * vd);
-  a.cos_sin = arena.alloc(static_cast<size_t>(T * c.key_dim()));
+  a.cos_sin = arena.alloc(N * c.key_dim());
   a.xn_f = arena.alloc(N * d);
   if (!training) {
     LayerActivations l;
@@ -131,6 +131,11 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
   for (int64_t n = 0; n < N; ++n)
     for (int64_t i = 0; i < d; ++i) x[n * d + i] = scale * embed[tokens[n] * d + i];
 
+  // The rotation angles depend on the positions only: once per pass, not per layer.
+  const bool rotates = mixer_uses_rotation(c.mixer);
+  const int64_t rotation_stride =
+      rotates ? rotation_table(model.thetas(), B, T, state.positions, acts.cos_sin) : 0;
+
   const int64_t state_per_layer = c.state_floats_per_sequence() / c.layers;
   for (int64_t l = 0; l < c.layers; ++l) {
     const LayerTensors& L = w.layers[l];
@@ -157,6 +162,8 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
     mp.first = state.first;
     mp.positions = state.positions;
     mp.cos_sin = acts.cos_sin;
+    mp.rotation = rotates ? acts.cos_sin : nullptr;
+    mp.rotation_stride = rotation_stride;
     const size_t mark = arena.used();
     const float* mixed = mixer.forward(mp, arena);
     arena.rewind(mark);  // the mixer's scratch is reused by the next layer
@@ -190,6 +197,18 @@ void sigmoid_gated(const float* gate, int64_t ldg, const float* x, float* out, i
   for (int64_t n = 0; n < N; ++n)
     for (int64_t i = 0; i < C; ++i)
       out[n * C + i] = x[n * C + i] / (1.f + std::exp(-gate[n * ldg + i]));
+}
+
+void rotate_queries_keys(const MixerPass& p, float* q, float* k, int64_t ld, int64_t H,
+                         int64_t dk) {
+  const Model& model = *p.model;
+  if (p.rotation) {
+    rotate_forward_table(q, ld, p.B, p.T, H, dk, p.rotation, p.rotation_stride);
+    rotate_forward_table(k, ld, p.B, p.T, H, dk, p.rotation, p.rotation_stride);
+  } else {
+    rotate_forward(q, ld, p.B, p.T, H, dk, model.thetas(), p.positions, p.cos_sin);
+    rotate_forward(k, ld, p.B, p.T, H, dk, model.thetas(), p.positions, p.cos_sin);
+  }
 }
 
 int64_t* cache_lengths(Arena& arena, const int64_t* positions, int64_t B) {

@@ -40,6 +40,10 @@ bool mixer_is_channelwise(MixerKind kind) {
   return kind == MixerKind::Aft || kind == MixerKind::AftSimple || kind == MixerKind::Rwkv;
 }
 
+bool mixer_uses_rotation(MixerKind kind) {
+  return kind == MixerKind::Retention || kind == MixerKind::Attention;
+}
+
 bool mixer_has_cache(MixerKind kind) {
   return kind == MixerKind::Attention || kind == MixerKind::Aft;
 }

@@ -55,8 +55,7 @@ class AttentionMixer final : public LayerMixer {
     float* q = p.proj;
     float* k = p.proj + d;
     float* v = p.proj + 2 * d;
-    rotate_forward(q, P, B, T, H, dk, model.thetas(), p.positions, p.cos_sin);
-    rotate_forward(k, P, B, T, H, dk, model.thetas(), p.positions, p.cos_sin);
+    rotate_queries_keys(p, q, k, P, H, dk);
     Saved sv{};
     if (p.saved) sv = carve(p.saved, c, N);
     float* o = p.saved ? sv.o : p.out;

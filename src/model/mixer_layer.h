@@ -32,7 +32,16 @@ struct MixerPass {
   int64_t first = 0;
   const int64_t* positions = nullptr;  // [B] tokens consumed before this call; nullptr: all 0
   float* cos_sin = nullptr;            // rotation table scratch [T * d_k]
+  // The pass's rotation table (rotation_table, filled once for all layers), or nullptr; and its
+  // row stride between sequences.
+  const float* rotation = nullptr;
+  int64_t rotation_stride = 0;
 };
+
+// Rotates the queries and keys of a pass ([N, H, dk] rows `ld` floats apart) in place, from the
+// pass's table when it has one.
+void rotate_queries_keys(const MixerPass& p, float* q, float* k, int64_t ld, int64_t H,
+                         int64_t dk);
 
 // One layer's backward call (training: parallel or chunkwise, from an empty state).
 struct MixerGrad {

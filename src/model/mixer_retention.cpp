@@ -67,8 +67,7 @@ class RetentionMixer final : public LayerMixer {
 #pragma omp parallel for schedule(static) if (N * d > 65536)
     for (int64_t n = 0; n < N; ++n)
       for (int64_t i = 0; i < d; ++i) k[n * P + i] *= s;
-    rotate_forward(q, P, B, T, H, dk, model.thetas(), p.positions, p.cos_sin);
-    rotate_forward(k, P, B, T, H, dk, model.thetas(), p.positions, p.cos_sin);
+    rotate_queries_keys(p, q, k, P, H, dk);
 
     Saved sv{};
     if (p.saved) sv = carve(p.saved, c, N);

@@ -90,4 +90,30 @@ void rotate(float* x, int64_t ld, int64_t B, int64_t T, int64_t H, int64_t Dk,
 
 }  // namespace
 
+int64_t rotation_table(const std::vector<double>& thetas, int64_t B, int64_t T,
+                       const int64_t* positions, float* table) {
+  const int64_t half = static_cast<int64_t>(thetas.size());
+  bool shared = true;
+  for (int64_t b = 1; positions && b < B; ++b) shared &= positions[b] == positions[0];
+  const int64_t sequences = shared ? 1 : B;
+#pragma omp parallel for collapse(2) schedule(static) if (sequences * T * half > 4096)
+  for (int64_t b = 0; b < sequences; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      float* row = table + (b * T + t) * 2 * half;
+      angles((positions ? positions[b] : 0) + t, thetas, 1.f, row, row + half);
+    }
+  return shared ? 0 : T;
+}
+
+void rotate_forward_table(float* x, int64_t ld, int64_t B, int64_t T, int64_t H, int64_t Dk,
+                          const float* table, int64_t sequence_stride) {
+  const int64_t half = Dk / 2;
+#pragma omp parallel for collapse(2) schedule(static) if (B * T * H * Dk > 16384)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const float* row = table + (b * sequence_stride + t) * 2 * half;
+      rotate_row(x + (b * T + t) * ld, H, Dk, row, row + half);
+    }
+}
+
 }  // namespace retnet

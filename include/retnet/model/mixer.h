@@ -28,6 +28,9 @@ const char* mixer_names();
 // Whether q and k are per channel (width vd) rather than per head (width d): aft, aft-simple, rwkv.
 bool mixer_is_channelwise(MixerKind kind);
 
+// Whether the mixer rotates its queries and keys by position (xPos/rotary): retention, attention.
+bool mixer_uses_rotation(MixerKind kind);
+
 // The forms a forward pass can run (RetentionForm's values): which ones a mixer has.
 //   parallel: every mixer (training, and prefill for the mixers with a cache);
 //   recurrent: every mixer (decoding, one token at a time);

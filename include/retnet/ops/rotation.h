@@ -22,4 +22,15 @@ void rotate_forward(float* x, int64_t ld, int64_t B, int64_t T, int64_t H, int64
 void rotate_backward(float* dx, int64_t ld, int64_t B, int64_t T, int64_t H, int64_t Dk,
                      const std::vector<double>& thetas, const int64_t* positions, float* cos_sin);
 
+// The angle table of a pass, computed once and shared by every layer's q and k: row r holds
+// [cos(p_r theta_i) for i < Dk/2 | sin(p_r theta_i) for i < Dk/2]. When every sequence starts at
+// the same position the table has T rows (row t: position p + t) and the result is 0; otherwise
+// B x T rows (row b T + t) and the result is T: the row stride between sequences. `table` holds
+// B * T * Dk floats.
+int64_t rotation_table(const std::vector<double>& thetas, int64_t B, int64_t T,
+                       const int64_t* positions, float* table);
+// rotate_forward with the angles read from a rotation_table (`sequence_stride` as it returned).
+void rotate_forward_table(float* x, int64_t ld, int64_t B, int64_t T, int64_t H, int64_t Dk,
+                          const float* table, int64_t sequence_stride);
+
 }  // namespace retnet
