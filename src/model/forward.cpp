@@ -82,7 +82,7 @@ Activations allocate_activations(Arena& arena, const Config& c, int64_t B, int64
   Activations a;
   a.x = arena.alloc(N * d);
   a.go = arena.alloc(N * vd);
-  a.cos_sin = arena.alloc(N * c.key_dim());
+  a.rotation = arena.alloc(N * c.key_dim());
   a.xn_f = arena.alloc(N * d);
   if (!training) {
     LayerActivations l;
@@ -134,7 +134,7 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
   // The rotation angles depend on the positions only: once per pass, not per layer.
   const bool rotates = mixer_uses_rotation(c.mixer);
   const int64_t rotation_stride =
-      rotates ? rotation_table(model.thetas(), B, T, state.positions, acts.cos_sin) : 0;
+      rotates ? rotation_table(model.thetas(), B, T, state.positions, acts.rotation) : 0;
 
   const int64_t state_per_layer = c.state_floats_per_sequence() / c.layers;
   for (int64_t l = 0; l < c.layers; ++l) {
@@ -161,8 +161,7 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
     mp.cache = state.cache && !state.cache->empty() ? state.cache : nullptr;
     mp.first = state.first;
     mp.positions = state.positions;
-    mp.cos_sin = acts.cos_sin;
-    mp.rotation = rotates ? acts.cos_sin : nullptr;
+    mp.rotation = rotates ? acts.rotation : nullptr;
     mp.rotation_stride = rotation_stride;
     const size_t mark = arena.used();
     const float* mixed = mixer.forward(mp, arena);
@@ -201,14 +200,10 @@ void sigmoid_gated(const float* gate, int64_t ldg, const float* x, float* out, i
 
 void rotate_queries_keys(const MixerPass& p, float* q, float* k, int64_t ld, int64_t H,
                          int64_t dk) {
-  const Model& model = *p.model;
-  if (p.rotation) {
-    rotate_forward_table(q, ld, p.B, p.T, H, dk, p.rotation, p.rotation_stride);
-    rotate_forward_table(k, ld, p.B, p.T, H, dk, p.rotation, p.rotation_stride);
-  } else {
-    rotate_forward(q, ld, p.B, p.T, H, dk, model.thetas(), p.positions, p.cos_sin);
-    rotate_forward(k, ld, p.B, p.T, H, dk, model.thetas(), p.positions, p.cos_sin);
-  }
+  rotate_with_table(q, ld, p.B, p.T, H, dk, p.rotation, p.rotation_stride,
+                    RotationDirection::Forward);
+  rotate_with_table(k, ld, p.B, p.T, H, dk, p.rotation, p.rotation_stride,
+                    RotationDirection::Forward);
 }
 
 int64_t* cache_lengths(Arena& arena, const int64_t* positions, int64_t B) {

@@ -31,7 +31,7 @@ struct Activations {
   LayerActivations shared;               // reuses these for every layer (no allocation per step)
   float* x = nullptr;        // [N, d] residual stream; after the pass: the final layer's output
   float* go = nullptr;       // [N, vd] mixer output scratch
-  float* cos_sin = nullptr;  // rotation table
+  float* rotation = nullptr;  // the pass's rotation table (rotation_table)
   float* rstd_f = nullptr;   // [N] final norm (training only)
   float* xn_f = nullptr;     // [N, d] final normed features
 };

@@ -106,8 +106,8 @@ class AttentionMixer final : public LayerMixer {
     ga.d_v = head_view(gr.d_proj + 2 * d, B, T, H, P, dv);
     ga.logsumexp = sv.lse;
     attention_backward(ga, arena);
-    rotate_backward(gr.d_proj, P, B, T, H, dk, model.thetas(), nullptr, gr.cos_sin);
-    rotate_backward(gr.d_proj + d, P, B, T, H, dk, model.thetas(), nullptr, gr.cos_sin);
+    rotate_with_table(gr.d_proj, P, B, T, H, dk, gr.rotation, 0, RotationDirection::Inverse);
+    rotate_with_table(gr.d_proj + d, P, B, T, H, dk, gr.rotation, 0, RotationDirection::Inverse);
   }
 };
 

@@ -31,17 +31,15 @@ struct MixerPass {
   TokenCache* cache = nullptr;
   int64_t first = 0;
   const int64_t* positions = nullptr;  // [B] tokens consumed before this call; nullptr: all 0
-  float* cos_sin = nullptr;            // rotation table scratch [T * d_k]
-  // The pass's rotation table (rotation_table, filled once for all layers), or nullptr; and its
-  // row stride between sequences.
+  // The pass's rotation table (rotation_table, filled once for all layers; nullptr when the
+  // mixer does not rotate) and its row stride between sequences.
   const float* rotation = nullptr;
   int64_t rotation_stride = 0;
 };
 
-// Rotates the queries and keys of a pass ([N, H, dk] rows `ld` floats apart) in place, from the
-// pass's table when it has one.
-void rotate_queries_keys(const MixerPass& p, float* q, float* k, int64_t ld, int64_t H,
-                         int64_t dk);
+// Rotates the queries and keys of a pass ([N, H, dk] rows `ld` floats apart) in place, by the
+// pass's table.
+void rotate_queries_keys(const MixerPass& p, float* q, float* k, int64_t ld, int64_t H, int64_t dk);
 
 // One layer's backward call (training: parallel or chunkwise, from an empty state).
 struct MixerGrad {
@@ -50,12 +48,12 @@ struct MixerGrad {
   int64_t B = 0, T = 0;
   RetentionForm form = RetentionForm::Parallel;
   int64_t chunk = 64;
-  const float* proj = nullptr;   // [N, P] as the forward left it
-  const float* saved = nullptr;  // what the forward saved
-  float* cos_sin = nullptr;      // rotation table scratch [T * d_k]
-  const float* d_out = nullptr;  // [N, vd]
-  float* d_proj = nullptr;       // [N, P], overwritten
-  ParamBuffer* grads = nullptr;  // accumulates the mixer's own tensors' gradients
+  const float* proj = nullptr;      // [N, P] as the forward left it
+  const float* saved = nullptr;     // what the forward saved
+  const float* rotation = nullptr;  // the forward's rotation table (positions from 0: T rows)
+  const float* d_out = nullptr;     // [N, vd]
+  float* d_proj = nullptr;          // [N, P], overwritten
+  ParamBuffer* grads = nullptr;     // accumulates the mixer's own tensors' gradients
 };
 
 class LayerMixer {

@@ -131,8 +131,8 @@ class RetentionMixer final : public LayerMixer {
     ga.gammas = model.gammas().data();
     ga.chunk = gr.chunk;
     retention_backward(gr.form, ga, arena);
-    rotate_backward(gr.d_proj, P, B, T, H, dk, model.thetas(), nullptr, gr.cos_sin);
-    rotate_backward(gr.d_proj + d, P, B, T, H, dk, model.thetas(), nullptr, gr.cos_sin);
+    rotate_with_table(gr.d_proj, P, B, T, H, dk, gr.rotation, 0, RotationDirection::Inverse);
+    rotate_with_table(gr.d_proj + d, P, B, T, H, dk, gr.rotation, 0, RotationDirection::Inverse);
     const float s = key_scale(c);
 #pragma omp parallel for schedule(static) if (N * d > 65536)
     for (int64_t n = 0; n < N; ++n)

@@ -171,7 +171,7 @@ double loss_and_gradients(const Model& model, const int32_t* tokens, const int32
     mg.chunk = chunk;
     mg.proj = a.proj;
     mg.saved = a.saved;
-    mg.cos_sin = acts.cos_sin;
+    mg.rotation = acts.rotation;
     mg.d_out = g.dgo;
     mg.d_proj = g.dproj;
     mg.grads = grads;

@@ -246,12 +246,14 @@ TEST(Rotation, RotatesInterleavedPairsByPositionTimesTheta) {
   const int64_t B = 2, T = 5, H = 3, Dk = 8, ld = H * Dk + 4;
   auto x = random_vector(B * T * ld, 8);
   auto y = x;
-  std::vector<float> table(2 * T * Dk / 2);
+  std::vector<float> table(B * T * Dk);
   const int64_t positions[] = {0, 100000};
   auto thetas = rotation_thetas(Dk);
   for (const int64_t* pos : {(const int64_t*)nullptr, positions}) {
     y = x;
-    rotate_forward(y.data(), ld, B, T, H, Dk, thetas, pos, table.data());
+    const int64_t stride = rotation_table(thetas, B, T, pos, table.data());
+    EXPECT_EQ(stride, pos ? T : 0);  // a table per sequence only when their positions differ
+    rotate_with_table(y.data(), ld, B, T, H, Dk, table.data(), stride, RotationDirection::Forward);
     std::vector<double> ref(y.begin(), y.end());
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < T; ++t)

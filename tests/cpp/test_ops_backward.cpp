@@ -89,10 +89,11 @@ TEST(OpsBackward, RotationIsInvertedByItsBackward) {
   const int64_t B = 2, T = 6, H = 2, Dk = 8, ld = H * Dk;
   auto x = random_vector(B * T * ld, 7), dy = random_vector(B * T * ld, 8);
   auto thetas = rotation_thetas(Dk);
-  std::vector<float> table(T * Dk);
+  std::vector<float> table(B * T * Dk);
   const int64_t positions[] = {3, 500};
   auto dx = dy;
-  rotate_backward(dx.data(), ld, B, T, H, Dk, thetas, positions, table.data());
+  const int64_t stride = rotation_table(thetas, B, T, positions, table.data());
+  rotate_with_table(dx.data(), ld, B, T, H, Dk, table.data(), stride, RotationDirection::Inverse);
   auto f = [&](const std::vector<double>& xs) {
     std::vector<double> out(xs.size());
     for (int64_t b = 0; b < B; ++b)
