@@ -8,6 +8,7 @@
 #include "head_loop.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
+#include "retnet/core/parallel.h"
 #include "retnet/core/rng.h"
 #include "retnet/ops/fast_exp.h"
 
@@ -64,8 +65,8 @@ void elu_rows_backward(const float* x, const float* phi, const float* d_phi, flo
 // Runs fn(b, t, h) for all B * T * H rows, across threads when there is enough work.
 template <typename Fn>
 void for_each_row(const Dims& d, Fn fn) {
-#pragma omp parallel for schedule(static) if (d.B * d.T * d.H * d.D >= 16384)
-  for (int64_t r = 0; r < d.B * d.T * d.H; ++r) fn(r / (d.T * d.H), (r / d.H) % d.T, r % d.H);
+  parallel_for_if(d.B * d.T * d.H * d.D >= 16384, d.B * d.T * d.H,
+                  [&](int64_t r) { fn(r / (d.T * d.H), (r / d.H) % d.T, r % d.H); });
 }
 
 // ---- FAVOR+ --------------------------------------------------------------------------------

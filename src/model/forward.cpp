@@ -9,6 +9,7 @@
 #include "mixer_layer.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
+#include "retnet/core/parallel.h"
 #include "retnet/ops/activation.h"
 #include "retnet/ops/rmsnorm.h"
 #include "retnet/ops/rotation.h"
@@ -127,9 +128,9 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
 
   const float scale = static_cast<float>(c.embed_scale());
   const float* embed = model.param(w.embed);
-#pragma omp parallel for schedule(static) if (N * d > 65536)
-  for (int64_t n = 0; n < N; ++n)
+  parallel_for_if(N * d > 65536, N, [&](int64_t n) {
     for (int64_t i = 0; i < d; ++i) x[n * d + i] = scale * embed[tokens[n] * d + i];
+  });
 
   // The rotation angles depend on the positions only: once per pass, not per layer.
   const bool rotates = mixer_uses_rotation(c.mixer);
@@ -192,10 +193,10 @@ TensorView channel_view(const float* p, int64_t B, int64_t T, int64_t ld, int64_
 
 void sigmoid_gated(const float* gate, int64_t ldg, const float* x, float* out, int64_t N,
                    int64_t C) {
-#pragma omp parallel for schedule(static) if (N * C > 65536)
-  for (int64_t n = 0; n < N; ++n)
+  parallel_for_if(N * C > 65536, N, [&](int64_t n) {
     for (int64_t i = 0; i < C; ++i)
       out[n * C + i] = x[n * C + i] / (1.f + std::exp(-gate[n * ldg + i]));
+  });
 }
 
 void rotate_queries_keys(const MixerPass& p, float* q, float* k, int64_t ld, int64_t H,

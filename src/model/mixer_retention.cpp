@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "mixer_layer.h"
+#include "retnet/core/parallel.h"
 #include "retnet/mixers/retention.h"
 #include "retnet/ops/activation.h"
 #include "retnet/ops/rmsnorm.h"
@@ -64,9 +65,9 @@ class RetentionMixer final : public LayerMixer {
     float* v = p.proj + 2 * d;
     const float* g = p.proj + 2 * d + vd;
     const float s = key_scale(c);
-#pragma omp parallel for schedule(static) if (N * d > 65536)
-    for (int64_t n = 0; n < N; ++n)
+    parallel_for_if(N * d > 65536, N, [&](int64_t n) {
       for (int64_t i = 0; i < d; ++i) k[n * P + i] *= s;
+    });
     rotate_queries_keys(p, q, k, P, H, dk);
 
     Saved sv{};
@@ -134,9 +135,9 @@ class RetentionMixer final : public LayerMixer {
     rotate_with_table(gr.d_proj, P, B, T, H, dk, gr.rotation, 0, RotationDirection::Inverse);
     rotate_with_table(gr.d_proj + d, P, B, T, H, dk, gr.rotation, 0, RotationDirection::Inverse);
     const float s = key_scale(c);
-#pragma omp parallel for schedule(static) if (N * d > 65536)
-    for (int64_t n = 0; n < N; ++n)
+    parallel_for_if(N * d > 65536, N, [&](int64_t n) {
       for (int64_t i = 0; i < d; ++i) gr.d_proj[n * P + d + i] *= s;
+    });
   }
 };
 

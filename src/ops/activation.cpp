@@ -1,6 +1,7 @@
 #include "retnet/ops/activation.h"
 
 #include "retnet/core/error.h"
+#include "retnet/core/parallel.h"
 
 namespace retnet {
 
@@ -14,8 +15,7 @@ const char* activation_name(Activation a) { return a == Activation::Gelu ? "gelu
 
 void gated_activation_forward(Activation act, const float* a, int64_t lda, const float* b,
                               int64_t ldb, float* out, int64_t ldo, int64_t N, int64_t D) {
-#pragma omp parallel for schedule(static) if (N * D > 16384)
-  for (int64_t n = 0; n < N; ++n) {
+  parallel_for_if(N * D > 16384, N, [&](int64_t n) {
     const float* ar = a + n * lda;
     const float* br = b + n * ldb;
     float* o = out + n * ldo;
@@ -26,14 +26,13 @@ void gated_activation_forward(Activation act, const float* a, int64_t lda, const
 #pragma omp simd
       for (int64_t i = 0; i < D; ++i) o[i] = swish(ar[i]) * br[i];
     }
-  }
+  });
 }
 
 void gated_activation_backward(Activation act, const float* a, int64_t lda, const float* b,
                                int64_t ldb, const float* dout, int64_t ldd, float* da,
                                int64_t ldda, float* db, int64_t lddb, int64_t N, int64_t D) {
-#pragma omp parallel for schedule(static) if (N * D > 16384)
-  for (int64_t n = 0; n < N; ++n) {
+  parallel_for_if(N * D > 16384, N, [&](int64_t n) {
     const float* ar = a + n * lda;
     const float* br = b + n * ldb;
     const float* g = dout + n * ldd;
@@ -55,7 +54,7 @@ void gated_activation_backward(Activation act, const float* a, int64_t lda, cons
         dbr[i] = x * s * g[i];
       }
     }
-  }
+  });
 }
 
 }  // namespace retnet

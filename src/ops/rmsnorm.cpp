@@ -2,12 +2,13 @@
 
 #include <cmath>
 
+#include "retnet/core/parallel.h"
+
 namespace retnet {
 
 void rmsnorm_forward(const float* x, int64_t ldx, const float* w, float* y, int64_t ldy,
                      float* rstd, int64_t N, int64_t D, float eps) {
-#pragma omp parallel for schedule(static) if (N * D > 32768)
-  for (int64_t n = 0; n < N; ++n) {
+  parallel_for_if(N * D > 32768, N, [&](int64_t n) {
     const float* xr = x + n * ldx;
     float* yr = y + n * ldy;
     float ss = 0.f;
@@ -22,7 +23,7 @@ void rmsnorm_forward(const float* x, int64_t ldx, const float* w, float* y, int6
 #pragma omp simd
       for (int64_t i = 0; i < D; ++i) yr[i] = xr[i] * r;
     }
-  }
+  });
 }
 
 void rmsnorm_backward(const float* x, int64_t ldx, const float* w, const float* rstd,
@@ -30,8 +31,7 @@ void rmsnorm_backward(const float* x, int64_t ldx, const float* w, const float* 
                       int64_t D) {
   // y_i = x_i r w_i, r = (mean(x^2) + eps)^(-1/2):
   // dx_i = r w_i dy_i - x_i r^3 / D * sum_j w_j dy_j x_j;  dw_i = sum_n dy_i x_i r.
-#pragma omp parallel for schedule(static) if (N * D > 32768)
-  for (int64_t n = 0; n < N; ++n) {
+  parallel_for_if(N * D > 32768, N, [&](int64_t n) {
     const float* xr = x + n * ldx;
     const float* g = dy + n * ldy;
     float* d = dx + n * lddx;
@@ -41,7 +41,7 @@ void rmsnorm_backward(const float* x, int64_t ldx, const float* w, const float* 
     const float c = dot * r * r * r / static_cast<float>(D);
 #pragma omp simd
     for (int64_t i = 0; i < D; ++i) d[i] += r * (w ? w[i] : 1.f) * g[i] - c * xr[i];
-  }
+  });
   if (dw) {
     for (int64_t n = 0; n < N; ++n) {
       const float* xr = x + n * ldx;

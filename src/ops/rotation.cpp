@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "retnet/core/parallel.h"
+
 namespace retnet {
 
 std::vector<double> rotation_thetas(int64_t Dk) {
@@ -34,12 +36,11 @@ template <bool inverse>
 void rotate_rows(float* x, int64_t ld, int64_t B, int64_t T, int64_t H, int64_t Dk,
                  const float* table, int64_t sequence_stride) {
   const int64_t half = Dk / 2;
-#pragma omp parallel for collapse(2) schedule(static) if (B * T * H * Dk > 16384)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      const float* row = table + (b * sequence_stride + t) * 2 * half;
-      rotate_row<inverse>(x + (b * T + t) * ld, H, Dk, row, row + half);
-    }
+  parallel_for_if(B * T * H * Dk > 16384, B * T, [&](int64_t r) {
+    const int64_t b = r / T, t = r % T;
+    const float* row = table + (b * sequence_stride + t) * 2 * half;
+    rotate_row<inverse>(x + r * ld, H, Dk, row, row + half);
+  });
 }
 
 }  // namespace
@@ -50,17 +51,16 @@ int64_t rotation_table(const std::vector<double>& thetas, int64_t B, int64_t T,
   bool shared = true;
   for (int64_t b = 1; positions && b < B; ++b) shared &= positions[b] == positions[0];
   const int64_t sequences = shared ? 1 : B;
-#pragma omp parallel for collapse(2) schedule(static) if (sequences * T * half > 4096)
-  for (int64_t b = 0; b < sequences; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      float* row = table + (b * T + t) * 2 * half;
-      // The angle is formed in double: pos * theta stays exact far beyond float's 2^24.
-      const double pos = static_cast<double>((positions ? positions[b] : 0) + t);
-      for (int64_t i = 0; i < half; ++i) {
-        row[i] = static_cast<float>(std::cos(pos * thetas[i]));
-        row[half + i] = static_cast<float>(std::sin(pos * thetas[i]));
-      }
+  parallel_for_if(sequences * T * half > 4096, sequences * T, [&](int64_t r) {
+    const int64_t b = r / T, t = r % T;
+    float* row = table + r * 2 * half;
+    // The angle is formed in double: pos * theta stays exact far beyond float's 2^24.
+    const double pos = static_cast<double>((positions ? positions[b] : 0) + t);
+    for (int64_t i = 0; i < half; ++i) {
+      row[i] = static_cast<float>(std::cos(pos * thetas[i]));
+      row[half + i] = static_cast<float>(std::sin(pos * thetas[i]));
     }
+  });
   return shared ? 0 : T;
 }
 
