@@ -29,7 +29,9 @@ void for_each_head(int64_t B, int64_t H, Arena& arena, size_t scratch_per_head, 
   const size_t per = scratch_per_head;
   float* scratch = per ? arena.alloc(per * (heads_in_parallel ? threads : 1)) : nullptr;
   if (heads_in_parallel) {
-#pragma omp parallel for schedule(dynamic, 1)
+    // Static: tasks cost the same, and a head's recurrent state then stays with one core from
+    // step to step instead of moving between caches (measured: dynamic was slower when decoding).
+#pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < tasks; ++t) fn(t / H, t % H, scratch + per * omp_get_thread_num());
   } else {
     for (int64_t t = 0; t < tasks; ++t) fn(t / H, t % H, scratch);

@@ -127,6 +127,30 @@ void parallel_head(const HeadBlock& hb, const Dims& d, float* scratch) {
 }
 
 // ---- recurrent form: one token at a time, S = gamma S + k [v, 1]^T, A = q^T S ------------------
+// Columns of the state updated together: their sums A[j] stay in registers over the Dk rows, so a
+// row costs one load and one store of S per column instead of also loading and storing A (a decode
+// step is bound by these stores). Each A[j] is still summed over i in order.
+constexpr int64_t kRecurrentColumns = 32;
+
+// S[:, j0 : j0 + n] = g S + k [v, 1]^T and aug[j0 : j0 + n] = q^T S for those columns.
+template <int64_t n>
+inline void recurrent_columns(float* S, int64_t W, int64_t Dk, float g, const float* q,
+                              const float* k, const float* vaug, float* aug) {
+  float v[n], a[n] = {};
+  for (int64_t j = 0; j < n; ++j) v[j] = vaug[j];
+  for (int64_t i = 0; i < Dk; ++i) {
+    float* s = S + i * W;
+    const float ki = k[i], qi = q[i];
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) {
+      const float sj = g * s[j] + ki * v[j];
+      s[j] = sj;
+      a[j] += qi * sj;
+    }
+  }
+  for (int64_t j = 0; j < n; ++j) aug[j] = a[j];
+}
+
 void recurrent_head(const HeadBlock& hb, const Dims& d, float* scratch) {
   const int64_t Dk = d.Dk, Dv = d.Dv, W = Dv + 1;
   float* vaug = scratch;     // [Dv+1]
@@ -138,17 +162,11 @@ void recurrent_head(const HeadBlock& hb, const Dims& d, float* scratch) {
     const float* k = hb.k + t * hb.ldk;
     std::memcpy(vaug, hb.v + t * hb.ldv, Dv * sizeof(float));
     vaug[Dv] = 1.f;
-    std::fill(aug, aug + W, 0.f);
-    // One pass over the state: decay, add the new outer product, read it with the query.
-    for (int64_t i = 0; i < Dk; ++i) {
-      float* s = S + i * W;
-      const float ki = k[i], qi = q[i];
-#pragma omp simd
-      for (int64_t j = 0; j < W; ++j) {
-        s[j] = g * s[j] + ki * vaug[j];
-        aug[j] += qi * s[j];
-      }
-    }
+    int64_t j0 = 0;
+    for (; j0 + kRecurrentColumns <= W; j0 += kRecurrentColumns)
+      recurrent_columns<kRecurrentColumns>(S + j0, W, Dk, g, q, k, vaug + j0, aug + j0);
+    for (; j0 + 8 <= W; j0 += 8) recurrent_columns<8>(S + j0, W, Dk, g, q, k, vaug + j0, aug + j0);
+    for (; j0 < W; ++j0) recurrent_columns<1>(S + j0, W, Dk, g, q, k, vaug + j0, aug + j0);
     normalise_row(aug, aug[Dv], hb.out + t * hb.ldo, Dv, hb.gamma, hb.pos0 + t,
                   hb.stats ? hb.stats + t * hb.ld_stats : nullptr);
   }
