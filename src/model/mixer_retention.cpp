@@ -17,10 +17,12 @@ float key_scale(const Config& c) {
   return static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.key_dim())));
 }
 
-// The saved activations: retention's output o and its row statistics, the head norm's rstd and
-// output on.
+// The saved activations: retention's output o and its row statistics, the head norm's rstd. The
+// head norm's output is not saved: the backward recomputes it from o (one cheap pass, the same
+// float operations, so the same values), which keeps N x value_dim floats per layer out of a
+// training step's peak memory.
 struct Saved {
-  float *o, *stats, *rstd, *on;
+  float *o, *stats, *rstd;
 };
 Saved carve(float* base, const Config& c, int64_t N) {
   SavedCarver s(base);
@@ -28,20 +30,26 @@ Saved carve(float* base, const Config& c, int64_t N) {
   r.o = s.take(N * c.value_embed_dim);
   r.stats = s.take(N * c.heads * 2);
   r.rstd = s.take(N * c.heads);
-  r.on = s.take(N * c.value_embed_dim);
   return r;
+}
+
+// on = headnorm(o): RMSNorm without weight over each head's d_v values.
+void head_norm(const Config& c, const float* o, float* on, float* rstd, int64_t N) {
+  const int64_t dv = c.head_value_dim();
+  rmsnorm_forward(o, dv, nullptr, on, dv, rstd, N * c.heads, dv,
+                  static_cast<float>(c.layernorm_eps));
 }
 
 class RetentionMixer final : public LayerMixer {
  public:
   size_t saved_floats(const Config& c, int64_t B, int64_t T) const override {
     const size_t N = static_cast<size_t>(B * T), vd = c.value_embed_dim, H = c.heads;
-    return 2 * Arena::footprint(N * vd) + Arena::footprint(N * H * 2) + Arena::footprint(N * H);
+    return Arena::footprint(N * vd) + Arena::footprint(N * H * 2) + Arena::footprint(N * H);
   }
 
   size_t workspace_floats(const Config& c, RetentionForm form, int64_t B, int64_t T, int64_t chunk,
                           int64_t scan_tile) const override {
-    // Inference keeps o in the arena (training in the saved buffer).
+    // o (inference) or the head norm's output (training, o being saved) in the arena.
     return Arena::footprint(static_cast<size_t>(B * T * c.value_embed_dim)) +
            retention_workspace_floats(form, B, T, c.heads, c.key_dim(), c.head_value_dim(), chunk,
                                       scan_tile);
@@ -73,6 +81,8 @@ class RetentionMixer final : public LayerMixer {
     Saved sv{};
     if (p.saved) sv = carve(p.saved, c, N);
     float* o = p.saved ? sv.o : arena.alloc(static_cast<size_t>(N * vd));
+    // Inference normalises o in place; training keeps o for the backward.
+    float* on = p.saved ? arena.alloc(static_cast<size_t>(N * vd)) : o;
     RetentionArgs ra;
     ra.q = head_view(q, B, T, H, P, dk);
     ra.k = head_view(k, B, T, H, P, dk);
@@ -86,10 +96,7 @@ class RetentionMixer final : public LayerMixer {
     ra.scan_tile = p.scan_tile;
     ra.row_stats = p.saved ? sv.stats : nullptr;
     retention_forward(p.form, ra, arena);
-    // Per-head RMSNorm without weight (rows of d_v; in place for inference), then the gate.
-    float* on = p.saved ? sv.on : o;
-    rmsnorm_forward(o, dv, nullptr, on, dv, p.saved ? sv.rstd : nullptr, N * H, dv,
-                    static_cast<float>(c.layernorm_eps));
+    head_norm(c, o, on, p.saved ? sv.rstd : nullptr, N);
     gated_activation_forward(Activation::Swish, g, P, on, vd, p.out, vd, N, vd);
     return p.out;
   }
@@ -98,8 +105,9 @@ class RetentionMixer final : public LayerMixer {
     const Config& c = gr.model->config();
     const int64_t N = gr.B * gr.T, d = c.embed_dim, vd = c.value_embed_dim;
     const Saved sv = carve(const_cast<float*>(gr.saved), c, N);
-    gated_activation_forward(Activation::Swish, gr.proj + 2 * d + vd, c.projection_width(), sv.on,
-                             vd, scratch, vd, N, vd);
+    head_norm(c, sv.o, scratch, nullptr, N);
+    gated_activation_forward(Activation::Swish, gr.proj + 2 * d + vd, c.projection_width(),
+                             scratch, vd, scratch, vd, N, vd);
     return scratch;
   }
 
@@ -113,7 +121,9 @@ class RetentionMixer final : public LayerMixer {
     float* don = arena.alloc(static_cast<size_t>(N * vd));
     float* d_o = arena.alloc(static_cast<size_t>(N * vd));
     const float* gate = gr.proj + 2 * d + vd;
-    gated_activation_backward(Activation::Swish, gate, P, sv.on, vd, gr.d_out, vd,
+    float* on = d_o;  // the head norm's output, recomputed; d_o is only needed after the gate
+    head_norm(c, sv.o, on, nullptr, N);
+    gated_activation_backward(Activation::Swish, gate, P, on, vd, gr.d_out, vd,
                               gr.d_proj + 2 * d + vd, P, don, vd, N, vd);
     std::memset(d_o, 0, static_cast<size_t>(N * vd) * sizeof(float));
     rmsnorm_backward(sv.o, dv, nullptr, sv.rstd, don, dv, d_o, dv, nullptr, N * H, dv);
