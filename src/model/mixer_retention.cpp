@@ -106,8 +106,8 @@ class RetentionMixer final : public LayerMixer {
     const int64_t N = gr.B * gr.T, d = c.embed_dim, vd = c.value_embed_dim;
     const Saved sv = carve(const_cast<float*>(gr.saved), c, N);
     head_norm(c, sv.o, scratch, nullptr, N);
-    gated_activation_forward(Activation::Swish, gr.proj + 2 * d + vd, c.projection_width(),
-                             scratch, vd, scratch, vd, N, vd);
+    gated_activation_forward(Activation::Swish, gr.proj + 2 * d + vd, c.projection_width(), scratch,
+                             vd, scratch, vd, N, vd);
     return scratch;
   }
 
