@@ -128,8 +128,9 @@ TEST(Gemm, SkinnyMatchesReferenceAndIsBatchInvariant) {
 
 TEST(Gemm, PackedMatchesReferenceAndIsBatchInvariant) {
   // float32 and f16 panels; N and K tails; strided A and C; beta 0 and 1.
+  // Row counts that take each pass shape: 6-row passes, and 4, 5, 5 + 5 (16, 64) rows left over.
   for (auto [M, N, K] : {std::array<int64_t, 3>{1, 7, 5}, {4, 1536, 256}, {11, 33, 130},
-                         {64, 70, 64}, {6, 256, 512}}) {
+                         {64, 70, 64}, {6, 256, 512}, {16, 100, 48}}) {
     const int64_t lda = K + 2, ldc = N + 3;
     auto A = random_vector(M * lda, 7), B = random_vector(N * K, 8);
     std::vector<uint16_t> half(packed_weight_elements(N, K));
@@ -153,13 +154,14 @@ TEST(Gemm, PackedMatchesReferenceAndIsBatchInvariant) {
         sgemm_reference(Trans::No, Trans::Yes, M, N, K, 1.f, A.data(), lda,
                         f16 ? rounded.data() : B.data(), K, beta, R.data(), ldc);
         EXPECT_TRUE(close(C, R, 1e-5));
-        // Columns past N are left alone; row m alone equals row m of the batch, bit for bit.
-        for (int64_t m = 0; m < M; ++m)
+        // Columns past N are left alone; each row alone equals its row of the batch, bit for bit.
+        for (int64_t m = 0; m < M; ++m) {
           for (int64_t n = N; n < ldc; ++n) ASSERT_EQ(C[m * ldc + n], input[m * ldc + n]);
-        const int64_t m = M - 1;
-        std::vector<float> one(input.begin() + m * ldc, input.begin() + (m + 1) * ldc);
-        run(1, A.data() + m * lda, one.data());
-        for (int64_t n = 0; n < N; ++n) ASSERT_EQ(one[n], C[m * ldc + n]) << "column " << n;
+          std::vector<float> one(input.begin() + m * ldc, input.begin() + (m + 1) * ldc);
+          run(1, A.data() + m * lda, one.data());
+          for (int64_t n = 0; n < N; ++n)
+            ASSERT_EQ(one[n], C[m * ldc + n]) << "row " << m << " column " << n;
+        }
       }
   }
 }
