@@ -17,11 +17,15 @@ inline bool is_head_view(const TensorView& t, int64_t B, int64_t T, int64_t H, i
          t.shape[3] == last && t.stride[3] == 1;
 }
 
-// Runs fn(b, h, scratch) for every head, each task with `scratch_per_head` floats of its own. With
-// at least as many heads as threads, heads run in parallel (BLAS then runs single-threaded inside
-// our region); otherwise one at a time, and BLAS and inner loops use all the threads.
+// Runs fn(b, h, scratch, next_is_mine) for every head, each task with `scratch_per_head` floats of
+// its own. With at least as many heads as threads, heads run in parallel (BLAS then runs
+// single-threaded inside our region); otherwise one at a time, and BLAS and inner loops use all
+// the threads. Each thread takes one contiguous range of tasks, the same range on every call with
+// the same B and H: a head's recurrent state then stays with one core from step to step instead of
+// moving between caches (measured: a dynamic schedule was slower when decoding). next_is_mine:
+// task t + 1 runs on the same thread right after this one (what a prefetch of it may assume).
 template <typename Fn>
-void for_each_head(int64_t B, int64_t H, Arena& arena, size_t scratch_per_head, Fn fn) {
+void for_each_head_in_order(int64_t B, int64_t H, Arena& arena, size_t scratch_per_head, Fn fn) {
   const int64_t tasks = B * H;
   const int threads = omp_get_max_threads();
   const bool heads_in_parallel = tasks >= threads && threads > 1;
@@ -29,13 +33,22 @@ void for_each_head(int64_t B, int64_t H, Arena& arena, size_t scratch_per_head, 
   const size_t per = scratch_per_head;
   float* scratch = per ? arena.alloc(per * (heads_in_parallel ? threads : 1)) : nullptr;
   if (heads_in_parallel) {
-    // Static: tasks cost the same, and a head's recurrent state then stays with one core from
-    // step to step instead of moving between caches (measured: dynamic was slower when decoding).
-#pragma omp parallel for schedule(static)
-    for (int64_t t = 0; t < tasks; ++t) fn(t / H, t % H, scratch + per * omp_get_thread_num());
+#pragma omp parallel
+    {
+      const int64_t n = omp_get_num_threads(), i = omp_get_thread_num();
+      const int64_t begin = tasks * i / n, end = tasks * (i + 1) / n;
+      for (int64_t t = begin; t < end; ++t) fn(t / H, t % H, scratch + per * i, t + 1 < end);
+    }
   } else {
-    for (int64_t t = 0; t < tasks; ++t) fn(t / H, t % H, scratch);
+    for (int64_t t = 0; t < tasks; ++t) fn(t / H, t % H, scratch, t + 1 < tasks);
   }
+}
+
+// Runs fn(b, h, scratch) for every head (see for_each_head_in_order).
+template <typename Fn>
+void for_each_head(int64_t B, int64_t H, Arena& arena, size_t scratch_per_head, Fn fn) {
+  for_each_head_in_order(B, H, arena, scratch_per_head,
+                         [&](int64_t b, int64_t h, float* s, bool) { fn(b, h, s); });
 }
 
 // Arena floats for_each_head takes for `scratch_per_head`.

@@ -59,8 +59,9 @@ HeadBlock head_block(const RetentionArgs& a, const Dims& d, int64_t b, int64_t h
   hb.ldk = a.k.stride[1];
   hb.ldv = a.v.stride[1];
   hb.ldo = a.out.stride[1];
-  hb.state = a.state ? a.state + b * a.state_stride + h * retention_state_floats_per_head(d.Dk, d.Dv)
-                     : nullptr;
+  hb.state = a.state
+                 ? a.state + b * a.state_stride + h * retention_state_floats_per_head(d.Dk, d.Dv)
+                 : nullptr;
   hb.stats = a.row_stats ? a.row_stats + (b * d.T * d.H + h) * 2 : nullptr;
   hb.ld_stats = d.H * 2;
   hb.gamma = a.gammas[h];
@@ -104,9 +105,9 @@ void for_each_head(const RetentionArgs& a, const Dims& d, Arena& arena, size_t s
 // ---- parallel form: the T x T score matrix of each head, masked by the decay ------------------
 void parallel_head(const HeadBlock& hb, const Dims& d, float* scratch) {
   const int64_t T = d.T, Dv = d.Dv;
-  float* P = scratch;       // [T, T]
-  float* gp = P + T * T;    // [T]
-  float* rows = gp + T;     // [T] row sums
+  float* P = scratch;     // [T, T]
+  float* gp = P + T * T;  // [T]
+  float* rows = gp + T;   // [T] row sums
   decay_powers(hb.gamma, T, gp);
   sgemm(Trans::No, Trans::Yes, T, T, d.Dk, 1.f, hb.q, hb.ldq, hb.k, hb.ldk, 0.f, P, T);
 #pragma omp parallel for schedule(static) if (!omp_in_parallel() && T >= 256)
@@ -132,15 +133,27 @@ void parallel_head(const HeadBlock& hb, const Dims& d, float* scratch) {
 // step is bound by these stores). Each A[j] is still summed over i in order.
 constexpr int64_t kRecurrentColumns = 32;
 
-// S[:, j0 : j0 + n] = g S + k [v, 1]^T and aug[j0 : j0 + n] = q^T S for those columns.
+// Bytes [begin, end) to pull into the cache, `step` bytes per state row visited.
+struct Prefetch {
+  const char* begin = nullptr;
+  const char* end = nullptr;
+  int64_t step = 0;
+};
+
+// S[:, j0 : j0 + n] = g S + k [v, 1]^T and aug[j0 : j0 + n] = q^T S for those columns. Each row
+// visited also prefetches the next `pf.step` bytes of pf (none past pf.end: they may be a state
+// another core is updating).
 template <int64_t n>
 inline void recurrent_columns(float* S, int64_t W, int64_t Dk, float g, const float* q,
-                              const float* k, const float* vaug, float* aug) {
+                              const float* k, const float* vaug, float* aug, Prefetch& pf) {
   float v[n], a[n] = {};
   for (int64_t j = 0; j < n; ++j) v[j] = vaug[j];
+  const char* line = pf.begin;
   for (int64_t i = 0; i < Dk; ++i) {
     float* s = S + i * W;
     const float ki = k[i], qi = q[i];
+    for (int64_t b = 0; b < pf.step && line < pf.end; b += 64, line += 64)
+      __builtin_prefetch(line, 0, 3);
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) {
       const float sj = g * s[j] + ki * v[j];
@@ -149,24 +162,41 @@ inline void recurrent_columns(float* S, int64_t W, int64_t Dk, float g, const fl
     }
   }
   for (int64_t j = 0; j < n; ++j) aug[j] = a[j];
+  pf.begin = line;
 }
 
-void recurrent_head(const HeadBlock& hb, const Dims& d, float* scratch) {
+// `next_state`: the state this thread updates after this head, or null (never one another core is
+// updating: the prefetch would pull its lines away from that core). Batched decoding keeps
+// B x layers x H states (516 KiB per sequence for the default model) that the weights' stream
+// evicts between steps: this head's last token pulls the next head's state in while it computes,
+// instead of that head stalling on it (measured: 4 layers at batch 16, 600 -> 250-390 us).
+void recurrent_head(const HeadBlock& hb, const Dims& d, float* scratch, const float* next_state) {
   const int64_t Dk = d.Dk, Dv = d.Dv, W = Dv + 1;
   float* vaug = scratch;     // [Dv+1]
   float* aug = scratch + W;  // [Dv+1]
   const float g = static_cast<float>(hb.gamma);
   float* S = hb.state;
+  // The wide column groups visit Dk rows each: spread the next state's bytes over those visits.
+  const int64_t visits = W / kRecurrentColumns * Dk;
+  const int64_t state_bytes = Dk * W * static_cast<int64_t>(sizeof(float));
+  Prefetch none, next;
+  if (next_state && visits) {
+    next.begin = reinterpret_cast<const char*>(next_state);
+    next.end = next.begin + state_bytes;
+    next.step = (state_bytes + 64 * visits - 1) / (64 * visits) * 64;
+  }
   for (int64_t t = 0; t < d.T; ++t) {
     const float* q = hb.q + t * hb.ldq;
     const float* k = hb.k + t * hb.ldk;
+    Prefetch& pf = t + 1 == d.T ? next : none;
     std::memcpy(vaug, hb.v + t * hb.ldv, Dv * sizeof(float));
     vaug[Dv] = 1.f;
     int64_t j0 = 0;
     for (; j0 + kRecurrentColumns <= W; j0 += kRecurrentColumns)
-      recurrent_columns<kRecurrentColumns>(S + j0, W, Dk, g, q, k, vaug + j0, aug + j0);
-    for (; j0 + 8 <= W; j0 += 8) recurrent_columns<8>(S + j0, W, Dk, g, q, k, vaug + j0, aug + j0);
-    for (; j0 < W; ++j0) recurrent_columns<1>(S + j0, W, Dk, g, q, k, vaug + j0, aug + j0);
+      recurrent_columns<kRecurrentColumns>(S + j0, W, Dk, g, q, k, vaug + j0, aug + j0, pf);
+    for (; j0 + 8 <= W; j0 += 8)
+      recurrent_columns<8>(S + j0, W, Dk, g, q, k, vaug + j0, aug + j0, none);
+    for (; j0 < W; ++j0) recurrent_columns<1>(S + j0, W, Dk, g, q, k, vaug + j0, aug + j0, none);
     normalise_row(aug, aug[Dv], hb.out + t * hb.ldo, Dv, hb.gamma, hb.pos0 + t,
                   hb.stats ? hb.stats + t * hb.ld_stats : nullptr);
   }
@@ -233,10 +263,10 @@ size_t scan_scratch(int64_t tile, int64_t Dk, int64_t Dv) {
 
 void scan_head(const HeadBlock& hb, const Dims& d, int64_t tile, float* scratch) {
   const int64_t Dk = d.Dk, Dv = d.Dv, W = Dv + 1, E = Dk * W;
-  float* x = scratch;              // [tile, Dk, Dv+1]
-  float* f = x + tile * E;         // [tile]
-  float* aug = f + tile;           // [Dv+1]
-  float* carry = hb.state;         // the prefix before the tile, [Dk, Dv+1]
+  float* x = scratch;       // [tile, Dk, Dv+1]
+  float* f = x + tile * E;  // [tile]
+  float* aug = f + tile;    // [Dv+1]
+  float* carry = hb.state;  // the prefix before the tile, [Dk, Dv+1]
   const bool inner_parallel = !omp_in_parallel();
   // x[i] = f[i] x[j] + x[i], f[i] = f[j] f[i]: element j's span precedes element i's.
   auto combine = [&](int64_t j, int64_t i) {
@@ -300,10 +330,14 @@ void scan_head(const HeadBlock& hb, const Dims& d, int64_t tile, float* scratch)
 
 const char* retention_form_name(RetentionForm f) {
   switch (f) {
-    case RetentionForm::Parallel: return "parallel";
-    case RetentionForm::Recurrent: return "recurrent";
-    case RetentionForm::Chunkwise: return "chunkwise";
-    case RetentionForm::Scan: return "scan";
+    case RetentionForm::Parallel:
+      return "parallel";
+    case RetentionForm::Recurrent:
+      return "recurrent";
+    case RetentionForm::Chunkwise:
+      return "chunkwise";
+    case RetentionForm::Scan:
+      return "scan";
   }
   return "?";
 }
@@ -313,8 +347,8 @@ RetentionForm parse_retention_form(const std::string& name) {
   if (name == "recurrent") return RetentionForm::Recurrent;
   if (name == "chunkwise") return RetentionForm::Chunkwise;
   if (name == "scan") return RetentionForm::Scan;
-  throw Error(fmt::format("unknown form '{}'; expected parallel, recurrent, chunkwise or scan",
-                          name));
+  throw Error(
+      fmt::format("unknown form '{}'; expected parallel, recurrent, chunkwise or scan", name));
 }
 
 double retention_decay_sum(double gamma, int64_t n) {
@@ -327,9 +361,15 @@ size_t retention_workspace_floats(RetentionForm form, int64_t B, int64_t T, int6
   size_t slots = static_cast<size_t>(std::max(omp_get_max_threads(), 1));
   size_t per_head = 1;
   switch (form) {
-    case RetentionForm::Parallel: per_head = T * T + 2 * T; break;
-    case RetentionForm::Recurrent: per_head = 2 * (Dv + 1); break;
-    case RetentionForm::Chunkwise: per_head = chunkwise_scratch(std::min(chunk, T), Dk, Dv); break;
+    case RetentionForm::Parallel:
+      per_head = T * T + 2 * T;
+      break;
+    case RetentionForm::Recurrent:
+      per_head = 2 * (Dv + 1);
+      break;
+    case RetentionForm::Chunkwise:
+      per_head = chunkwise_scratch(std::min(chunk, T), Dk, Dv);
+      break;
     case RetentionForm::Scan:
       per_head = scan_scratch(scan_tile_for(scan_tile, B, T, H, Dk, Dv), Dk, Dv);
       break;
@@ -341,8 +381,10 @@ void retention_forward(RetentionForm form, const RetentionArgs& a, Arena& arena)
   const Dims d = dims_of(a);
   if (d.T == 0 || d.B == 0) return;
   for (int64_t h = 0; h < d.H; ++h)
-    RETNET_CHECK(a.gammas[h] > 0.0 && a.gammas[h] < 1.0, "retention: decay {} of head {} is not in "
-                 "(0, 1)", a.gammas[h], h);
+    RETNET_CHECK(a.gammas[h] > 0.0 && a.gammas[h] < 1.0,
+                 "retention: decay {} of head {} is not in "
+                 "(0, 1)",
+                 a.gammas[h], h);
   if (form == RetentionForm::Parallel) {
     for (int64_t b = 0; a.positions && b < d.B; ++b)
       RETNET_CHECK(a.positions[b] == 0, "the parallel form starts at position 0, got {}",
@@ -354,8 +396,14 @@ void retention_forward(RetentionForm form, const RetentionArgs& a, Arena& arena)
   RETNET_CHECK(a.state != nullptr, "the {} form needs a state buffer", retention_form_name(form));
   switch (form) {
     case RetentionForm::Recurrent:
-      for_each_head(a, d, arena, 2 * (d.Dv + 1),
-                    [&](const HeadBlock& hb, float* s) { recurrent_head(hb, d, s); });
+      detail::for_each_head_in_order(
+          d.B, d.H, arena, 2 * (d.Dv + 1), [&](int64_t b, int64_t h, float* s, bool next_is_mine) {
+            // Task t + 1 is (b, h + 1), or (b + 1, 0) after a sequence's last head.
+            const float* next = !next_is_mine ? nullptr
+                                : h + 1 < d.H ? head_block(a, d, b, h + 1).state
+                                              : head_block(a, d, b + 1, 0).state;
+            recurrent_head(head_block(a, d, b, h), d, s, next);
+          });
       break;
     case RetentionForm::Chunkwise: {
       RETNET_CHECK(a.chunk >= 1, "chunk size must be at least 1, got {}", a.chunk);
@@ -370,7 +418,8 @@ void retention_forward(RetentionForm form, const RetentionArgs& a, Arena& arena)
                     [&](const HeadBlock& hb, float* s) { scan_head(hb, d, tile, s); });
       break;
     }
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -380,7 +429,8 @@ void retention_reference(const float* q, const float* k, const float* v, double*
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t i = 0; i < Dk; ++i)
       for (int64_t j = 0; j <= Dv; ++j)
-        S[i * (Dv + 1) + j] = gamma * S[i * (Dv + 1) + j] + k[t * Dk + i] * (j < Dv ? v[t * Dv + j] : 1.0);
+        S[i * (Dv + 1) + j] =
+            gamma * S[i * (Dv + 1) + j] + k[t * Dk + i] * (j < Dv ? v[t * Dv + j] : 1.0);
     std::vector<double> aug(Dv + 1, 0.0);
     for (int64_t i = 0; i < Dk; ++i)
       for (int64_t j = 0; j <= Dv; ++j) aug[j] += q[t * Dk + i] * S[i * (Dv + 1) + j];
