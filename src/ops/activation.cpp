@@ -15,7 +15,10 @@ const char* activation_name(Activation a) { return a == Activation::Gelu ? "gelu
 
 void gated_activation_forward(Activation act, const float* a, int64_t lda, const float* b,
                               int64_t ldb, float* out, int64_t ldo, int64_t N, int64_t D) {
-  parallel_for_if(N * D > 16384, N, [&](int64_t n) {
+  // Threads pay off from ~10 us of work (a parallel region costs ~1.5 us); gelu costs ~2.2 ns per
+  // element here, swish ~0.7 (measured, AVX2): a batch-16 decode step's FFN runs on all threads.
+  const int64_t parallel_from = act == Activation::Gelu ? 4096 : 16384;
+  parallel_for_if(N * D >= parallel_from, N, [&](int64_t n) {
     const float* ar = a + n * lda;
     const float* br = b + n * ldb;
     float* o = out + n * ldo;
@@ -30,8 +33,8 @@ void gated_activation_forward(Activation act, const float* a, int64_t lda, const
 }
 
 void gated_activation_backward(Activation act, const float* a, int64_t lda, const float* b,
-                               int64_t ldb, const float* dout, int64_t ldd, float* da,
-                               int64_t ldda, float* db, int64_t lddb, int64_t N, int64_t D) {
+                               int64_t ldb, const float* dout, int64_t ldd, float* da, int64_t ldda,
+                               float* db, int64_t lddb, int64_t N, int64_t D) {
   parallel_for_if(N * D > 16384, N, [&](int64_t n) {
     const float* ar = a + n * lda;
     const float* br = b + n * ldb;
