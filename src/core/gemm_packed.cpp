@@ -84,8 +84,9 @@ inline void store_lanes(float* c, int64_t n, __m256 v, float beta) {
   _mm256_maskstore_ps(c, mask, v);
 }
 
-// `next`, when not null, is a panel to pull into the cache meanwhile, one line per k.
-template <int R, int P, typename W>
+// With kPrefetch, `next` is a panel to pull into the cache meanwhile, one line per k (a template
+// flag: batch 1's loop stays free of the test).
+template <int R, int P, typename W, bool kPrefetch = false>
 void tile(const float* A, int64_t lda, const W* packed, int64_t K, float beta, float* C,
           int64_t ldc, int64_t N, int64_t m0, int64_t p0, const W* next = nullptr) {
   // Every loop over the tile is unrolled: an accumulator indexed at run time anywhere makes GCC
@@ -98,7 +99,8 @@ void tile(const float* A, int64_t lda, const W* packed, int64_t K, float beta, f
     for (int p = 0; p < P; ++p) acc[r][p][0] = acc[r][p][1] = _mm256_setzero_ps();
   const W* w = packed + p0 * K * kPanel;
   for (int64_t k = 0; k < K; ++k) {
-    if (next) _mm_prefetch(reinterpret_cast<const char*>(next + k * kPanel), _MM_HINT_T0);
+    if constexpr (kPrefetch)
+      _mm_prefetch(reinterpret_cast<const char*>(next + k * kPanel), _MM_HINT_T0);
     __m256 lo[P], hi[P];
 #pragma GCC unroll 8
     for (int p = 0; p < P; ++p) load_panel(w + (p * K + k) * kPanel, lo[p], hi[p]);
@@ -156,7 +158,10 @@ void tile(const float* A, int64_t lda, const W* packed, int64_t K, float beta, f
 template <int R, typename W>
 void panel_rows(const float* A, int64_t lda, const W* packed, int64_t K, float beta, float* C,
                 int64_t ldc, int64_t N, int64_t m0, int64_t p, const W* next) {
-  tile<R, 1>(A, lda, packed, K, beta, C, ldc, N, m0, p, next);
+  if (next)
+    tile<R, 1, W, true>(A, lda, packed, K, beta, C, ldc, N, m0, p, next);
+  else
+    tile<R, 1, W>(A, lda, packed, K, beta, C, ldc, N, m0, p);
 }
 
 template <int P, typename W>
