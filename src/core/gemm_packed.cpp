@@ -164,6 +164,26 @@ void panel_rows(const float* A, int64_t lda, const W* packed, int64_t K, float b
     tile<R, 1, W>(A, lda, packed, K, beta, C, ldc, N, m0, p);
 }
 
+// Rows m0 .. m0 + rows (1 to 6) of panel p.
+template <typename W>
+void panel_pass(int64_t rows, const float* A, int64_t lda, const W* packed, int64_t K, float beta,
+                float* C, int64_t ldc, int64_t N, int64_t m0, int64_t p, const W* next) {
+  switch (rows) {
+    case 6:
+      return panel_rows<6>(A, lda, packed, K, beta, C, ldc, N, m0, p, next);
+    case 5:
+      return panel_rows<5>(A, lda, packed, K, beta, C, ldc, N, m0, p, next);
+    case 4:
+      return panel_rows<4>(A, lda, packed, K, beta, C, ldc, N, m0, p, next);
+    case 3:
+      return panel_rows<3>(A, lda, packed, K, beta, C, ldc, N, m0, p, next);
+    case 2:
+      return panel_rows<2>(A, lda, packed, K, beta, C, ldc, N, m0, p, next);
+    default:
+      return panel_rows<1>(A, lda, packed, K, beta, C, ldc, N, m0, p, next);
+  }
+}
+
 template <int P, typename W>
 void rows(const float* A, int64_t lda, const W* packed, int64_t K, float beta, float* C,
           int64_t ldc, int64_t N, int64_t M, int64_t p0) {
@@ -171,40 +191,18 @@ void rows(const float* A, int64_t lda, const W* packed, int64_t K, float beta, f
     tile<1, P>(A, lda, packed, K, beta, C, ldc, N, 0, p0);
     return;
   }
+  // Passes of six rows; six and four left over run as five and five (a 4-row tile's 8
+  // accumulator chains are too few to hide the FMA latency: 16 rows ran faster as 6 + 5 + 5).
+  const int64_t passes = (M + 5) / 6;
+  const bool five_five = M % 6 == 4 && M > 6;
   const int64_t panels = packed_panels(N);
-  // Rows six at a time; six and four left become five and five (a 4-row tile's 8 accumulator
-  // chains are too few to hide the FMA latency: 16 rows ran faster as 6 + 5 + 5).
-  const int64_t rest = M % 6, sixes = M / 6 - (rest == 4 && M > 6 ? 1 : 0);
-  const int64_t tail = M - 6 * sixes;  // 0-5 rows, or 10 as 5 + 5
   for (int64_t p = p0; p < p0 + P; ++p) {
     const W* next = p + 1 < panels ? packed + (p + 1) * K * kPanel : nullptr;
-    const W* none = nullptr;
-    for (int64_t i = 0; i < sixes; ++i)
-      panel_rows<6>(A, lda, packed, K, beta, C, ldc, N, 6 * i, p,
-                    i + 1 == sixes && tail == 0 ? next : none);
-    const int64_t m0 = 6 * sixes;
-    switch (tail) {
-      case 10:
-        panel_rows<5>(A, lda, packed, K, beta, C, ldc, N, m0, p, none);
-        panel_rows<5>(A, lda, packed, K, beta, C, ldc, N, m0 + 5, p, next);
-        break;
-      case 5:
-        panel_rows<5>(A, lda, packed, K, beta, C, ldc, N, m0, p, next);
-        break;
-      case 4:
-        panel_rows<4>(A, lda, packed, K, beta, C, ldc, N, m0, p, next);
-        break;
-      case 3:
-        panel_rows<3>(A, lda, packed, K, beta, C, ldc, N, m0, p, next);
-        break;
-      case 2:
-        panel_rows<2>(A, lda, packed, K, beta, C, ldc, N, m0, p, next);
-        break;
-      case 1:
-        panel_rows<1>(A, lda, packed, K, beta, C, ldc, N, m0, p, next);
-        break;
-      default:
-        break;
+    for (int64_t i = 0, m0 = 0; i < passes; ++i) {
+      const int64_t r = five_five && i + 2 >= passes ? 5 : std::min<int64_t>(6, M - m0);
+      panel_pass(r, A, lda, packed, K, beta, C, ldc, N, m0, p,
+                 i + 1 == passes ? next : static_cast<const W*>(nullptr));
+      m0 += r;
     }
   }
 }

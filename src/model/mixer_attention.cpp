@@ -8,7 +8,6 @@
 
 #include "mixer_layer.h"
 #include "retnet/mixers/attention.h"
-#include "retnet/ops/rotation.h"
 
 namespace retnet::detail {
 namespace {
@@ -106,8 +105,7 @@ class AttentionMixer final : public LayerMixer {
     ga.d_v = head_view(gr.d_proj + 2 * d, B, T, H, P, dv);
     ga.logsumexp = sv.lse;
     attention_backward(ga, arena);
-    rotate_with_table(gr.d_proj, P, B, T, H, dk, gr.rotation, 0, RotationDirection::Inverse);
-    rotate_with_table(gr.d_proj + d, P, B, T, H, dk, gr.rotation, 0, RotationDirection::Inverse);
+    rotate_back_query_key_grads(gr, gr.d_proj, gr.d_proj + d, P, H, dk);
   }
 };
 

@@ -56,6 +56,11 @@ struct MixerGrad {
   ParamBuffer* grads = nullptr;     // accumulates the mixer's own tensors' gradients
 };
 
+// The backward of rotate_queries_keys: rotates the queries' and keys' gradients back in place by
+// the forward's table.
+void rotate_back_query_key_grads(const MixerGrad& g, float* d_q, float* d_k, int64_t ld, int64_t H,
+                                 int64_t dk);
+
 class LayerMixer {
  public:
   virtual ~LayerMixer() = default;

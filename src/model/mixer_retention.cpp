@@ -8,7 +8,6 @@
 #include "retnet/mixers/retention.h"
 #include "retnet/ops/activation.h"
 #include "retnet/ops/rmsnorm.h"
-#include "retnet/ops/rotation.h"
 
 namespace retnet::detail {
 namespace {
@@ -142,8 +141,7 @@ class RetentionMixer final : public LayerMixer {
     ga.gammas = model.gammas().data();
     ga.chunk = gr.chunk;
     retention_backward(gr.form, ga, arena);
-    rotate_with_table(gr.d_proj, P, B, T, H, dk, gr.rotation, 0, RotationDirection::Inverse);
-    rotate_with_table(gr.d_proj + d, P, B, T, H, dk, gr.rotation, 0, RotationDirection::Inverse);
+    rotate_back_query_key_grads(gr, gr.d_proj, gr.d_proj + d, P, H, dk);
     const float s = key_scale(c);
     parallel_for_if(N * d > 65536, N, [&](int64_t n) {
       for (int64_t i = 0; i < d; ++i) gr.d_proj[n * P + d + i] *= s;
