@@ -1,5 +1,5 @@
 // The packed kernel's speed by row count with its weights in L2 (a [256, 256] product, 256 KiB),
-// one thread, median of 2000: how fast each pass shape (4, 6, 5 + 5, 6 + 5 + 5 rows) computes.
+// one thread, median of 2000: how fast each pass shape (1 to 4 rows, 6, 5 + 5, 6 + 5 + 5) computes.
 // Usage: tile_rows. Build: README.md.
 #include <omp.h>
 
@@ -14,7 +14,7 @@ using namespace retnet;
 
 int main() {
   omp_set_num_threads(1);
-  for (int64_t M : {4, 6, 10, 16}) {
+  for (int64_t M : {1, 2, 3, 4, 6, 10, 16}) {
     const int64_t N = 256, K = 256;
     std::vector<float> A(M * K, 0.5f), W(N * K, 0.01f), C(M * N);
     std::vector<float> P(packed_weight_elements(N, K));

@@ -54,15 +54,17 @@ void tile(const float* A, int64_t lda, const W* packed, int64_t K, float beta, f
   }
 }
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-// A panel is two 8-lane registers. 16 registers hold at most 2 rows x 2 panels of accumulators
-// plus the panel being read (`rows` below picks the tiles), or 1 row x 4 panels for batch 1.
-inline void load_panel(const float* p, __m256& lo, __m256& hi) {
-  lo = _mm256_loadu_ps(p);
-  hi = _mm256_loadu_ps(p + 8);
+// A panel is two 8-lane registers; 16 registers hold 12 accumulators, the weights being read and a
+// broadcast. Batch 1 reads 4 panels at once, 2-4 rows take half-panel tiles (few_rows_gemm), more
+// rows six at a time through one panel (`rows` below).
+inline __m256 load_half(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load_half(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
-inline void load_panel(const uint16_t* p, __m256& lo, __m256& hi) {
-  lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
+template <typename W>
+inline void load_panel(const W* p, __m256& lo, __m256& hi) {
+  lo = load_half(p);
+  hi = load_half(p + 8);
 }
 
 // Lanes [0, n) of an 8-lane mask register (n clamped to 0..8).
@@ -124,6 +126,81 @@ void tile(const float* A, int64_t lda, const W* packed, int64_t K, float beta, f
       store_lanes(c + 8, cols - 8, acc[r][p][1], beta);
     }
   }
+}
+
+// 2 to 4 rows: a panel's two registers per row give only 4-8 accumulator chains, too few to hide
+// the FMA latency (4 rows ran at half the 6-row speed). This tile takes V half-panels (8 columns
+// each, from two or three panels) from half-panel h0: 4 rows x 3, 3 x 4, 2 x 5, all rows in one
+// pass so each weight is read once. Each C[m,n] is still one lane's FMA chain over k = 0..K-1:
+// batch invariance holds.
+template <int R, int V, typename W>
+void half_panel_tile(const float* A, int64_t lda, const W* packed, int64_t K, float beta, float* C,
+                     int64_t ldc, int64_t N, int64_t h0) {
+  __m256 acc[R][V];
+  const W* w[V];
+#pragma GCC unroll 8
+  for (int v = 0; v < V; ++v) {
+    const int64_t h = h0 + v;
+    w[v] = packed + (h / 2) * K * kPanel + (h % 2) * 8;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r][v] = _mm256_setzero_ps();
+  }
+  for (int64_t k = 0; k < K; ++k) {
+    __m256 x[V];
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) x[v] = load_half(w[v] + k * kPanel);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 a = _mm256_broadcast_ss(A + r * lda + k);
+#pragma GCC unroll 8
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm256_fmadd_ps(a, x[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int v = 0; v < V; ++v) {
+    const int64_t n0 = (h0 + v) * 8;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) store_lanes(C + r * ldc + n0, N - n0, acc[r][v], beta);
+  }
+}
+
+// Half-panels per tile for R rows: 12 accumulator chains, but 2 rows take 5 (10 chains): 2 x 6
+// needs 12 + 6 + 1 registers and GCC kept two accumulators on the stack.
+template <int R>
+constexpr int kHalfPanels = R == 2 ? 5 : 12 / R;
+
+// All R rows against half-panels h0 .. h0 + count (count 1 to kHalfPanels<R>).
+template <int R, typename W>
+void half_panel_group(int64_t count, const float* A, int64_t lda, const W* packed, int64_t K,
+                      float beta, float* C, int64_t ldc, int64_t N, int64_t h0) {
+  constexpr int V = kHalfPanels<R>;
+  switch (count) {
+    case 5:
+      if constexpr (V >= 5) return half_panel_tile<R, 5>(A, lda, packed, K, beta, C, ldc, N, h0);
+      [[fallthrough]];
+    case 4:
+      if constexpr (V >= 4) return half_panel_tile<R, 4>(A, lda, packed, K, beta, C, ldc, N, h0);
+      [[fallthrough]];
+    case 3:
+      return half_panel_tile<R, 3>(A, lda, packed, K, beta, C, ldc, N, h0);
+    case 2:
+      return half_panel_tile<R, 2>(A, lda, packed, K, beta, C, ldc, N, h0);
+    default:
+      return half_panel_tile<R, 1>(A, lda, packed, K, beta, C, ldc, N, h0);
+  }
+}
+
+template <int R, typename W>
+void few_rows_gemm(const float* A, int64_t lda, const W* packed, int64_t K, float beta, float* C,
+                   int64_t ldc, int64_t N) {
+  constexpr int V = kHalfPanels<R>;
+  const int64_t halves = (N + 7) / 8, groups = (halves + V - 1) / V;
+  // Static schedule: each thread one contiguous run of groups.
+  const bool parallel = R * N * K >= (1 << 15) && groups > 1;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t g = 0; g < groups; ++g)
+    half_panel_group<R>(std::min<int64_t>(V, halves - g * V), A, lda, packed, K, beta, C, ldc, N,
+                        g * V);
 }
 #define RETNET_PACKED_AVX2 1
 #else
@@ -232,6 +309,18 @@ void rows(const float* A, int64_t lda, const W* packed, int64_t K, float beta, f
 template <typename W>
 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const W* packed,
                  float beta, float* C, int64_t ldc) {
+#if defined(RETNET_PACKED_AVX2)
+  switch (M) {
+    case 2:
+      return few_rows_gemm<2>(A, lda, packed, K, beta, C, ldc, N);
+    case 3:
+      return few_rows_gemm<3>(A, lda, packed, K, beta, C, ldc, N);
+    case 4:
+      return few_rows_gemm<4>(A, lda, packed, K, beta, C, ldc, N);
+    default:
+      break;
+  }
+#endif
   const int64_t panels = packed_panels(N);
   const int64_t tasks = (panels + kPanelsPerTask - 1) / kPanelsPerTask;
   // Threads only when the product is worth a fork (below ~32k multiply-adds one thread wins).
