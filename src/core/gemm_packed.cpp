@@ -190,6 +190,15 @@ void half_panel_group(int64_t count, const float* A, int64_t lda, const W* packe
   }
 }
 
+// All R rows against half-panels [h_begin, h_end), in groups of kHalfPanels<R>.
+template <int R, typename W>
+void half_panel_range(const float* A, int64_t lda, const W* packed, int64_t K, float beta, float* C,
+                      int64_t ldc, int64_t N, int64_t h_begin, int64_t h_end) {
+  for (int64_t h = h_begin; h < h_end; h += kHalfPanels<R>)
+    half_panel_group<R>(std::min<int64_t>(kHalfPanels<R>, h_end - h), A, lda, packed, K, beta, C,
+                        ldc, N, h);
+}
+
 template <int R, typename W>
 void few_rows_gemm(const float* A, int64_t lda, const W* packed, int64_t K, float beta, float* C,
                    int64_t ldc, int64_t N) {
@@ -264,23 +273,39 @@ void panel_pass(int64_t rows, const float* A, int64_t lda, const W* packed, int6
 template <int P, typename W>
 void rows(const float* A, int64_t lda, const W* packed, int64_t K, float beta, float* C,
           int64_t ldc, int64_t N, int64_t M, int64_t p0) {
-  if (M == 1) {
+  if (M == 1) {  // batch 1: all P panels in one pass
     tile<1, P>(A, lda, packed, K, beta, C, ldc, N, 0, p0);
     return;
   }
   // Passes of six rows; six and four left over run as five and five (a 4-row tile's 8
   // accumulator chains are too few to hide the FMA latency: 16 rows ran faster as 6 + 5 + 5).
-  const int64_t passes = (M + 5) / 6;
-  const bool five_five = M % 6 == 4 && M > 6;
+  // One to three rows left over after sixes go through the task's panels afterwards,
+  // while they are still in L2, in the tiles that keep enough chains for so few rows.
+  const int64_t tail = M % 6 <= 3 ? M % 6 : 0, body = M - tail;
+  const int64_t passes = (body + 5) / 6;
+  const bool five_five = body % 6 == 4 && body > 6;
   const int64_t panels = packed_panels(N);
   for (int64_t p = p0; p < p0 + P; ++p) {
     const W* next = p + 1 < panels ? packed + (p + 1) * K * kPanel : nullptr;
     for (int64_t i = 0, m0 = 0; i < passes; ++i) {
-      const int64_t r = five_five && i + 2 >= passes ? 5 : std::min<int64_t>(6, M - m0);
+      const int64_t r = five_five && i + 2 >= passes ? 5 : std::min<int64_t>(6, body - m0);
       panel_pass(r, A, lda, packed, K, beta, C, ldc, N, m0, p,
                  i + 1 == passes ? next : static_cast<const W*>(nullptr));
       m0 += r;
     }
+  }
+  const int64_t h_begin = 2 * p0, h_end = std::min<int64_t>(2 * (p0 + P), (N + 7) / 8);
+  const float* a = A + body * lda;
+  float* c = C + body * ldc;
+  switch (tail) {
+    case 3:
+      return half_panel_range<3>(a, lda, packed, K, beta, c, ldc, N, h_begin, h_end);
+    case 2:
+      return half_panel_range<2>(a, lda, packed, K, beta, c, ldc, N, h_begin, h_end);
+    case 1:
+      return tile<1, P>(a, lda, packed, K, beta, c, ldc, N, 0, p0);
+    default:
+      return;
   }
 }
 #else

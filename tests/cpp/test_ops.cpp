@@ -129,10 +129,12 @@ TEST(Gemm, SkinnyMatchesReferenceAndIsBatchInvariant) {
 TEST(Gemm, PackedMatchesReferenceAndIsBatchInvariant) {
   // float32 and f16 panels; N and K tails; strided A and C; beta 0 and 1.
   // Row counts that take each pass shape: 6-row passes, and 4, 5, 5 + 5 (16, 64) rows left over;
-  // 2, 3 and 4 rows in half-panel tiles, with a short last group and a half past N.
+  // 2, 3 and 4 rows in half-panel tiles, with a short last group and a half past N; one to three
+  // rows left after sixes (7, 8, 9, 13).
   for (auto [M, N, K] : {std::array<int64_t, 3>{1, 7, 5}, {4, 1536, 256}, {11, 33, 130},
                          {64, 70, 64}, {6, 256, 512}, {16, 100, 48}, {2, 200, 40}, {3, 72, 33},
-                         {4, 100, 17}, {2, 9, 300}}) {
+                         {4, 100, 17}, {2, 9, 300}, {7, 50, 20}, {8, 120, 64}, {9, 1536, 64},
+                         {13, 33, 130}}) {
     const int64_t lda = K + 2, ldc = N + 3;
     auto A = random_vector(M * lda, 7), B = random_vector(N * K, 8);
     std::vector<uint16_t> half(packed_weight_elements(N, K));
