@@ -148,7 +148,12 @@ void half_panel_tile(const float* A, int64_t lda, const W* packed, int64_t K, fl
   for (int64_t k = 0; k < K; ++k) {
     __m256 x[V];
 #pragma GCC unroll 8
-    for (int v = 0; v < V; ++v) x[v] = load_half(w[v] + k * kPanel);
+    for (int v = 0; v < V; ++v) {
+      x[v] = load_half(w[v] + k * kPanel);
+      // One load into a register, not one per row as an FMA operand (GCC's choice otherwise: 10
+      // loads per 12 FMAs at 4 x 3), where accumulators, weights and broadcast fit 16 registers.
+      if constexpr (R * V + V + 1 <= 16) asm("" : "+x"(x[v]));
+    }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m256 a = _mm256_broadcast_ss(A + r * lda + k);
