@@ -96,20 +96,23 @@ void run_bench_decode(const std::string& model_path, int reps, bool quick, int t
                         {"state_bytes", m.state_bytes_per_sequence()},
                         {"repetitions", reps}};
 
-  // 1. Latency by position: the state does not grow, so neither does the step.
+  // 1. Latency by position: the state does not grow, so neither does the step. Each repetition
+  // visits every position in turn (and every batch size below), so a machine that speeds up or
+  // slows down during the run shifts all of them alike instead of skewing the ratios.
   const std::vector<int64_t> positions =
       quick ? std::vector<int64_t>{16, 1024} : std::vector<int64_t>{16, 1024, 4096, 16384};
   std::printf("decode latency per token by position (batch 1, 64-step windows)\n");
   std::printf("%10s %12s %22s %10s\n", "position", "ms/token", "[min, max]", "vs 16");
-  double base = 0;
-  for (int64_t p : positions) {
-    std::vector<double> r;
-    for (int i = 0; i < reps; ++i) r.push_back(1e3 * window_latency(m, p, 64));
-    Summary s = summarize(r);
-    if (p == positions.front()) base = s.median;
-    std::printf("%10lld %12.4f %10.4f, %9.4f %9.3fx\n", (long long)p, s.median, s.min, s.max,
-                s.median / base);
-    out["latency_ms_by_position"][std::to_string(p)] = to_json(s);
+  std::vector<std::vector<double>> latency(positions.size());
+  for (int i = 0; i < reps; ++i)
+    for (size_t j = 0; j < positions.size(); ++j)
+      latency[j].push_back(1e3 * window_latency(m, positions[j], 64));
+  const double base = summarize(latency.front()).median;
+  for (size_t j = 0; j < positions.size(); ++j) {
+    const Summary s = summarize(latency[j]);
+    std::printf("%10lld %12.4f %10.4f, %9.4f %9.3fx\n", (long long)positions[j], s.median, s.min,
+                s.max, s.median / base);
+    out["latency_ms_by_position"][std::to_string(positions[j])] = to_json(s);
   }
 
   // 2. Throughput by batch size: one GEMM per projection for the whole batch; with float32
@@ -119,22 +122,23 @@ void run_bench_decode(const std::string& model_path, int reps, bool quick, int t
   std::printf("\ndecode throughput by batch size (all sequences step together), tokens/s\n");
   std::printf("%8s %10s %22s %10s %10s %22s %10s\n", "batch", "f32", "[min, max]", "vs batch 1",
               "f16", "[min, max]", "f16/f32");
-  double b1 = 0;
-  for (int64_t B : batches) {
-    std::vector<double> r32, r16;
-    for (int i = 0; i < reps; ++i) {
+  std::vector<std::vector<double>> r32(batches.size()), r16(batches.size());
+  for (int i = 0; i < reps; ++i)
+    for (size_t j = 0; j < batches.size(); ++j) {
       m.prepare_decode(DecodePrecision::F32);
-      r32.push_back(batch_throughput(m, B, quick ? 32 : 64));
+      r32[j].push_back(batch_throughput(m, batches[j], quick ? 32 : 64));
       m.prepare_decode(DecodePrecision::F16);
-      r16.push_back(batch_throughput(m, B, quick ? 32 : 64));
+      r16[j].push_back(batch_throughput(m, batches[j], quick ? 32 : 64));
     }
-    m.prepare_decode(DecodePrecision::F32);
-    Summary s = summarize(r32), h = summarize(r16);
-    if (B == 1) b1 = s.median;
-    std::printf("%8lld %10.0f %10.0f, %10.0f %9.2fx %10.0f %10.0f, %10.0f %9.2fx\n", (long long)B,
-                s.median, s.min, s.max, s.median / b1, h.median, h.min, h.max, h.median / s.median);
-    out["decode_tokens_per_s_by_batch"][std::to_string(B)] = to_json(s);
-    out["decode_tokens_per_s_by_batch_f16"][std::to_string(B)] = to_json(h);
+  m.prepare_decode(DecodePrecision::F32);
+  const double b1 = summarize(r32.front()).median;
+  for (size_t j = 0; j < batches.size(); ++j) {
+    const Summary s = summarize(r32[j]), h = summarize(r16[j]);
+    std::printf("%8lld %10.0f %10.0f, %10.0f %9.2fx %10.0f %10.0f, %10.0f %9.2fx\n",
+                (long long)batches[j], s.median, s.min, s.max, s.median / b1, h.median, h.min,
+                h.max, h.median / s.median);
+    out["decode_tokens_per_s_by_batch"][std::to_string(batches[j])] = to_json(s);
+    out["decode_tokens_per_s_by_batch_f16"][std::to_string(batches[j])] = to_json(h);
   }
 
   // 3. Prefill: the chunkwise form against the parallel form.
