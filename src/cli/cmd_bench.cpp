@@ -1,12 +1,14 @@
 // `retnet bench decode`: the generation benchmark. Decode latency per token by position (flat for
-// RetNet), decode throughput by batch size, and prefill speed of the chunkwise form against the
-// parallel form; medians of repetitions with their spread, the baseline measured in the same run.
+// RetNet), decode throughput by batch size with its ceiling on this machine, and prefill speed of the
+// chunkwise form against the parallel form; medians of repetitions with their spread, the baselines
+// measured in the same run.
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -20,23 +22,53 @@
 namespace retnet::cli {
 namespace {
 
-// Median per-token decode latency (seconds) over `window` steps starting at `position`.
-double window_latency(const Model& m, int64_t position, int64_t window) {
-  Session s(m);
-  s.add_sequence();
-  auto prompt = bench_tokens(std::max<int64_t>(position, 1), m.config().vocab_size);
-  s.prefill(0, prompt.data(), static_cast<int64_t>(prompt.size()));
-  std::vector<double> step;
-  int32_t token = prompt.back();
-  for (int64_t i = 0; i < window + 4; ++i) {  // 4 warm-up steps
-    auto t0 = Clock::now();
-    s.step(&token);
-    token =
-        static_cast<int32_t>(std::max_element(s.logits(0), s.logits(0) + s.vocab()) - s.logits(0));
-    if (i >= 4) step.push_back(since(t0));
+namespace fs = std::filesystem;
+
+// Batch-1 states at each position, saved once (prefilled then), so that every repetition's window
+// starts at exactly its position without a prefill just before it: timed right after a 16k-token
+// prefill, a window ran ~10% slower than the same steps in a session already decoding.
+class PositionStates {
+ public:
+  PositionStates(const Model& m, const std::vector<int64_t>& positions) {
+    const std::string stem =
+        (fs::temp_directory_path() / ("retnet-bench-" + std::to_string(getpid()) + "-position-"))
+            .string();
+    for (int64_t p : positions) {
+      Session s(m);
+      s.add_sequence();
+      auto prompt = bench_tokens(std::max<int64_t>(p, 1), m.config().vocab_size);
+      s.prefill(0, prompt.data(), static_cast<int64_t>(prompt.size()));
+      paths_.push_back(stem + std::to_string(p) + ".state");
+      s.save(paths_.back());
+    }
   }
-  return summarize(step).median;
-}
+  ~PositionStates() {
+    for (const auto& p : paths_) {
+      std::error_code ec;
+      fs::remove(p, ec);
+    }
+  }
+  PositionStates(const PositionStates&) = delete;
+  PositionStates& operator=(const PositionStates&) = delete;
+
+  // Median per-token latency (seconds) of `window` greedy steps of `s` from position j's state.
+  double window_latency(Session& s, size_t j, int64_t window) const {
+    s.load(paths_.at(j));
+    std::vector<double> step;
+    int32_t token = 0;
+    for (int64_t i = 0; i < window + 4; ++i) {  // 4 warm-up steps
+      token = static_cast<int32_t>(std::max_element(s.logits(0), s.logits(0) + s.vocab()) -
+                                   s.logits(0));
+      auto t0 = Clock::now();
+      s.step(&token);
+      if (i >= 4) step.push_back(since(t0));
+    }
+    return summarize(step).median;
+  }
+
+ private:
+  std::vector<std::string> paths_;
+};
 
 // Aggregate decode tokens/s of B sequences stepping together.
 double batch_throughput(const Model& m, int64_t B, int64_t steps) {
@@ -59,6 +91,32 @@ double batch_throughput(const Model& m, int64_t B, int64_t steps) {
   auto t0 = Clock::now();
   for (int64_t i = 0; i < steps; ++i) step_all();
   return static_cast<double>(B * steps) / since(t0);
+}
+
+// Multiply-adds per token of a decode step's weight products (input projections, output
+// projection, FFN, logits): nearly all of a batched step's arithmetic.
+int64_t product_macs_per_token(const Config& c) {
+  const int64_t d = c.embed_dim;
+  return c.layers * (c.projection_width() * d + d * c.value_embed_dim + 3 * c.ffn_dim * d) +
+         c.vocab_size * d;
+}
+
+// GFLOP/s of the packed kernel on 16 rows of the model's input projection with its weights in
+// cache (median of `calls`): the most any batch size can get out of the products, since a step
+// must also stream its weights and update its state.
+double packed_kernel_gflops(const Config& c, int calls) {
+  const int64_t M = 16, N = c.projection_width(), K = c.embed_dim;
+  std::vector<float> weights(static_cast<size_t>(N * K), 0.01f);
+  std::vector<float> packed(packed_weight_elements(N, K)), A(static_cast<size_t>(M * K), 0.5f);
+  std::vector<float> C(static_cast<size_t>(M * N));
+  pack_weights(weights.data(), N, K, K, packed.data());
+  std::vector<double> t;
+  for (int i = 0; i < calls + 2; ++i) {
+    const auto t0 = Clock::now();
+    packed_gemm_nt(M, N, K, A.data(), K, packed.data(), 0.f, C.data(), N);
+    if (i >= 2) t.push_back(since(t0));
+  }
+  return 2.0 * static_cast<double>(M * N * K) / summarize(t).median / 1e9;
 }
 
 // Prefill tokens/s of one sequence of T tokens in a form (last-token logits only).
@@ -97,16 +155,25 @@ void run_bench_decode(const std::string& model_path, int reps, bool quick, int t
                         {"repetitions", reps}};
 
   // 1. Latency by position: the state does not grow, so neither does the step. Each repetition
-  // visits every position in turn (and every batch size below), so a machine that speeds up or
-  // slows down during the run shifts all of them alike instead of skewing the ratios.
+  // visits every position in turn (and every batch size below), starting one further on each
+  // time, so a machine that speeds up or slows down during the run, or a window that follows
+  // another, shifts all of them alike instead of skewing the ratios (the first-visited position
+  // measured 6-8% faster when the order was fixed).
   const std::vector<int64_t> positions =
       quick ? std::vector<int64_t>{16, 1024} : std::vector<int64_t>{16, 1024, 4096, 16384};
   std::printf("decode latency per token by position (batch 1, 64-step windows)\n");
   std::printf("%10s %12s %22s %10s\n", "position", "ms/token", "[min, max]", "vs 16");
   std::vector<std::vector<double>> latency(positions.size());
-  for (int i = 0; i < reps; ++i)
-    for (size_t j = 0; j < positions.size(); ++j)
-      latency[j].push_back(1e3 * window_latency(m, positions[j], 64));
+  {
+    const PositionStates states(m, positions);
+    Session s(m);
+    s.add_sequence();
+    for (int i = 0; i < reps; ++i)
+      for (size_t n = 0; n < positions.size(); ++n) {
+        const size_t j = (n + i) % positions.size();  // each repetition starts one further on
+        latency[j].push_back(1e3 * states.window_latency(s, j, 64));
+      }
+  }
   const double base = summarize(latency.front()).median;
   for (size_t j = 0; j < positions.size(); ++j) {
     const Summary s = summarize(latency[j]);
@@ -123,14 +190,22 @@ void run_bench_decode(const std::string& model_path, int reps, bool quick, int t
   std::printf("%8s %10s %22s %10s %10s %22s %10s\n", "batch", "f32", "[min, max]", "vs batch 1",
               "f16", "[min, max]", "f16/f32");
   std::vector<std::vector<double>> r32(batches.size()), r16(batches.size());
-  for (int i = 0; i < reps; ++i)
-    for (size_t j = 0; j < batches.size(); ++j) {
+  std::vector<double> kernel;
+  for (int i = 0; i < reps; ++i) {
+    for (size_t n = 0; n < batches.size(); ++n) {
+      const size_t j = (n + i) % batches.size();
       m.prepare_decode(DecodePrecision::F32);
       r32[j].push_back(batch_throughput(m, batches[j], quick ? 32 : 64));
       m.prepare_decode(DecodePrecision::F16);
       r16[j].push_back(batch_throughput(m, batches[j], quick ? 32 : 64));
     }
+    kernel.push_back(packed_kernel_gflops(c, 50));
+  }
   m.prepare_decode(DecodePrecision::F32);
+  // The ceiling of aggregate throughput: the products alone at the kernel's in-cache speed.
+  const double flop_per_token = 2.0 * static_cast<double>(product_macs_per_token(c));
+  const Summary ks = summarize(kernel);
+  const double ceiling = ks.median * 1e9 / flop_per_token;
   const double b1 = summarize(r32.front()).median;
   for (size_t j = 0; j < batches.size(); ++j) {
     const Summary s = summarize(r32[j]), h = summarize(r16[j]);
@@ -140,6 +215,15 @@ void run_bench_decode(const std::string& model_path, int reps, bool quick, int t
     out["decode_tokens_per_s_by_batch"][std::to_string(batches[j])] = to_json(s);
     out["decode_tokens_per_s_by_batch_f16"][std::to_string(batches[j])] = to_json(h);
   }
+  std::printf(
+      "ceiling: %.2f MFLOP of weight products per token; 16-row products with their weights in "
+      "cache run at %.1f GFLOP/s [%.1f, %.1f] here, so no batch size exceeds %.0f tokens/s f32 "
+      "(%.2fx batch 1); batch %lld reaches %.0f%% of it\n",
+      flop_per_token / 1e6, ks.median, ks.min, ks.max, ceiling, ceiling / b1,
+      (long long)batches.back(), 100 * summarize(r32.back()).median / ceiling);
+  out["decode_ceiling"] = {{"product_flop_per_token", flop_per_token},
+                           {"kernel_gflops_16_rows", to_json(ks)},
+                           {"tokens_per_s", ceiling}};
 
   // 3. Prefill: the chunkwise form against the parallel form.
   const std::vector<int64_t> lengths =
@@ -181,7 +265,8 @@ void register_bench(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* dec = bench->add_subcommand(
       "decode",
-      "Decode latency by position, decode throughput by batch, prefill chunkwise vs "
+      "Decode latency by position, decode throughput by batch against the machine's ceiling "
+      "for it (the weight products at the kernel's in-cache speed), prefill chunkwise vs "
       "parallel");
   dec->add_option("--model,-m", o->model, "Model file (default: the default config, initialised)");
   dec->add_option("--reps", o->reps, "Repetitions per figure (median reported)")
