@@ -1,7 +1,7 @@
 // `retnet bench decode`: the generation benchmark. Decode latency per token by position (flat for
-// RetNet), decode throughput by batch size with its ceiling on this machine, and prefill speed of the
-// chunkwise form against the parallel form; medians of repetitions with their spread, the baselines
-// measured in the same run.
+// RetNet), decode throughput by batch size with its ceiling on this machine, and prefill speed of
+// the chunkwise form against the parallel form; medians of repetitions with their spread, the
+// baselines measured in the same run.
 #include <sys/resource.h>
 #include <unistd.h>
 
