@@ -128,8 +128,14 @@ TEST(Train, ResumeAfterSigtermIsExact) {
            out + " --steps 400 --batch 4 --seq 48 --warmup 5 --eval-interval 1000 --eval-tokens 2048 " +
            extra + " >/dev/null 2>&1";
   };
-  // SIGTERM after 0.5 s: the run writes a checkpoint and exits cleanly.
-  int status = std::system(("timeout --preserve-status -s TERM 0.5 " + cmd("")).c_str());
+  // SIGTERM once the run has written metrics (so its handler is in place: a fixed 0.5 s raced the
+  // program's start under the sanitizers on a busy machine, which SIGTERM then killed): the run
+  // writes a checkpoint and exits cleanly. The script's status is the run's.
+  const fs::path script = s.dir / "cut.sh";
+  std::ofstream(script) << cmd("") << " &\npid=$!\ni=0\n"
+                        << "while [ $i -lt 6000 ] && [ ! -s " << out << "/metrics.jsonl ]; do\n"
+                        << "  sleep 0.01; i=$((i + 1))\ndone\nkill -TERM $pid\nwait $pid\n";
+  int status = std::system(("sh " + script.string()).c_str());
   ASSERT_TRUE(WIFEXITED(status));
   ASSERT_EQ(WEXITSTATUS(status), 0);
   auto cut = train_losses(out);
