@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   std::vector<float> q(B * H * Dk, 0.1f), k(B * H * Dk, 0.2f), v(B * H * Dv, 0.3f), out(B * H * Dv);
   std::vector<double> gammas(H, 0.97);
   std::vector<float> weights(size_t{4} << 20, 1.f);  // 16 MB, like the weight stream
-  Arena arena(retention_workspace_floats(RetentionForm::Recurrent, B, 1, H, Dk, Dv, 64, 0));
+  Arena arena(retention_workspace_floats(Form::Recurrent, B, 1, H, Dk, Dv, 64, 0));
   RetentionArgs a;
   a.q = TensorView::contiguous(q.data(), {B, 1, H, Dk});
   a.k = TensorView::contiguous(k.data(), {B, 1, H, Dk});
@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
       a.state = states[l].data();
       arena.reset();
       const auto t0 = std::chrono::steady_clock::now();
-      retention_forward(RetentionForm::Recurrent, a, arena);
+      retention_forward(Form::Recurrent, a, arena);
       t += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     }
     us.push_back(t);

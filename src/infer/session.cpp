@@ -38,7 +38,7 @@ Session::Session(const Model& model, const SessionOptions& options)
   prefill.chunk = options.prefill_chunk;
   prefill.last_logits_only = true;
   ForwardOptions step;
-  step.form = RetentionForm::Recurrent;
+  step.form = Form::Recurrent;
   arena_.reserve(
       std::max(forward_workspace_floats(model.config(), 1, options.prefill_block, prefill),
                forward_workspace_floats(model.config(), options.capacity, 1, step)));
@@ -114,7 +114,7 @@ void Session::step(const int32_t* tokens) {
   RETNET_CHECK(active_ >= 1, "step with no sequence in the session");
   ScopedThreads threads(decode_threads_);
   ForwardOptions fo;
-  fo.form = RetentionForm::Recurrent;
+  fo.form = Form::Recurrent;
   StateView view = state_.view();
   view.batch = active_;
   forward_logits(model_, tokens, active_, 1, logits_.data(), fo, arena_, view);

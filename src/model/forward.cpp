@@ -116,7 +116,7 @@ Activations allocate_activations(Arena& arena, const Config& c, int64_t B, int64
 }
 
 void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T, float* logits,
-                RetentionForm form, int64_t chunk, int64_t scan_tile, Arena& arena,
+                Form form, int64_t chunk, int64_t scan_tile, Arena& arena,
                 const PassState& state, Activations& acts) {
   const Config& c = model.config();
   const ModelTensors& w = model.tensors();
@@ -285,20 +285,20 @@ size_t TokenCache::bytes() const {
 
 size_t forward_workspace_floats(const Config& c, int64_t B, int64_t T,
                                 const ForwardOptions& options) {
-  const int64_t steps_T = options.form == RetentionForm::Recurrent ? 1 : T;
+  const int64_t steps_T = options.form == Form::Recurrent ? 1 : T;
   size_t total = detail::activation_floats(c, B, steps_T, false);
   total += detail::layer_mixer(c.mixer).workspace_floats(c, options.form, B, steps_T,
                                                          chunk_of(c, options), options.scan_tile);
-  if (options.form == RetentionForm::Recurrent)
+  if (options.form == Form::Recurrent)
     total += Arena::footprint(static_cast<size_t>(B)) + Arena::footprint(B * c.vocab_size);
   return total;
 }
 
 namespace {
 
-void check_form(const Config& c, RetentionForm form) {
+void check_form(const Config& c, Form form) {
   RETNET_CHECK(mixer_has_form(c.mixer, form), "the {} mixer has no {} form", mixer_name(c.mixer),
-               retention_form_name(form));
+               form_name(form));
 }
 
 }  // namespace
@@ -308,7 +308,7 @@ void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_
   const Config& c = model.config();
   check_form(c, options.form);
   // The parallel form of the mixers with a constant-size state neither reads nor writes one.
-  if (options.form == RetentionForm::Parallel && (!state || !mixer_has_cache(c.mixer))) {
+  if (options.form == Form::Parallel && (!state || !mixer_has_cache(c.mixer))) {
     RETNET_CHECK(B >= 1 && T >= 1, "forward needs at least one token per sequence (B = {}, T = {})",
                  B, T);
     RETNET_CHECK(state == nullptr || std::all_of(state->positions.begin(), state->positions.end(),
@@ -338,7 +338,7 @@ void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_
                "state holds {} sequences of {} floats; this pass needs {} of {}", state.batch,
                state.floats_per_sequence, B, c.state_floats_per_sequence());
   const bool cached = mixer_has_cache(c.mixer);
-  if (options.form == RetentionForm::Parallel && !cached)
+  if (options.form == Form::Parallel && !cached)
     for (int64_t b = 0; b < B; ++b)
       RETNET_CHECK(state.positions[b] == 0,
                    "the parallel form starts from an empty state; use chunkwise to continue one");
@@ -355,7 +355,7 @@ void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_
   arena.reset();
   detail::PassState ps{state.data, state.floats_per_sequence, state.positions, state.cache,
                        state.first};
-  if (options.form != RetentionForm::Recurrent) {
+  if (options.form != Form::Recurrent) {
     auto acts = detail::allocate_activations(arena, c, B, T, false);
     detail::run_layers(model, tokens, B, T, options.last_logits_only ? nullptr : logits,
                        options.form, chunk_of(c, options), options.scan_tile, arena, ps, acts);
@@ -373,7 +373,7 @@ void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_
     arena.rewind(mark);
     const bool wanted = !options.last_logits_only || t == T - 1;
     detail::run_layers(model, column, B, 1, wanted ? step_logits : nullptr,
-                       RetentionForm::Recurrent, chunk_of(c, options), 0, arena, ps, acts);
+                       Form::Recurrent, chunk_of(c, options), 0, arena, ps, acts);
     for (int64_t b = 0; b < B; ++b) {
       if (wanted) {
         float* dst = options.last_logits_only ? logits + b * c.vocab_size

@@ -54,7 +54,7 @@ struct PassState {
 
 // Embedding, all layers and the final norm over B x T tokens; logits [N, vocab] if non-null.
 void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T, float* logits,
-                RetentionForm form, int64_t chunk, int64_t scan_tile, Arena& arena,
+                Form form, int64_t chunk, int64_t scan_tile, Arena& arena,
                 const PassState& state, Activations& acts);
 
 }  // namespace retnet::detail

@@ -48,26 +48,26 @@ bool mixer_has_cache(MixerKind kind) {
   return kind == MixerKind::Attention || kind == MixerKind::Aft;
 }
 
-bool mixer_has_form(MixerKind kind, RetentionForm form) {
+bool mixer_has_form(MixerKind kind, Form form) {
   switch (form) {
-    case RetentionForm::Parallel:
-    case RetentionForm::Recurrent:
+    case Form::Parallel:
+    case Form::Recurrent:
       return true;
-    case RetentionForm::Chunkwise:
+    case Form::Chunkwise:
       return !mixer_has_cache(kind);
-    case RetentionForm::Scan:
+    case Form::Scan:
       return kind == MixerKind::Retention;
   }
   return false;
 }
 
-RetentionForm mixer_prefill_form(MixerKind kind) {
-  return mixer_has_cache(kind) ? RetentionForm::Parallel : RetentionForm::Chunkwise;
+Form mixer_prefill_form(MixerKind kind) {
+  return mixer_has_cache(kind) ? Form::Parallel : Form::Chunkwise;
 }
 
-bool mixer_trains_with(MixerKind kind, RetentionForm form) {
-  return form == RetentionForm::Parallel ||
-         (form == RetentionForm::Chunkwise && mixer_has_form(kind, form));
+bool mixer_trains_with(MixerKind kind, Form form) {
+  return form == Form::Parallel ||
+         (form == Form::Chunkwise && mixer_has_form(kind, form));
 }
 
 }  // namespace retnet

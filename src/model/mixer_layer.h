@@ -17,7 +17,7 @@ struct MixerPass {
   const Model* model = nullptr;
   int64_t layer = 0;
   int64_t B = 0, T = 0;
-  RetentionForm form = RetentionForm::Parallel;
+  Form form = Form::Parallel;
   int64_t chunk = 64, scan_tile = 0;
   float* proj = nullptr;   // [N, P]; mixers may transform it in place (rotation, key scale)
   float* out = nullptr;    // [N, vd] scratch the output may be written to
@@ -46,7 +46,7 @@ struct MixerGrad {
   const Model* model = nullptr;
   int64_t layer = 0;
   int64_t B = 0, T = 0;
-  RetentionForm form = RetentionForm::Parallel;
+  Form form = Form::Parallel;
   int64_t chunk = 64;
   const float* proj = nullptr;      // [N, P] as the forward left it
   const float* saved = nullptr;     // what the forward saved
@@ -67,9 +67,9 @@ class LayerMixer {
   // Floats one layer saves for the backward pass.
   virtual size_t saved_floats(const Config& c, int64_t B, int64_t T) const = 0;
   // Arena floats of a forward call (B x T tokens, `form`) and of a backward call.
-  virtual size_t workspace_floats(const Config& c, RetentionForm form, int64_t B, int64_t T,
+  virtual size_t workspace_floats(const Config& c, Form form, int64_t B, int64_t T,
                                   int64_t chunk, int64_t scan_tile) const = 0;
-  virtual size_t backward_workspace_floats(const Config& c, RetentionForm form, int64_t B,
+  virtual size_t backward_workspace_floats(const Config& c, Form form, int64_t B,
                                            int64_t T, int64_t chunk) const = 0;
   // Runs the mixer; returns where its output [N, vd] is (pass.out or a saved buffer).
   virtual const float* forward(const MixerPass& pass, Arena& arena) const = 0;

@@ -105,11 +105,11 @@ double loss_and_gradients(const Model& model, const int32_t* tokens, const int32
                           int64_t B, int64_t T, const TrainingOptions& o, Arena& arena,
                           ParamBuffer* grads) {
   const Config& c = model.config();
-  RETNET_CHECK(o.form == RetentionForm::Parallel || o.form == RetentionForm::Chunkwise,
+  RETNET_CHECK(o.form == Form::Parallel || o.form == Form::Chunkwise,
                "training runs the parallel or the chunkwise form, not {}",
-               retention_form_name(o.form));
+               form_name(o.form));
   RETNET_CHECK(mixer_trains_with(c.mixer, o.form), "the {} mixer has no {} form to train with",
-               mixer_name(c.mixer), retention_form_name(o.form));
+               mixer_name(c.mixer), form_name(o.form));
   RETNET_CHECK(B >= 1 && T >= 1, "a training batch needs B >= 1 and T >= 1");
   const int64_t N = B * T, d = c.embed_dim, vd = c.value_embed_dim;
   const int64_t F = c.ffn_dim, P = c.projection_width();
@@ -128,7 +128,7 @@ double loss_and_gradients(const Model& model, const int32_t* tokens, const int32
   GradScratch g = allocate_grads(arena, c, N);
   // The chunkwise form carries a state across chunks: a fresh one per pass.
   float* state = nullptr;
-  if (o.form == RetentionForm::Chunkwise) {
+  if (o.form == Form::Chunkwise) {
     state = arena.alloc(static_cast<size_t>(B * c.state_floats_per_sequence()));
     std::fill(state, state + B * c.state_floats_per_sequence(), 0.f);
   }

@@ -68,12 +68,12 @@ double measure_peak_flops() {
 // retention's own products: scores and values over the causal half of the context (T in the
 // parallel form, the chunk in the chunkwise form), and in the chunkwise form the state's read and
 // update (2 x d_k x (d_v + 1) per head).
-double flops_per_token(const Config& c, int64_t T, RetentionForm form, int64_t chunk) {
+double flops_per_token(const Config& c, int64_t T, Form form, int64_t chunk) {
   const double matmul_params =
       static_cast<double>(c.parameter_count() - c.vocab_size * c.embed_dim);
-  const double context = form == RetentionForm::Chunkwise ? std::min(chunk, T) : T;
+  const double context = form == Form::Chunkwise ? std::min(chunk, T) : T;
   double retention = 6.0 * c.layers * (context / 2.0) * (c.embed_dim + c.value_embed_dim);
-  if (form == RetentionForm::Chunkwise)
+  if (form == Form::Chunkwise)
     retention += 6.0 * c.layers * 2.0 * c.embed_dim * (c.head_value_dim() + 1);
   return 6.0 * matmul_params + retention;
 }
@@ -142,7 +142,7 @@ std::string run_json(const TrainOptions& o, const Tokenizer& tokenizer) {
   j["batch"] = o.batch;
   j["seq"] = o.seq;
   j["grad_accum"] = o.grad_accum;
-  j["form"] = retention_form_name(o.form);
+  j["form"] = form_name(o.form);
   j["chunk"] = o.chunk;
   j["lr"] = o.optimizer.lr;
   j["warmup_steps"] = o.optimizer.warmup_steps;
@@ -159,7 +159,7 @@ TrainResult train(const TrainOptions& o) {
   RETNET_CHECK(o.batch >= 1 && o.seq >= 1 && o.grad_accum >= 1,
                "batch, seq and grad_accum must be >= 1");
   RETNET_CHECK(o.steps > 0 || o.time_budget_s > 0, "give --steps or --time-budget");
-  RETNET_CHECK(o.form == RetentionForm::Parallel || o.form == RetentionForm::Chunkwise,
+  RETNET_CHECK(o.form == Form::Parallel || o.form == Form::Chunkwise,
                "--form must be parallel or chunkwise");
   namespace fs = std::filesystem;
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(o.tokenizer);
@@ -208,7 +208,7 @@ TrainResult train(const TrainOptions& o) {
                  tokenizer->kind().c_str(), (long long)tokenizer->vocab_size(),
                  (long long)data.train.size(), (long long)data.val.size(),
                  data.cache_reused ? " (token cache)" : "", (long long)B, (long long)T,
-                 (long long)o.grad_accum, retention_form_name(o.form), num_threads(), peak / 1e9);
+                 (long long)o.grad_accum, form_name(o.form), num_threads(), peak / 1e9);
 
   std::ofstream metrics(fs::path(o.out_dir) / "metrics.jsonl",
                         o.resume ? std::ios::app : std::ios::trunc);

@@ -16,9 +16,9 @@ using retnet::test::random_vector;
 
 namespace {
 
-constexpr DecayAttentionForm kParallel = DecayAttentionForm::Parallel;
-constexpr DecayAttentionForm kRecurrent = DecayAttentionForm::Recurrent;
-constexpr DecayAttentionForm kChunkwise = DecayAttentionForm::Chunkwise;
+constexpr Form kParallel = Form::Parallel;
+constexpr Form kRecurrent = Form::Recurrent;
+constexpr Form kChunkwise = Form::Chunkwise;
 
 struct Problem {
   int64_t B, T, C;
@@ -49,7 +49,7 @@ struct Problem {
     return a;
   }
   // Runs tokens [t0, t1) of `form` through `state`; writes those rows of out.
-  void run_span(DecayAttentionForm form, int64_t chunk, int64_t t0, int64_t t1,
+  void run_span(Form form, int64_t chunk, int64_t t0, int64_t t1,
                 std::vector<float>& state, std::vector<float>& out) {
     DecayAttentionArgs a = args(out, t0, t1);
     a.state = state.data();
@@ -58,7 +58,7 @@ struct Problem {
     Arena arena(decay_attention_workspace_floats(form, B, t1 - t0, C, chunk));
     decay_attention_forward(form, a, arena);
   }
-  std::vector<float> run(DecayAttentionForm form, int64_t chunk = 64) {
+  std::vector<float> run(Form form, int64_t chunk = 64) {
     std::vector<float> out(B * T * C, NAN), state(B * state_per_sequence(), 0.f);
     run_span(form, chunk, 0, T, state, out);
     return out;
@@ -118,7 +118,7 @@ struct Gradients {
 };
 
 // Forward with saved buffers, then backward (twice, checking that it accumulates; halved).
-Gradients run_backward(Problem& p, DecayAttentionForm form, int64_t chunk,
+Gradients run_backward(Problem& p, Form form, int64_t chunk,
                        std::vector<float>& d_out) {
   const int64_t n = p.B * p.T * p.C;
   std::vector<float> out(n), wkv(n), log_den(n), state(p.B * p.state_per_sequence(), 0.f);
@@ -167,10 +167,10 @@ void check_gradients(Problem& p) {
   const auto er = finite_differences(loss, r), ek = finite_differences(loss, k),
              ev = finite_differences(loss, v), ew = finite_differences(loss, w),
              eu = finite_differences(loss, u);
-  for (DecayAttentionForm form : {kParallel, kChunkwise})
+  for (Form form : {kParallel, kChunkwise})
     for (int64_t chunk : {int64_t{1}, int64_t{5}, p.T}) {
       if (form == kParallel && chunk != p.T) continue;
-      SCOPED_TRACE(::testing::Message() << decay_attention_form_name(form) << " chunk " << chunk
+      SCOPED_TRACE(::testing::Message() << form_name(form) << " chunk " << chunk
                                         << " B" << p.B << " T" << p.T << " C" << p.C);
       const Gradients g = run_backward(p, form, chunk, d_out);
       EXPECT_TRUE(close(g.dr, er, 1e-4)) << "dr";
@@ -205,7 +205,7 @@ TEST(DecayAttention, ContinuesFromAStateInPieces) {
   // equals one pass; so does every other split of forms.
   Problem p(2, 50, 40, 3);
   const auto whole = p.reference();
-  const DecayAttentionForm plans[][3] = {{kRecurrent, kChunkwise, kRecurrent},
+  const Form plans[][3] = {{kRecurrent, kChunkwise, kRecurrent},
                                          {kChunkwise, kRecurrent, kChunkwise},
                                          {kChunkwise, kChunkwise, kChunkwise}};
   for (const auto& plan : plans) {
@@ -214,8 +214,8 @@ TEST(DecayAttention, ContinuesFromAStateInPieces) {
     p.run_span(plan[1], 8, 1, 30, state, out);
     p.run_span(plan[2], 8, 30, p.T, state, out);
     EXPECT_TRUE(close(out, whole, 1e-5))
-        << decay_attention_form_name(plan[0]) << ", " << decay_attention_form_name(plan[1]) << ", "
-        << decay_attention_form_name(plan[2]);
+        << form_name(plan[0]) << ", " << form_name(plan[1]) << ", "
+        << form_name(plan[2]);
   }
   // The state left behind is the same whichever form wrote it.
   std::vector<float> s_rec(p.B * p.state_per_sequence(), 0.f), s_chunk = s_rec, out(whole.size());
@@ -241,11 +241,11 @@ TEST(DecayAttention, ContinuesFromAGivenState) {
   std::vector<double> want((p.T - 20) * p.C);
   decay_attention_reference(&p.r[20 * p.C], &p.k[20 * p.C], &p.v[20 * p.C], p.w.data(), p.u.data(),
                             want.data(), p.T - 20, p.C, s0.data());
-  for (DecayAttentionForm form : {kRecurrent, kChunkwise}) {
+  for (Form form : {kRecurrent, kChunkwise}) {
     std::vector<float> s = state, o(p.T * p.C, NAN);
     p.run_span(form, 7, 20, p.T, s, o);
     EXPECT_TRUE(close(std::vector<float>(o.begin() + 20 * p.C, o.end()), want, 1e-5))
-        << decay_attention_form_name(form);
+        << form_name(form);
   }
 }
 
@@ -257,9 +257,9 @@ TEST(DecayAttention, ZeroStateIsTheEmptyState) {
   const auto ref = p.reference();
   const auto parallel = p.run(kParallel);  // never touches a state
   EXPECT_TRUE(close(parallel, ref, 1e-5));
-  for (DecayAttentionForm form : {kRecurrent, kChunkwise}) {
+  for (Form form : {kRecurrent, kChunkwise}) {
     auto out = p.run(form, 6);  // from std::vector<float>(n, 0.f)
-    EXPECT_TRUE(close(out, ref, 1e-5)) << decay_attention_form_name(form);
+    EXPECT_TRUE(close(out, ref, 1e-5)) << form_name(form);
   }
   // And a state that went through tokens is not empty: b >= 1 (its largest term is e^0).
   std::vector<float> state(p.B * p.state_per_sequence(), 0.f), out(p.k.size());
@@ -287,8 +287,8 @@ TEST(DecayAttention, ZeroDecayAndBonusIsAftSimple) {
         }
         want[at(n)] = num / den / (1 + std::exp(-double(p.r[at(n)])));
       }
-  for (DecayAttentionForm form : {kParallel, kRecurrent, kChunkwise})
-    EXPECT_TRUE(close(p.run(form, 7), want, 1e-5)) << decay_attention_form_name(form);
+  for (Form form : {kParallel, kRecurrent, kChunkwise})
+    EXPECT_TRUE(close(p.run(form, 7), want, 1e-5)) << form_name(form);
 }
 
 TEST(DecayAttention, HugeKeysStayFiniteAndCorrect) {
@@ -296,10 +296,10 @@ TEST(DecayAttention, HugeKeysStayFiniteAndCorrect) {
     Problem p(2, 40, 40, 12, scale);
     SCOPED_TRACE(::testing::Message() << "key scale " << scale);
     const auto ref = p.reference();
-    for (DecayAttentionForm form : {kParallel, kRecurrent, kChunkwise}) {
+    for (Form form : {kParallel, kRecurrent, kChunkwise}) {
       auto out = p.run(form, 6);
-      for (float o : out) ASSERT_TRUE(std::isfinite(o)) << decay_attention_form_name(form);
-      EXPECT_TRUE(close(out, ref, 1e-5)) << decay_attention_form_name(form);
+      for (float o : out) ASSERT_TRUE(std::isfinite(o)) << form_name(form);
+      EXPECT_TRUE(close(out, ref, 1e-5)) << form_name(form);
     }
   }
   // Keys of +-1e4 plus small differences: the terms compete, and the exponents sit where float
@@ -310,8 +310,8 @@ TEST(DecayAttention, HugeKeysStayFiniteAndCorrect) {
     for (float& x : p.k) x += base;
     SCOPED_TRACE(::testing::Message() << "keys around " << base);
     const auto ref = p.reference();
-    for (DecayAttentionForm form : {kParallel, kRecurrent, kChunkwise})
-      EXPECT_TRUE(close(p.run(form, 6), ref, 1e-5)) << decay_attention_form_name(form);
+    for (Form form : {kParallel, kRecurrent, kChunkwise})
+      EXPECT_TRUE(close(p.run(form, 6), ref, 1e-5)) << form_name(form);
   }
 }
 
@@ -328,7 +328,7 @@ TEST(DecayAttention, StridedViews) {
     }
   auto all = TensorView::contiguous(rkv.data(), {B, T, 3 * C});
   const auto ref = p.reference();
-  for (DecayAttentionForm form : {kParallel, kRecurrent, kChunkwise}) {
+  for (Form form : {kParallel, kRecurrent, kChunkwise}) {
     DecayAttentionArgs a;
     a.r = all.slice(2, 0, C), a.k = all.slice(2, C, 2 * C), a.v = all.slice(2, 2 * C, 3 * C);
     a.out = TensorView::contiguous(wide.data(), {B, T, C + 5}).slice(2, 0, C);
@@ -341,7 +341,7 @@ TEST(DecayAttention, StridedViews) {
     std::vector<float> out(B * T * C);
     for (int64_t i = 0; i < B * T; ++i)
       for (int64_t c = 0; c < C; ++c) out[i * C + c] = wide[i * (C + 5) + c];
-    EXPECT_TRUE(close(out, ref, 1e-5)) << decay_attention_form_name(form);
+    EXPECT_TRUE(close(out, ref, 1e-5)) << form_name(form);
   }
 }
 
@@ -361,8 +361,9 @@ TEST(DecayAttention, RejectsBadArguments) {
   std::vector<float> state(p.state_per_sequence(), 0.f);
   a.state = state.data();
   EXPECT_THROW(decay_attention_forward(kChunkwise, a, arena), Error);  // chunk 0
-  EXPECT_THROW(parse_decay_attention_form("scan"), Error);
-  EXPECT_EQ(parse_decay_attention_form("chunkwise"), kChunkwise);
+  a.chunk = 4;
+  EXPECT_THROW(decay_attention_forward(Form::Scan, a, arena), Error);  // no scan form
+  EXPECT_EQ(parse_form("chunkwise"), kChunkwise);
 }
 
 TEST(DecayAttention, GradientsMatchFiniteDifferences) {

@@ -16,9 +16,9 @@ using retnet::test::random_vector;
 
 namespace {
 
-constexpr LinearAttentionForm kParallel = LinearAttentionForm::Parallel;
-constexpr LinearAttentionForm kRecurrent = LinearAttentionForm::Recurrent;
-constexpr LinearAttentionForm kChunkwise = LinearAttentionForm::Chunkwise;
+constexpr Form kParallel = Form::Parallel;
+constexpr Form kRecurrent = Form::Recurrent;
+constexpr Form kChunkwise = Form::Chunkwise;
 
 // A feature map with the random matrix it points to.
 struct OwnedMap {
@@ -56,7 +56,7 @@ struct Problem {
   }
 
   // Runs tokens [t0, t1) of `form` through `state`; writes those rows of out.
-  void run_span(LinearAttentionForm form, int64_t chunk, int64_t t0, int64_t t1,
+  void run_span(Form form, int64_t chunk, int64_t t0, int64_t t1,
                 std::vector<float>& state, std::vector<float>& out) {
     LinearAttentionArgs a;
     a.q = view(q, Dk).slice(1, t0, t1);
@@ -70,7 +70,7 @@ struct Problem {
     Arena arena(linear_attention_workspace_floats(form, features.map, B, t1 - t0, H, Dk, Dv, chunk));
     linear_attention_forward(form, a, arena);
   }
-  std::vector<float> run(LinearAttentionForm form, int64_t chunk = 64) {
+  std::vector<float> run(Form form, int64_t chunk = 64) {
     std::vector<float> out(B * T * H * Dv, NAN), state(B * state_per_sequence(), 0.f);
     run_span(form, chunk, 0, T, state, out);
     return out;
@@ -116,13 +116,13 @@ const Shape kShapes[] = {{1, 1, 1, 4, 4}, {2, 7, 3, 8, 6}, {1, 64, 2, 16, 16}, {
 // Continuing from a state equals one pass, for both stateful forms and two split points.
 void check_continuation(Problem& p) {
   auto whole = p.reference();
-  for (LinearAttentionForm form : {kRecurrent, kChunkwise}) {
+  for (Form form : {kRecurrent, kChunkwise}) {
     for (int64_t split : {int64_t{1}, int64_t{23}}) {
       std::vector<float> out(whole.size(), NAN), state(p.B * p.state_per_sequence(), 0.f);
       p.run_span(form, 8, 0, split, state, out);
       p.run_span(form, 8, split, p.T, state, out);
       EXPECT_TRUE(close(out, whole, 1e-5))
-          << linear_attention_form_name(form) << " split at " << split;
+          << form_name(form) << " split at " << split;
     }
   }
 }
@@ -181,11 +181,11 @@ void check_gradients(const OwnedMap& features, const Shape& shape, double qk_sca
   const auto eq = finite_differences(loss, q), ek = finite_differences(loss, k),
              ev = finite_differences(loss, v);
   const int64_t F = p.F();
-  for (LinearAttentionForm form : {kParallel, kChunkwise}) {
+  for (Form form : {kParallel, kChunkwise}) {
     for (int64_t chunk : {int64_t{5}, T}) {
       if (form == kParallel && chunk != T) continue;
       SCOPED_TRACE(::testing::Message() << feature_map_name(map.kind) << " "
-                                        << linear_attention_form_name(form) << " chunk " << chunk
+                                        << form_name(form) << " chunk " << chunk
                                         << " T " << T << " scale " << qk_scale);
       std::vector<float> out(v.size()), phi_q(B * T * H * F), phi_k(B * T * H * F), inv(B * T * H);
       std::vector<float> state(B * p.state_per_sequence(), 0.f);
@@ -288,7 +288,7 @@ TEST(LinearAttention, StridedViewsMatchContiguous) {
     std::vector<float> out_wide(B * T * H * 2 * Dv, 0.f);
     auto all = TensorView::contiguous(fused.data(), {B, T, H, D});
     auto wide = TensorView::contiguous(out_wide.data(), {B, T, H, 2 * Dv});
-    for (LinearAttentionForm form : {kParallel, kRecurrent, kChunkwise}) {
+    for (Form form : {kParallel, kRecurrent, kChunkwise}) {
       std::vector<float> state(B * p.state_per_sequence(), 0.f);
       LinearAttentionArgs a;
       a.q = all.slice(3, 0, Dk), a.k = all.slice(3, Dk, 2 * Dk), a.v = all.slice(3, 2 * Dk, D);
@@ -302,7 +302,7 @@ TEST(LinearAttention, StridedViewsMatchContiguous) {
       std::vector<float> out(B * T * H * Dv);
       for (int64_t r = 0; r < B * T * H; ++r) std::copy_n(&out_wide[r * 2 * Dv + Dv], Dv, &out[r * Dv]);
       EXPECT_TRUE(close(out, p.reference(), 1e-5))
-          << feature_map_name(map.map.kind) << " " << linear_attention_form_name(form);
+          << feature_map_name(map.map.kind) << " " << form_name(form);
     }
   }
 }
@@ -405,9 +405,9 @@ TEST(Performer, StaysFiniteForLargeInputs) {
       for (float& x : p.k) x *= k_scale;
       SCOPED_TRACE(::testing::Message() << "q scale " << q_scale << ", k scale " << k_scale);
       std::vector<std::vector<float>> outs;
-      for (LinearAttentionForm form : {kParallel, kRecurrent, kChunkwise}) {
+      for (Form form : {kParallel, kRecurrent, kChunkwise}) {
         outs.push_back(p.run(form, 6));
-        for (float o : outs.back()) ASSERT_TRUE(std::isfinite(o)) << linear_attention_form_name(form);
+        for (float o : outs.back()) ASSERT_TRUE(std::isfinite(o)) << form_name(form);
       }
       EXPECT_TRUE(close(outs[1], outs[0], 1e-5));
       EXPECT_TRUE(close(outs[2], outs[0], 1e-5));
@@ -436,8 +436,8 @@ TEST(Performer, KeyShiftKeepsAlignedKeysFinite) {
     EXPECT_LE(f, std::exp(kFavorKeyHeadroom) / std::sqrt(double(m)) * (1 + 1e-5));
   }
   auto ref = p.reference();
-  for (LinearAttentionForm form : {kParallel, kRecurrent, kChunkwise})
-    EXPECT_TRUE(close(p.run(form, 4), ref, 1e-5)) << linear_attention_form_name(form);
+  for (Form form : {kParallel, kRecurrent, kChunkwise})
+    EXPECT_TRUE(close(p.run(form, 4), ref, 1e-5)) << form_name(form);
 }
 
 TEST(LinearAttention, RejectsBadArguments) {
@@ -452,7 +452,9 @@ TEST(LinearAttention, RejectsBadArguments) {
   a.out = p.view(out, 4);
   a.features.kind = FeatureMapKind::Favor;  // FAVOR+ without its matrix
   EXPECT_THROW(linear_attention_forward(kParallel, a, arena), Error);
-  EXPECT_THROW(parse_linear_attention_form("scan"), Error);
+  a.features.kind = FeatureMapKind::EluPlusOne;
+  EXPECT_THROW(linear_attention_forward(Form::Scan, a, arena), Error);  // no scan form
+  EXPECT_THROW(parse_form("scann"), Error);
   EXPECT_THROW(parse_feature_map("relu"), Error);
   EXPECT_THROW(favor_random_matrix(1, 0, 4), Error);
   LinearAttentionGradArgs g;

@@ -50,7 +50,7 @@ std::vector<int32_t> tokens_of(int64_t n, int64_t vocab, int64_t salt) {
 }
 
 std::vector<float> logits_of(const Model& m, const std::vector<int32_t>& tok, int64_t B,
-                             RetentionForm form, int64_t chunk = 0) {
+                             Form form, int64_t chunk = 0) {
   const int64_t T = static_cast<int64_t>(tok.size()) / B;
   std::vector<float> out(tok.size() * m.config().vocab_size);
   ForwardOptions o;
@@ -74,17 +74,17 @@ TEST_P(Mixers, FormsAgree) {
   const Model m = perturbed_model(GetParam(), 3);
   const int64_t B = 2, T = 37;
   const auto tok = tokens_of(B * T, m.config().vocab_size, 1);
-  const auto parallel = logits_of(m, tok, B, RetentionForm::Parallel);
-  EXPECT_TRUE(close(logits_of(m, tok, B, RetentionForm::Recurrent), parallel, 1e-5));
-  if (mixer_has_form(GetParam(), RetentionForm::Chunkwise)) {
+  const auto parallel = logits_of(m, tok, B, Form::Parallel);
+  EXPECT_TRUE(close(logits_of(m, tok, B, Form::Recurrent), parallel, 1e-5));
+  if (mixer_has_form(GetParam(), Form::Chunkwise)) {
     for (int64_t chunk : {1, 8, 64})
-      EXPECT_TRUE(close(logits_of(m, tok, B, RetentionForm::Chunkwise, chunk), parallel, 1e-5))
+      EXPECT_TRUE(close(logits_of(m, tok, B, Form::Chunkwise, chunk), parallel, 1e-5))
           << "chunk " << chunk;
   } else {
     Arena arena;
     std::vector<float> out(tok.size() * m.config().vocab_size);
     ForwardOptions o;
-    o.form = RetentionForm::Chunkwise;
+    o.form = Form::Chunkwise;
     try {
       forward_logits(m, tok.data(), B, T, out.data(), o, arena);
       ADD_FAILURE() << "chunkwise ran for a mixer without that form";
@@ -99,7 +99,7 @@ TEST_P(Mixers, PrefillInPiecesThenDecodeEqualsParallel) {
   const Model m = perturbed_model(GetParam(), 4);
   const int64_t T = 40;
   const auto tok = tokens_of(T, m.config().vocab_size, 2);
-  const auto parallel = logits_of(m, tok, 1, RetentionForm::Parallel);
+  const auto parallel = logits_of(m, tok, 1, Form::Parallel);
   const int64_t V = m.config().vocab_size;
   RecurrentState state(m.config(), 1);
   Arena arena;
@@ -109,7 +109,7 @@ TEST_P(Mixers, PrefillInPiecesThenDecodeEqualsParallel) {
   forward_logits(m, tok.data(), 1, 13, got.data(), pre, arena, &state);
   forward_logits(m, tok.data() + 13, 1, 11, got.data() + 13 * V, pre, arena, &state);
   ForwardOptions rec;
-  rec.form = RetentionForm::Recurrent;
+  rec.form = Form::Recurrent;
   forward_logits(m, tok.data() + 24, 1, T - 24, got.data() + 24 * V, rec, arena, &state);
   EXPECT_TRUE(close(got, parallel, 1e-5));
   EXPECT_EQ(state.positions[0], T);
@@ -153,12 +153,12 @@ TEST_P(Mixers, GradientOfEveryTensorPredictsTheLossChange) {
 }
 
 TEST_P(Mixers, ParallelAndChunkwiseGradientsAgree) {
-  if (!mixer_trains_with(GetParam(), RetentionForm::Chunkwise)) {
+  if (!mixer_trains_with(GetParam(), Form::Chunkwise)) {
     Model m = perturbed_model(GetParam(), 6);
     const auto tok = tokens_of(10, m.config().vocab_size, 5);
     Arena arena;
     TrainingOptions o;
-    o.form = RetentionForm::Chunkwise;
+    o.form = Form::Chunkwise;
     EXPECT_THROW(loss_and_gradients(m, tok.data(), tok.data(), 1, 10, o, arena, nullptr), Error);
     return;
   }
@@ -169,7 +169,7 @@ TEST_P(Mixers, ParallelAndChunkwiseGradientsAgree) {
   Arena arena;
   ParamBuffer gp(m.params().layout()), gc(m.params().layout());
   TrainingOptions chunk;
-  chunk.form = RetentionForm::Chunkwise;
+  chunk.form = Form::Chunkwise;
   chunk.chunk = 8;
   const double lp = loss_and_gradients(m, tok.data(), tgt.data(), B, T, {}, arena, &gp);
   const double lc = loss_and_gradients(m, tok.data(), tgt.data(), B, T, chunk, arena, &gc);
@@ -228,7 +228,7 @@ TEST_P(Mixers, GreedyDecodingEqualsArgmaxOfParallelLogits) {
     seq.push_back(s.sample(0, greedy));
     s.step(&seq.back());
   }
-  const auto logits = logits_of(m, seq, 1, RetentionForm::Parallel);
+  const auto logits = logits_of(m, seq, 1, Form::Parallel);
   for (size_t t = prompt.size() - 1; t + 1 < seq.size(); ++t) {
     const float* z = logits.data() + t * V;
     EXPECT_EQ(seq[t + 1], std::max_element(z, z + V) - z) << "position " << t;
@@ -291,8 +291,8 @@ TEST_P(Mixers, ModelFileRoundTripKeepsTheLogits) {
   std::filesystem::remove(path);
   EXPECT_EQ(back.config().mixer, GetParam());
   const auto tok = tokens_of(15, m.config().vocab_size, 9);
-  EXPECT_EQ(logits_of(back, tok, 1, RetentionForm::Parallel),
-            logits_of(m, tok, 1, RetentionForm::Parallel));
+  EXPECT_EQ(logits_of(back, tok, 1, Form::Parallel),
+            logits_of(m, tok, 1, Form::Parallel));
 }
 
 INSTANTIATE_TEST_SUITE_P(Family, Mixers,

@@ -45,7 +45,7 @@ std::vector<int32_t> tokens_for(int64_t B, int64_t T, int64_t vocab) {
 }
 
 std::vector<float> logits(const Model& m, const std::vector<int32_t>& tok, int64_t B, int64_t T,
-                          RetentionForm form, int64_t chunk = 0) {
+                          Form form, int64_t chunk = 0) {
   std::vector<float> out(B * T * m.config().vocab_size, NAN);
   ForwardOptions o;
   o.form = form;
@@ -57,16 +57,16 @@ std::vector<float> logits(const Model& m, const std::vector<int32_t>& tok, int64
 
 void check_all_forms(const Model& m, int64_t B, int64_t T) {
   auto tok = tokens_for(B, T, m.config().vocab_size);
-  auto ref = logits(m, tok, B, T, RetentionForm::Parallel);
+  auto ref = logits(m, tok, B, T, Form::Parallel);
   SCOPED_TRACE(::testing::Message() << "B=" << B << " T=" << T << " H=" << m.config().heads
                                     << " eps=" << m.config().layernorm_eps);
-  EXPECT_TRUE(close(logits(m, tok, B, T, RetentionForm::Recurrent), ref, 1e-5)) << "recurrent";
-  EXPECT_TRUE(close(logits(m, tok, B, T, RetentionForm::Scan), ref, 1e-5)) << "scan";
+  EXPECT_TRUE(close(logits(m, tok, B, T, Form::Recurrent), ref, 1e-5)) << "recurrent";
+  EXPECT_TRUE(close(logits(m, tok, B, T, Form::Scan), ref, 1e-5)) << "scan";
   // A chunk that divides T (T itself, or 64 | T), and ones that do not.
   std::vector<int64_t> chunks = {T, 5, 64};
   if (T % 64 == 0) chunks.push_back(32);
   for (int64_t chunk : chunks)
-    EXPECT_TRUE(close(logits(m, tok, B, T, RetentionForm::Chunkwise, chunk), ref, 1e-5))
+    EXPECT_TRUE(close(logits(m, tok, B, T, Form::Chunkwise, chunk), ref, 1e-5))
         << "chunkwise, chunk " << chunk;
 }
 
@@ -99,17 +99,17 @@ TEST(ModelForms, ChunkedPrefillContinuesTheState) {
   Model m = make_model(small_config(4, 1e-6), 3, 3.f);
   const int64_t B = 2, T = 40, V = m.config().vocab_size;
   auto tok = tokens_for(B, T, V);
-  auto ref = logits(m, tok, B, T, RetentionForm::Parallel);
+  auto ref = logits(m, tok, B, T, Form::Parallel);
   RecurrentState state(m.config(), B);
   Arena arena;
   std::vector<float> out(B * T * V);
   ForwardOptions o;
-  o.form = RetentionForm::Chunkwise;
+  o.form = Form::Chunkwise;
   o.chunk = 8;
   const int64_t T1 = 17, T2 = 12;
-  for (auto [t0, len, form] : {std::tuple<int64_t, int64_t, RetentionForm>{0, T1, RetentionForm::Chunkwise},
-                               {T1, T2, RetentionForm::Scan},
-                               {T1 + T2, T - T1 - T2, RetentionForm::Recurrent}}) {
+  for (auto [t0, len, form] : {std::tuple<int64_t, int64_t, Form>{0, T1, Form::Chunkwise},
+                               {T1, T2, Form::Scan},
+                               {T1 + T2, T - T1 - T2, Form::Recurrent}}) {
     std::vector<int32_t> part(B * len);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < len; ++t) part[b * len + t] = tok[b * T + t0 + t];

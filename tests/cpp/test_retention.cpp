@@ -30,7 +30,7 @@ struct Problem {
   }
 
   // Runs `form` from an empty state; returns out [B, T, H, Dv].
-  std::vector<float> run(RetentionForm form, int64_t chunk = 64, int64_t tile = 0) {
+  std::vector<float> run(Form form, int64_t chunk = 64, int64_t tile = 0) {
     std::vector<float> out(B * T * H * Dv, NAN);
     std::vector<float> state(B * H * retention_state_floats_per_head(Dk, Dv), 0.f);
     RetentionArgs a;
@@ -88,12 +88,12 @@ TEST(Retention, AllFormsMatchDoubleReference) {
       Problem p(B, T, H, Dk, Dv, 11 + T, qk_scale);
       auto ref = p.reference();
       SCOPED_TRACE(::testing::Message() << "B" << B << " T" << T << " H" << H << " scale " << qk_scale);
-      EXPECT_TRUE(close(p.run(RetentionForm::Parallel), ref, 1e-5)) << "parallel";
-      EXPECT_TRUE(close(p.run(RetentionForm::Recurrent), ref, 1e-5)) << "recurrent";
+      EXPECT_TRUE(close(p.run(Form::Parallel), ref, 1e-5)) << "parallel";
+      EXPECT_TRUE(close(p.run(Form::Recurrent), ref, 1e-5)) << "recurrent";
       for (int64_t chunk : {1, 3, 16, 64, 1000})
-        EXPECT_TRUE(close(p.run(RetentionForm::Chunkwise, chunk), ref, 1e-5)) << "chunk " << chunk;
+        EXPECT_TRUE(close(p.run(Form::Chunkwise, chunk), ref, 1e-5)) << "chunk " << chunk;
       for (int64_t tile : {0, 1, 5, 64})
-        EXPECT_TRUE(close(p.run(RetentionForm::Scan, 64, tile), ref, 1e-5)) << "tile " << tile;
+        EXPECT_TRUE(close(p.run(Form::Scan, 64, tile), ref, 1e-5)) << "tile " << tile;
     }
   }
 }
@@ -105,7 +105,7 @@ TEST(Retention, TestDataCoversBothNormalisationBranches) {
     // With v = 1 the un-normalised output equals the row sum: detect rows where it exceeds sqrt(S).
     std::vector<float> ones(p.v.size(), 1.f);
     std::swap(p.v, ones);
-    auto out = p.run(RetentionForm::Recurrent);
+    auto out = p.run(Form::Recurrent);
     std::swap(p.v, ones);
     int clamped = 0;
     for (float o : out) clamped += std::fabs(std::fabs(o) - 1.f) < 1e-5f;
@@ -120,8 +120,8 @@ TEST(Retention, TestDataCoversBothNormalisationBranches) {
 TEST(Retention, ContinuesFromAState) {
   // Feeding [0, T1) and then [T1, T) through the state equals one pass over [0, T).
   Problem p(2, 50, 2, 8, 8, 3, 2.0);
-  auto whole = p.run(RetentionForm::Recurrent);
-  for (RetentionForm form : {RetentionForm::Recurrent, RetentionForm::Chunkwise, RetentionForm::Scan}) {
+  auto whole = p.run(Form::Recurrent);
+  for (Form form : {Form::Recurrent, Form::Chunkwise, Form::Scan}) {
     std::vector<float> out(whole.size(), NAN);
     const int64_t S = p.H * retention_state_floats_per_head(p.Dk, p.Dv);
     std::vector<float> state(p.B * S, 0.f);
@@ -145,7 +145,7 @@ TEST(Retention, ContinuesFromAState) {
       Arena arena(retention_workspace_floats(form, p.B, t1 - t0, p.H, p.Dk, p.Dv, 8, 0));
       retention_forward(form, a, arena);
     }
-    EXPECT_TRUE(close(out, whole, 1e-5)) << retention_form_name(form);
+    EXPECT_TRUE(close(out, whole, 1e-5)) << form_name(form);
   }
 }
 
@@ -159,10 +159,10 @@ TEST(Retention, RejectsBadArguments) {
   a.out = p.view(out, 4);
   a.gammas = p.gammas.data();
   Arena arena(1 << 16);
-  EXPECT_THROW(retention_forward(RetentionForm::Recurrent, a, arena), Error);  // no state
+  EXPECT_THROW(retention_forward(Form::Recurrent, a, arena), Error);  // no state
   a.out = p.view(out, 2);
-  EXPECT_THROW(retention_forward(RetentionForm::Parallel, a, arena), Error);  // shape mismatch
-  EXPECT_THROW(parse_retention_form("fast"), Error);
+  EXPECT_THROW(retention_forward(Form::Parallel, a, arena), Error);  // shape mismatch
+  EXPECT_THROW(parse_form("fast"), Error);
 }
 
 // T = 100,000: finite, and equal to the double recurrence (tolerance 1e-4: float32 rounding of a
@@ -171,12 +171,12 @@ TEST(RetentionSlow, LongSequenceMatchesDoubleRecurrence) {
   const int64_t T = 100000, H = 8;
   Problem p(1, T, H, 8, 8, 99, 2.0);
   auto ref = p.reference();
-  for (RetentionForm form : {RetentionForm::Recurrent, RetentionForm::Chunkwise, RetentionForm::Scan}) {
+  for (Form form : {Form::Recurrent, Form::Chunkwise, Form::Scan}) {
     auto out = p.run(form, 256);
-    for (float o : out) ASSERT_TRUE(std::isfinite(o)) << retention_form_name(form);
+    for (float o : out) ASSERT_TRUE(std::isfinite(o)) << form_name(form);
     double err = retnet::test::rel_max_error(out, ref);
     std::printf("T=%lld %s: relative max error vs double recurrence %.3g\n", (long long)T,
-                retention_form_name(form), err);
-    EXPECT_TRUE(close(out, ref, 1e-4)) << retention_form_name(form);
+                form_name(form), err);
+    EXPECT_TRUE(close(out, ref, 1e-4)) << form_name(form);
   }
 }

@@ -123,9 +123,9 @@ TEST(RetentionBackward, BothFormsMatchTheReference) {
             for (int64_t i = 0; i < Dv; ++i) ev[((b * T + t) * H + h) * Dv + i] = dv[t * Dv + i];
           }
         }
-      for (RetentionForm form : {RetentionForm::Parallel, RetentionForm::Chunkwise}) {
+      for (Form form : {Form::Parallel, Form::Chunkwise}) {
         for (int64_t chunk : {int64_t{5}, T}) {
-          if (form == RetentionForm::Parallel && chunk != T) continue;
+          if (form == Form::Parallel && chunk != T) continue;
           std::vector<float> out(v.size()), stats(B * T * H * 2);
           std::vector<float> state(B * H * retention_state_floats_per_head(Dk, Dv), 0.f);
           auto view = [&](std::vector<float>& x, int64_t D) { return TensorView::contiguous(x.data(), {B, T, H, D}); };
@@ -155,7 +155,7 @@ TEST(RetentionBackward, BothFormsMatchTheReference) {
           for (size_t i = 0; i < dv.size(); ++i) ASSERT_NEAR(dv[i], 2 * dv_once[i], 1e-5 * (1 + std::fabs(dv[i])));
           for (auto* g : {&dq, &dk, &dv})
             for (float& x : *g) x *= 0.5f;
-          SCOPED_TRACE(::testing::Message() << retention_form_name(form) << " chunk " << chunk << " T " << T << " scale " << scale);
+          SCOPED_TRACE(::testing::Message() << form_name(form) << " chunk " << chunk << " T " << T << " scale " << scale);
           // Where the true gradient is identically 0 (one clamped token: the output does not depend
           // on q and k), only float rounding of the cancelling terms remains: check it absolutely.
           auto check = [](const std::vector<float>& got, const std::vector<double>& want, const char* name) {

@@ -38,10 +38,10 @@ TEST(TorchscaleReference, EveryFormMatchesEveryOfficialForm) {
   auto tokens = reference_tokens();
   ASSERT_EQ(tokens.size(), 96u);
   const int64_t T = 96, V = model.config().vocab_size;
-  for (RetentionForm form : {RetentionForm::Parallel, RetentionForm::Recurrent,
-                             RetentionForm::Chunkwise, RetentionForm::Scan}) {
+  for (Form form : {Form::Parallel, Form::Recurrent,
+                             Form::Chunkwise, Form::Scan}) {
     for (int64_t chunk : {32, 7}) {
-      if (form != RetentionForm::Chunkwise && chunk != 32) continue;
+      if (form != Form::Chunkwise && chunk != 32) continue;
       std::vector<float> logits(T * V);
       ForwardOptions o;
       o.form = form;
@@ -52,7 +52,7 @@ TEST(TorchscaleReference, EveryFormMatchesEveryOfficialForm) {
         NpyArray r = read_npy(kDir + ref);
         ASSERT_EQ(r.shape, (std::vector<int64_t>{T, V}));
         EXPECT_TRUE(close(logits, r.data, 1e-5))
-            << retention_form_name(form) << " (chunk " << chunk << ") vs " << ref;
+            << form_name(form) << " (chunk " << chunk << ") vs " << ref;
       }
     }
   }

@@ -107,7 +107,7 @@ TEST(Optimizer, AdamWStepAndClipping) {
 TEST(Train, ParallelAndChunkwiseGiveTheSameLossCurve) {
   TrainFixture s("forms");
   TrainOptions a = s.options("parallel"), b = s.options("chunkwise");
-  b.form = RetentionForm::Chunkwise;
+  b.form = Form::Chunkwise;
   b.chunk = 16;
   train(a);
   train(b);

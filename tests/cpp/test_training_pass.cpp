@@ -28,7 +28,7 @@ TEST(TrainingPass, ParallelAndChunkwiseGradientsAgree) {
     Arena arena;
     ParamBuffer gp(m.params().layout()), gc(m.params().layout());
     TrainingOptions par, chunk;
-    chunk.form = RetentionForm::Chunkwise;
+    chunk.form = Form::Chunkwise;
     chunk.chunk = 8;
     double lp = loss_and_gradients(m, tok.data(), tgt.data(), B, T, par, arena, &gp);
     double lc = loss_and_gradients(m, tok.data(), tgt.data(), B, T, chunk, arena, &gc);
@@ -77,7 +77,7 @@ TEST(TrainingPass, RejectsBadInput) {
   Arena arena;
   EXPECT_THROW(loss_and_gradients(m, tok.data(), tgt.data(), 1, 3, TrainingOptions{}, arena, nullptr), Error);
   TrainingOptions scan;
-  scan.form = RetentionForm::Scan;
+  scan.form = Form::Scan;
   tgt[2] = 4;
   EXPECT_THROW(loss_and_gradients(m, tok.data(), tgt.data(), 1, 3, scan, arena, nullptr), Error);
 }

@@ -40,13 +40,11 @@
 #include <string>
 
 #include "retnet/core/arena.h"
+#include "retnet/core/form.h"
 #include "retnet/core/tensor.h"
 
 namespace retnet {
 
-enum class DecayAttentionForm { Parallel, Recurrent, Chunkwise };
-const char* decay_attention_form_name(DecayAttentionForm f);
-DecayAttentionForm parse_decay_attention_form(const std::string& name);  // throws Error
 
 // Channels per task: one cache line of each row per 16 channels, two AVX-512 vectors.
 inline constexpr int64_t kDecayChannelBlock = 32;
@@ -64,9 +62,9 @@ struct DecayAttentionArgs {
   float* saved_wkv = nullptr;
   float* saved_log_denominators = nullptr;
 };
-size_t decay_attention_workspace_floats(DecayAttentionForm form, int64_t B, int64_t T, int64_t C,
+size_t decay_attention_workspace_floats(Form form, int64_t B, int64_t T, int64_t C,
                                         int64_t chunk);
-void decay_attention_forward(DecayAttentionForm form, const DecayAttentionArgs& args, Arena& arena);
+void decay_attention_forward(Form form, const DecayAttentionArgs& args, Arena& arena);
 
 // Backward of the parallel or chunkwise form from an empty state (training): accumulates (+=) into
 // d_r, d_k, d_v ([B, T, C]) and d_w, d_u ([C], summed over sequences and tokens). With the
@@ -86,9 +84,9 @@ struct DecayAttentionGradArgs {
   const float* log_denominators = nullptr;  // [B, T, C] saved by the forward
   int64_t chunk = 64;
 };
-size_t decay_attention_backward_workspace_floats(DecayAttentionForm form, int64_t B, int64_t T,
+size_t decay_attention_backward_workspace_floats(Form form, int64_t B, int64_t T,
                                                  int64_t C, int64_t chunk);
-void decay_attention_backward(DecayAttentionForm form, const DecayAttentionGradArgs& args,
+void decay_attention_backward(Form form, const DecayAttentionGradArgs& args,
                               Arena& arena);
 
 // Double-precision definition, for tests: one sequence, contiguous r, k, v [T, C], from the state

@@ -28,14 +28,12 @@
 #include <string>
 
 #include "retnet/core/arena.h"
+#include "retnet/core/form.h"
 #include "retnet/core/tensor.h"
 #include "retnet/mixers/feature_maps.h"
 
 namespace retnet {
 
-enum class LinearAttentionForm { Parallel, Recurrent, Chunkwise };
-const char* linear_attention_form_name(LinearAttentionForm f);
-LinearAttentionForm parse_linear_attention_form(const std::string& name);  // throws Error
 
 inline int64_t linear_attention_state_floats_per_head(int64_t F, int64_t Dv) { return F * (Dv + 1); }
 
@@ -48,9 +46,9 @@ struct CausalLinearArgs {
   int64_t chunk = 64;
   float* inv_denominators = nullptr;  // [B, T, H]: 1 / A_n[Dv] (0 where it is 0), for backward
 };
-size_t causal_linear_attention_workspace_floats(LinearAttentionForm form, int64_t B, int64_t T,
+size_t causal_linear_attention_workspace_floats(Form form, int64_t B, int64_t T,
                                                 int64_t H, int64_t F, int64_t Dv, int64_t chunk);
-void causal_linear_attention_forward(LinearAttentionForm form, const CausalLinearArgs& args,
+void causal_linear_attention_forward(Form form, const CausalLinearArgs& args,
                                      Arena& arena);
 
 // Backward of the parallel or chunkwise form from an empty state (training). Reads the forward's
@@ -63,10 +61,10 @@ struct CausalLinearGradArgs {
   const float* inv_denominators = nullptr;  // [B, T, H] from the forward
   int64_t chunk = 64;
 };
-size_t causal_linear_attention_backward_workspace_floats(LinearAttentionForm form, int64_t B,
+size_t causal_linear_attention_backward_workspace_floats(Form form, int64_t B,
                                                          int64_t T, int64_t H, int64_t F,
                                                          int64_t Dv, int64_t chunk);
-void causal_linear_attention_backward(LinearAttentionForm form, const CausalLinearGradArgs& args,
+void causal_linear_attention_backward(Form form, const CausalLinearGradArgs& args,
                                       Arena& arena);
 
 // ---- the mixers: feature map, then the kernel --------------------------------------------------
@@ -82,10 +80,10 @@ struct LinearAttentionArgs {
   float* saved_phi_k = nullptr;
   float* saved_inv_denominators = nullptr;
 };
-size_t linear_attention_workspace_floats(LinearAttentionForm form, const FeatureMap& features,
+size_t linear_attention_workspace_floats(Form form, const FeatureMap& features,
                                          int64_t B, int64_t T, int64_t H, int64_t Dk, int64_t Dv,
                                          int64_t chunk);
-void linear_attention_forward(LinearAttentionForm form, const LinearAttentionArgs& args,
+void linear_attention_forward(Form form, const LinearAttentionArgs& args,
                               Arena& arena);
 
 // Backward of the parallel or chunkwise form from an empty state: accumulates (+=) into d_q, d_k
@@ -99,11 +97,11 @@ struct LinearAttentionGradArgs {
   const float* inv_denominators = nullptr;  // [B, T, H]
   int64_t chunk = 64;
 };
-size_t linear_attention_backward_workspace_floats(LinearAttentionForm form,
+size_t linear_attention_backward_workspace_floats(Form form,
                                                   const FeatureMap& features, int64_t B,
                                                   int64_t T, int64_t H, int64_t Dk, int64_t Dv,
                                                   int64_t chunk);
-void linear_attention_backward(LinearAttentionForm form, const LinearAttentionGradArgs& args,
+void linear_attention_backward(Form form, const LinearAttentionGradArgs& args,
                                Arena& arena);
 
 // Double-precision recurrence over the same definition, for tests: one head, contiguous q, k

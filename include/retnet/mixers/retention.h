@@ -20,13 +20,11 @@
 #include <vector>
 
 #include "retnet/core/arena.h"
+#include "retnet/core/form.h"
 #include "retnet/core/tensor.h"
 
 namespace retnet {
 
-enum class RetentionForm { Parallel, Recurrent, Chunkwise, Scan };
-const char* retention_form_name(RetentionForm f);
-RetentionForm parse_retention_form(const std::string& name);  // throws Error
 
 struct RetentionArgs {
   TensorView q, k, v, out;
@@ -51,19 +49,19 @@ struct RetentionGradArgs {
   const double* gammas = nullptr;
   int64_t chunk = 64;
 };
-size_t retention_backward_workspace_floats(RetentionForm form, int64_t T, int64_t Dk, int64_t Dv,
+size_t retention_backward_workspace_floats(Form form, int64_t T, int64_t Dk, int64_t Dv,
                                            int64_t chunk);
-void retention_backward(RetentionForm form, const RetentionGradArgs& args, Arena& arena);
+void retention_backward(Form form, const RetentionGradArgs& args, Arena& arena);
 
 inline int64_t retention_state_floats_per_head(int64_t Dk, int64_t Dv) { return Dk * (Dv + 1); }
 
 // Scratch floats the form needs from the arena for the given sizes.
-size_t retention_workspace_floats(RetentionForm form, int64_t B, int64_t T, int64_t H, int64_t Dk,
+size_t retention_workspace_floats(Form form, int64_t B, int64_t T, int64_t H, int64_t Dk,
                                   int64_t Dv, int64_t chunk, int64_t scan_tile);
 
 // Runs `form`. The parallel form requires positions == 0 (it starts from an empty state); the
 // others continue from `state` and leave it holding the state after the last token.
-void retention_forward(RetentionForm form, const RetentionArgs& args, Arena& arena);
+void retention_forward(Form form, const RetentionArgs& args, Arena& arena);
 
 // S_n = sum_{i=0..n} gamma^i, evaluated without forming a growing power.
 double retention_decay_sum(double gamma, int64_t n);

@@ -63,7 +63,7 @@ struct RecurrentState {
 };
 
 struct ForwardOptions {
-  RetentionForm form = RetentionForm::Parallel;
+  Form form = Form::Parallel;
   int64_t chunk = 0;      // chunkwise: tokens per chunk; 0 = the config's recurrent_chunk_size
   int64_t scan_tile = 0;  // scan: tokens per tile; 0 = chosen from a memory budget
   // Logits of each sequence's last token only ([B, vocab]): what prefill needs, without the

@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <string>
 
+#include "retnet/core/form.h"
+
 namespace retnet {
 
 enum class MixerKind { Retention, Attention, Linear, Performer, Aft, AftSimple, Rwkv };
@@ -31,19 +33,18 @@ bool mixer_is_channelwise(MixerKind kind);
 // Whether the mixer rotates its queries and keys by position (xPos/rotary): retention, attention.
 bool mixer_uses_rotation(MixerKind kind);
 
-// The forms a forward pass can run (RetentionForm's values): which ones a mixer has.
+// The forms a forward pass can run (Form's values): which ones a mixer has.
 //   parallel: every mixer (training, and prefill for the mixers with a cache);
 //   recurrent: every mixer (decoding, one token at a time);
 //   chunkwise: the mixers with a constant-size state (all but attention and aft);
 //   scan: retention only.
-enum class RetentionForm;
-bool mixer_has_form(MixerKind kind, RetentionForm form);
+bool mixer_has_form(MixerKind kind, Form form);
 // Whether the mixer keeps every earlier token (a cache that grows with the sequence) rather than
 // a constant-size state: attention and aft. Their parallel form can continue a cache (prefill).
 bool mixer_has_cache(MixerKind kind);
 // The form sessions prefill prompts with: chunkwise where the mixer has it, else parallel.
-RetentionForm mixer_prefill_form(MixerKind kind);
+Form mixer_prefill_form(MixerKind kind);
 // The forms training can run: parallel, and chunkwise where the mixer has it.
-bool mixer_trains_with(MixerKind kind, RetentionForm form);
+bool mixer_trains_with(MixerKind kind, Form form);
 
 }  // namespace retnet

@@ -12,7 +12,7 @@
 namespace retnet {
 
 struct TrainingOptions {
-  RetentionForm form = RetentionForm::Parallel;  // parallel or chunkwise
+  Form form = Form::Parallel;  // parallel or chunkwise
   int64_t chunk = 0;                             // chunkwise: 0 = the config's recurrent_chunk_size
 };
 

@@ -19,7 +19,7 @@ struct TrainOptions {
   int64_t steps = 0;                 // optimizer steps (0: decided by time_budget_s)
   double time_budget_s = 0;          // stop after this many seconds (0: no limit)
   int64_t batch = 8, seq = 256, grad_accum = 1;
-  RetentionForm form = RetentionForm::Parallel;
+  Form form = Form::Parallel;
   int64_t chunk = 0;                 // chunkwise: 0 = the config's recurrent_chunk_size
   uint64_t seed = 1;
   bool resume = false;

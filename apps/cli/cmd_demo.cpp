@@ -1,0 +1,145 @@
+// `retnet demo`: the main job until training lands. Initialises the default model, runs a text
+// through all four retention forms, shows that they agree, and measures their speed and the
+// recurrent decoder's speed and memory.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+
+#include "commands.h"
+#include "retnet/core/gemm.h"
+#include "retnet/core/parallel.h"
+#include "retnet/model/forward.h"
+#include "retnet/model/model_io.h"
+
+namespace retnet::cli {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double max_rel_diff(const std::vector<float>& a, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num = std::max(num, std::fabs(double(a[i]) - ref[i]));
+    den = std::max(den, std::fabs(double(ref[i])));
+  }
+  return num / std::max(den, 1e-30);
+}
+
+std::vector<int32_t> text_tokens(const std::string& path, int64_t T) {
+  std::string text;
+  std::ifstream in(path, std::ios::binary);
+  if (in.good()) text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (text.empty()) text = "First Citizen:\nBefore we proceed any further, hear me speak.\n";
+  std::vector<int32_t> tokens(static_cast<size_t>(T));
+  for (int64_t i = 0; i < T; ++i) tokens[i] = static_cast<unsigned char>(text[i % text.size()]);
+  return tokens;
+}
+
+}  // namespace
+
+void register_demo(CLI::App& app) {
+  struct Opts {
+    std::string model, config, data = "data/tinyshakespeare.txt";
+    int64_t tokens = 2048, decode = 1024, chunk = 64;
+    int threads = 0, repeats = 3;
+    uint64_t seed = 1;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand(
+      "demo", "Run a text through all four retention forms: agreement, speed, decode memory");
+  cmd->add_option("--model,-m", o->model, "Model file (default: initialise the default model)");
+  cmd->add_option("--config", o->config, "Config JSON for the initialised model");
+  cmd->add_option("--data", o->data, "Text whose bytes are the input")->capture_default_str();
+  cmd->add_option("--tokens,-T", o->tokens, "Input length")->capture_default_str();
+  cmd->add_option("--decode,-n", o->decode, "Tokens to decode greedily after the input (0: skip)")
+      ->capture_default_str();
+  cmd->add_option("--chunk", o->chunk, "Chunk size of the chunkwise form")->capture_default_str();
+  cmd->add_option("--repeats", o->repeats, "Timed runs per form (median)")->capture_default_str();
+  cmd->add_option("--threads,-t", o->threads, "Threads (default: all cores)");
+  cmd->add_option("--seed,-s", o->seed, "Seed of the initialised model")->capture_default_str();
+  cmd->callback([o] {
+    apply_threads(o->threads);
+    RETNET_CHECK(o->tokens >= 1 && o->tokens <= (1 << 20), "--tokens must be in [1, 2^20]");
+    RETNET_CHECK(o->repeats >= 1, "--repeats must be >= 1");
+    auto t_load = std::chrono::steady_clock::now();
+    Model model = o->model.empty()
+                      ? Model::init(o->config.empty() ? Config{} : Config::from_file(o->config),
+                                    o->seed)
+                      : load_model(o->model, optional_config(o->config));
+    const Config& c = model.config();
+    std::printf("model: %s, %lld parameters (%s), %s in %.2f s\n", c.to_json().c_str(),
+                (long long)model.parameter_count(), human_bytes(4.0 * model.parameter_count()).c_str(),
+                o->model.empty() ? "initialised" : "loaded", seconds_since(t_load));
+    const BlasInfo& blas = blas_info();
+    std::printf("BLAS: %s (core %s, OPENBLAS_CORETYPE=%s), %d threads\n", blas.library.c_str(),
+                blas.corename.c_str(), blas.coretype.c_str(), num_threads());
+
+    const int64_t T = o->tokens, V = c.vocab_size;
+    std::vector<int32_t> tokens = text_tokens(o->data, T);
+    for (auto& t : tokens) t %= static_cast<int32_t>(V);
+    Arena arena;
+    std::vector<float> reference;
+    std::printf("\n%-10s %12s %14s %22s\n", "form", "ms", "tokens/s", "max|diff|/max|parallel|");
+    for (Form form : {Form::Parallel, Form::Chunkwise,
+                               Form::Scan, Form::Recurrent}) {
+      ForwardOptions fo;
+      fo.form = form;
+      fo.chunk = o->chunk;
+      std::vector<float> logits(static_cast<size_t>(T * V));
+      std::vector<double> times;
+      for (int r = 0; r <= o->repeats; ++r) {  // the first run warms up
+        auto t0 = std::chrono::steady_clock::now();
+        forward_logits(model, tokens.data(), 1, T, logits.data(), fo, arena);
+        if (r > 0) times.push_back(seconds_since(t0));
+      }
+      std::sort(times.begin(), times.end());
+      double med = times[times.size() / 2];
+      if (form == Form::Parallel) reference = logits;
+      std::printf("%-10s %12.2f %14.0f %22.3g\n", form_name(form), med * 1e3, T / med,
+                  max_rel_diff(logits, reference));
+    }
+
+    if (o->decode <= 0) return;  // `retnet generate` does the decoding in the main job
+    // Decode: prefill with the chunkwise form, then one token at a time from the recurrent state.
+    RecurrentState state(c, 1);
+    ForwardOptions prefill;
+    prefill.form = Form::Chunkwise;
+    prefill.chunk = o->chunk;
+    std::vector<float> logits(static_cast<size_t>(T * V));
+    forward_logits(model, tokens.data(), 1, T, logits.data(), prefill, arena, &state);
+    ForwardOptions step;
+    step.form = Form::Recurrent;
+    std::vector<float> next(static_cast<size_t>(V));
+    int32_t token = static_cast<int32_t>(
+        std::max_element(logits.end() - V, logits.end()) - (logits.end() - V));
+    std::string text;
+    auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < o->decode; ++i) {
+      forward_logits(model, &token, 1, 1, next.data(), step, arena, &state);
+      text.push_back(static_cast<char>(token));
+      token = static_cast<int32_t>(std::max_element(next.begin(), next.end()) - next.begin());
+    }
+    double dt = seconds_since(t0);
+    struct rusage ru {};
+    getrusage(RUSAGE_SELF, &ru);
+    std::printf("\ndecode: %lld tokens after a %lld-token chunkwise prefill: %.0f tokens/s "
+                "(%.3f ms/token), state %s per sequence (constant in length), peak RSS %s\n",
+                (long long)o->decode, (long long)T, o->decode / dt, 1e3 * dt / o->decode,
+                human_bytes(double(model.state_bytes_per_sequence())).c_str(),
+                human_bytes(1024.0 * ru.ru_maxrss).c_str());
+    for (char& ch : text)
+      if ((static_cast<unsigned char>(ch) < 32 && ch != '\n') || static_cast<unsigned char>(ch) > 126)
+        ch = '?';
+    std::printf("\ngreedy continuation of the input by the %s model (first 400 bytes):\n%.400s\n",
+                o->model.empty() ? "untrained" : "loaded", text.c_str());
+  });
+}
+
+}  // namespace retnet::cli

@@ -1,0 +1,104 @@
+// `retnet eval`: loss, perplexity and bits per byte of a model on a text file, tokenized with the
+// tokenizer the model file records.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "retnet/model/model_io.h"
+#include "retnet/model/training.h"
+#include "retnet/text/tokenizer.h"
+#include "retnet/train/data.h"
+
+namespace retnet::cli {
+
+void register_eval(CLI::App& app) {
+  struct Opts {
+    std::string model, config, data, tokenizer, form = "chunkwise";
+    int64_t seq = 512, batch = 8;
+    double tail = 0;
+    bool json = false;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd =
+      app.add_subcommand("eval", "Loss, perplexity and bits per byte of a model on a text file");
+  cmd->add_option("--model,-m", o->model, "Model .safetensors file")->required();
+  cmd->add_option("--config-json", o->config, "Config JSON for a file that has none");
+  cmd->add_option("--data", o->data, "Text file")->required();
+  cmd->add_option("--tokenizer", o->tokenizer,
+                  "Override the model file's tokenizer (for files that record none, such as "
+                  "torchscale exports): bytes or a SentencePiece .model");
+  cmd->add_option("--form", o->form, "Form")
+      ->check(CLI::IsMember({"parallel", "chunkwise"}))
+      ->capture_default_str();
+  cmd->add_option("--seq", o->seq, "Tokens per window")->capture_default_str();
+  cmd->add_option("--batch,-b", o->batch, "Windows per batch")->capture_default_str();
+  cmd->add_option("--tail", o->tail,
+                  "Evaluate only the last fraction of the file's bytes (0.1: the validation split "
+                  "of `retnet train`); 0: the whole file")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd->add_flag("--json", o->json,
+                "Print one JSON object: loss, perplexity, bits_per_byte, tokens, bytes, tokenizer");
+  cmd->add_option("--threads,-t", o->threads, "Threads (default: all cores)");
+  cmd->callback([o] {
+    apply_threads(o->threads);
+    RETNET_CHECK(o->seq >= 1 && o->batch >= 1, "--seq and --batch must be >= 1");
+    Model model = load_model(o->model, optional_config(o->config));
+    const std::unique_ptr<Tokenizer> tokenizer =
+        o->tokenizer.empty() ? load_model_tokenizer(o->model) : load_tokenizer(o->tokenizer);
+    RETNET_CHECK(tokenizer->vocab_size() <= model.config().vocab_size,
+                 "the {} tokenizer has {} tokens but '{}' has a vocabulary of {}",
+                 tokenizer->kind(), tokenizer->vocab_size(), o->model, model.config().vocab_size);
+    std::ifstream in(o->data, std::ios::binary);
+    RETNET_CHECK(in.good(), "cannot open '{}'", o->data);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (o->tail > 0 && o->tail < 1) {
+      // The same split as `retnet train`: the last floor(size * tail) bytes, tokenized alone.
+      const int64_t n_tail = validation_bytes(static_cast<int64_t>(text.size()), o->tail);
+      text.erase(0, text.size() - static_cast<size_t>(n_tail));
+    }
+    const std::vector<int32_t> tokens = tokenizer->encode(text);
+    RETNET_CHECK(tokens.size() >= 2, "'{}' holds {} tokens to evaluate; at least 2 are needed",
+                 o->data, tokens.size());
+    TrainingOptions to;
+    to.form = parse_form(o->form);
+    Arena arena;
+    // Non-overlapping windows of seq tokens covering the whole text (the last one may be shorter).
+    const int64_t n = static_cast<int64_t>(tokens.size()) - 1;
+    double nats = 0;
+    for (int64_t start = 0; start < n; start += o->seq) {
+      const int64_t T = std::min(o->seq, n - start);
+      nats += loss_and_gradients(model, tokens.data() + start, tokens.data() + start + 1, 1, T, to,
+                                 arena, nullptr) *
+              T;
+    }
+    // Bits per byte over the text the predictions cover: all of it but the first token's bytes,
+    // which nothing predicts (with the byte tokenizer: exactly loss / ln 2).
+    const int64_t bytes = std::max<int64_t>(
+        1, static_cast<int64_t>(text.size() - tokenizer->decode({tokens[0]}).size()));
+    const double loss = nats / n, bpb = nats / std::log(2.0) / static_cast<double>(bytes);
+    if (o->json) {
+      std::printf("%s\n", nlohmann::json{{"loss", loss},
+                                         {"perplexity", std::exp(loss)},
+                                         {"bits_per_byte", bpb},
+                                         {"tokens", n},
+                                         {"bytes", bytes},
+                                         {"tokenizer", tokenizer->kind()}}
+                              .dump()
+                              .c_str());
+    } else {
+      std::printf(
+          "%s: %lld tokens (%s), %lld bytes, loss %.4f nats/token, perplexity %.3f, "
+          "%.4f bits/byte\n",
+          o->data.c_str(), (long long)n, tokenizer->kind().c_str(), (long long)bytes, loss,
+          std::exp(loss), bpb);
+    }
+  });
+}
+
+}  // namespace retnet::cli

@@ -1,0 +1,48 @@
+#include <cstdio>
+
+#include "commands.h"
+#include "retnet/core/npy.h"
+#include "retnet/model/forward.h"
+#include "retnet/model/model_io.h"
+
+namespace retnet::cli {
+
+void register_logits(CLI::App& app) {
+  struct Opts {
+    std::string model, config, tokens, mode = "parallel", out;
+    int64_t chunk = 0;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand(
+      "logits", "Logits for every position of a token sequence, as float32 .npy [T, vocab]");
+  cmd->add_option("--model,-m", o->model, "Model .safetensors file")->required();
+  cmd->add_option("--config-json", o->config,
+                  "Config JSON (torchscale names) for a file that has none, e.g. a torchscale "
+                  "export");
+  cmd->add_option("--tokens", o->tokens, "Comma-separated token ids, e.g. 5,17,3")->required();
+  cmd->add_option("--mode", o->mode, "Form; each mixer has parallel and recurrent, chunkwise all but attention and aft, scan retention only")
+      ->check(CLI::IsMember({"parallel", "recurrent", "chunkwise", "scan"}))
+      ->capture_default_str();
+  cmd->add_option("--chunk", o->chunk, "Chunk size of the chunkwise form (default: the config's)");
+  cmd->add_option("--out,-o", o->out, "Output .npy file")->required();
+  cmd->add_option("--threads,-t", o->threads, "Threads (default: all cores)");
+  cmd->callback([o] {
+    apply_threads(o->threads);
+    Model model = load_model(o->model, optional_config(o->config));
+    std::vector<int32_t> tokens = parse_token_list(o->tokens);
+    const int64_t T = static_cast<int64_t>(tokens.size());
+    ForwardOptions fo;
+    fo.form = parse_form(o->mode);
+    RETNET_CHECK(o->chunk >= 0, "--chunk must be positive, got {}", o->chunk);
+    fo.chunk = o->chunk;
+    std::vector<float> logits(static_cast<size_t>(T * model.config().vocab_size));
+    Arena arena;
+    forward_logits(model, tokens.data(), 1, T, logits.data(), fo, arena);
+    write_npy(o->out, logits.data(), {T, model.config().vocab_size});
+    std::fprintf(stderr, "wrote %s: logits [%lld, %lld], %s form\n", o->out.c_str(), (long long)T,
+                 (long long)model.config().vocab_size, o->mode.c_str());
+  });
+}
+
+}  // namespace retnet::cli

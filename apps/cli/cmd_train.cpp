@@ -1,0 +1,67 @@
+// `retnet train`.
+#include <cstdio>
+#include <memory>
+
+#include "commands.h"
+#include "retnet/train/trainer.h"
+
+namespace retnet::cli {
+
+void register_train(CLI::App& app) {
+  auto o = std::make_shared<TrainOptions>();
+  auto form = std::make_shared<std::string>("parallel");
+  auto threads = std::make_shared<int>(0);
+  auto* cmd = app.add_subcommand("train", "Train a RetNet language model on a text file");
+  cmd->add_option("--data", o->data,
+                  "Training text file; its last 10% is the validation split")->required();
+  cmd->add_option("--tokenizer", o->tokenizer,
+                  "bytes (vocabulary 256), a SentencePiece .model (see `retnet tokenizer train`) "
+                  "or a .safetensors model whose tokenizer to reuse; recorded in the model file")
+      ->capture_default_str();
+  cmd->add_option("--token-cache-dir", o->token_cache_dir,
+                  "Where the tokenized corpus is cached (default: .cache next to --data)");
+  cmd->add_option("--config", o->config_path,
+                  "Model config JSON (default: the small model); vocab_size defaults to the "
+                  "tokenizer's");
+  cmd->add_option("--out", o->out_dir, "Run directory: model, checkpoints, metrics.jsonl")
+      ->capture_default_str();
+  cmd->add_option("--steps", o->steps, "Optimizer steps");
+  cmd->add_option("--time-budget", o->time_budget_s, "Stop after this many seconds");
+  cmd->add_option("--batch,-b", o->batch, "Sequences per micro-batch")->capture_default_str();
+  cmd->add_option("--seq", o->seq, "Tokens per sequence")->capture_default_str();
+  cmd->add_option("--grad-accum", o->grad_accum, "Micro-batches per step")->capture_default_str();
+  cmd->add_option("--lr", o->optimizer.lr, "Peak learning rate")->capture_default_str();
+  cmd->add_option("--warmup", o->optimizer.warmup_steps, "Warmup steps")->capture_default_str();
+  cmd->add_option("--weight-decay", o->optimizer.weight_decay, "AdamW weight decay")
+      ->capture_default_str();
+  cmd->add_option("--clip", o->optimizer.clip_norm, "Gradient norm limit (0: off)")
+      ->capture_default_str();
+  cmd->add_option("--form", *form, "Training form")
+      ->check(CLI::IsMember({"parallel", "chunkwise"}))
+      ->capture_default_str();
+  cmd->add_option("--chunk", o->chunk, "Chunk size of the chunkwise form");
+  cmd->add_option("--seed,-s", o->seed, "Seed of the initialisation and the batches")
+      ->capture_default_str();
+  cmd->add_flag("--resume", o->resume, "Continue the run in --out from its last checkpoint");
+  cmd->add_option("--log-interval", o->log_interval, "Steps between log lines")->capture_default_str();
+  cmd->add_option("--eval-interval", o->eval_interval, "Steps between validations")
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-interval", o->checkpoint_interval, "Steps between checkpoints")
+      ->capture_default_str();
+  cmd->add_option("--eval-tokens", o->eval_tokens, "Validation tokens per evaluation (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--keep", o->keep_checkpoints, "Checkpoints kept")->capture_default_str();
+  cmd->add_option("--threads,-t", *threads, "Threads (default: all cores)");
+  cmd->callback([o, form, threads] {
+    apply_threads(*threads);
+    o->form = parse_form(*form);
+    TrainResult r = train(*o);
+    if (!r.interrupted)
+      std::printf("trained %lld steps: train loss %.4f, val loss %.4f nats/token (%.4f bits/byte), "
+                  "%.0f tokens/s; model in %s/model.safetensors\n",
+                  (long long)r.steps, r.final_train_loss, r.final_val_loss, r.val_bits_per_byte,
+                  r.tokens_per_s, o->out_dir.c_str());
+  });
+}
+
+}  // namespace retnet::cli

@@ -1,0 +1,288 @@
+// Channel-wise decay attention (RWKV-4's WKV, AFT-simple) in three forms; see
+// include/retnet/mixers/decay_attention.h for the definition they share.
+#include "retnet/mixers/decay_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "decay_kernels.h"
+#include "retnet/core/error.h"
+
+namespace retnet {
+namespace {
+
+using detail::kCb;
+using detail::kEmptyExponent;
+
+struct Dims {
+  int64_t B, T, C;
+};
+
+Dims check_args(Form form, const DecayAttentionArgs& a) {
+  RETNET_CHECK(a.k.ndim == 3, "decay attention: k must be [B, T, C], got {} dims", a.k.ndim);
+  const Dims d{a.k.shape[0], a.k.shape[1], a.k.shape[2]};
+  detail::check_channel_view(a.r, d.B, d.T, d.C, "r");
+  detail::check_channel_view(a.k, d.B, d.T, d.C, "k");
+  detail::check_channel_view(a.v, d.B, d.T, d.C, "v");
+  detail::check_channel_view(a.out, d.B, d.T, d.C, "out");
+  RETNET_CHECK(a.w != nullptr && a.u != nullptr, "decay attention needs the decay w and bonus u");
+  RETNET_CHECK(form != Form::Scan, "decay attention has no scan form");
+  RETNET_CHECK(form == Form::Parallel || a.state != nullptr,
+               "decay attention: the {} form needs a state buffer",
+               form_name(form));
+  RETNET_CHECK(a.chunk >= 1, "decay attention: chunk size must be at least 1, got {}", a.chunk);
+  RETNET_CHECK(
+      a.state == nullptr || d.B == 1 || a.state_stride >= decay_attention_state_floats(d.C),
+      "decay attention: state stride {} is below the {} floats of one sequence's state",
+      a.state_stride, decay_attention_state_floats(d.C));
+  RETNET_CHECK((a.saved_wkv == nullptr) == (a.saved_log_denominators == nullptr),
+               "decay attention: save both wkv and the log denominators, or neither");
+  return d;
+}
+
+// What one task writes per token: out = sigmoid(r) num / den, and optionally wkv and log den
+// (M is the exponent num and den are scaled by).
+struct RowSink {
+  const DecayAttentionArgs& a;
+  const Dims& d;
+  int64_t b, c0, nc;
+
+  void write(int64_t t, const float* num, const float* den, const float* M) const {
+    const float* r = &a.r.at(b, t, c0);
+    float* out = &a.out.at(b, t, c0);
+    const int64_t row = (b * d.T + t) * d.C + c0;
+    float* wkv = a.saved_wkv ? a.saved_wkv + row : nullptr;
+    float* log_den = a.saved_log_denominators ? a.saved_log_denominators + row : nullptr;
+#pragma omp simd
+    for (int64_t c = 0; c < nc; ++c) out[c] = detail::sigmoid_fast(r[c]) * (num[c] / den[c]);
+    if (wkv) {
+      for (int64_t c = 0; c < nc; ++c) {
+        wkv[c] = num[c] / den[c];
+        log_den[c] = M[c] + std::log(den[c]);
+      }
+    }
+  }
+};
+
+// ---- the pairwise form over one chunk [t0, t0 + L), the state entering it as one more term ------
+// K, V: [L][kCb] packed rows. a, bs, p: this block's state (kCb lanes, padded lanes empty); with
+// update, they become the state after the chunk.
+void pairwise_chunk(const RowSink& sink, int64_t t0, int64_t L, const float* K, const float* V,
+                    const float* w, const float* u, float* a, float* bs, float* p, bool update) {
+  alignas(64) float pe[kCb], R[kCb], M[kCb], num[kCb], den[kCb];
+#pragma omp simd
+  for (int64_t c = 0; c < kCb; ++c) {
+    pe[c] = bs[c] > 0.f ? p[c] : kEmptyExponent;  // the state's exponent; empty: none
+    R[c] = pe[c];  // maximum exponent of the terms before the current token
+  }
+  for (int64_t i = 0; i < L; ++i) {
+    const float* Ki = K + i * kCb;
+    const float fi = static_cast<float>(i);
+#pragma omp simd
+    for (int64_t c = 0; c < kCb; ++c) {
+      M[c] = std::max(R[c], Ki[c] + u[c]);
+      // The state decayed over i tokens; (pe - M) first: both may be ~1e4, their gap is small.
+      const float e = fast_exp_nonpositive((pe[c] - M[c]) - fi * w[c]);
+      num[c] = e * a[c];
+      den[c] = e * bs[c];
+    }
+    for (int64_t j = 0; j < i; ++j) {
+      const float* Kj = K + j * kCb;
+      const float* Vj = V + j * kCb;
+      const float decay = static_cast<float>(i - 1 - j);
+#pragma omp simd
+      for (int64_t c = 0; c < kCb; ++c) {
+        const float e = fast_exp_nonpositive((Kj[c] - M[c]) - decay * w[c]);
+        num[c] += e * Vj[c];
+        den[c] += e;
+      }
+    }
+    const float* Vi = V + i * kCb;
+#pragma omp simd
+    for (int64_t c = 0; c < kCb; ++c) {
+      const float e = fast_exp_nonpositive((Ki[c] - M[c]) + u[c]);
+      num[c] += e * Vi[c];
+      den[c] += e;
+      R[c] = std::max(R[c] - w[c], Ki[c]);
+    }
+    sink.write(t0 + i, num, den, M);
+  }
+  if (!update) return;
+  // The state after the chunk: every term decayed to the chunk's end, scaled by R, their maximum.
+  const float fL = static_cast<float>(L);
+#pragma omp simd
+  for (int64_t c = 0; c < kCb; ++c) {
+    const float e = fast_exp_nonpositive((pe[c] - R[c]) - fL * w[c]);
+    a[c] *= e;
+    bs[c] *= e;
+  }
+  for (int64_t j = 0; j < L; ++j) {
+    const float* Kj = K + j * kCb;
+    const float* Vj = V + j * kCb;
+    const float decay = static_cast<float>(L - 1 - j);
+#pragma omp simd
+    for (int64_t c = 0; c < kCb; ++c) {
+      const float e = fast_exp_nonpositive((Kj[c] - R[c]) - decay * w[c]);
+      a[c] += e * Vj[c];
+      bs[c] += e;
+    }
+  }
+#pragma omp simd
+  for (int64_t c = 0; c < kCb; ++c) p[c] = R[c];
+}
+
+size_t pairwise_scratch(int64_t L) { return 2 * L * kCb; }
+
+// Parallel (one chunk of T tokens from an empty state, nothing kept) and chunkwise.
+void pairwise_block(const DecayAttentionArgs& args, const Dims& d, int64_t b, int64_t c0,
+                    int64_t nc, int64_t chunk, bool with_state, float* scratch) {
+  alignas(64) float w[kCb], u[kCb], a[kCb], bs[kCb], p[kCb];
+  detail::pack_channels(args.w, c0, nc, w);
+  detail::pack_channels(args.u, c0, nc, u);
+  float* state = with_state ? args.state + b * args.state_stride : nullptr;
+  for (int64_t c = 0; c < kCb; ++c) {
+    const bool real = state && c < nc;
+    a[c] = real ? state[c0 + c] : 0.f;
+    bs[c] = real ? state[d.C + c0 + c] : 0.f;
+    p[c] = real ? state[2 * d.C + c0 + c] : 0.f;
+  }
+  float* K = scratch;          // [chunk][kCb]
+  float* V = K + chunk * kCb;  // [chunk][kCb]
+  const RowSink sink{args, d, b, c0, nc};
+  for (int64_t t0 = 0; t0 < d.T; t0 += chunk) {
+    const int64_t L = std::min(chunk, d.T - t0);  // the last chunk may be short: no padding
+    detail::pack_rows(args.k, b, t0, L, c0, nc, K);
+    detail::pack_rows(args.v, b, t0, L, c0, nc, V);
+    pairwise_chunk(sink, t0, L, K, V, w, u, a, bs, p, with_state);
+  }
+  if (!state) return;
+  for (int64_t c = 0; c < nc; ++c) {
+    state[c0 + c] = a[c];
+    state[d.C + c0 + c] = bs[c];
+    state[2 * d.C + c0 + c] = p[c];
+  }
+}
+
+// ---- recurrent form: RWKV-4's numerically stable kernel, one token at a time -------------------
+void recurrent_block(const DecayAttentionArgs& args, const Dims& d, int64_t b, int64_t c0,
+                     int64_t nc) {
+  // The block's state, w and u in padded local lanes (padding: empty state, zero inputs), so the
+  // per-token loop has a fixed trip count and vectorises.
+  float* state = args.state + b * args.state_stride;
+  alignas(64) float w[kCb], u[kCb], a[kCb], bs[kCb], p[kCb], k[kCb], v[kCb];
+  alignas(64) float M[kCb], num[kCb], den[kCb];
+  detail::pack_channels(args.w, c0, nc, w);
+  detail::pack_channels(args.u, c0, nc, u);
+  detail::pack_channels(state, c0, nc, a);
+  detail::pack_channels(state + d.C, c0, nc, bs);
+  detail::pack_channels(state + 2 * d.C, c0, nc, p);
+  std::fill(k, k + kCb, 0.f);
+  std::fill(v, v + kCb, 0.f);
+  const RowSink sink{args, d, b, c0, nc};
+  for (int64_t t = 0; t < d.T; ++t) {
+    std::copy_n(&args.k.at(b, t, c0), nc, k);
+    std::copy_n(&args.v.at(b, t, c0), nc, v);
+#pragma omp simd
+    for (int64_t c = 0; c < kCb; ++c) {
+      const float pe = bs[c] > 0.f ? p[c] : kEmptyExponent;
+      // Output: the state and the current token, scaled by their larger exponent.
+      M[c] = std::max(pe, u[c] + k[c]);
+      const float e1 = fast_exp_nonpositive(pe - M[c]);
+      const float e2 = fast_exp_nonpositive((k[c] - M[c]) + u[c]);
+      num[c] = e1 * a[c] + e2 * v[c];
+      den[c] = e1 * bs[c] + e2;
+      // Update: decay the state by one token, add the current one without the bonus. pe - w
+      // rounds by up to ulp(pe) / 2 (5e-4 at |pe| ~ 1e4, every token); the rounding error,
+      // exact by Sterbenz, goes into a and b instead of accumulating in p.
+      const float decayed = pe - w[c];
+      const float rounding = (pe - decayed) - w[c];
+      const float q = std::max(decayed, k[c]);
+      const float f1 = fast_exp_nonpositive((decayed - q) + rounding);
+      const float f2 = fast_exp_nonpositive(k[c] - q);
+      a[c] = f1 * a[c] + f2 * v[c];
+      bs[c] = f1 * bs[c] + f2;
+      p[c] = q;
+    }
+    sink.write(t, num, den, M);
+  }
+  std::copy_n(a, nc, state + c0);
+  std::copy_n(bs, nc, state + d.C + c0);
+  std::copy_n(p, nc, state + 2 * d.C + c0);
+}
+
+size_t forward_scratch(Form form, int64_t T, int64_t chunk) {
+  switch (form) {
+    case Form::Parallel:
+      return pairwise_scratch(T);
+    case Form::Recurrent:
+      return 0;
+    case Form::Chunkwise:
+      return pairwise_scratch(std::min(chunk, T));
+    case Form::Scan:  // no scan form (decay_attention_forward refuses it)
+      return 0;
+  }
+  return 0;
+}
+
+}  // namespace
+
+size_t decay_attention_workspace_floats(Form form, int64_t B, int64_t T, int64_t C,
+                                        int64_t chunk) {
+  return detail::channel_loop_footprint(B, C,
+                                        forward_scratch(form, T, std::max<int64_t>(chunk, 1)));
+}
+
+void decay_attention_forward(Form form, const DecayAttentionArgs& a, Arena& arena) {
+  const Dims d = check_args(form, a);
+  if (d.B * d.T * d.C == 0) return;
+  const int64_t chunk = form == Form::Parallel ? d.T : std::min(a.chunk, d.T);
+  detail::for_each_channel_block(d.B, d.C, arena, forward_scratch(form, d.T, chunk),
+                                 [&](int64_t b, int64_t c0, int64_t nc, float* s) {
+                                   switch (form) {
+                                     case Form::Parallel:
+                                       pairwise_block(a, d, b, c0, nc, d.T, false, s);
+                                       break;
+                                     case Form::Recurrent:
+                                       recurrent_block(a, d, b, c0, nc);
+                                       break;
+                                     case Form::Chunkwise:
+                                       pairwise_block(a, d, b, c0, nc, chunk, true, s);
+                                       break;
+                                     case Form::Scan:  // refused by check_args
+                                       break;
+                                   }
+                                 });
+}
+
+void decay_attention_reference(const float* r, const float* k, const float* v, const float* w,
+                               const float* u, double* out, int64_t T, int64_t C,
+                               const double* state) {
+  std::vector<double> x(T + 2), y(T + 2);  // one row's exponents and values
+  for (int64_t c = 0; c < C; ++c) {
+    const bool has_state = state && state[C + c] > 0;
+    for (int64_t n = 0; n < T; ++n) {
+      int64_t terms = 0;
+      if (has_state) {  // the state's sums a e^p, b e^p decayed over n tokens
+        x[terms] = state[2 * C + c] - double(n) * w[c] + std::log(state[C + c]);
+        y[terms++] = state[c] / state[C + c];
+      }
+      for (int64_t m = 0; m < n; ++m) {
+        x[terms] = double(k[m * C + c]) - double(n - 1 - m) * w[c];
+        y[terms++] = v[m * C + c];
+      }
+      x[terms] = double(u[c]) + k[n * C + c];
+      y[terms++] = v[n * C + c];
+      const double top = *std::max_element(x.begin(), x.begin() + terms);
+      double num = 0, den = 0;
+      for (int64_t i = 0; i < terms; ++i) {
+        const double e = std::exp(x[i] - top);
+        num += e * y[i];
+        den += e;
+      }
+      out[n * C + c] = num / den / (1.0 + std::exp(-double(r[n * C + c])));
+    }
+  }
+}
+
+}  // namespace retnet

@@ -1,0 +1,241 @@
+// Backward passes of the two training forms of decay attention; the forward's definition is in
+// include/retnet/mixers/decay_attention.h.
+//
+// Per channel, with weights e^{x_nm} (x_nm = k_m - (n-1-m) w for m < n, u + k_n for m = n), the
+// saved log denominator L_n and wkv_n, the normalised weights are pi_nm = e^{x_nm - L_n} <= 1 and
+// with G_n = d_out_n sigmoid(r_n):
+//   d v_m += sum_n pi_nm G_n,   d x_nm = pi_nm G_n (v_m - wkv_n) =: beta_nm,
+//   d k_m += sum_n beta_nm,  d u += sum_n beta_nn,  d w -= sum_{m<n} (n-1-m) beta_nm,
+//   d r_n += d_out_n wkv_n sigmoid'(r_n).
+// Pairs inside a chunk are summed directly. For m in a chunk ending at e and n >= e,
+// pi_nm = e^{k_m - (e-1-m) w} e^{-(n-e) w - L_n}: the second factor summed over n gives four
+// sums carried from chunk to chunk, last to first,
+//   Q = sum G_n e^{...}, P = sum G_n wkv_n e^{...}, Q1 = sum (n-e) G_n e^{...}, P1 likewise,
+// each stored as (sum) e^{-rho} with rho the largest exponent -(n-e) w - L_n: then every factor
+// e^{k_m - (e-1-m) w + rho} is a normalised weight's bound, <= 1, and nothing overflows.
+#include <algorithm>
+#include <cstring>
+
+#include "decay_kernels.h"
+#include "retnet/core/error.h"
+#include "retnet/mixers/decay_attention.h"
+
+namespace retnet {
+namespace {
+
+using detail::kCb;
+using detail::kEmptyExponent;
+
+struct Dims {
+  int64_t B, T, C;
+};
+
+Dims check_grad_args(Form form, const DecayAttentionGradArgs& a) {
+  RETNET_CHECK(form == Form::Parallel || form == Form::Chunkwise,
+               "decay attention backward exists for the parallel and chunkwise forms, not {}",
+               form_name(form));
+  RETNET_CHECK(a.wkv != nullptr && a.log_denominators != nullptr,
+               "decay attention backward needs the forward's saved wkv and log denominators");
+  RETNET_CHECK(a.w && a.u && a.d_w && a.d_u,
+               "decay attention backward needs w, u and their gradient buffers d_w, d_u");
+  RETNET_CHECK(a.chunk >= 1, "decay attention: chunk size must be at least 1, got {}", a.chunk);
+  RETNET_CHECK(a.k.ndim == 3, "decay attention backward: k must be [B, T, C], got {} dims",
+               a.k.ndim);
+  const Dims d{a.k.shape[0], a.k.shape[1], a.k.shape[2]};
+  const std::pair<const TensorView*, const char*> views[] = {{&a.r, "r"},         {&a.v, "v"},
+                                                             {&a.d_out, "d_out"}, {&a.d_r, "d_r"},
+                                                             {&a.d_k, "d_k"},     {&a.d_v, "d_v"}};
+  for (const auto& [t, name] : views) detail::check_channel_view(*t, d.B, d.T, d.C, name);
+  return d;
+}
+
+// One task's chunk of packed rows, [L][kCb] each.
+struct ChunkRows {
+  float *K, *V, *G, *Y, *Ld, *dK, *dV;
+};
+
+size_t backward_scratch(int64_t L) { return 7 * L * kCb; }
+
+ChunkRows chunk_rows(float* s, int64_t L) {
+  const int64_t n = L * kCb;
+  return {s, s + n, s + 2 * n, s + 3 * n, s + 4 * n, s + 5 * n, s + 6 * n};
+}
+
+// Packs tokens [t0, t0 + L) of one channel block; adds d_r there (it needs nothing else).
+void load_chunk(const DecayAttentionGradArgs& a, const Dims& d, int64_t b, int64_t c0, int64_t nc,
+                int64_t t0, int64_t L, const ChunkRows& rows) {
+  detail::pack_rows(a.k, b, t0, L, c0, nc, rows.K);
+  detail::pack_rows(a.v, b, t0, L, c0, nc, rows.V);
+  for (int64_t i = 0; i < L; ++i) {
+    const int64_t t = t0 + i, saved = (b * d.T + t) * d.C + c0;
+    const float* r = &a.r.at(b, t, c0);
+    const float* dO = &a.d_out.at(b, t, c0);
+    float* dr = &a.d_r.at(b, t, c0);
+    float *G = rows.G + i * kCb, *Y = rows.Y + i * kCb, *Ld = rows.Ld + i * kCb;
+#pragma omp simd
+    for (int64_t c = 0; c < nc; ++c) {
+      const float s = detail::sigmoid_fast(r[c]), y = a.wkv[saved + c];
+      G[c] = dO[c] * s;
+      Y[c] = y;
+      Ld[c] = a.log_denominators[saved + c];
+      dr[c] += dO[c] * y * s * (1.f - s);
+    }
+    for (int64_t c = nc; c < kCb; ++c) G[c] = Y[c] = Ld[c] = 0.f;  // padding: no gradient
+  }
+  std::fill(rows.dK, rows.dK + L * kCb, 0.f);
+  std::fill(rows.dV, rows.dV + L * kCb, 0.f);
+}
+
+// The pairs (n, m) inside one chunk.
+void chunk_pairs(const ChunkRows& rows, int64_t L, const float* w, const float* u, float* dw,
+                 float* du) {
+  for (int64_t i = 0; i < L; ++i) {
+    const float *Ki = rows.K + i * kCb, *Vi = rows.V + i * kCb, *Gi = rows.G + i * kCb;
+    const float *Yi = rows.Y + i * kCb, *Li = rows.Ld + i * kCb;
+    for (int64_t j = 0; j < i; ++j) {
+      const float *Kj = rows.K + j * kCb, *Vj = rows.V + j * kCb;
+      float *dKj = rows.dK + j * kCb, *dVj = rows.dV + j * kCb;
+      const float decay = static_cast<float>(i - 1 - j);
+#pragma omp simd
+      for (int64_t c = 0; c < kCb; ++c) {
+        const float t = fast_exp_nonpositive((Kj[c] - Li[c]) - decay * w[c]) * Gi[c];
+        const float beta = t * (Vj[c] - Yi[c]);
+        dVj[c] += t;
+        dKj[c] += beta;
+        dw[c] -= decay * beta;
+      }
+    }
+    float *dKi = rows.dK + i * kCb, *dVi = rows.dV + i * kCb;
+#pragma omp simd
+    for (int64_t c = 0; c < kCb; ++c) {
+      const float t = fast_exp_nonpositive((Ki[c] - Li[c]) + u[c]) * Gi[c];
+      const float beta = t * (Vi[c] - Yi[c]);
+      dVi[c] += t;
+      dKi[c] += beta;
+      du[c] += beta;
+    }
+  }
+}
+
+// The future's sensitivities at a chunk boundary e (see the top of the file), scaled by e^rho.
+struct Carried {
+  alignas(64) float rho[kCb], Q[kCb], P[kCb], Q1[kCb], P1[kCb];
+  void clear() {
+    std::fill(rho, rho + kCb, kEmptyExponent);
+    std::fill(Q, Q + kCb, 0.f), std::fill(P, P + kCb, 0.f);
+    std::fill(Q1, Q1 + kCb, 0.f), std::fill(P1, P1 + kCb, 0.f);
+  }
+};
+
+// Pairs with m in this chunk [s, s + L) and n >= s + L, from the carried sums; then the sums moved
+// to the boundary s, this chunk's rows included.
+void cross_chunk(const ChunkRows& rows, int64_t L, const float* w, Carried& f, float* dw) {
+  for (int64_t j = 0; j < L; ++j) {
+    const float *Kj = rows.K + j * kCb, *Vj = rows.V + j * kCb;
+    float *dKj = rows.dK + j * kCb, *dVj = rows.dV + j * kCb;
+    const float decay = static_cast<float>(L - 1 - j);
+#pragma omp simd
+    for (int64_t c = 0; c < kCb; ++c) {
+      const float e = fast_exp_nonpositive((Kj[c] + f.rho[c]) - decay * w[c]);
+      const float beta = e * (Vj[c] * f.Q[c] - f.P[c]);
+      dVj[c] += e * f.Q[c];
+      dKj[c] += beta;
+      dw[c] -= decay * beta + e * (Vj[c] * f.Q1[c] - f.P1[c]);
+    }
+  }
+  const float fL = static_cast<float>(L);
+  alignas(64) float top[kCb];
+#pragma omp simd
+  for (int64_t c = 0; c < kCb; ++c) top[c] = f.rho[c] - fL * w[c];
+  for (int64_t i = 0; i < L; ++i) {
+    const float* Li = rows.Ld + i * kCb;
+    const float fi = static_cast<float>(i);
+#pragma omp simd
+    for (int64_t c = 0; c < kCb; ++c) top[c] = std::max(top[c], -Li[c] - fi * w[c]);
+  }
+#pragma omp simd
+  for (int64_t c = 0; c < kCb; ++c) {
+    // Sums over n >= e moved to s: each term decays by L tokens and its distance grows by L.
+    const float e = fast_exp_nonpositive((f.rho[c] - top[c]) - fL * w[c]);
+    f.Q1[c] = e * (f.Q1[c] + fL * f.Q[c]);
+    f.P1[c] = e * (f.P1[c] + fL * f.P[c]);
+    f.Q[c] *= e;
+    f.P[c] *= e;
+    f.rho[c] = top[c];
+  }
+  for (int64_t i = 0; i < L; ++i) {
+    const float *Gi = rows.G + i * kCb, *Yi = rows.Y + i * kCb, *Li = rows.Ld + i * kCb;
+    const float fi = static_cast<float>(i);
+#pragma omp simd
+    for (int64_t c = 0; c < kCb; ++c) {
+      const float t = fast_exp_nonpositive((-Li[c] - f.rho[c]) - fi * w[c]) * Gi[c];
+      f.Q[c] += t;
+      f.P[c] += t * Yi[c];
+      f.Q1[c] += fi * t;
+      f.P1[c] += fi * t * Yi[c];
+    }
+  }
+}
+
+// dst rows (t0 + i, channels [c0, c0 + nc)) += src[i][0..nc).
+void add_rows(const TensorView& x, int64_t b, int64_t t0, int64_t L, int64_t c0, int64_t nc,
+              const float* src) {
+  for (int64_t i = 0; i < L; ++i) {
+    float* row = &x.at(b, t0 + i, c0);
+    const float* s = src + i * kCb;
+#pragma omp simd
+    for (int64_t c = 0; c < nc; ++c) row[c] += s[c];
+  }
+}
+
+// One (sequence, channel block): chunks last to first. The parallel form is one chunk of T.
+void backward_block(const DecayAttentionGradArgs& a, const Dims& d, int64_t b, int64_t c0,
+                    int64_t nc, int64_t chunk, float* dw_out, float* du_out, float* scratch) {
+  alignas(64) float w[kCb], u[kCb], dw[kCb] = {}, du[kCb] = {};
+  detail::pack_channels(a.w, c0, nc, w);
+  detail::pack_channels(a.u, c0, nc, u);
+  const ChunkRows rows = chunk_rows(scratch, chunk);
+  Carried future;
+  future.clear();
+  const int64_t last = ((d.T - 1) / chunk) * chunk;
+  for (int64_t t0 = last; t0 >= 0; t0 -= chunk) {
+    const int64_t L = std::min(chunk, d.T - t0);
+    load_chunk(a, d, b, c0, nc, t0, L, rows);
+    chunk_pairs(rows, L, w, u, dw, du);
+    if (last > 0) cross_chunk(rows, L, w, future, dw);  // more than one chunk
+    add_rows(a.d_k, b, t0, L, c0, nc, rows.dK);
+    add_rows(a.d_v, b, t0, L, c0, nc, rows.dV);
+  }
+  std::memcpy(dw_out, dw, nc * sizeof(float));
+  std::memcpy(du_out, du, nc * sizeof(float));
+}
+
+}  // namespace
+
+size_t decay_attention_backward_workspace_floats(Form form, int64_t B, int64_t T,
+                                                 int64_t C, int64_t chunk) {
+  const int64_t L =
+      form == Form::Parallel ? T : std::min(std::max<int64_t>(chunk, 1), T);
+  return 2 * Arena::footprint(B * C) + detail::channel_loop_footprint(B, C, backward_scratch(L));
+}
+
+void decay_attention_backward(Form form, const DecayAttentionGradArgs& a,
+                              Arena& arena) {
+  const Dims d = check_grad_args(form, a);
+  if (d.B * d.T * d.C == 0) return;
+  const int64_t chunk = form == Form::Parallel ? d.T : std::min(a.chunk, d.T);
+  // Per-sequence partial sums of d_w and d_u, added up in a fixed order afterwards.
+  float* dw_parts = arena.alloc(d.B * d.C);
+  float* du_parts = arena.alloc(d.B * d.C);
+  detail::for_each_channel_block(
+      d.B, d.C, arena, backward_scratch(chunk), [&](int64_t b, int64_t c0, int64_t nc, float* s) {
+        backward_block(a, d, b, c0, nc, chunk, dw_parts + b * d.C + c0, du_parts + b * d.C + c0, s);
+      });
+  for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t c = 0; c < d.C; ++c) {
+      a.d_w[c] += dw_parts[b * d.C + c];
+      a.d_u[c] += du_parts[b * d.C + c];
+    }
+}
+
+}  // namespace retnet

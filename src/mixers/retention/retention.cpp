@@ -1,0 +1,420 @@
+// Retention in four forms; see include/retnet/mixers/retention.h for the definition they share.
+#include "retnet/mixers/retention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "../head_loop.h"
+#include "retnet/core/error.h"
+#include "retnet/core/gemm.h"
+
+namespace retnet {
+namespace {
+
+// The scan form keeps one [Dk, Dv+1] element per token of a tile; tiles are sized so that all
+// concurrently scanned tiles fit this many floats (256 MiB).
+constexpr size_t kScanBudgetFloats = size_t{64} << 20;
+
+// Per-(sequence, head) pointers into the strided views.
+struct HeadBlock {
+  const float* q;
+  const float* k;
+  const float* v;
+  float* out;
+  int64_t ldq, ldk, ldv, ldo;
+  float* state;  // [Dk, Dv+1]
+  float* stats;  // per token (alpha, beta) for the backward pass, stride H * 2; or nullptr
+  int64_t ld_stats;
+  double gamma;
+  int64_t pos0;
+};
+
+struct Dims {
+  int64_t B, T, H, Dk, Dv;
+};
+
+Dims dims_of(const RetentionArgs& a) {
+  Dims d{a.q.shape[0], a.q.shape[1], a.q.shape[2], a.q.shape[3], a.v.shape[3]};
+  auto same = [&](const TensorView& t, int64_t last) {
+    return detail::is_head_view(t, d.B, d.T, d.H, last);
+  };
+  RETNET_CHECK(same(a.q, d.Dk) && same(a.k, d.Dk) && same(a.v, d.Dv) && same(a.out, d.Dv),
+               "retention: q, k must be [B, T, H, Dk] and v, out [B, T, H, Dv] with unit stride "
+               "in the last dim");
+  RETNET_CHECK(a.gammas != nullptr, "retention: decay per head is missing");
+  return d;
+}
+
+HeadBlock head_block(const RetentionArgs& a, const Dims& d, int64_t b, int64_t h) {
+  HeadBlock hb;
+  hb.q = &a.q.at(b, 0, h, 0);
+  hb.k = &a.k.at(b, 0, h, 0);
+  hb.v = &a.v.at(b, 0, h, 0);
+  hb.out = &a.out.at(b, 0, h, 0);
+  hb.ldq = a.q.stride[1];
+  hb.ldk = a.k.stride[1];
+  hb.ldv = a.v.stride[1];
+  hb.ldo = a.out.stride[1];
+  hb.state = a.state
+                 ? a.state + b * a.state_stride + h * retention_state_floats_per_head(d.Dk, d.Dv)
+                 : nullptr;
+  hb.stats = a.row_stats ? a.row_stats + (b * d.T * d.H + h) * 2 : nullptr;
+  hb.ld_stats = d.H * 2;
+  hb.gamma = a.gammas[h];
+  hb.pos0 = a.positions ? a.positions[b] : 0;
+  return hb;
+}
+
+// gp[i] = gamma^i for i in [0, n): formed as exp(i log gamma) in double, so it underflows to 0 for
+// long distances and never overflows.
+void decay_powers(double gamma, int64_t n, float* gp) {
+  double lg = std::log(gamma);
+  for (int64_t i = 0; i < n; ++i) gp[i] = static_cast<float>(std::exp(static_cast<double>(i) * lg));
+}
+
+// The last normalisation step: out = A[:Dv] / sqrt(S_n) / max(|A[Dv]| / sqrt(S_n), 1).
+// stats (if given) receives what the backward pass needs: alpha = 1 / (sqrt(S_n) c_n), the scale
+// applied, and beta = d out / d A[Dv] per unit of (d out . out): -sign(r) / |r| where the clamp is
+// active, else 0.
+inline void normalise_row(const float* aug, float row_sum, float* out, int64_t Dv, double gamma,
+                          int64_t n, float* stats) {
+  double inv_sqrt_s = 1.0 / std::sqrt(retention_decay_sum(gamma, n));
+  double r = static_cast<double>(row_sum);
+  double c = std::max(std::fabs(r) * inv_sqrt_s, 1.0);
+  float scale = static_cast<float>(inv_sqrt_s / c);
+  if (stats) {
+    stats[0] = scale;
+    stats[1] = std::fabs(r) * inv_sqrt_s > 1.0 ? static_cast<float>(-1.0 / r) : 0.f;
+  }
+#pragma omp simd
+  for (int64_t j = 0; j < Dv; ++j) out[j] = aug[j] * scale;
+}
+
+// Runs fn(head_block, scratch) for all B*H heads (see detail::for_each_head).
+template <typename Fn>
+void for_each_head(const RetentionArgs& a, const Dims& d, Arena& arena, size_t scratch_per_head,
+                   Fn fn) {
+  detail::for_each_head(d.B, d.H, arena, scratch_per_head,
+                        [&](int64_t b, int64_t h, float* s) { fn(head_block(a, d, b, h), s); });
+}
+
+// ---- parallel form: the T x T score matrix of each head, masked by the decay ------------------
+void parallel_head(const HeadBlock& hb, const Dims& d, float* scratch) {
+  const int64_t T = d.T, Dv = d.Dv;
+  float* P = scratch;     // [T, T]
+  float* gp = P + T * T;  // [T]
+  float* rows = gp + T;   // [T] row sums
+  decay_powers(hb.gamma, T, gp);
+  sgemm(Trans::No, Trans::Yes, T, T, d.Dk, 1.f, hb.q, hb.ldq, hb.k, hb.ldk, 0.f, P, T);
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && T >= 256)
+  for (int64_t n = 0; n < T; ++n) {
+    float* p = P + n * T;
+    float s = 0.f;
+    for (int64_t m = 0; m <= n; ++m) {
+      p[m] *= gp[n - m];
+      s += p[m];
+    }
+    std::fill(p + n + 1, p + T, 0.f);
+    rows[n] = s;
+  }
+  sgemm(Trans::No, Trans::No, T, Dv, T, 1.f, P, T, hb.v, hb.ldv, 0.f, hb.out, hb.ldo);
+  for (int64_t n = 0; n < T; ++n)
+    normalise_row(hb.out + n * hb.ldo, rows[n], hb.out + n * hb.ldo, Dv, hb.gamma, n,
+                  hb.stats ? hb.stats + n * hb.ld_stats : nullptr);
+}
+
+// ---- recurrent form: one token at a time, S = gamma S + k [v, 1]^T, A = q^T S ------------------
+// Columns of the state updated together: their sums A[j] stay in registers over the Dk rows, so a
+// row costs one load and one store of S per column instead of also loading and storing A (a decode
+// step is bound by these stores). Each A[j] is still summed over i in order.
+constexpr int64_t kRecurrentColumns = 32;
+
+// Bytes [begin, end) to pull into the cache, `step` bytes per state row visited.
+struct Prefetch {
+  const char* begin = nullptr;
+  const char* end = nullptr;
+  int64_t step = 0;
+};
+
+// S[:, j0 : j0 + n] = g S + k [v, 1]^T and aug[j0 : j0 + n] = q^T S for those columns. Each row
+// visited also prefetches the next `pf.step` bytes of pf (none past pf.end: they may be a state
+// another core is updating).
+template <int64_t n>
+inline void recurrent_columns(float* S, int64_t W, int64_t Dk, float g, const float* q,
+                              const float* k, const float* vaug, float* aug, Prefetch& pf) {
+  float v[n], a[n] = {};
+  for (int64_t j = 0; j < n; ++j) v[j] = vaug[j];
+  const char* line = pf.begin;
+  for (int64_t i = 0; i < Dk; ++i) {
+    float* s = S + i * W;
+    const float ki = k[i], qi = q[i];
+    for (int64_t b = 0; b < pf.step && line < pf.end; b += 64, line += 64)
+      __builtin_prefetch(line, 0, 3);
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) {
+      const float sj = g * s[j] + ki * v[j];
+      s[j] = sj;
+      a[j] += qi * sj;
+    }
+  }
+  for (int64_t j = 0; j < n; ++j) aug[j] = a[j];
+  pf.begin = line;
+}
+
+// `next_state`: the state this thread updates after this head, or null (never one another core is
+// updating: the prefetch would pull its lines away from that core). Batched decoding keeps
+// B x layers x H states (516 KiB per sequence for the default model) that the weights' stream
+// evicts between steps: this head's last token pulls the next head's state in while it computes,
+// instead of that head stalling on it (measured: 4 layers at batch 16, 600 -> 250-390 us).
+void recurrent_head(const HeadBlock& hb, const Dims& d, float* scratch, const float* next_state) {
+  const int64_t Dk = d.Dk, Dv = d.Dv, W = Dv + 1;
+  float* vaug = scratch;     // [Dv+1]
+  float* aug = scratch + W;  // [Dv+1]
+  const float g = static_cast<float>(hb.gamma);
+  float* S = hb.state;
+  // The wide column groups visit Dk rows each: spread the next state's bytes over those visits.
+  const int64_t visits = W / kRecurrentColumns * Dk;
+  const int64_t state_bytes = Dk * W * static_cast<int64_t>(sizeof(float));
+  Prefetch none, next;
+  if (next_state && visits) {
+    next.begin = reinterpret_cast<const char*>(next_state);
+    next.end = next.begin + state_bytes;
+    next.step = (state_bytes + 64 * visits - 1) / (64 * visits) * 64;
+  }
+  for (int64_t t = 0; t < d.T; ++t) {
+    const float* q = hb.q + t * hb.ldq;
+    const float* k = hb.k + t * hb.ldk;
+    Prefetch& pf = t + 1 == d.T ? next : none;
+    std::memcpy(vaug, hb.v + t * hb.ldv, Dv * sizeof(float));
+    vaug[Dv] = 1.f;
+    int64_t j0 = 0;
+    for (; j0 + kRecurrentColumns <= W; j0 += kRecurrentColumns)
+      recurrent_columns<kRecurrentColumns>(S + j0, W, Dk, g, q, k, vaug + j0, aug + j0, pf);
+    for (; j0 + 8 <= W; j0 += 8)
+      recurrent_columns<8>(S + j0, W, Dk, g, q, k, vaug + j0, aug + j0, none);
+    for (; j0 < W; ++j0) recurrent_columns<1>(S + j0, W, Dk, g, q, k, vaug + j0, aug + j0, none);
+    normalise_row(aug, aug[Dv], hb.out + t * hb.ldo, Dv, hb.gamma, hb.pos0 + t,
+                  hb.stats ? hb.stats + t * hb.ld_stats : nullptr);
+  }
+}
+
+// ---- chunkwise form: inside a chunk like the parallel form, across chunks through the state ----
+size_t chunkwise_scratch(int64_t C, int64_t Dk, int64_t Dv) {
+  return C * C + 2 * C * (Dv + 1) + 2 * C * Dk + (C + 1);
+}
+
+void chunkwise_head(const HeadBlock& hb, const Dims& d, int64_t C, float* scratch) {
+  const int64_t Dk = d.Dk, Dv = d.Dv, W = Dv + 1;
+  float* P = scratch;         // [C, C]
+  float* vaug = P + C * C;    // [C, Dv+1]
+  float* aug = vaug + C * W;  // [C, Dv+1]
+  float* qd = aug + C * W;    // [C, Dk] queries times gamma^(j+1)
+  float* kd = qd + C * Dk;    // [C, Dk] keys times gamma^(L-1-i)
+  float* gp = kd + C * Dk;    // [C+1]
+  decay_powers(hb.gamma, C + 1, gp);
+  float* S = hb.state;  // [Dk, Dv+1]
+  for (int64_t t0 = 0; t0 < d.T; t0 += C) {
+    const int64_t L = std::min(C, d.T - t0);  // the last chunk may be short: no padding
+    const float* q = hb.q + t0 * hb.ldq;
+    const float* k = hb.k + t0 * hb.ldk;
+    for (int64_t i = 0; i < L; ++i) {
+      std::memcpy(vaug + i * W, hb.v + (t0 + i) * hb.ldv, Dv * sizeof(float));
+      vaug[i * W + Dv] = 1.f;
+    }
+    // Inside the chunk: decayed scores times [v, 1].
+    sgemm(Trans::No, Trans::Yes, L, L, Dk, 1.f, q, hb.ldq, k, hb.ldk, 0.f, P, L);
+    for (int64_t j = 0; j < L; ++j) {
+      float* p = P + j * L;
+      for (int64_t i = 0; i <= j; ++i) p[i] *= gp[j - i];
+      std::fill(p + j + 1, p + L, 0.f);
+    }
+    sgemm(Trans::No, Trans::No, L, W, L, 1.f, P, L, vaug, W, 0.f, aug, W);
+    // From earlier chunks: the state, decayed to each position of the chunk.
+    for (int64_t j = 0; j < L; ++j)
+      for (int64_t i = 0; i < Dk; ++i) qd[j * Dk + i] = q[j * hb.ldq + i] * gp[j + 1];
+    sgemm(Trans::No, Trans::No, L, W, Dk, 1.f, qd, Dk, S, W, 1.f, aug, W);
+    // The state after the chunk: S = gamma^L S + sum_i gamma^(L-1-i) k_i [v_i, 1]^T.
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t c = 0; c < Dk; ++c) kd[i * Dk + c] = k[i * hb.ldk + c] * gp[L - 1 - i];
+    sgemm(Trans::Yes, Trans::No, Dk, W, L, 1.f, kd, Dk, vaug, W, gp[L], S, W);
+    for (int64_t j = 0; j < L; ++j)
+      normalise_row(aug + j * W, aug[j * W + Dv], hb.out + (t0 + j) * hb.ldo, Dv, hb.gamma,
+                    hb.pos0 + t0 + j, hb.stats ? hb.stats + (t0 + j) * hb.ld_stats : nullptr);
+  }
+}
+
+// ---- scan form: a parallel associative scan of (x, f) pairs, (xa, fa) + (xb, fb) = (fb xa + xb,
+// fa fb), over the per-token elements x_t = k_t [v_t, 1]^T, f_t = gamma --------------------------
+int64_t scan_tile_for(int64_t tile, int64_t B, int64_t T, int64_t H, int64_t Dk, int64_t Dv) {
+  if (tile > 0) return std::min(tile, std::max<int64_t>(T, 1));
+  int64_t slots = std::min<int64_t>(omp_get_max_threads(), B * H);
+  int64_t per_token = Dk * (Dv + 1);
+  int64_t fit = static_cast<int64_t>(kScanBudgetFloats) / std::max<int64_t>(slots * per_token, 1);
+  return std::clamp<int64_t>(fit, 1, std::max<int64_t>(T, 1));
+}
+
+size_t scan_scratch(int64_t tile, int64_t Dk, int64_t Dv) {
+  return tile * Dk * (Dv + 1) + tile + (Dv + 1);
+}
+
+void scan_head(const HeadBlock& hb, const Dims& d, int64_t tile, float* scratch) {
+  const int64_t Dk = d.Dk, Dv = d.Dv, W = Dv + 1, E = Dk * W;
+  float* x = scratch;       // [tile, Dk, Dv+1]
+  float* f = x + tile * E;  // [tile]
+  float* aug = f + tile;    // [Dv+1]
+  float* carry = hb.state;  // the prefix before the tile, [Dk, Dv+1]
+  const bool inner_parallel = !omp_in_parallel();
+  // x[i] = f[i] x[j] + x[i], f[i] = f[j] f[i]: element j's span precedes element i's.
+  auto combine = [&](int64_t j, int64_t i) {
+    float* xi = x + i * E;
+    const float* xj = x + j * E;
+    const float fi = f[i];
+#pragma omp simd
+    for (int64_t e = 0; e < E; ++e) xi[e] = fi * xj[e] + xi[e];
+    f[i] *= f[j];
+  };
+  for (int64_t t0 = 0; t0 < d.T; t0 += tile) {
+    const int64_t L = std::min(tile, d.T - t0);
+#pragma omp parallel for schedule(static) if (inner_parallel && L * E > 65536)
+    for (int64_t t = 0; t < L; ++t) {
+      const float* k = hb.k + (t0 + t) * hb.ldk;
+      const float* v = hb.v + (t0 + t) * hb.ldv;
+      float* xt = x + t * E;
+      for (int64_t i = 0; i < Dk; ++i) {
+        for (int64_t j = 0; j < Dv; ++j) xt[i * W + j] = k[i] * v[j];
+        xt[i * W + Dv] = k[i];
+      }
+      f[t] = static_cast<float>(hb.gamma);
+    }
+    // Inclusive scan, Brent-Kung: an up-sweep builds the sums of aligned blocks of 2d elements, a
+    // down-sweep completes every prefix. Each level's combines are independent.
+    int64_t d_top = 1;
+    for (int64_t s = 1; 2 * s <= L; s *= 2) {
+#pragma omp parallel for schedule(static) if (inner_parallel && (L / (2 * s)) * E > 65536)
+      for (int64_t i = 2 * s - 1; i < L; i += 2 * s) combine(i - s, i);
+      d_top = s;
+    }
+    for (int64_t s = d_top; s >= 1; s /= 2) {
+#pragma omp parallel for schedule(static) if (inner_parallel && (L / (2 * s)) * E > 65536)
+      for (int64_t i = 3 * s - 1; i < L; i += 2 * s) combine(i - s, i);
+    }
+    // Prepend the carried prefix (carry + x_t), read each state with its query, normalise.
+#pragma omp parallel for schedule(static) if (inner_parallel && L * E > 65536)
+    for (int64_t t = 0; t < L; ++t) {
+      float* xt = x + t * E;
+      const float ft = f[t];
+#pragma omp simd
+      for (int64_t e = 0; e < E; ++e) xt[e] = ft * carry[e] + xt[e];
+    }
+    for (int64_t t = 0; t < L; ++t) {
+      const float* xt = x + t * E;
+      const float* q = hb.q + (t0 + t) * hb.ldq;
+      std::fill(aug, aug + W, 0.f);
+      for (int64_t i = 0; i < Dk; ++i) {
+        const float qi = q[i];
+#pragma omp simd
+        for (int64_t j = 0; j < W; ++j) aug[j] += qi * xt[i * W + j];
+      }
+      normalise_row(aug, aug[Dv], hb.out + (t0 + t) * hb.ldo, Dv, hb.gamma, hb.pos0 + t0 + t,
+                    hb.stats ? hb.stats + (t0 + t) * hb.ld_stats : nullptr);
+    }
+    std::memcpy(carry, x + (L - 1) * E, E * sizeof(float));
+  }
+}
+
+}  // namespace
+
+double retention_decay_sum(double gamma, int64_t n) {
+  // (1 - gamma^(n+1)) / (1 - gamma), with expm1 so that it stays accurate for gamma near 1.
+  return -std::expm1(static_cast<double>(n + 1) * std::log(gamma)) / (1.0 - gamma);
+}
+
+size_t retention_workspace_floats(Form form, int64_t B, int64_t T, int64_t H, int64_t Dk,
+                                  int64_t Dv, int64_t chunk, int64_t scan_tile) {
+  size_t slots = static_cast<size_t>(std::max(omp_get_max_threads(), 1));
+  size_t per_head = 1;
+  switch (form) {
+    case Form::Parallel:
+      per_head = T * T + 2 * T;
+      break;
+    case Form::Recurrent:
+      per_head = 2 * (Dv + 1);
+      break;
+    case Form::Chunkwise:
+      per_head = chunkwise_scratch(std::min(chunk, T), Dk, Dv);
+      break;
+    case Form::Scan:
+      per_head = scan_scratch(scan_tile_for(scan_tile, B, T, H, Dk, Dv), Dk, Dv);
+      break;
+  }
+  return Arena::footprint(per_head * slots);
+}
+
+void retention_forward(Form form, const RetentionArgs& a, Arena& arena) {
+  const Dims d = dims_of(a);
+  if (d.T == 0 || d.B == 0) return;
+  for (int64_t h = 0; h < d.H; ++h)
+    RETNET_CHECK(a.gammas[h] > 0.0 && a.gammas[h] < 1.0,
+                 "retention: decay {} of head {} is not in "
+                 "(0, 1)",
+                 a.gammas[h], h);
+  if (form == Form::Parallel) {
+    for (int64_t b = 0; a.positions && b < d.B; ++b)
+      RETNET_CHECK(a.positions[b] == 0, "the parallel form starts at position 0, got {}",
+                   a.positions[b]);
+    for_each_head(a, d, arena, d.T * d.T + 2 * d.T,
+                  [&](const HeadBlock& hb, float* s) { parallel_head(hb, d, s); });
+    return;
+  }
+  RETNET_CHECK(a.state != nullptr, "the {} form needs a state buffer", form_name(form));
+  switch (form) {
+    case Form::Recurrent:
+      detail::for_each_head_in_order(
+          d.B, d.H, arena, 2 * (d.Dv + 1), [&](int64_t b, int64_t h, float* s, bool next_is_mine) {
+            // Task t + 1 is (b, h + 1), or (b + 1, 0) after a sequence's last head.
+            const float* next = !next_is_mine ? nullptr
+                                : h + 1 < d.H ? head_block(a, d, b, h + 1).state
+                                              : head_block(a, d, b + 1, 0).state;
+            recurrent_head(head_block(a, d, b, h), d, s, next);
+          });
+      break;
+    case Form::Chunkwise: {
+      RETNET_CHECK(a.chunk >= 1, "chunk size must be at least 1, got {}", a.chunk);
+      int64_t C = std::min(a.chunk, d.T);
+      for_each_head(a, d, arena, chunkwise_scratch(C, d.Dk, d.Dv),
+                    [&](const HeadBlock& hb, float* s) { chunkwise_head(hb, d, C, s); });
+      break;
+    }
+    case Form::Scan: {
+      int64_t tile = scan_tile_for(a.scan_tile, d.B, d.T, d.H, d.Dk, d.Dv);
+      for_each_head(a, d, arena, scan_scratch(tile, d.Dk, d.Dv),
+                    [&](const HeadBlock& hb, float* s) { scan_head(hb, d, tile, s); });
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+void retention_reference(const float* q, const float* k, const float* v, double* out, int64_t T,
+                         int64_t Dk, int64_t Dv, double gamma) {
+  std::vector<double> S(Dk * (Dv + 1), 0.0);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < Dk; ++i)
+      for (int64_t j = 0; j <= Dv; ++j)
+        S[i * (Dv + 1) + j] =
+            gamma * S[i * (Dv + 1) + j] + k[t * Dk + i] * (j < Dv ? v[t * Dv + j] : 1.0);
+    std::vector<double> aug(Dv + 1, 0.0);
+    for (int64_t i = 0; i < Dk; ++i)
+      for (int64_t j = 0; j <= Dv; ++j) aug[j] += q[t * Dk + i] * S[i * (Dv + 1) + j];
+    double inv = 1.0 / std::sqrt(retention_decay_sum(gamma, t));
+    double c = std::max(std::fabs(aug[Dv]) * inv, 1.0);
+    for (int64_t j = 0; j < Dv; ++j) out[t * Dv + j] = aug[j] * inv / c;
+  }
+}
+
+}  // namespace retnet

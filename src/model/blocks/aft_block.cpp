@@ -1,0 +1,125 @@
+// The attention-free transformer (AFT-full) as a block's mixer: per channel, a softmax over the
+// earlier tokens of exp(pos_bias[distance] + k), weighting v, gated by sigmoid(q):
+//   out = sigmoid(q) * sum_m exp(w_nm + k_m) v_m / sum_m exp(w_nm + k_m)
+// Projections q | k | v, each of width vd; pos_bias [aft_max_distance] per layer. Decoding keeps
+// every key and value in the state's token cache (rows of k [vd] then v [vd], the kernel's layout).
+#include <cmath>
+#include <cstring>
+
+#include "../mixer_layer.h"
+#include "retnet/mixers/aft.h"
+
+namespace retnet::detail {
+namespace {
+
+struct Saved {
+  float *row_max, *denominator, *ratio;
+};
+Saved carve(float* base, const Config& c, int64_t N) {
+  SavedCarver s(base);
+  Saved r;
+  r.row_max = s.take(N * c.value_embed_dim);
+  r.denominator = s.take(N * c.value_embed_dim);
+  r.ratio = s.take(N * c.value_embed_dim);
+  return r;
+}
+
+class AftMixer final : public LayerMixer {
+ public:
+  size_t saved_floats(const Config& c, int64_t B, int64_t T) const override {
+    return 3 * Arena::footprint(static_cast<size_t>(B * T * c.value_embed_dim));
+  }
+
+  size_t workspace_floats(const Config& c, Form form, int64_t B, int64_t, int64_t,
+                          int64_t) const override {
+    const size_t lengths = cache_lengths_floats(B);
+    if (form == Form::Recurrent)
+      return lengths + aft_step_workspace_floats(B, c.value_embed_dim);
+    return lengths + aft_workspace_floats(kAftDefaultTile);
+  }
+
+  size_t backward_workspace_floats(const Config& c, Form, int64_t, int64_t,
+                                   int64_t) const override {
+    return aft_backward_workspace_floats(c.aft_max_distance, kAftDefaultTile);
+  }
+
+  const float* forward(const MixerPass& p, Arena& arena) const override {
+    const Model& model = *p.model;
+    const Config& c = model.config();
+    const int64_t B = p.B, T = p.T, N = B * T, vd = c.value_embed_dim, P = 3 * vd;
+    const float* bias = model.param(model.tensors().layers[p.layer].extra[0]);
+    const int64_t L = c.aft_max_distance;
+    const TensorView q = channel_view(p.proj, B, T, P, vd),
+                     k = channel_view(p.proj + vd, B, T, P, vd);
+    const TensorView v = channel_view(p.proj + 2 * vd, B, T, P, vd),
+                     out = channel_view(p.out, B, T, vd, vd);
+    if (!p.cache) {  // from an empty sequence (training, or a parallel pass without a state)
+      AftArgs a;
+      a.q = q;
+      a.k = k;
+      a.v = v;
+      a.out = out;
+      a.bias = bias;
+      a.L = L;
+      if (p.saved) {
+        const Saved sv = carve(p.saved, c, N);
+        a.row_max = sv.row_max;
+        a.denominator = sv.denominator;
+        a.ratio = sv.ratio;
+      }
+      aft_forward(a, arena);
+      return p.out;
+    }
+    int64_t* lengths = cache_lengths(arena, p.positions, B);
+    AftCache cache;
+    cache.data = p.cache->block(p.layer, p.first);
+    cache.capacity = p.cache->capacity;
+    cache.length = lengths;
+    if (p.form == Form::Recurrent && T == 1)
+      aft_step(q, k, v, out, cache, bias, L, arena);
+    else
+      aft_prefill(q, k, v, out, cache, bias, L, arena);
+    return p.out;
+  }
+
+  const float* output(const MixerGrad& gr, float* scratch) const override {
+    const Config& c = gr.model->config();
+    const int64_t N = gr.B * gr.T, vd = c.value_embed_dim, P = 3 * vd;
+    const Saved sv = carve(const_cast<float*>(gr.saved), c, N);
+    sigmoid_gated(gr.proj, P, sv.ratio, scratch, N, vd);
+    return scratch;
+  }
+
+  void backward(const MixerGrad& gr, Arena& arena) const override {
+    const Model& model = *gr.model;
+    const Config& c = model.config();
+    const int64_t B = gr.B, T = gr.T, N = B * T, vd = c.value_embed_dim, P = 3 * vd;
+    const Saved sv = carve(const_cast<float*>(gr.saved), c, N);
+    const size_t bias_index = model.tensors().layers[gr.layer].extra[0];
+    std::memset(gr.d_proj, 0, static_cast<size_t>(N * P) * sizeof(float));
+    AftGradArgs ga;
+    ga.q = channel_view(gr.proj, B, T, P, vd);
+    ga.k = channel_view(gr.proj + vd, B, T, P, vd);
+    ga.v = channel_view(gr.proj + 2 * vd, B, T, P, vd);
+    ga.d_out = channel_view(gr.d_out, B, T, vd, vd);
+    ga.d_q = channel_view(gr.d_proj, B, T, P, vd);
+    ga.d_k = channel_view(gr.d_proj + vd, B, T, P, vd);
+    ga.d_v = channel_view(gr.d_proj + 2 * vd, B, T, P, vd);
+    ga.bias = model.param(bias_index);
+    ga.d_bias = gr.grads->tensor(bias_index);
+    ga.L = c.aft_max_distance;
+    ga.row_max = sv.row_max;
+    ga.denominator = sv.denominator;
+    ga.ratio = sv.ratio;
+    aft_backward(ga, arena);
+  }
+};
+
+}  // namespace
+
+const LayerMixer& aft_layer_mixer() {
+  static const AftMixer mixer;
+  return mixer;
+}
+
+}  // namespace retnet::detail
