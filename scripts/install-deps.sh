@@ -1,22 +1,48 @@
 #!/usr/bin/env bash
-# Installs every Debian package the project needs. Idempotent: packages already present are skipped.
+# Installs the Debian packages a job needs. Idempotent: packages already present are skipped.
 # Runs as root, or through sudo when available.
+#
+#   bash scripts/install-deps.sh              # runtime: build and run the engine (the main job)
+#   bash scripts/install-deps.sh test         # + GoogleTest, Google Benchmark, the PyTorch reference
+#   bash scripts/install-deps.sh bench        # + Google Benchmark, matplotlib (plots)
+#   bash scripts/install-deps.sh test bench   # several groups at once
+#
+# Every group includes runtime. Groups can also be given as one string ("test bench").
 set -euo pipefail
 
-PACKAGES=(
+RUNTIME=(
   build-essential cmake ninja-build pkg-config
   libopenblas-dev libopenblas0-openmp libomp-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev libsentencepiece-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-numpy python3-torch
 )
+TEST=(libgtest-dev libgmock-dev libbenchmark-dev python3 python3-numpy python3-torch)
+BENCH=(libbenchmark-dev python3-matplotlib)
+
+groups=()
+for arg in "$@"; do
+  for g in $arg; do groups+=("$g"); done   # "test bench" as one argument works too
+done
+[ ${#groups[@]} -eq 0 ] && groups=(runtime)
+
+PACKAGES=("${RUNTIME[@]}")
+for g in "${groups[@]}"; do
+  case "$g" in
+    runtime) ;;
+    test) PACKAGES+=("${TEST[@]}") ;;
+    bench) PACKAGES+=("${BENCH[@]}") ;;
+    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "install-deps: unknown group '$g' (expected: runtime, test, bench)" >&2; exit 2 ;;
+  esac
+done
+# Drop duplicates (libbenchmark-dev is in two groups), keeping the order.
+mapfile -t PACKAGES < <(printf '%s\n' "${PACKAGES[@]}" | awk '!seen[$0]++')
 
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  echo "install-deps: all ${#PACKAGES[@]} packages present (${groups[*]})"
   exit 0
 fi
 
@@ -25,7 +51,7 @@ if [ "$(id -u)" -ne 0 ]; then
   command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
   SUDO="sudo"
 fi
-echo "install-deps: installing ${missing[*]}"
+echo "install-deps: installing ${missing[*]} (${groups[*]})"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

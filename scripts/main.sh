@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: installs dependencies if missing, builds, trains the
-# default small RetNet on the bundled Tiny Shakespeare for a few minutes, evaluates it, runs it in
-# all four forms (agreement, speed), then generates a sample with `retnet generate` (chunkwise
-# prefill, recurrent decoding, sampling) and prints decode speed and memory. TRAIN_SECONDS (default 180) sets the training budget; extra arguments go to
-# `retnet demo`.
+# The main job on the embedded default: installs the runtime dependencies if missing, builds the
+# `retnet` command, trains the default small RetNet on the bundled Tiny Shakespeare for a few
+# minutes, evaluates it, runs it in all four forms (agreement, speed), then generates a sample with
+# `retnet generate` (chunkwise prefill, recurrent decoding, sampling) and prints decode speed and
+# memory. TRAIN_SECONDS (default 180) sets the training budget; extra arguments go to `retnet demo`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD_TARGET=retnet bash scripts/build.sh
+# Only the `retnet` command: no tests or benchmarks, so only the runtime packages are needed.
+DEPS=runtime BUILD_TARGET=retnet bash scripts/build.sh -DRETNET_BUILD_TESTS=OFF -DRETNET_BUILD_BENCHMARKS=OFF
 RUN=${RUN_DIR:-runs/main}
 ./build/retnet train --data data/tinyshakespeare.txt --out "$RUN" --time-budget "${TRAIN_SECONDS:-180}" \
   --eval-interval 200 --log-interval 20

@@ -7,12 +7,12 @@ cd "$(dirname "$0")/.."
 JOBS=$(nproc)
 
 echo "== release build and all tests"
-BUILD_DIR=build bash scripts/build.sh
+DEPS="test bench" BUILD_DIR=build bash scripts/build.sh
 ctest --test-dir build --output-on-failure --parallel "$JOBS" --timeout 900
 
 if [ "${RETNET_SKIP_SANITIZERS:-0}" != "1" ]; then
   echo "== ASan + UBSan build and unit tests"
-  BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo bash scripts/build.sh -DRETNET_SANITIZE=ON \
+  DEPS=test BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo bash scripts/build.sh -DRETNET_SANITIZE=ON \
     -DRETNET_BUILD_BENCHMARKS=OFF
   # OpenBLAS and libgomp are not instrumented; leak checks would report their one-time buffers.
   ASAN_OPTIONS=detect_leaks=0 ctest --test-dir build-asan --output-on-failure --parallel "$JOBS" \
