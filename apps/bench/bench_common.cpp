@@ -60,7 +60,7 @@ void write_json(const std::string& path, const nlohmann::json& j) {
 
 namespace retnet::cli {
 
-Config family_config(MixerKind kind) {
+Config family_config(const MixerSpec* kind) {
   Config base;
   Config c;
   c.mixer = kind;
@@ -71,13 +71,12 @@ Config family_config(MixerKind kind) {
     if (gap < best_gap) best = f, best_gap = gap;
   }
   c.ffn_dim = best;
-  // The decay-attention kernel's pairwise chunks cost O(chunk) per token: 16 is its fast size.
-  if (kind == MixerKind::Rwkv || kind == MixerKind::AftSimple) c.recurrent_chunk_size = 16;
+  if (kind->preferred_chunk > 0) c.recurrent_chunk_size = kind->preferred_chunk;
   return c;
 }
 
-RecurrentState synthetic_state(const Model& m, int64_t batch, int64_t position, int64_t room) {
-  RecurrentState s(m.config(), batch);
+State synthetic_state(const Model& m, int64_t batch, int64_t position, int64_t room) {
+  State s(m.config(), batch);
   // One tile of random values, repeated: filling gigabytes of cache value by value would take
   // longer than the measurement.
   constexpr size_t kTile = size_t{1} << 16;
@@ -85,7 +84,7 @@ RecurrentState synthetic_state(const Model& m, int64_t batch, int64_t position, 
   Philox rng(11);
   for (size_t i = 0; i < kTile; ++i) tile[i] = static_cast<float>(0.01 * rng.normal(0, i));
   // A decay-attention state: a, b >= 0 with b > 0 (a non-empty state), p = 0.
-  if (mixer_is_channelwise(m.config().mixer))
+  if (m.config().mixer->per_channel)
     for (auto& v : tile) v = std::fabs(v) + 0.01f;
   auto fill = [&](float* p, size_t n, float scale) {
     for (size_t i = 0; i < n; i += kTile) {

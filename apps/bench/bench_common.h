@@ -33,13 +33,13 @@ void write_json(const std::string& path, const nlohmann::json& j);
 
 // The default config with `kind`, its FFN widened (or narrowed) to the default RetNet's parameter
 // count: the mixers without retention's gate projection get back those d x vd parameters per layer.
-Config family_config(MixerKind kind);
+Config family_config(const MixerSpec* kind);
 
 // The states of `batch` sequences at `position` with room for `room` more tokens, filled with
 // small pseudo-random values instead of by a prefill (a step's cost and memory do not depend on
 // the values; prefilling 16k tokens into attention costs O(T^2)). The cache's capacity is exactly
 // position + room, as a one-shot prefill reserves it.
-RecurrentState synthetic_state(const Model& m, int64_t batch, int64_t position, int64_t room);
+State synthetic_state(const Model& m, int64_t batch, int64_t position, int64_t room);
 
 // The machine: CPU model, online cores, total memory, BLAS core.
 nlohmann::json machine_json();

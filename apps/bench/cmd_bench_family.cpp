@@ -39,8 +39,8 @@ struct FamilyOptions {
   bool quick = false;
 };
 
-Form training_form(MixerKind kind) {
-  return mixer_trains_with(kind, Form::Chunkwise) ? Form::Chunkwise
+Form training_form(const MixerSpec* kind) {
+  return kind->trains_with(Form::Chunkwise) ? Form::Chunkwise
                                                            : Form::Parallel;
 }
 
@@ -68,7 +68,7 @@ Summary training_speed(Model& m, int64_t B, int64_t T, int reps) {
 
 // Median seconds of a decode step at `position` over a window of steps.
 double step_latency(const Model& m, int64_t position, int64_t window) {
-  RecurrentState s = synthetic_state(m, 1, position, window + 8);
+  State s = synthetic_state(m, 1, position, window + 8);
   ForwardOptions fo;
   fo.form = Form::Recurrent;
   Arena arena;
@@ -86,7 +86,7 @@ double step_latency(const Model& m, int64_t position, int64_t window) {
 
 // Bytes one sequence's state or cache takes at `position` (allocated, as decoding holds it).
 int64_t state_bytes_at(const Model& m, int64_t position) {
-  RecurrentState s(m.config(), 1);
+  State s(m.config(), 1);
   s.cache.reserve(position);
   return static_cast<int64_t>(s.data.size() * sizeof(float) + s.cache.bytes());
 }
@@ -116,11 +116,11 @@ std::string fmt_bytes(double b) { return human_bytes(b); }
 
 void run_bench_family(const FamilyOptions& o) {
   apply_threads(o.threads);
-  std::vector<MixerKind> kinds;
+  std::vector<const MixerSpec*> kinds;
   for (size_t start = 0; start <= o.mixers.size();) {
     size_t end = o.mixers.find(',', start);
     if (end == std::string::npos) end = o.mixers.size();
-    if (end > start) kinds.push_back(parse_mixer(o.mixers.substr(start, end - start)));
+    if (end > start) kinds.push_back(&find_mixer(o.mixers.substr(start, end - start)));
     start = end + 1;
   }
   RETNET_CHECK(!kinds.empty(), "--mixers lists no mixer");
@@ -147,13 +147,13 @@ void run_bench_family(const FamilyOptions& o) {
                         {"repetitions", reps},
                         {"train_minutes", o.train_minutes},
                         {"mixers", nlohmann::json::object()}};
-  for (MixerKind kind : kinds) {
+  for (const MixerSpec* kind : kinds) {
     const Config c = family_config(kind);
     Model m = Model::init(c, 1);
     nlohmann::json r = {{"config", nlohmann::json::parse(c.to_json())},
                         {"parameters", m.parameter_count()},
                         {"training_form", form_name(training_form(kind))}};
-    std::printf("\n== %s: %lld parameters (ffn %lld), trains with the %s form\n", mixer_name(kind),
+    std::printf("\n== %s: %lld parameters (ffn %lld), trains with the %s form\n", kind->name,
                 (long long)m.parameter_count(), (long long)c.ffn_dim,
                 form_name(training_form(kind)));
     std::fflush(stdout);
@@ -189,7 +189,7 @@ void run_bench_family(const FamilyOptions& o) {
     }
     // 4. Validation loss after the same training time.
     if (train_runs) {
-      const TrainResult t = train_for(c, o, (fs::path(work) / mixer_scope(kind)).string());
+      const TrainResult t = train_for(c, o, (fs::path(work) / std::string(kind->scope)).string());
       std::printf(
           "  training  %.1f min: %lld steps, %.0f tokens/s, val loss %.4f (%.4f bits/byte)\n",
           o.train_minutes, (long long)t.steps, t.tokens_per_s, t.final_val_loss,
@@ -201,7 +201,7 @@ void run_bench_family(const FamilyOptions& o) {
                          {"val_bits_per_byte", t.val_bits_per_byte}};
     }
     std::fflush(stdout);
-    out["mixers"][mixer_name(kind)] = r;
+    out["mixers"][kind->name] = r;
   }
   if (o.work_dir.empty() && train_runs) fs::remove_all(work);
   if (!o.json.empty()) write_json(o.json, out);

@@ -79,7 +79,7 @@ bool is_skipped(const json& j) { return j.is_object() && j.contains("status"); }
 // ---------------------------------------------------------------- probes (child processes)
 
 // Memory of a process that brings one sequence to position T and decodes `steps` tokens.
-json probe_memory(MixerKind kind, int64_t T, int64_t steps) {
+json probe_memory(const MixerSpec* kind, int64_t T, int64_t steps) {
   const Config c = family_config(kind);
   Model m = Model::init(c, 1);
   m.prepare_decode(DecodePrecision::F32);
@@ -87,9 +87,9 @@ json probe_memory(MixerKind kind, int64_t T, int64_t steps) {
   std::vector<int32_t> tokens(1, 1);
   int64_t state_bytes = 0;
   bool synthetic = false;
-  if (mixer_has_cache(kind)) {
+  if (kind->keeps_tokens) {
     synthetic = true;
-    RecurrentState s = synthetic_state(m, 1, T, steps);
+    State s = synthetic_state(m, 1, T, steps);
     ForwardOptions fo;
     fo.form = Form::Recurrent;
     Arena arena;
@@ -113,7 +113,7 @@ json probe_memory(MixerKind kind, int64_t T, int64_t steps) {
 }
 
 // Training steps (forward, backward, clipping, AdamW) at batch 1 x T: tokens/s and peak memory.
-json probe_train(MixerKind kind, Form form, int64_t T, int reps, double cap_s) {
+json probe_train(const MixerSpec* kind, Form form, int64_t T, int reps, double cap_s) {
   const Config c = family_config(kind);
   Model m = Model::init(c, 1);
   auto tok = bench_tokens(T + 1, c.vocab_size, 7);
@@ -150,7 +150,7 @@ json probe_train(MixerKind kind, Form form, int64_t T, int reps, double cap_s) {
 // Per-step latency (ms) and aggregate tokens/s of B sequences decoding together at `context`.
 json decode_point(const Model& m, int64_t B, int64_t context, int reps, int window) {
   const int warm = 2;
-  RecurrentState s = synthetic_state(m, B, context, int64_t{reps} * (window + warm) + 4);
+  State s = synthetic_state(m, B, context, int64_t{reps} * (window + warm) + 4);
   ForwardOptions fo;
   fo.form = Form::Recurrent;
   Arena arena;
@@ -221,7 +221,8 @@ Summary heads_point(Form form, int64_t H, int reps) {
 
 // ---------------------------------------------------------------- the figures
 
-const MixerKind kRet = MixerKind::Retention, kAtt = MixerKind::Attention;
+const MixerSpec* const kRet = &find_mixer("retention");
+const MixerSpec* const kAtt = &find_mixer("attention");
 
 json figure_memory(const Plan& p, int threads) {
   json fig = {{"lengths", p.mem_lengths},
@@ -240,7 +241,7 @@ json figure_memory(const Plan& p, int threads) {
       std::vector<double> rss;
       json last;
       for (int r = 0; r < p.mem_reps; ++r) {
-        last = run_probe({"bench", "paper-probe", "--what", "memory", "--mixer", mixer_name(kind),
+        last = run_probe({"bench", "paper-probe", "--what", "memory", "--mixer", kind->name,
                           "--length", std::to_string(T), "--threads", std::to_string(threads)});
         if (is_skipped(last)) break;
         rss.push_back(last["peak_rss_bytes"].get<double>());
@@ -327,7 +328,7 @@ json figure_training(const Plan& p, int threads, double mem_cap) {
               "peak RSS");
   struct Series {
     const char* name;
-    MixerKind kind;
+    const MixerSpec* kind;
     Form form;
     bool quadratic;
   };
@@ -358,7 +359,7 @@ json figure_training(const Plan& p, int threads, double mem_cap) {
                                 "the cap of {:.0f} s (--train-cap)",
                                 predicted, prev_step, kstr(prev_T), p.train_cap_s));
       } else {
-        r = run_probe({"bench", "paper-probe", "--what", "train", "--mixer", mixer_name(s.kind),
+        r = run_probe({"bench", "paper-probe", "--what", "train", "--mixer", s.kind->name,
                        "--form", form_name(s.form), "--length", std::to_string(T),
                        "--reps", std::to_string(p.train_reps), "--threads",
                        std::to_string(threads), "--cap", fmt::format("{}", p.train_cap_s)});
@@ -624,7 +625,7 @@ void register_bench_paper(CLI::App* bench) {
   probe->add_option("--cap", q->cap);
   probe->callback([q] {
     apply_threads(q->threads);
-    const MixerKind kind = parse_mixer(q->mixer);
+    const MixerSpec* kind = &find_mixer(q->mixer);
     const json r = q->what == "memory"
                        ? probe_memory(kind, q->length, 16)
                        : probe_train(kind, parse_form(q->form), q->length, q->reps,

@@ -108,7 +108,7 @@ void register_demo(CLI::App& app) {
 
     if (o->decode <= 0) return;  // `retnet generate` does the decoding in the main job
     // Decode: prefill with the chunkwise form, then one token at a time from the recurrent state.
-    RecurrentState state(c, 1);
+    State state(c, 1);
     ForwardOptions prefill;
     prefill.form = Form::Chunkwise;
     prefill.chunk = o->chunk;

@@ -34,7 +34,7 @@ void register_info(CLI::App& app) {
       j["parameters"] = params;
       j["parameter_bytes"] = params * 4;
       j["file_bytes"] = static_cast<int64_t>(st.st_size);
-      j["mixer"] = mixer_name(c.mixer);
+      j["mixer"] = c.mixer->name;
       j["state_bytes_per_sequence"] = state;
       j["cache_bytes_per_token"] = c.cache_floats_per_token() * 4;
       j["source"] = li.torchscale ? "torchscale" : "retnet";
@@ -55,8 +55,8 @@ void register_info(CLI::App& app) {
         (long long)c.ffn_dim, (long long)c.vocab_size);
     std::printf("tokenizer:    %s, %lld tokens\n", tokenizer->kind().c_str(),
                 (long long)tokenizer->vocab_size());
-    std::printf("mixer:        %s\n", mixer_name(c.mixer));
-    if (c.mixer == MixerKind::Retention) {
+    std::printf("mixer:        %s (%s)\n", c.mixer->name, c.mixer->summary);
+    if (c.mixer->decays_by_head) {
       std::printf("decay gamma:  ");
       for (double g : model.gammas()) std::printf("%.8f ", g);
       std::printf("\n");

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "retnet/core/error.h"
 #include "retnet/model/config.h"
 
 namespace retnet::cli {

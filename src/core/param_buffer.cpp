@@ -7,10 +7,11 @@
 
 namespace retnet {
 
-size_t ParamLayout::add(const std::string& name, std::vector<int64_t> shape) {
+size_t ParamLayout::add(const std::string& name, std::vector<int64_t> shape, bool weight_decay) {
   RETNET_CHECK(!index_.count(name), "parameter '{}' is defined twice", name);
   ParamEntry e;
   e.name = name;
+  e.weight_decay = weight_decay;
   e.numel = 1;
   for (int64_t d : shape) {
     RETNET_CHECK(d > 0, "parameter '{}' has a non-positive dimension {}", name, d);

@@ -109,43 +109,28 @@ void Config::validate() const {
 }
 
 int64_t Config::projection_width() const {
-  if (mixer == MixerKind::Retention) return 2 * embed_dim + 2 * value_embed_dim;
-  if (mixer_is_channelwise(mixer)) return 3 * value_embed_dim;
-  return 2 * embed_dim + value_embed_dim;
+  const int64_t qk = mixer->per_channel ? value_embed_dim : embed_dim;
+  return 2 * qk + value_embed_dim + (mixer->gated ? value_embed_dim : 0);
 }
 
 int64_t Config::parameter_count() const {
   const int64_t d = embed_dim, vd = value_embed_dim;
-  int64_t extra = 0;  // the mixer's own tensors besides its projections
-  if (mixer == MixerKind::Performer) extra = performer_features * key_dim();  // FAVOR+ matrix
-  if (mixer == MixerKind::Aft) extra = aft_max_distance;                      // position biases
-  if (mixer == MixerKind::Rwkv) extra = 2 * vd;                               // decay, bonus
-  const int64_t per_layer = projection_width() * d + d * vd + d + extra + 3 * ffn_dim * d + d;
+  int64_t own = 0;  // the mixer's own tensors besides its projections
+  for (const MixerTensor& t : mixer->tensors) {
+    int64_t n = 1;
+    for (int64_t extent : t.shape(*this)) n *= extent;
+    own += n;
+  }
+  const int64_t per_layer = projection_width() * d + d * vd + d + own + 3 * ffn_dim * d + d;
   return 2 * vocab_size * d + layers * per_layer + d;
 }
 
 int64_t Config::state_floats_per_sequence() const {
-  const int64_t vd = value_embed_dim, dv = head_value_dim();
-  switch (mixer) {
-    case MixerKind::Retention:
-    case MixerKind::Linear:
-      return layers * heads * key_dim() * (dv + 1);
-    case MixerKind::Performer:
-      return layers * heads * performer_features * (dv + 1);
-    case MixerKind::AftSimple:
-    case MixerKind::Rwkv:
-      return layers * 3 * vd;
-    case MixerKind::Attention:
-    case MixerKind::Aft:
-      return 0;
-  }
-  return 0;
+  return layers * mixer->state_floats_per_layer(*this);
 }
 
 int64_t Config::cache_floats_per_token() const {
-  if (mixer == MixerKind::Attention) return layers * (embed_dim + value_embed_dim);
-  if (mixer == MixerKind::Aft) return layers * 2 * value_embed_dim;
-  return 0;
+  return layers * mixer->cache_floats_per_token_per_layer(*this);
 }
 
 Config Config::from_json(const std::string& text, const std::string& origin) {
@@ -185,7 +170,7 @@ Config Config::from_json(const std::string& text, const std::string& origin) {
     RETNET_CHECK(j["mixer"].is_string(), "{}: 'mixer' must be one of {}, got {}", origin,
                  mixer_names(), j["mixer"].dump());
     try {
-      c.mixer = parse_mixer(j["mixer"].get<std::string>());
+      c.mixer = &find_mixer(j["mixer"].get<std::string>());
     } catch (const Error& e) {
       throw Error(fmt::format("{}: {}", origin, e.what()));
     }
@@ -256,9 +241,12 @@ std::string Config::to_json(int indent) const {
   j["recurrent_chunk_size"] = recurrent_chunk_size;
   j["decay"] = decay == DecaySchedule::Paper ? "paper" : "torchscale";
   // Written only when they matter, so retention configs stay torchscale's.
-  if (mixer != MixerKind::Retention) j["mixer"] = mixer_name(mixer);
-  if (mixer == MixerKind::Performer) j["performer_features"] = performer_features;
-  if (mixer == MixerKind::Aft) j["aft_max_distance"] = aft_max_distance;
+  if (mixer != &default_mixer()) j["mixer"] = mixer->name;
+  const std::pair<const char*, int64_t> mixer_fields[] = {
+      {"performer_features", performer_features}, {"aft_max_distance", aft_max_distance}};
+  for (const char* key : mixer->config_keys)
+    for (const auto& [name, value] : mixer_fields)
+      if (std::string_view(key) == name) j[name] = value;
   return j.dump(indent);
 }
 

@@ -7,6 +7,7 @@
 
 #include "retnet/core/arena.h"
 #include "retnet/core/param_buffer.h"
+#include "retnet/core/tensor.h"
 #include "retnet/model/forward.h"
 #include "retnet/model/model.h"
 
@@ -79,16 +80,23 @@ class LayerMixer {
   virtual void backward(const MixerGrad& grad, Arena& arena) const = 0;
 };
 
-const LayerMixer& layer_mixer(MixerKind kind);
+// The block of the config's mixer.
+inline const LayerMixer& layer_mixer(const Config& c) { return c.mixer->block(); }
 
-// One implementation per file.
-const LayerMixer& retention_layer_mixer();
-const LayerMixer& attention_layer_mixer();
-const LayerMixer& linear_layer_mixer();  // linear transformer and performer
-const LayerMixer& aft_layer_mixer();     // AFT-full
-const LayerMixer& decay_layer_mixer();   // rwkv and aft-simple
+// Each mixer's spec, defined in its block file (blocks/); the registry (mixer_registry.cpp) lists
+// them.
+const MixerSpec& retention_mixer_spec();
+const MixerSpec& attention_mixer_spec();
+const MixerSpec& linear_mixer_spec();     // linear transformer (elu + 1 features)
+const MixerSpec& performer_mixer_spec();  // FAVOR+ features
+const MixerSpec& aft_mixer_spec();        // AFT-full
+const MixerSpec& aft_simple_mixer_spec();
+const MixerSpec& rwkv_mixer_spec();
 
 // Helpers shared by the mixers.
+// The state and cache sizes of the specs of mixers without one.
+inline int64_t no_state_floats(const Config&) { return 0; }
+inline int64_t no_cache_floats(const Config&) { return 0; }
 TensorView head_view(float* p, int64_t B, int64_t T, int64_t H, int64_t ld, int64_t last);
 inline TensorView head_view(const float* p, int64_t B, int64_t T, int64_t H, int64_t ld,
                             int64_t last) {

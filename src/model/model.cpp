@@ -9,16 +9,9 @@
 #include "retnet/core/gemm.h"
 #include "retnet/core/hash.h"
 #include "retnet/core/rng.h"
-#include "retnet/mixers/feature_maps.h"
 #include "retnet/ops/rotation.h"
 
 namespace retnet {
-
-std::string mixer_scope(MixerKind kind) {
-  std::string s = mixer_name(kind);
-  std::replace(s.begin(), s.end(), '-', '_');
-  return s;
-}
 
 ParamLayout make_param_layout(const Config& c, ModelTensors* idx) {
   ParamLayout layout;
@@ -28,30 +21,26 @@ ParamLayout make_param_layout(const Config& c, ModelTensors* idx) {
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     LayerTensors L;
-    const std::string s = mixer_scope(c.mixer);
-    const int64_t qk_rows = mixer_is_channelwise(c.mixer) ? vd : d;
-    L.q_proj = layout.add(p + s + ".q_proj.weight", {qk_rows, d});
-    L.k_proj = layout.add(p + s + ".k_proj.weight", {qk_rows, d});
-    L.v_proj = layout.add(p + s + ".v_proj.weight", {vd, d});
-    if (c.mixer == MixerKind::Retention) L.g_proj = layout.add(p + s + ".g_proj.weight", {vd, d});
-    L.out_proj = layout.add(p + s + ".out_proj.weight", {d, vd});
-    if (c.mixer == MixerKind::Performer)
-      L.extra[0] = layout.add(p + s + ".feature_matrix", {c.performer_features, c.key_dim()});
-    if (c.mixer == MixerKind::Aft)
-      L.extra[0] = layout.add(p + s + ".pos_bias", {c.aft_max_distance});
-    if (c.mixer == MixerKind::Rwkv) {
-      L.extra[0] = layout.add(p + s + ".time_decay", {vd});
-      L.extra[1] = layout.add(p + s + ".time_first", {vd});
-    }
+    const MixerSpec& m = *c.mixer;
+    const std::string s = m.scope;
+    // Matrices take weight decay; norms, embeddings and the mixer's own tensors (by its spec) not.
+    const int64_t qk_rows = m.per_channel ? vd : d;
+    L.q_proj = layout.add(p + s + ".q_proj.weight", {qk_rows, d}, true);
+    L.k_proj = layout.add(p + s + ".k_proj.weight", {qk_rows, d}, true);
+    L.v_proj = layout.add(p + s + ".v_proj.weight", {vd, d}, true);
+    if (m.gated) L.g_proj = layout.add(p + s + ".g_proj.weight", {vd, d}, true);
+    L.out_proj = layout.add(p + s + ".out_proj.weight", {d, vd}, true);
+    for (const MixerTensor& t : m.tensors)
+      L.mixer_tensors.push_back(layout.add(p + s + "." + t.name, t.shape(c), t.weight_decay));
     L.mixer_norm = layout.add(p + s + "_layer_norm.weight", {d});
-    L.fc1 = layout.add(p + "ffn.fc1.weight", {f, d});
-    L.gate = layout.add(p + "ffn.gate.weight", {f, d});
-    L.fc2 = layout.add(p + "ffn.fc2.weight", {d, f});
+    L.fc1 = layout.add(p + "ffn.fc1.weight", {f, d}, true);
+    L.gate = layout.add(p + "ffn.gate.weight", {f, d}, true);
+    L.fc2 = layout.add(p + "ffn.fc2.weight", {d, f}, true);
     L.final_norm = layout.add(p + "final_layer_norm.weight", {d});
     t.layers.push_back(L);
   }
   t.final_norm = layout.add("layer_norm.weight", {d});
-  t.output_projection = layout.add("output_projection.weight", {c.vocab_size, d});
+  t.output_projection = layout.add("output_projection.weight", {c.vocab_size, d}, true);
   if (idx) *idx = t;
   return layout;
 }
@@ -71,38 +60,6 @@ Model::Model(const Config& config, ParamBuffer params)
   for (int64_t h = 0; h < config_.heads; ++h) gammas_.push_back(config_.gamma(h));
   thetas_ = rotation_thetas(config_.key_dim());
 }
-
-namespace {
-
-// The tensors some mixers have besides their projections.
-void init_mixer_extras(const Config& c, const LayerTensors& L, int64_t layer, uint64_t seed,
-                       ParamBuffer& params) {
-  const int64_t vd = c.value_embed_dim;
-  if (c.mixer == MixerKind::Performer) {
-    // Each layer its own random matrix, a pure function of (seed, layer): stored in the model
-    // file, so every form and every later run uses the same one.
-    const uint64_t matrix_seed = seed ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(layer + 1));
-    std::vector<float> w = favor_random_matrix(matrix_seed, c.performer_features, c.key_dim());
-    std::copy(w.begin(), w.end(), params.tensor(L.extra[0]));
-  }
-  if (c.mixer == MixerKind::Aft)  // zero biases: at first every earlier token counts by its key
-    std::fill_n(params.tensor(L.extra[0]), c.aft_max_distance, 0.f);
-  if (c.mixer == MixerKind::Rwkv) {
-    // RWKV-4's initialisation: decay rates exp(time_decay) spread from exp(-5) (long memory) to
-    // exp(3) (the last token only) across channels, faster in deeper layers; the current
-    // token's bonus around log(0.3) with a zigzag across channels.
-    const double ratio = c.layers > 1 ? static_cast<double>(layer) / (c.layers - 1) : 0.0;
-    float* decay = params.tensor(L.extra[0]);
-    float* first = params.tensor(L.extra[1]);
-    for (int64_t i = 0; i < vd; ++i) {
-      const double x = vd > 1 ? static_cast<double>(i) / (vd - 1) : 0.0;
-      decay[i] = static_cast<float>(-5.0 + 8.0 * std::pow(x, 0.7 + 1.3 * ratio));
-      first[i] = static_cast<float>(std::log(0.3) + 0.5 * ((i + 1) % 3 - 1));
-    }
-  }
-}
-
-}  // namespace
 
 Model Model::init(const Config& config, uint64_t seed) {
   config.validate();
@@ -137,7 +94,10 @@ Model Model::init(const Config& config, uint64_t seed) {
     for (size_t i : {L.q_proj, L.k_proj, L.v_proj, L.g_proj})
       if (i != kNoTensor) xavier(i, std::pow(2.0, -2.5));
     xavier(L.out_proj, 0.5);
-    init_mixer_extras(config, L, static_cast<int64_t>(l), seed, params);
+    const std::vector<MixerTensor>& own = config.mixer->tensors;
+    for (size_t i = 0; i < own.size(); ++i)
+      own[i].init(config, static_cast<int64_t>(l), seed, params.tensor(L.mixer_tensors[i]),
+                  static_cast<int64_t>(layout[L.mixer_tensors[i]].numel));
     uniform(L.fc1, 1.0 / std::sqrt(d));
     uniform(L.gate, 1.0 / std::sqrt(d));
     uniform(L.fc2, 1.0 / std::sqrt(static_cast<double>(config.ffn_dim)));

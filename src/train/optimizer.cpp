@@ -32,10 +32,9 @@ double clip_gradients(ParamBuffer& grads, double max_norm) {
 }
 
 bool AdamW::decays(const ParamEntry& e) {
-  // Not the embeddings, and not the Performer's random matrix: it is drawn, not learned (it gets
-  // no gradient, so decay alone would shrink it).
-  return e.shape.size() == 2 && e.name.find("embed_tokens") == std::string::npos &&
-         e.name.find("feature_matrix") == std::string::npos;
+  // The model's layout says which tensors take decay: its matrices, not the norms, the
+  // embeddings or (by their mixer's spec) a mixer's own tensors.
+  return e.weight_decay;
 }
 
 AdamW::AdamW(const ParamLayout& layout, const AdamWOptions& options)

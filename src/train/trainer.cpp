@@ -65,17 +65,11 @@ double measure_peak_flops() {
 }
 
 // Training FLOPs per token: 6 per weight of every matrix product (forward and backward), plus
-// retention's own products: scores and values over the causal half of the context (T in the
-// parallel form, the chunk in the chunkwise form), and in the chunkwise form the state's read and
-// update (2 x d_k x (d_v + 1) per head).
+// three times the forward FLOPs of the mixer's own core in this form (its spec's count).
 double flops_per_token(const Config& c, int64_t T, Form form, int64_t chunk) {
   const double matmul_params =
       static_cast<double>(c.parameter_count() - c.vocab_size * c.embed_dim);
-  const double context = form == Form::Chunkwise ? std::min(chunk, T) : T;
-  double retention = 6.0 * c.layers * (context / 2.0) * (c.embed_dim + c.value_embed_dim);
-  if (form == Form::Chunkwise)
-    retention += 6.0 * c.layers * 2.0 * c.embed_dim * (c.head_value_dim() + 1);
-  return 6.0 * matmul_params + retention;
+  return 6.0 * matmul_params + 3.0 * c.layers * c.mixer->core_flops_per_token(c, T, form, chunk);
 }
 
 // The model config: the file's, or the default small model; its vocabulary is the tokenizer's
@@ -204,7 +198,7 @@ TrainResult train(const TrainOptions& o) {
                  "%s model, %lld parameters, %s tokenizer (vocabulary %lld), %lld train / %lld val "
                  "tokens%s, batch %lld x %lld (x%lld accum), %s form, %d threads, GEMM peak %.0f "
                  "GFLOP/s\n",
-                 mixer_name(config.mixer), (long long)model.parameter_count(),
+                 config.mixer->name, (long long)model.parameter_count(),
                  tokenizer->kind().c_str(), (long long)tokenizer->vocab_size(),
                  (long long)data.train.size(), (long long)data.val.size(),
                  data.cache_reused ? " (token cache)" : "", (long long)B, (long long)T,

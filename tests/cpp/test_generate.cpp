@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "retnet/core/error.h"
 #include "retnet/infer/generator.h"
 #include "retnet/model/forward.h"
 #include "test_helpers.h"

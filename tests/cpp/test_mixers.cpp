@@ -20,7 +20,7 @@ using retnet::test::close;
 
 namespace {
 
-Config mixer_config(MixerKind kind) {
+Config mixer_config(const MixerSpec* kind) {
   Config c = test::tiny_config();
   c.mixer = kind;
   c.recurrent_chunk_size = 8;
@@ -31,7 +31,7 @@ Config mixer_config(MixerKind kind) {
 
 // A model whose weights are not at their initial symmetric values (norm weights of 1, zero
 // biases), so every tensor shapes the output.
-Model perturbed_model(MixerKind kind, uint64_t seed) {
+Model perturbed_model(const MixerSpec* kind, uint64_t seed) {
   Model m = Model::init(mixer_config(kind), seed);
   const auto& layout = m.params().layout();
   for (size_t i = 0; i < layout.size(); ++i) {
@@ -61,10 +61,10 @@ std::vector<float> logits_of(const Model& m, const std::vector<int32_t>& tok, in
   return out;
 }
 
-class Mixers : public ::testing::TestWithParam<MixerKind> {};
+class Mixers : public ::testing::TestWithParam<const MixerSpec*> {};
 
-std::string mixer_test_name(const ::testing::TestParamInfo<MixerKind>& info) {
-  std::string s = mixer_scope(info.param);
+std::string mixer_test_name(const ::testing::TestParamInfo<const MixerSpec*>& info) {
+  std::string s = std::string(info.param->scope);
   return s;
 }
 
@@ -76,7 +76,7 @@ TEST_P(Mixers, FormsAgree) {
   const auto tok = tokens_of(B * T, m.config().vocab_size, 1);
   const auto parallel = logits_of(m, tok, B, Form::Parallel);
   EXPECT_TRUE(close(logits_of(m, tok, B, Form::Recurrent), parallel, 1e-5));
-  if (mixer_has_form(GetParam(), Form::Chunkwise)) {
+  if (GetParam()->has_form(Form::Chunkwise)) {
     for (int64_t chunk : {1, 8, 64})
       EXPECT_TRUE(close(logits_of(m, tok, B, Form::Chunkwise, chunk), parallel, 1e-5))
           << "chunk " << chunk;
@@ -101,10 +101,10 @@ TEST_P(Mixers, PrefillInPiecesThenDecodeEqualsParallel) {
   const auto tok = tokens_of(T, m.config().vocab_size, 2);
   const auto parallel = logits_of(m, tok, 1, Form::Parallel);
   const int64_t V = m.config().vocab_size;
-  RecurrentState state(m.config(), 1);
+  State state(m.config(), 1);
   Arena arena;
   ForwardOptions pre;
-  pre.form = mixer_prefill_form(GetParam());
+  pre.form = GetParam()->prefill_form();
   std::vector<float> got(T * V);
   forward_logits(m, tok.data(), 1, 13, got.data(), pre, arena, &state);
   forward_logits(m, tok.data() + 13, 1, 11, got.data() + 13 * V, pre, arena, &state);
@@ -153,7 +153,7 @@ TEST_P(Mixers, GradientOfEveryTensorPredictsTheLossChange) {
 }
 
 TEST_P(Mixers, ParallelAndChunkwiseGradientsAgree) {
-  if (!mixer_trains_with(GetParam(), Form::Chunkwise)) {
+  if (!GetParam()->trains_with(Form::Chunkwise)) {
     Model m = perturbed_model(GetParam(), 6);
     const auto tok = tokens_of(10, m.config().vocab_size, 5);
     Arena arena;
@@ -242,7 +242,7 @@ TEST_P(Mixers, SavedStateContinuesLikeOneRun) {
   SamplingParams greedy;
   greedy.temperature = 0;
   const auto path = std::filesystem::temp_directory_path() /
-                    ("mixer_state_" + mixer_scope(GetParam()) + std::to_string(getpid()));
+                    ("mixer_state_" + std::string(GetParam()->scope) + std::to_string(getpid()));
   // One run: prompt, 6 tokens, 6 more. Two runs: save after the first 6, load, 6 more.
   auto run = [&](Session& s, int n, std::vector<int32_t>& out) {
     for (int i = 0; i < n; ++i) {
@@ -285,7 +285,7 @@ TEST_P(Mixers, ModelFileRoundTripKeepsTheLogits) {
   const Model m = perturbed_model(GetParam(), 10);
   const auto path =
       std::filesystem::temp_directory_path() /
-      ("mixer_model_" + mixer_scope(GetParam()) + std::to_string(getpid()) + ".safetensors");
+      ("mixer_model_" + std::string(GetParam()->scope) + std::to_string(getpid()) + ".safetensors");
   save_model(m, path.string());
   const Model back = load_model(path.string());
   std::filesystem::remove(path);
@@ -296,15 +296,13 @@ TEST_P(Mixers, ModelFileRoundTripKeepsTheLogits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Family, Mixers,
-                         ::testing::Values(MixerKind::Retention, MixerKind::Attention,
-                                           MixerKind::Linear, MixerKind::Performer, MixerKind::Aft,
-                                           MixerKind::AftSimple, MixerKind::Rwkv),
+                         ::testing::ValuesIn(mixer_registry().begin(), mixer_registry().end()),
                          mixer_test_name);
 
 TEST(MixerConfig, ParsesWritesAndRejects) {
   Config c = Config::from_json(R"({"mixer": "rwkv"})");
-  EXPECT_EQ(c.mixer, MixerKind::Rwkv);
-  EXPECT_EQ(Config::from_json(c.to_json()).mixer, MixerKind::Rwkv);
+  EXPECT_EQ(c.mixer, &find_mixer("rwkv"));
+  EXPECT_EQ(Config::from_json(c.to_json()).mixer, &find_mixer("rwkv"));
   EXPECT_EQ(Config::from_json("{}").to_json().find("mixer"), std::string::npos)
       << "retention configs stay torchscale's";
   try {
@@ -316,10 +314,34 @@ TEST(MixerConfig, ParsesWritesAndRejects) {
   EXPECT_THROW(Config::from_json(R"({"mixer": 3})"), Error);
   EXPECT_THROW(Config::from_json(R"({"mixer": "performer", "performer_features": 0})"), Error);
   // Parameter counts follow the layout.
-  for (MixerKind k : {MixerKind::Retention, MixerKind::Attention, MixerKind::Performer,
-                      MixerKind::Aft, MixerKind::Rwkv}) {
+  for (const MixerSpec* k : mixer_registry()) {
     Config mc = mixer_config(k);
     EXPECT_EQ(mc.parameter_count(), static_cast<int64_t>(make_param_layout(mc).total_floats()))
-        << mixer_name(k);
+        << k->name;
   }
+}
+
+TEST(MixerRegistry, EveryMixerIsFoundByNameAndDescribesItsLayout) {
+  std::string names;
+  for (const MixerSpec* m : mixer_registry()) {
+    EXPECT_EQ(&find_mixer(m->name), m);
+    names += (names.empty() ? "" : ", ") + std::string(m->name);
+    EXPECT_TRUE(m->has_form(Form::Parallel) && m->has_form(Form::Recurrent)) << m->name;
+    // A constant state or a growing cache, never both.
+    const Config c = mixer_config(m);
+    EXPECT_NE(c.state_floats_per_sequence() > 0, c.cache_floats_per_token() > 0) << m->name;
+    EXPECT_EQ(m->keeps_tokens, c.cache_floats_per_token() > 0) << m->name;
+    EXPECT_GT(m->core_flops_per_token(c, 256, Form::Parallel, 64), 0) << m->name;
+    // Weight decay: the matrices but the embedding; no norms, no mixer's own tensors.
+    const ParamLayout layout = make_param_layout(c);
+    for (const ParamEntry& e : layout.entries()) {
+      const bool own = std::any_of(m->tensors.begin(), m->tensors.end(), [&](const MixerTensor& t) {
+        return e.name.ends_with(std::string(".") + t.name);
+      });
+      const bool want = e.shape.size() == 2 && e.name != "embed_tokens.weight" && !own;
+      EXPECT_EQ(e.weight_decay, want) << e.name;
+    }
+  }
+  EXPECT_EQ(mixer_names(), names);
+  EXPECT_EQ(&default_mixer(), &find_mixer("retention"));
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "retnet/core/error.h"
 #include "retnet/core/parallel.h"
 #include "retnet/model/forward.h"
 #include "test_helpers.h"
@@ -100,7 +101,7 @@ TEST(ModelForms, ChunkedPrefillContinuesTheState) {
   const int64_t B = 2, T = 40, V = m.config().vocab_size;
   auto tok = tokens_for(B, T, V);
   auto ref = logits(m, tok, B, T, Form::Parallel);
-  RecurrentState state(m.config(), B);
+  State state(m.config(), B);
   Arena arena;
   std::vector<float> out(B * T * V);
   ForwardOptions o;

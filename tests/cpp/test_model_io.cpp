@@ -7,6 +7,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "retnet/core/error.h"
 #include "retnet/core/npy.h"
 #include "retnet/core/safetensors.h"
 #include "retnet/model/forward.h"

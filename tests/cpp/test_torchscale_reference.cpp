@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "retnet/core/error.h"
 #include "retnet/core/npy.h"
 #include "retnet/model/forward.h"
 #include "retnet/model/model_io.h"

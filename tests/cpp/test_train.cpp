@@ -83,7 +83,7 @@ TEST(Optimizer, ScheduleWarmsUpThenDecays) {
 TEST(Optimizer, AdamWStepAndClipping) {
   ParamLayout layout;
   layout.add("embed_tokens.weight", {2, 2});
-  layout.add("layers.0.ffn.fc1.weight", {1, 2});
+  layout.add("layers.0.ffn.fc1.weight", {1, 2}, /*weight_decay=*/true);
   layout.add("layer_norm.weight", {2});
   ParamBuffer p(layout), g(layout);
   for (size_t i = 0; i < p.size(); ++i) p.data()[i] = 1.f, g.data()[i] = 0.5f * (i + 1);

@@ -16,12 +16,13 @@ struct ParamEntry {
   std::vector<int64_t> shape;  // row-major
   size_t offset = 0;           // in floats, from the start of the buffer
   size_t numel = 0;
+  bool weight_decay = false;   // whether AdamW decays it (set by the model's layout)
 };
 
 class ParamLayout {
  public:
   // Appends a tensor; returns its index. Names must be unique.
-  size_t add(const std::string& name, std::vector<int64_t> shape);
+  size_t add(const std::string& name, std::vector<int64_t> shape, bool weight_decay = false);
   const ParamEntry& operator[](size_t i) const { return entries_[i]; }
   // nullptr when absent.
   const ParamEntry* find(const std::string& name) const;

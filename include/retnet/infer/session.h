@@ -83,7 +83,7 @@ class Session {
   uint64_t fingerprint_;
   int decode_threads_ = 0;
   int64_t active_ = 0;
-  RecurrentState state_;
+  State state_;
   std::vector<float> logits_;                 // [capacity, vocab]
   std::vector<uint8_t> has_logits_;           // [capacity]
   std::vector<std::vector<int32_t>> recent_;  // per sequence, at most options_.history

@@ -26,7 +26,7 @@ struct Config {
   bool no_scale_embedding = true;            // no_scale_embedding (false: embeddings times sqrt(d))
   int64_t recurrent_chunk_size = 64;  // recurrent_chunk_size: default chunk of the chunkwise form
   DecaySchedule decay = DecaySchedule::Torchscale;  // "decay": "torchscale" | "paper"
-  MixerKind mixer = MixerKind::Retention;           // "mixer": the token mixer of every block
+  const MixerSpec* mixer = &default_mixer();  // "mixer": the token mixer of every block
   int64_t performer_features = 64;  // "performer_features": FAVOR+ random features per head
   int64_t aft_max_distance = 1024;  // "aft_max_distance": learned AFT position biases
 
@@ -39,13 +39,14 @@ struct Config {
   // Throws Error naming the first inconsistency (dims not divisible by heads, odd d_k, ...).
   void validate() const;
   int64_t parameter_count() const;
-  // Rows of a layer's input projection (q | k | v | g for retention; see mixer.h).
+  // Rows of a layer's input projection (q | k | v (| g); see MixerSpec).
   int64_t projection_width() const;
-  // Constant-size recurrent state of one sequence, all layers. Retention: per layer and head a
-  // d_k x (d_v + 1) block (the state and the decayed key sum); 0 for the mixers with a cache.
+  // Constant-size recurrent state of one sequence, all layers (the mixer's spec per layer;
+  // retention: per head a d_k x (d_v + 1) block, the state and the decayed key sum); 0 for the
+  // mixers that keep every token.
   int64_t state_floats_per_sequence() const;
-  // Cache floats one sequence adds per token, all layers (attention: keys and values; aft: keys
-  // and values); 0 for the mixers with a constant-size state.
+  // Cache floats one sequence adds per token, all layers (attention, aft: keys and values); 0 for
+  // the mixers with a constant-size state.
   int64_t cache_floats_per_token() const;
 
   static Config from_json(const std::string& json_text, const std::string& origin = "config");

@@ -1,50 +1,79 @@
 #pragma once
-// The token mixers a model's blocks can use (the config's "mixer" field), and what each one
-// needs from the rest of the engine: its projections, the forms it runs, the state or cache it
-// carries between calls. Everything else in a block (norms, FFN, residuals) is the same for all.
-//
-//   mixer        projections (rows of the input product)  core                     decoding carries
-//   retention    q d | k d | v vd | g vd                  multi-scale retention,   H x dk x (dv+1)
-//                                                         head norm, swish gate
-//   attention    q d | k d | v vd                         causal softmax, rotary   KV cache (grows)
-//   linear       q d | k d | v vd                         elu+1 linear attention   H x dk x (dv+1)
-//   performer    q d | k d | v vd                         FAVOR+ linear attention  H x m x (dv+1)
-//   aft          q vd | k vd | v vd                       AFT-full, position bias  K, V cache
-//   (grows) aft-simple   q vd | k vd | v vd                       AFT-simple               3 x vd
-//   rwkv         q vd | k vd | v vd                       decay attention          3 x vd
-// Every mixer ends with the output projection out_proj [d, vd].
+// The token mixers a model's blocks can use (the config's "mixer" field). A mixer is one spec,
+// found through one registry (src/model/mixer_registry.cpp): its name, what it adds to a layer's
+// parameters (projection widths, its own tensors with their init and weight decay), the state or
+// cache it carries between calls, the forms it has, its FLOPs, and its block (the LayerMixer that
+// runs it, internal to src/model). Everything else in a block (norms, FFN, residuals) is the same
+// for all, and nothing outside the registry and the mixer's own files names a mixer.
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "retnet/core/form.h"
 
 namespace retnet {
 
-enum class MixerKind { Retention, Attention, Linear, Performer, Aft, AftSimple, Rwkv };
+struct Config;
+namespace detail {
+class LayerMixer;
+}
 
-const char* mixer_name(MixerKind kind);
-MixerKind parse_mixer(const std::string& name);  // throws Error listing the valid names
-// "retention, attention, linear, performer, aft, aft-simple, rwkv"
-const char* mixer_names();
+// A tensor a mixer has besides its projections, per layer: "layers.N.<scope>.<name>".
+struct MixerTensor {
+  const char* name;
+  std::vector<int64_t> (*shape)(const Config& c);
+  // Fills the layer's tensor (n floats) at initialisation: a pure function of (seed, layer).
+  void (*init)(const Config& c, int64_t layer, uint64_t seed, float* w, int64_t n);
+  // Whether AdamW decays it (none do today: the Performer's matrix is drawn, never trained, and
+  // decay alone would shrink it; the others are vectors).
+  bool weight_decay = false;
+};
 
-// Whether q and k are per channel (width vd) rather than per head (width d): aft, aft-simple, rwkv.
-bool mixer_is_channelwise(MixerKind kind);
+struct MixerSpec {
+  const char* name;   // the config's "mixer" value
+  const char* scope;  // the scope of its tensor names: "layers.N.<scope>.q_proj.weight"
+  const char* summary;
+  // Widths of the input projections q | k | v | g (rows of one matrix [P, d]): q and k are d wide
+  // (per head) or value_dim wide (per channel); g is value_dim wide or absent.
+  bool per_channel = false;
+  bool gated = false;
+  bool rotates = false;  // queries and keys rotated by position
+  bool decays_by_head = false;  // uses the config's per-head decays gamma_h
+  // Keeps every earlier token (a cache growing with the sequence) instead of a constant state;
+  // its parallel form then continues a cache (prefill).
+  bool keeps_tokens = false;
+  bool forms[4] = {true, true, false, false};  // indexed by Form: parallel, recurrent, chunkwise, scan
+  // The chunkwise form's fastest chunk size where it differs from the config's default (0).
+  int64_t preferred_chunk = 0;
+  std::vector<MixerTensor> tensors;  // its own tensors, in layout order
+  // The config fields only this mixer reads (written to a config's JSON only for it).
+  std::vector<const char*> config_keys;
+  // Floats of one sequence's constant-size state per layer (0 for the mixers that keep tokens).
+  int64_t (*state_floats_per_layer)(const Config& c) = nullptr;
+  // Floats one sequence's cache grows by per token per layer (0 for constant-state mixers).
+  int64_t (*cache_floats_per_token_per_layer)(const Config& c) = nullptr;
+  // Forward FLOPs per token per layer of the mixer's core (beyond its projections) over sequences
+  // of T tokens in the given form (chunk: the chunkwise form's chunk size).
+  double (*core_flops_per_token)(const Config& c, int64_t T, Form form, int64_t chunk) = nullptr;
+  const detail::LayerMixer& (*block)() = nullptr;
 
-// Whether the mixer rotates its queries and keys by position (xPos/rotary): retention, attention.
-bool mixer_uses_rotation(MixerKind kind);
+  bool has_form(Form form) const { return forms[static_cast<int>(form)]; }
+  // The forms training runs: parallel, and chunkwise where the mixer has it.
+  bool trains_with(Form form) const {
+    return form == Form::Parallel || (form == Form::Chunkwise && has_form(form));
+  }
+  // The form sessions prefill prompts with: chunkwise where the mixer has it, else parallel.
+  Form prefill_form() const { return has_form(Form::Chunkwise) ? Form::Chunkwise : Form::Parallel; }
+};
 
-// The forms a forward pass can run (Form's values): which ones a mixer has.
-//   parallel: every mixer (training, and prefill for the mixers with a cache);
-//   recurrent: every mixer (decoding, one token at a time);
-//   chunkwise: the mixers with a constant-size state (all but attention and aft);
-//   scan: retention only.
-bool mixer_has_form(MixerKind kind, Form form);
-// Whether the mixer keeps every earlier token (a cache that grows with the sequence) rather than
-// a constant-size state: attention and aft. Their parallel form can continue a cache (prefill).
-bool mixer_has_cache(MixerKind kind);
-// The form sessions prefill prompts with: chunkwise where the mixer has it, else parallel.
-Form mixer_prefill_form(MixerKind kind);
-// The forms training can run: parallel, and chunkwise where the mixer has it.
-bool mixer_trains_with(MixerKind kind, Form form);
+// Every mixer, in the registry's order.
+std::span<const MixerSpec* const> mixer_registry();
+// The spec named `name`; throws Error listing the valid names.
+const MixerSpec& find_mixer(const std::string& name);
+// "retention, attention, linear, ...", from the registry.
+std::string mixer_names();
+// The default mixer of a config: retention.
+const MixerSpec& default_mixer();
 
 }  // namespace retnet

@@ -20,19 +20,15 @@ inline constexpr size_t kNoTensor = static_cast<size_t>(-1);
 struct LayerTensors {
   size_t q_proj, k_proj, v_proj, g_proj = kNoTensor, out_proj, mixer_norm, fc1, gate, fc2,
                                  final_norm;
-  // The mixer's own tensors: performer: [0] the FAVOR+ matrix [m, dk] (drawn at init, never
-  // trained); aft: [0] position biases [aft_max_distance]; rwkv: [0] time_decay [vd] (decay rate
-  // exp(time_decay)), [1] time_first [vd] (the current token's bonus).
-  size_t extra[2] = {kNoTensor, kNoTensor};
+  // The mixer's own tensors, in the order of its spec's `tensors` (the block names each index:
+  // e.g. the Performer's feature matrix, AFT's position biases, RWKV's time_decay, time_first).
+  std::vector<size_t> mixer_tensors;
 };
 
 struct ModelTensors {
   size_t embed, output_projection, final_norm;
   std::vector<LayerTensors> layers;
 };
-
-// The scope of a mixer's tensor names: "retention" (torchscale's), "attention", "aft_simple", ...
-std::string mixer_scope(MixerKind kind);
 
 // The layout of a config, with torchscale's names.
 ParamLayout make_param_layout(const Config& config, ModelTensors* indices = nullptr);

@@ -34,7 +34,8 @@ class AdamW {
   ParamBuffer& first_moment() { return m_; }
   ParamBuffer& second_moment() { return v_; }
   const AdamWOptions& options() const { return options_; }
-  // Whether a parameter tensor gets weight decay: matrices except the embedding.
+  // Whether a parameter tensor gets weight decay: as the layout says (the model marks its
+  // matrices except the embedding, not its norms nor a mixer's own tensors).
   static bool decays(const ParamEntry& e);
 
  private:

@@ -3,6 +3,7 @@
 //   out = sigmoid(q) * sum_m exp(w_nm + k_m) v_m / sum_m exp(w_nm + k_m)
 // Projections q | k | v, each of width vd; pos_bias [aft_max_distance] per layer. Decoding keeps
 // every key and value in the state's token cache (rows of k [vd] then v [vd], the kernel's layout).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -11,6 +12,9 @@
 
 namespace retnet::detail {
 namespace {
+
+// The layer's own tensors, in the spec's order.
+constexpr size_t kPositionBias = 0;  // pos_bias [aft_max_distance]: w_nm = pos_bias[n - m]
 
 struct Saved {
   float *row_max, *denominator, *ratio;
@@ -47,7 +51,7 @@ class AftMixer final : public LayerMixer {
     const Model& model = *p.model;
     const Config& c = model.config();
     const int64_t B = p.B, T = p.T, N = B * T, vd = c.value_embed_dim, P = 3 * vd;
-    const float* bias = model.param(model.tensors().layers[p.layer].extra[0]);
+    const float* bias = model.param(model.tensors().layers[p.layer].mixer_tensors[kPositionBias]);
     const int64_t L = c.aft_max_distance;
     const TensorView q = channel_view(p.proj, B, T, P, vd),
                      k = channel_view(p.proj + vd, B, T, P, vd);
@@ -95,7 +99,7 @@ class AftMixer final : public LayerMixer {
     const Config& c = model.config();
     const int64_t B = gr.B, T = gr.T, N = B * T, vd = c.value_embed_dim, P = 3 * vd;
     const Saved sv = carve(const_cast<float*>(gr.saved), c, N);
-    const size_t bias_index = model.tensors().layers[gr.layer].extra[0];
+    const size_t bias_index = model.tensors().layers[gr.layer].mixer_tensors[kPositionBias];
     std::memset(gr.d_proj, 0, static_cast<size_t>(N * P) * sizeof(float));
     AftGradArgs ga;
     ga.q = channel_view(gr.proj, B, T, P, vd);
@@ -115,11 +119,45 @@ class AftMixer final : public LayerMixer {
   }
 };
 
-}  // namespace
+std::vector<int64_t> position_bias_shape(const Config& c) { return {c.aft_max_distance}; }
+// Zero biases: at first every earlier token counts by its key alone.
+void zero_init(const Config&, int64_t, uint64_t, float* w, int64_t n) { std::fill_n(w, n, 0.f); }
 
-const LayerMixer& aft_layer_mixer() {
+// Every token's keys and values, [vd] each.
+int64_t aft_cache_floats(const Config& c) { return 2 * c.value_embed_dim; }
+
+// Per channel and earlier token: an exponential, and multiply-adds into numerator and denominator.
+double aft_core_flops(const Config& c, int64_t T, Form form, int64_t) {
+  const double context = form == Form::Parallel ? static_cast<double>(T) / 2.0 : T;
+  return 4.0 * context * static_cast<double>(c.value_embed_dim);
+}
+
+const LayerMixer& aft_block() {
   static const AftMixer mixer;
   return mixer;
+}
+
+}  // namespace
+
+const MixerSpec& aft_mixer_spec() {
+  static const MixerSpec spec{
+      .name = "aft",
+      .scope = "aft",
+      .summary = "AFT-full: learned pairwise position biases, sigmoid gate",
+      .per_channel = true,
+      .gated = false,
+      .rotates = false,
+      .decays_by_head = false,
+      .keeps_tokens = true,
+      .forms = {true, true, false, false},
+      .tensors = {{"pos_bias", position_bias_shape, zero_init}},
+      .config_keys = {"aft_max_distance"},
+      .state_floats_per_layer = no_state_floats,
+      .cache_floats_per_token_per_layer = aft_cache_floats,
+      .core_flops_per_token = aft_core_flops,
+      .block = aft_block,
+  };
+  return spec;
 }
 
 }  // namespace retnet::detail

@@ -109,11 +109,41 @@ class AttentionMixer final : public LayerMixer {
   }
 };
 
-}  // namespace
+// Every token's keys [H, d_k] and values [H, d_v].
+int64_t attention_cache_floats(const Config& c) { return c.embed_dim + c.value_embed_dim; }
 
-const LayerMixer& attention_layer_mixer() {
+// Scores and values over the earlier tokens: T / 2 on average in the parallel form, T for a step.
+double attention_core_flops(const Config& c, int64_t T, Form form, int64_t) {
+  const double context = form == Form::Parallel ? static_cast<double>(T) / 2.0 : T;
+  return 2.0 * context * static_cast<double>(c.embed_dim + c.value_embed_dim);
+}
+
+const LayerMixer& attention_block() {
   static const AttentionMixer mixer;
   return mixer;
+}
+
+}  // namespace
+
+const MixerSpec& attention_mixer_spec() {
+  static const MixerSpec spec{
+      .name = "attention",
+      .scope = "attention",
+      .summary = "causal softmax attention with rotary positions (the transformer baseline)",
+      .per_channel = false,
+      .gated = false,
+      .rotates = true,
+      .decays_by_head = false,
+      .keeps_tokens = true,
+      .forms = {true, true, false, false},
+      .tensors = {},
+      .config_keys = {},
+      .state_floats_per_layer = no_state_floats,
+      .cache_floats_per_token_per_layer = attention_cache_floats,
+      .core_flops_per_token = attention_core_flops,
+      .block = attention_block,
+  };
+  return spec;
 }
 
 }  // namespace retnet::detail

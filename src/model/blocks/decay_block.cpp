@@ -2,6 +2,7 @@
 //   rwkv:       out = sigmoid(r) * wkv(k, v; w = exp(time_decay), u = time_first)
 //   aft-simple: out = sigmoid(q) * running average of v weighted by exp(k)   (w = u = 0)
 // Projections r (or q) | k | v, each of width vd; a constant-size state of 3 x vd per layer.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -12,18 +13,24 @@
 namespace retnet::detail {
 namespace {
 
+// RWKV's own tensors, in its spec's order (aft-simple has none).
+constexpr size_t kTimeDecay = 0;  // time_decay [vd]: decay rate exp(time_decay)
+constexpr size_t kTimeFirst = 1;  // time_first [vd]: the current token's bonus
+
+bool learns_decay(const Config& c) { return c.mixer == &rwkv_mixer_spec(); }
+
 // w and u of a layer into `wu` [2, vd]: rwkv's decay rate exp(time_decay) and bonus; zeros for
 // aft-simple.
 void decay_parameters(const Model& m, int64_t layer, float* wu) {
   const Config& c = m.config();
   const int64_t vd = c.value_embed_dim;
-  if (c.mixer != MixerKind::Rwkv) {
+  if (!learns_decay(c)) {
     std::memset(wu, 0, static_cast<size_t>(2 * vd) * sizeof(float));
     return;
   }
   const LayerTensors& L = m.tensors().layers[layer];
-  const float* decay = m.param(L.extra[0]);
-  const float* first = m.param(L.extra[1]);
+  const float* decay = m.param(L.mixer_tensors[kTimeDecay]);
+  const float* first = m.param(L.mixer_tensors[kTimeFirst]);
   for (int64_t i = 0; i < vd; ++i) {
     wu[i] = std::exp(decay[i]);
     wu[vd + i] = first[i];
@@ -118,10 +125,10 @@ class DecayMixer final : public LayerMixer {
     ga.log_denominators = sv.log_den;
     ga.chunk = gr.chunk;
     decay_attention_backward(gr.form, ga, arena);
-    if (c.mixer == MixerKind::Rwkv && gr.grads) {
+    if (learns_decay(c) && gr.grads) {
       const LayerTensors& L = model.tensors().layers[gr.layer];
-      float* g_decay = gr.grads->tensor(L.extra[0]);
-      float* g_first = gr.grads->tensor(L.extra[1]);
+      float* g_decay = gr.grads->tensor(L.mixer_tensors[kTimeDecay]);
+      float* g_first = gr.grads->tensor(L.mixer_tensors[kTimeFirst]);
       for (int64_t i = 0; i < vd; ++i) {
         g_decay[i] += dwu[i] * wu[i];  // w = exp(time_decay)
         g_first[i] += dwu[vd + i];
@@ -130,11 +137,93 @@ class DecayMixer final : public LayerMixer {
   }
 };
 
-}  // namespace
+// Per channel: the running numerator, denominator and maximum exponent.
+int64_t decay_state_floats(const Config& c) { return 3 * c.value_embed_dim; }
 
-const LayerMixer& decay_layer_mixer() {
+// Per channel and earlier token in a chunk (or the sequence): an exponential and multiply-adds;
+// a recurrent step updates the running sums.
+double decay_core_flops(const Config& c, int64_t T, Form form, int64_t chunk) {
+  const double vd = static_cast<double>(c.value_embed_dim), step = 10.0 * vd;
+  switch (form) {
+    case Form::Parallel:
+      return 4.0 * (static_cast<double>(T) / 2.0) * vd;
+    case Form::Chunkwise:
+      return 4.0 * (static_cast<double>(std::min(chunk, T)) / 2.0) * vd + step;
+    case Form::Recurrent:
+    case Form::Scan:
+      return step;
+  }
+  return 0;
+}
+
+std::vector<int64_t> channel_shape(const Config& c) { return {c.value_embed_dim}; }
+// RWKV-4's initialisation: decay rates exp(time_decay) spread from exp(-5) (long memory) to
+// exp(3) (the last token only) across channels, faster in deeper layers.
+void time_decay_init(const Config& c, int64_t layer, uint64_t, float* w, int64_t n) {
+  const double ratio = c.layers > 1 ? static_cast<double>(layer) / (c.layers - 1) : 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = n > 1 ? static_cast<double>(i) / (n - 1) : 0.0;
+    w[i] = static_cast<float>(-5.0 + 8.0 * std::pow(x, 0.7 + 1.3 * ratio));
+  }
+}
+// The current token's bonus around log(0.3), with a zigzag across channels.
+void time_first_init(const Config&, int64_t, uint64_t, float* w, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    w[i] = static_cast<float>(std::log(0.3) + 0.5 * ((i + 1) % 3 - 1));
+}
+
+const LayerMixer& decay_block() {
   static const DecayMixer mixer;
   return mixer;
+}
+
+}  // namespace
+
+const MixerSpec& aft_simple_mixer_spec() {
+  static const MixerSpec spec{
+      .name = "aft-simple",
+      .scope = "aft_simple",
+      .summary = "AFT-simple: a running average of v weighted by exp(k), sigmoid gate",
+      .per_channel = true,
+      .gated = false,
+      .rotates = false,
+      .decays_by_head = false,
+      .keeps_tokens = false,
+      .forms = {true, true, true, false},
+      // The kernel's pairwise chunks cost O(chunk) per token: 16 is its fast size.
+      .preferred_chunk = 16,
+      .tensors = {},
+      .config_keys = {},
+      .state_floats_per_layer = decay_state_floats,
+      .cache_floats_per_token_per_layer = no_cache_floats,
+      .core_flops_per_token = decay_core_flops,
+      .block = decay_block,
+  };
+  return spec;
+}
+
+const MixerSpec& rwkv_mixer_spec() {
+  static const MixerSpec spec{
+      .name = "rwkv",
+      .scope = "rwkv",
+      .summary = "RWKV-style decay attention: per-channel decay, bonus for the current token",
+      .per_channel = true,
+      .gated = false,
+      .rotates = false,
+      .decays_by_head = false,
+      .keeps_tokens = false,
+      .forms = {true, true, true, false},
+      // The kernel's pairwise chunks cost O(chunk) per token: 16 is its fast size.
+      .preferred_chunk = 16,
+      .tensors = {{"time_decay", channel_shape, time_decay_init},
+                  {"time_first", channel_shape, time_first_init}},
+      .config_keys = {},
+      .state_floats_per_layer = decay_state_floats,
+      .cache_floats_per_token_per_layer = no_cache_floats,
+      .core_flops_per_token = decay_core_flops,
+      .block = decay_block,
+  };
+  return spec;
 }
 
 }  // namespace retnet::detail

@@ -2,6 +2,7 @@
 // (FAVOR+ over the layer's stored random matrix). No positions, no gate, no head norm:
 //   out = normalised causal linear attention(phi(q), phi(k), v)
 // with a constant-size state per head, [F, d_v + 1], for decoding.
+#include <algorithm>
 #include <cstring>
 
 #include "../mixer_layer.h"
@@ -11,21 +12,26 @@
 namespace retnet::detail {
 namespace {
 
+// The Performer's own tensor, in its spec's order.
+constexpr size_t kFeatureMatrix = 0;  // feature_matrix [m, d_k]: FAVOR+'s random projection
+
+bool is_performer(const Config& c) { return c.mixer == &performer_mixer_spec(); }
+
 FeatureMap layer_features(const Model& m, int64_t layer) {
   const Config& c = m.config();
-  if (c.mixer == MixerKind::Performer)
-    return favor_feature_map(m.param(m.tensors().layers[layer].extra[0]), c.performer_features,
-                             c.key_dim());
+  if (is_performer(c))
+    return favor_feature_map(m.param(m.tensors().layers[layer].mixer_tensors[kFeatureMatrix]),
+                             c.performer_features, c.key_dim());
   return elu_feature_map();
 }
 
 // The features F per head without a model at hand (sizes).
 int64_t feature_count(const Config& c) {
-  return c.mixer == MixerKind::Performer ? c.performer_features : c.key_dim();
+  return is_performer(c) ? c.performer_features : c.key_dim();
 }
 FeatureMap sizing_map(const Config& c) {
   FeatureMap f = elu_feature_map();
-  if (c.mixer == MixerKind::Performer) {
+  if (is_performer(c)) {
     f.kind = FeatureMapKind::Favor;
     f.favor_m = c.performer_features;
   }
@@ -121,11 +127,89 @@ class LinearMixer final : public LayerMixer {
   }
 };
 
-}  // namespace
+// Per head an F x (d_v + 1) state: the sum of phi(k) v^T and of phi(k) (the normaliser).
+int64_t linear_state_floats(const Config& c) {
+  return c.heads * feature_count(c) * (c.head_value_dim() + 1);
+}
 
-const LayerMixer& linear_layer_mixer() {
+// The feature maps of q and k, the scores and values over the causal half of the context (T, or
+// the chunk), and the state's read and update where a form carries one.
+double linear_core_flops(const Config& c, int64_t T, Form form, int64_t chunk) {
+  const double HF = static_cast<double>(c.heads * feature_count(c));
+  const double vd = static_cast<double>(c.value_embed_dim);
+  const double features = is_performer(c) ? 4.0 * HF * static_cast<double>(c.key_dim()) : 0.0;
+  const double state = 4.0 * HF * static_cast<double>(c.head_value_dim() + 1);
+  switch (form) {
+    case Form::Parallel:
+      return features + 2.0 * (static_cast<double>(T) / 2.0) * (HF + vd);
+    case Form::Chunkwise:
+      return features + 2.0 * (static_cast<double>(std::min(chunk, T)) / 2.0) * (HF + vd) + state;
+    case Form::Recurrent:
+    case Form::Scan:
+      return features + state;
+  }
+  return 0;
+}
+
+std::vector<int64_t> feature_matrix_shape(const Config& c) {
+  return {c.performer_features, c.key_dim()};
+}
+// Each layer its own random matrix, a pure function of (seed, layer): stored in the model file,
+// so every form and every later run uses the same one.
+void feature_matrix_init(const Config& c, int64_t layer, uint64_t seed, float* w, int64_t) {
+  const uint64_t matrix_seed = seed ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(layer + 1));
+  const std::vector<float> m = favor_random_matrix(matrix_seed, c.performer_features, c.key_dim());
+  std::copy(m.begin(), m.end(), w);
+}
+
+const LayerMixer& linear_block() {
   static const LinearMixer mixer;
   return mixer;
+}
+
+}  // namespace
+
+const MixerSpec& linear_mixer_spec() {
+  static const MixerSpec spec{
+      .name = "linear",
+      .scope = "linear",
+      .summary = "linear transformer: phi = elu + 1, normalised causal linear attention",
+      .per_channel = false,
+      .gated = false,
+      .rotates = false,
+      .decays_by_head = false,
+      .keeps_tokens = false,
+      .forms = {true, true, true, false},
+      .tensors = {},
+      .config_keys = {},
+      .state_floats_per_layer = linear_state_floats,
+      .cache_floats_per_token_per_layer = no_cache_floats,
+      .core_flops_per_token = linear_core_flops,
+      .block = linear_block,
+  };
+  return spec;
+}
+
+const MixerSpec& performer_mixer_spec() {
+  static const MixerSpec spec{
+      .name = "performer",
+      .scope = "performer",
+      .summary = "Performer: FAVOR+ positive orthogonal random features",
+      .per_channel = false,
+      .gated = false,
+      .rotates = false,
+      .decays_by_head = false,
+      .keeps_tokens = false,
+      .forms = {true, true, true, false},
+      // Drawn at init, never trained.
+      .tensors = {{"feature_matrix", feature_matrix_shape, feature_matrix_init}},
+      .config_keys = {"performer_features"},
+      .state_floats_per_layer = linear_state_floats,
+      .cache_floats_per_token_per_layer = no_cache_floats,
+      .core_flops_per_token = linear_core_flops,
+      .block = linear_block,
+  };
+  return spec;
 }
 
 }  // namespace retnet::detail

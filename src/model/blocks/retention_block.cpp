@@ -1,5 +1,6 @@
 // Retention as a block's mixer (torchscale's MultiScaleRetention):
 //   out = swish(g) * headnorm(retention(rot(q), rot(k / sqrt(d_k)), v))
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -149,11 +150,54 @@ class RetentionMixer final : public LayerMixer {
   }
 };
 
-}  // namespace
+// Per head a d_k x (d_v + 1) state: the decayed sum of k v^T and of k (for the normalisation).
+int64_t retention_state_floats(const Config& c) {
+  return c.heads * c.key_dim() * (c.head_value_dim() + 1);
+}
 
-const LayerMixer& retention_layer_mixer() {
+// Scores and values over the causal half of the context (T, or the chunk in the chunkwise form),
+// plus the state's read and update where a form carries one.
+double retention_core_flops(const Config& c, int64_t T, Form form, int64_t chunk) {
+  const double d = static_cast<double>(c.embed_dim), vd = static_cast<double>(c.value_embed_dim);
+  const double state = 4.0 * d * static_cast<double>(c.head_value_dim() + 1);
+  switch (form) {
+    case Form::Parallel:
+      return 2.0 * (static_cast<double>(T) / 2.0) * (d + vd);
+    case Form::Chunkwise:
+      return 2.0 * (static_cast<double>(std::min(chunk, T)) / 2.0) * (d + vd) + state;
+    case Form::Recurrent:
+    case Form::Scan:
+      return state;
+  }
+  return 0;
+}
+
+const LayerMixer& retention_block() {
   static const RetentionMixer mixer;
   return mixer;
+}
+
+}  // namespace
+
+const MixerSpec& retention_mixer_spec() {
+  static const MixerSpec spec{
+      .name = "retention",
+      .scope = "retention",  // torchscale's names
+      .summary = "multi-scale retention, head norm, swish gate (torchscale's RetNet)",
+      .per_channel = false,
+      .gated = true,
+      .rotates = true,
+      .decays_by_head = true,
+      .keeps_tokens = false,
+      .forms = {true, true, true, true},
+      .tensors = {},
+      .config_keys = {},
+      .state_floats_per_layer = retention_state_floats,
+      .cache_floats_per_token_per_layer = no_cache_floats,
+      .core_flops_per_token = retention_core_flops,
+      .block = retention_block,
+  };
+  return spec;
 }
 
 }  // namespace retnet::detail

@@ -1,14 +1,16 @@
 #pragma once
-// Internal to src/model: the layer loop shared by inference (forward.cpp) and training
-// (training.cpp). Inference reuses one set of buffers for every layer and works in place; training
-// gives every layer its own buffers, which the backward pass reads.
+// Internal to src/model: the layer loops. The forward loop (layer_forward.cpp) is shared by
+// inference (forward.cpp) and training (training.cpp); the backward loop (layer_backward.cpp)
+// reads what a training forward saved. Inference reuses one set of buffers for every layer and
+// works in place; training gives every layer its own buffers, which the backward pass reads.
 #include <cstdint>
 #include <vector>
 
 #include "retnet/core/arena.h"
-#include "retnet/mixers/retention.h"
+#include "retnet/core/param_buffer.h"
 #include "retnet/model/forward.h"
 #include "retnet/model/model.h"
+#include "retnet/model/state.h"
 
 namespace retnet::detail {
 
@@ -41,20 +43,23 @@ size_t activation_floats(const Config& c, int64_t B, int64_t T, bool training);
 Activations allocate_activations(Arena& arena, const Config& c, int64_t B, int64_t T,
                                  bool training);
 
-// Where a pass's state lives: the constant-size states (`data`, sequences `stride` floats apart)
-// and, for the mixers with a cache, the cache and the pass's first sequence in it. All empty for
-// a pass from empty sequences without a state (training's parallel form).
-struct PassState {
-  float* data = nullptr;
-  int64_t stride = 0;
-  const int64_t* positions = nullptr;
-  TokenCache* cache = nullptr;
-  int64_t first = 0;
-};
+// y[M, N] = x[M, K] W^T (+ y when accumulate) for weight tensor `w` [N, K] (rows of adjacent
+// tensors may follow: q, k, v, g are one product). Few rows use the model's decode packing.
+void project(const Model& model, size_t w, int64_t M, int64_t N, int64_t K, const float* x,
+             int64_t ldx, bool accumulate, float* y, int64_t ldy);
 
 // Embedding, all layers and the final norm over B x T tokens; logits [N, vocab] if non-null.
+// `state` is the sequences' state (nullptr: from empty sequences without one, training's parallel
+// form).
 void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T, float* logits,
-                Form form, int64_t chunk, int64_t scan_tile, Arena& arena,
-                const PassState& state, Activations& acts);
+                Form form, int64_t chunk, int64_t scan_tile, Arena& arena, const StateView* state,
+                Activations& acts);
+
+// The backward of run_layers' blocks and embedding (training): from d loss / d x of the last
+// block's output in `dx` [N, d] (overwritten), accumulates every parameter's gradient into grads.
+size_t backward_layers_scratch_floats(const Config& c, int64_t N);
+void backward_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T, Form form,
+                     int64_t chunk, Arena& arena, const Activations& acts, float* dx,
+                     ParamBuffer& grads);
 
 }  // namespace retnet::detail

@@ -1,0 +1,79 @@
+#pragma once
+// The decoding state of B sequences, and views of it. Per sequence one contiguous block of the
+// mixer's constant-size state (retention: [layers, H, d_k, d_v + 1]), for the mixers that keep
+// every token a cache of their keys and values, and the number of tokens consumed. Saving,
+// restoring, forking and batching sequences are memcpys.
+#include <cstdint>
+#include <vector>
+
+#include "retnet/model/config.h"
+
+namespace retnet {
+
+// What the mixers that keep every token (attention, aft) keep of each earlier token: per layer one
+// block per sequence of `capacity` token rows of `floats_per_token` floats (keys, then values).
+// The first position[b] rows of sequence b's blocks are filled. Grows by doubling (amortised O(1)
+// per token, no allocation while there is room), so its memory grows with the longest sequence.
+struct TokenCache {
+  int64_t layers = 0, floats_per_token = 0, sequences = 0, capacity = 0;
+  std::vector<std::vector<float>> storage;  // per layer [sequences, capacity, floats_per_token]
+  bool empty() const { return floats_per_token == 0; }
+  float* block(int64_t layer, int64_t b) {
+    return storage[layer].data() + b * capacity * floats_per_token;
+  }
+  const float* block(int64_t layer, int64_t b) const {
+    return storage[layer].data() + b * capacity * floats_per_token;
+  }
+  // Room for `tokens` rows per sequence; keeps every filled row.
+  void reserve(int64_t tokens);
+  // Copies the first `rows` rows of sequence `from` (all layers) over those of `to`.
+  void copy_sequence(int64_t from, int64_t to, int64_t rows);
+  size_t bytes() const;
+};
+
+// A view of the states of `batch` sequences: `floats_per_sequence` floats each, contiguous, and
+// the number of tokens each has consumed; for the mixers with a cache, the cache and the index in
+// it of the view's first sequence. A view of one sequence of a larger state is how a session
+// prefills one prompt of a batch.
+struct StateView {
+  float* data = nullptr;
+  int64_t* positions = nullptr;
+  int64_t batch = 0;
+  int64_t floats_per_sequence = 0;
+  TokenCache* cache = nullptr;
+  int64_t first = 0;
+};
+
+// The owning state of `batch` sequences.
+struct State {
+  State(const Config& config, int64_t batch);
+  int64_t batch = 0;
+  int64_t floats_per_sequence = 0;
+  std::vector<float> data;
+  std::vector<int64_t> positions;
+  TokenCache cache;
+
+  float* sequence(int64_t b) { return data.data() + b * floats_per_sequence; }
+  const float* sequence(int64_t b) const { return data.data() + b * floats_per_sequence; }
+  StateView view() {
+    return {data.data(), positions.data(), batch, floats_per_sequence, &cache, 0};
+  }
+  StateView view(int64_t b) {
+    return {sequence(b), positions.data() + b, 1, floats_per_sequence, &cache, b};
+  }
+  // Empties every sequence, or sequence b (position 0; a cache's rows past it are never read).
+  void reset();
+  void reset(int64_t b);
+  // Sequence dst becomes a copy of sequence src: state, position and cached tokens.
+  void fork(int64_t src, int64_t dst);
+  // Drops sequence b of the first `active`: the ones after it move down one index.
+  void remove(int64_t b, int64_t active);
+
+  // A snapshot of sequence b in a caller's buffer: its constant state, then per layer its
+  // position's cache rows. snapshot_floats(b) floats; restore takes the position it was taken at.
+  int64_t snapshot_floats(int64_t b) const;
+  void snapshot(int64_t b, float* out) const;
+  void restore(int64_t b, const float* in, int64_t position);
+};
+
+}  // namespace retnet

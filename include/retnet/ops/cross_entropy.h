@@ -1,0 +1,17 @@
+#pragma once
+// The cross-entropy loss fused with the LM head: logits = xn W^T are computed block by block of
+// kCrossEntropyBlock rows and never stored whole, and with gradients requested the backward runs
+// in the same pass: d xn = dlogits W, dW += dlogits^T xn, where dlogits = (softmax - onehot) / N.
+#include <cstdint>
+
+namespace retnet {
+
+inline constexpr int64_t kCrossEntropyBlock = 256;
+
+// Mean cross-entropy (nats per row) of targets [N] given features xn [N, D] and the head W [V, D].
+// `logits` is scratch of kCrossEntropyBlock x V floats. With dxn non-null, writes d loss / d xn
+// [N, D] and accumulates (+=) d loss / d W into dW [V, D].
+double cross_entropy_with_head(const float* xn, const float* W, const int32_t* targets, int64_t N,
+                               int64_t D, int64_t V, float* logits, float* dxn, float* dW);
+
+}  // namespace retnet

@@ -1,0 +1,105 @@
+// The backward layer loop (training): the blocks in reverse, then the embedding, accumulating
+// every parameter's gradient. Beside it, layer_forward.cpp is the forward it differentiates.
+#include <cstring>
+
+#include "layer_loop.h"
+#include "mixer_layer.h"
+#include "retnet/core/gemm.h"
+#include "retnet/ops/activation.h"
+#include "retnet/ops/rmsnorm.h"
+
+namespace retnet::detail {
+namespace {
+
+// Scratch of the backward pass, beyond the saved activations and d x.
+struct GradScratch {
+  float* dxn;    // [N, d]
+  float* dproj;  // [N, P]
+  float* dgo;    // [N, vd] gradient of the mixer's output
+  float* go;     // [N, vd] the mixer's output (recomputed by some mixers)
+  float* dffn;   // [N, 2F]
+  float* dh;     // [N, F]
+};
+
+GradScratch allocate_grad_scratch(Arena& arena, const Config& c, int64_t N) {
+  const size_t d = c.embed_dim, vd = c.value_embed_dim, P = c.projection_width(), F = c.ffn_dim;
+  GradScratch g;
+  g.dxn = arena.alloc(N * d);
+  g.dproj = arena.alloc(N * P);
+  g.dgo = arena.alloc(N * vd);
+  g.go = arena.alloc(N * vd);
+  g.dffn = arena.alloc(N * 2 * F);
+  g.dh = arena.alloc(N * F);
+  return g;
+}
+
+}  // namespace
+
+size_t backward_layers_scratch_floats(const Config& c, int64_t N) {
+  const size_t d = c.embed_dim, vd = c.value_embed_dim, P = c.projection_width(), F = c.ffn_dim;
+  auto fp = [](size_t n) { return Arena::footprint(n); };
+  return fp(N * d) + fp(N * P) + 2 * fp(N * vd) + fp(N * 2 * F) + fp(N * F);
+}
+
+void backward_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T, Form form,
+                     int64_t chunk, Arena& arena, const Activations& acts, float* dx,
+                     ParamBuffer& grads) {
+  const Config& c = model.config();
+  const ModelTensors& w = model.tensors();
+  const int64_t N = B * T, d = c.embed_dim, vd = c.value_embed_dim;
+  const int64_t F = c.ffn_dim, P = c.projection_width();
+  auto grad = [&](size_t index) { return grads.tensor(index); };
+  GradScratch g = allocate_grad_scratch(arena, c, N);
+  for (int64_t l = c.layers - 1; l >= 0; --l) {
+    const LayerTensors& L = w.layers[l];
+    const LayerActivations& a = acts.layers[l];
+    // FFN: x_out = x_mid + fc2(h), h = act(fc1 xn2) * gate xn2.
+    sgemm(Trans::No, Trans::No, N, F, d, 1.f, dx, d, model.param(L.fc2), F, 0.f, g.dh, F);
+    sgemm(Trans::Yes, Trans::No, d, F, N, 1.f, dx, d, a.h, a.ld_h, 1.f, grad(L.fc2), F);
+    gated_activation_backward(c.activation, a.ffn, 2 * F, a.ffn + F, 2 * F, g.dh, F, g.dffn, 2 * F,
+                              g.dffn + F, 2 * F, N, F);
+    // fc1 and gate are adjacent: one GEMM for both weight gradients, one for the input gradient.
+    sgemm(Trans::Yes, Trans::No, 2 * F, d, N, 1.f, g.dffn, 2 * F, a.xn2, d, 1.f, grad(L.fc1), d);
+    sgemm(Trans::No, Trans::No, N, d, 2 * F, 1.f, g.dffn, 2 * F, model.param(L.fc1), d, 0.f, g.dxn,
+          d);
+    rmsnorm_backward(a.x_mid, d, model.param(L.final_norm), a.rstd2, g.dxn, d, dx, d,
+                     grad(L.final_norm), N, d);
+
+    // Mixer: x_mid = x_in + out_proj(mixer(proj)).
+    MixerGrad mg;
+    mg.model = &model;
+    mg.layer = l;
+    mg.B = B;
+    mg.T = T;
+    mg.form = form;
+    mg.chunk = chunk;
+    mg.proj = a.proj;
+    mg.saved = a.saved;
+    mg.rotation = acts.rotation;
+    mg.d_out = g.dgo;
+    mg.d_proj = g.dproj;
+    mg.grads = &grads;
+    const LayerMixer& mixer = layer_mixer(c);
+    const float* go = mixer.output(mg, g.go);
+    sgemm(Trans::Yes, Trans::No, d, vd, N, 1.f, dx, d, go, vd, 1.f, grad(L.out_proj), vd);
+    sgemm(Trans::No, Trans::No, N, vd, d, 1.f, dx, d, model.param(L.out_proj), vd, 0.f, g.dgo,
+          vd);
+    const size_t mark = arena.used();
+    mixer.backward(mg, arena);
+    arena.rewind(mark);
+    // The input projections are adjacent: one GEMM for their weight gradients, one for the input's.
+    sgemm(Trans::Yes, Trans::No, P, d, N, 1.f, g.dproj, P, a.xn1, d, 1.f, grad(L.q_proj), d);
+    sgemm(Trans::No, Trans::No, N, d, P, 1.f, g.dproj, P, model.param(L.q_proj), d, 0.f, g.dxn, d);
+    rmsnorm_backward(a.x_in, d, model.param(L.mixer_norm), a.rstd1, g.dxn, d, dx, d,
+                     grad(L.mixer_norm), N, d);
+  }
+  // Embedding: scatter-add (sequential: tokens repeat).
+  const float scale = static_cast<float>(c.embed_scale());
+  float* dE = grad(w.embed);
+  for (int64_t n = 0; n < N; ++n) {
+    float* row = dE + static_cast<int64_t>(tokens[n]) * d;
+    for (int64_t i = 0; i < d; ++i) row[i] += scale * dx[n * d + i];
+  }
+}
+
+}  // namespace retnet::detail

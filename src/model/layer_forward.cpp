@@ -1,0 +1,151 @@
+// The forward layer loop: embedding, every block (norm, input projection, mixer, output
+// projection; norm, gated FFN) and the final norm, shared by inference and training. Its backward
+// is layer_backward.cpp.
+#include <cstring>
+
+#include "layer_loop.h"
+#include "mixer_layer.h"
+#include "retnet/core/gemm.h"
+#include "retnet/core/parallel.h"
+#include "retnet/ops/activation.h"
+#include "retnet/ops/rmsnorm.h"
+#include "retnet/ops/rotation.h"
+
+namespace retnet::detail {
+
+void project(const Model& model, size_t w, int64_t M, int64_t N, int64_t K, const float* x,
+             int64_t ldx, bool accumulate, float* y, int64_t ldy) {
+  const float beta = accumulate ? 1.f : 0.f;
+  const PackedProjection* p = M <= kSkinnyMaxRows ? model.packed(w) : nullptr;
+  if (p && p->N == N && p->K == K) {
+    if (p->f16)
+      packed_gemm_nt_f16(M, N, K, x, ldx, p->f16, beta, y, ldy);
+    else
+      packed_gemm_nt(M, N, K, x, ldx, p->f32, beta, y, ldy);
+  } else {
+    sgemm(Trans::No, Trans::Yes, M, N, K, 1.f, x, ldx, model.param(w), K, beta, y, ldy);
+  }
+}
+
+
+size_t activation_floats(const Config& c, int64_t B, int64_t T, bool training) {
+  const size_t N = static_cast<size_t>(B * T), d = c.embed_dim, vd = c.value_embed_dim;
+  const size_t P = c.projection_width(), F = c.ffn_dim;
+  auto fp = [](size_t n) { return Arena::footprint(n); };
+  size_t shared = fp(N * d) + fp(N * vd) + fp(N * c.key_dim()) + fp(N * d);
+  if (!training) return shared + fp(N * d) + fp(N * P) + fp(N * 2 * F);
+  const size_t per_layer = fp(N * d) + fp(N) + fp(N * d) + fp(N * P) +
+                           fp(layer_mixer(c).saved_floats(c, B, T)) + fp(N * d) + fp(N) +
+                           fp(N * d) + fp(N * 2 * F) + fp(N * F);
+  return shared + fp(N) + c.layers * per_layer;
+}
+
+Activations allocate_activations(Arena& arena, const Config& c, int64_t B, int64_t T,
+                                 bool training) {
+  const size_t N = static_cast<size_t>(B * T), d = c.embed_dim, vd = c.value_embed_dim;
+  const size_t P = c.projection_width(), F = c.ffn_dim;
+  Activations a;
+  a.x = arena.alloc(N * d);
+  a.go = arena.alloc(N * vd);
+  a.rotation = arena.alloc(N * c.key_dim());
+  a.xn_f = arena.alloc(N * d);
+  if (!training) {
+    LayerActivations l;
+    l.xn1 = l.xn2 = arena.alloc(N * d);
+    l.proj = arena.alloc(N * P);
+    l.ffn = arena.alloc(N * 2 * F);
+    l.h = l.ffn;
+    l.ld_h = 2 * F;
+    a.shared = l;
+    return a;
+  }
+  a.rstd_f = arena.alloc(N);
+  const size_t saved = layer_mixer(c).saved_floats(c, B, T);
+  for (int64_t i = 0; i < c.layers; ++i) {
+    LayerActivations l;
+    l.x_in = arena.alloc(N * d);
+    l.rstd1 = arena.alloc(N);
+    l.xn1 = arena.alloc(N * d);
+    l.proj = arena.alloc(N * P);
+    l.saved = arena.alloc(saved);
+    l.x_mid = arena.alloc(N * d);
+    l.rstd2 = arena.alloc(N);
+    l.xn2 = arena.alloc(N * d);
+    l.ffn = arena.alloc(N * 2 * F);
+    l.h = arena.alloc(N * F);
+    l.ld_h = static_cast<int64_t>(F);
+    a.layers.push_back(l);
+  }
+  return a;
+}
+
+void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T, float* logits,
+                Form form, int64_t chunk, int64_t scan_tile, Arena& arena,
+                const StateView* state, Activations& acts) {
+  const Config& c = model.config();
+  const ModelTensors& w = model.tensors();
+  const int64_t N = B * T, d = c.embed_dim, vd = c.value_embed_dim;
+  const int64_t F = c.ffn_dim, P = c.projection_width();
+  const float eps = static_cast<float>(c.layernorm_eps);
+  const LayerMixer& mixer = layer_mixer(c);
+  float* x = acts.x;
+
+  const float scale = static_cast<float>(c.embed_scale());
+  const float* embed = model.param(w.embed);
+  parallel_for_if(N * d > 65536, N, [&](int64_t n) {
+    for (int64_t i = 0; i < d; ++i) x[n * d + i] = scale * embed[tokens[n] * d + i];
+  });
+
+  const int64_t* positions = state ? state->positions : nullptr;  // nullptr: all from 0
+  // The rotation angles depend on the positions only: once per pass, not per layer.
+  const bool rotates = c.mixer->rotates;
+  const int64_t rotation_stride =
+      rotates ? rotation_table(model.thetas(), B, T, positions, acts.rotation) : 0;
+
+  const int64_t state_per_layer = c.state_floats_per_sequence() / c.layers;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const LayerTensors& L = w.layers[l];
+    LayerActivations& a = acts.layers.empty() ? acts.shared : acts.layers[l];
+    if (a.x_in) std::memcpy(a.x_in, x, N * d * sizeof(float));
+    // Mixer sub-layer: x += out_proj(mixer(xn [q | k | v (| g)])).
+    rmsnorm_forward(x, d, model.param(L.mixer_norm), a.xn1, d, a.rstd1, N, d, eps);
+    // The input projections are adjacent in the parameter buffer: one GEMM.
+    project(model, L.q_proj, N, P, d, a.xn1, d, false, a.proj, P);
+    MixerPass mp;
+    mp.model = &model;
+    mp.layer = l;
+    mp.B = B;
+    mp.T = T;
+    mp.form = form;
+    mp.chunk = chunk;
+    mp.scan_tile = scan_tile;
+    mp.proj = a.proj;
+    mp.out = acts.go;
+    mp.saved = a.saved;
+    mp.state = state && state->data && state_per_layer > 0 ? state->data + l * state_per_layer
+                                                            : nullptr;
+    mp.state_stride = state ? state->floats_per_sequence : 0;
+    mp.cache = state && state->cache && !state->cache->empty() ? state->cache : nullptr;
+    mp.first = state ? state->first : 0;
+    mp.positions = positions;
+    mp.rotation = rotates ? acts.rotation : nullptr;
+    mp.rotation_stride = rotation_stride;
+    const size_t mark = arena.used();
+    const float* mixed = mixer.forward(mp, arena);
+    arena.rewind(mark);  // the mixer's scratch is reused by the next layer
+    project(model, L.out_proj, N, d, vd, mixed, vd, true, x, d);
+    if (a.x_mid) std::memcpy(a.x_mid, x, N * d * sizeof(float));
+
+    // FFN sub-layer: x += fc2(act(fc1 xn) * gate xn); fc1 and gate are one GEMM.
+    rmsnorm_forward(x, d, model.param(L.final_norm), a.xn2, d, a.rstd2, N, d, eps);
+    project(model, L.fc1, N, 2 * F, d, a.xn2, d, false, a.ffn, 2 * F);
+    gated_activation_forward(c.activation, a.ffn, 2 * F, a.ffn + F, 2 * F, a.h, a.ld_h, N, F);
+    project(model, L.fc2, N, d, F, a.h, a.ld_h, true, x, d);
+  }
+  rmsnorm_forward(x, d, model.param(w.final_norm), acts.xn_f, d, acts.rstd_f, N, d, eps);
+  if (logits)
+    project(model, w.output_projection, N, c.vocab_size, d, acts.xn_f, d, false, logits,
+            c.vocab_size);
+}
+
+}  // namespace retnet::detail

@@ -1,0 +1,57 @@
+// Helpers the mixers' blocks share: views of projection rows, the gated output, the rotation of
+// queries and keys by the pass's table, the cache lengths of a pass.
+#include <cmath>
+
+#include "mixer_layer.h"
+#include "retnet/core/parallel.h"
+#include "retnet/ops/rotation.h"
+
+namespace retnet::detail {
+
+TensorView head_view(float* p, int64_t B, int64_t T, int64_t H, int64_t ld, int64_t last) {
+  TensorView t;
+  t.data = p;
+  t.ndim = 4;
+  t.shape = {B, T, H, last};
+  t.stride = {T * ld, ld, last, 1};
+  return t;
+}
+
+TensorView channel_view(const float* p, int64_t B, int64_t T, int64_t ld, int64_t C) {
+  TensorView t;
+  t.data = const_cast<float*>(p);
+  t.ndim = 3;
+  t.shape = {B, T, C, 1};
+  t.stride = {T * ld, ld, 1, 0};
+  return t;
+}
+
+void sigmoid_gated(const float* gate, int64_t ldg, const float* x, float* out, int64_t N,
+                   int64_t C) {
+  parallel_for_if(N * C > 65536, N, [&](int64_t n) {
+    for (int64_t i = 0; i < C; ++i)
+      out[n * C + i] = x[n * C + i] / (1.f + std::exp(-gate[n * ldg + i]));
+  });
+}
+
+void rotate_queries_keys(const MixerPass& p, float* q, float* k, int64_t ld, int64_t H,
+                         int64_t dk) {
+  for (float* x : {q, k})
+    rotate_with_table(x, ld, p.B, p.T, H, dk, p.rotation, p.rotation_stride,
+                      RotationDirection::Forward);
+}
+
+void rotate_back_query_key_grads(const MixerGrad& g, float* d_q, float* d_k, int64_t ld, int64_t H,
+                                 int64_t dk) {
+  for (float* x : {d_q, d_k})
+    rotate_with_table(x, ld, g.B, g.T, H, dk, g.rotation, 0, RotationDirection::Inverse);
+}
+
+int64_t* cache_lengths(Arena& arena, const int64_t* positions, int64_t B) {
+  int64_t* lengths = reinterpret_cast<int64_t*>(arena.alloc(static_cast<size_t>(2 * B)));
+  for (int64_t b = 0; b < B; ++b) lengths[b] = positions ? positions[b] : 0;
+  return lengths;
+}
+
+
+}  // namespace retnet::detail

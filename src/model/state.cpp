@@ -1,0 +1,104 @@
+#include "retnet/model/state.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "retnet/core/error.h"
+
+namespace retnet {
+
+State::State(const Config& config, int64_t b)
+    : batch(b),
+      floats_per_sequence(config.state_floats_per_sequence()),
+      data(static_cast<size_t>(b * config.state_floats_per_sequence()), 0.f),
+      positions(static_cast<size_t>(b), 0) {
+  if (config.cache_floats_per_token() > 0) {
+    cache.layers = config.layers;
+    cache.floats_per_token = config.cache_floats_per_token() / config.layers;
+    cache.sequences = b;
+    cache.storage.resize(static_cast<size_t>(config.layers));
+  }
+}
+
+void State::reset() {
+  std::fill(data.begin(), data.end(), 0.f);
+  std::fill(positions.begin(), positions.end(), 0);
+}
+
+void State::reset(int64_t b) {
+  std::fill(sequence(b), sequence(b) + floats_per_sequence, 0.f);
+  positions[b] = 0;
+}
+
+void State::fork(int64_t src, int64_t dst) {
+  RETNET_CHECK(src >= 0 && src < batch && dst >= 0 && dst < batch,
+               "fork of sequence {} into {}: the state holds {} sequences", src, dst, batch);
+  if (src == dst) return;
+  std::memcpy(sequence(dst), sequence(src), static_cast<size_t>(floats_per_sequence) * sizeof(float));
+  cache.copy_sequence(src, dst, positions[src]);
+  positions[dst] = positions[src];
+}
+
+void State::remove(int64_t b, int64_t active) {
+  const int64_t after = active - b - 1;
+  if (after <= 0) return;
+  if (floats_per_sequence > 0)  // 0 for the mixers with only a cache
+    std::memmove(sequence(b), sequence(b + 1),
+                 static_cast<size_t>(after * floats_per_sequence) * sizeof(float));
+  for (int64_t i = b; i + 1 < active; ++i) cache.copy_sequence(i + 1, i, positions[i + 1]);
+  std::move(positions.begin() + b + 1, positions.begin() + active, positions.begin() + b);
+}
+
+int64_t State::snapshot_floats(int64_t b) const {
+  return floats_per_sequence + (cache.empty() ? 0 : cache.layers * positions[b] * cache.floats_per_token);
+}
+
+void State::snapshot(int64_t b, float* out) const {
+  std::memcpy(out, sequence(b), static_cast<size_t>(floats_per_sequence) * sizeof(float));
+  out += floats_per_sequence;
+  if (cache.empty()) return;
+  const size_t rows = static_cast<size_t>(positions[b] * cache.floats_per_token);
+  for (int64_t l = 0; l < cache.layers; ++l, out += rows)
+    std::memcpy(out, cache.block(l, b), rows * sizeof(float));
+}
+
+void State::restore(int64_t b, const float* in, int64_t position) {
+  RETNET_CHECK(position >= 0, "restore at position {}", position);
+  std::memcpy(sequence(b), in, static_cast<size_t>(floats_per_sequence) * sizeof(float));
+  in += floats_per_sequence;
+  positions[b] = position;
+  if (cache.empty()) return;
+  cache.reserve(position);
+  const size_t rows = static_cast<size_t>(position * cache.floats_per_token);
+  for (int64_t l = 0; l < cache.layers; ++l, in += rows)
+    std::memcpy(cache.block(l, b), in, rows * sizeof(float));
+}
+
+void TokenCache::reserve(int64_t tokens) {
+  if (empty() || tokens <= capacity) return;
+  const int64_t grown = std::max({tokens, 2 * capacity, int64_t{16}});
+  const size_t row = static_cast<size_t>(floats_per_token);
+  for (auto& layer : storage) {
+    std::vector<float> next(static_cast<size_t>(sequences * grown) * row);
+    for (int64_t b = 0; b < sequences && capacity > 0; ++b)
+      std::memcpy(next.data() + b * grown * row, layer.data() + b * capacity * row,
+                  capacity * row * sizeof(float));
+    layer.swap(next);
+  }
+  capacity = grown;
+}
+
+void TokenCache::copy_sequence(int64_t from, int64_t to, int64_t rows) {
+  if (empty() || from == to || rows <= 0) return;
+  for (int64_t l = 0; l < layers; ++l)
+    std::memmove(block(l, to), block(l, from),
+                 static_cast<size_t>(rows * floats_per_token) * sizeof(float));
+}
+
+size_t TokenCache::bytes() const {
+  size_t total = 0;
+  for (const auto& layer : storage) total += layer.size() * sizeof(float);
+  return total;
+}
+
+}  // namespace retnet

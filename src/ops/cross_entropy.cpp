@@ -1,0 +1,42 @@
+#include "retnet/ops/cross_entropy.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "retnet/core/gemm.h"
+
+namespace retnet {
+
+double cross_entropy_with_head(const float* xn, const float* W, const int32_t* targets, int64_t N,
+                               int64_t d, int64_t V, float* logits, float* dxn, float* dW) {
+  double total = 0;
+  for (int64_t r0 = 0; r0 < N; r0 += kCrossEntropyBlock) {
+    const int64_t R = std::min(kCrossEntropyBlock, N - r0);
+    sgemm(Trans::No, Trans::Yes, R, V, d, 1.f, xn + r0 * d, d, W, d, 0.f, logits, V);
+    double block_loss = 0;
+#pragma omp parallel for schedule(static) reduction(+ : block_loss) if (R * V > 16384)
+    for (int64_t r = 0; r < R; ++r) {
+      float* z = logits + r * V;
+      const float m = *std::max_element(z, z + V);
+      double sum = 0;
+      for (int64_t j = 0; j < V; ++j) sum += std::exp(static_cast<double>(z[j] - m));
+      const double lse = m + std::log(sum);
+      const int32_t t = targets[r0 + r];
+      block_loss += lse - z[t];
+      if (dxn) {
+        const float inv_n = 1.f / static_cast<float>(N);
+        for (int64_t j = 0; j < V; ++j)
+          z[j] = static_cast<float>(std::exp(static_cast<double>(z[j]) - lse)) * inv_n;
+        z[t] -= inv_n;
+      }
+    }
+    total += block_loss;
+    if (dxn) {
+      sgemm(Trans::No, Trans::No, R, d, V, 1.f, logits, V, W, d, 0.f, dxn + r0 * d, d);
+      sgemm(Trans::Yes, Trans::No, V, d, R, 1.f, logits, V, xn + r0 * d, d, 1.f, dW, d);
+    }
+  }
+  return total / static_cast<double>(N);
+}
+
+}  // namespace retnet
