@@ -9,7 +9,7 @@
 
 #include "commands.h"
 #include "retnet/model/model_io.h"
-#include "retnet/model/training.h"
+#include "retnet/train/evaluate.h"
 #include "retnet/text/tokenizer.h"
 #include "retnet/train/data.h"
 
@@ -65,18 +65,15 @@ void register_eval(CLI::App& app) {
     const std::vector<int32_t> tokens = tokenizer->encode(text);
     RETNET_CHECK(tokens.size() >= 2, "'{}' holds {} tokens to evaluate; at least 2 are needed",
                  o->data, tokens.size());
-    TrainingOptions to;
-    to.form = parse_form(o->form);
+    EvalOptions eo;
+    eo.seq = o->seq;
+    eo.batch = o->batch;
+    eo.form.form = parse_form(o->form);
     Arena arena;
     // Non-overlapping windows of seq tokens covering the whole text (the last one may be shorter).
-    const int64_t n = static_cast<int64_t>(tokens.size()) - 1;
-    double nats = 0;
-    for (int64_t start = 0; start < n; start += o->seq) {
-      const int64_t T = std::min(o->seq, n - start);
-      nats += loss_and_gradients(model, tokens.data() + start, tokens.data() + start + 1, 1, T, to,
-                                 arena, nullptr) *
-              T;
-    }
+    const Evaluation e = evaluate(model, tokens, eo, arena);
+    const int64_t n = e.tokens;
+    const double nats = e.nats;
     // Bits per byte over the text the predictions cover: all of it but the first token's bytes,
     // which nothing predicts (with the byte tokenizer: exactly loss / ln 2).
     const int64_t bytes = std::max<int64_t>(

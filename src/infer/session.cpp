@@ -59,8 +59,7 @@ int64_t Session::add_sequence() {
 
 void Session::reset_sequence(int64_t b) {
   check_index(b);
-  std::fill(state_.sequence(b), state_.sequence(b) + state_.floats_per_sequence, 0.f);
-  state_.positions[b] = 0;  // a cache's rows past the position are never read
+  state_.reset(b);
   has_logits_[b] = 0;
   recent_[b].clear();
 }
@@ -69,15 +68,9 @@ void Session::remove_sequence(int64_t b) {
   check_index(b);
   const int64_t after = active_ - b - 1, V = vocab();
   if (after > 0) {
-    if (state_.floats_per_sequence > 0)  // 0 for the mixers with only a cache
-      std::memmove(state_.sequence(b), state_.sequence(b + 1),
-                   static_cast<size_t>(after * state_.floats_per_sequence) * sizeof(float));
-    for (int64_t i = b; i + 1 < active_; ++i)
-      state_.cache.copy_sequence(i + 1, i, state_.positions[i + 1]);
+    state_.remove(b, active_);
     std::memmove(logits_.data() + b * V, logits_.data() + (b + 1) * V,
                  static_cast<size_t>(after * V) * sizeof(float));
-    std::move(state_.positions.begin() + b + 1, state_.positions.begin() + active_,
-              state_.positions.begin() + b);
     std::move(has_logits_.begin() + b + 1, has_logits_.begin() + active_, has_logits_.begin() + b);
     // Swapping keeps every vector's reserved storage: no allocation when sequences come and go.
     for (int64_t i = b; i + 1 < active_; ++i) recent_[i].swap(recent_[i + 1]);
@@ -138,43 +131,64 @@ int32_t Session::sample(int64_t b, const SamplingParams& params, uint64_t stream
                       static_cast<int64_t>(r.size()), scratch_);
 }
 
-void Session::save(const std::string& path, int64_t b, const std::string& text_tail) const {
+void Session::fork(int64_t src, int64_t dst) {
+  check_index(src);
+  check_index(dst);
+  if (src == dst) return;
+  state_.fork(src, dst);
+  std::memcpy(logits_.data() + dst * vocab(), logits_.data() + src * vocab(),
+              static_cast<size_t>(vocab()) * sizeof(float));
+  has_logits_[dst] = has_logits_[src];
+  recent_[dst] = recent_[src];
+}
+
+SavedSequence Session::snapshot(int64_t b) const {
   check_index(b);
   SavedSequence s;
   s.position = state_.positions[b];
-  const float* st = state_.sequence(b);
-  s.state.assign(st, st + state_.floats_per_sequence);
-  if (!state_.cache.empty() && s.position > 0)
-    for (int64_t l = 0; l < state_.cache.layers; ++l) {
-      const float* rows = const_cast<TokenCache&>(state_.cache).block(l, b);
-      s.cache.insert(s.cache.end(), rows, rows + s.position * state_.cache.floats_per_token);
-    }
+  std::vector<float> all(static_cast<size_t>(state_.snapshot_floats(b)));
+  state_.snapshot(b, all.data());
+  // The state file keeps the constant state and the cached tokens apart.
+  s.state.assign(all.begin(), all.begin() + state_.floats_per_sequence);
+  s.cache.assign(all.begin() + state_.floats_per_sequence, all.end());
   if (has_logits_[b])
     s.logits.assign(logits_.data() + b * vocab(), logits_.data() + (b + 1) * vocab());
   s.recent = recent_[b];
+  return s;
+}
+
+void Session::restore(int64_t b, const SavedSequence& s) {
+  check_index(b);
+  const int64_t cache_floats = state_.cache.empty() ? 0 : state_.cache.layers * s.position *
+                                                               state_.cache.floats_per_token;
+  RETNET_CHECK(static_cast<int64_t>(s.state.size()) == state_.floats_per_sequence &&
+                   static_cast<int64_t>(s.cache.size()) == cache_floats &&
+                   (s.logits.empty() || static_cast<int64_t>(s.logits.size()) == vocab()),
+               "snapshot of {} state, {} cache and {} logit floats does not fit this model ({}, "
+               "{} at position {}, {})",
+               s.state.size(), s.cache.size(), s.logits.size(), state_.floats_per_sequence,
+               cache_floats, s.position, vocab());
+  std::vector<float> all(s.state);
+  all.insert(all.end(), s.cache.begin(), s.cache.end());
+  state_.restore(b, all.data(), s.position);
+  has_logits_[b] = !s.logits.empty();
+  if (has_logits_[b])
+    std::memcpy(logits_.data() + b * vocab(), s.logits.data(), s.logits.size() * sizeof(float));
+  recent_[b].clear();
+  const size_t keep = std::min(s.recent.size(), static_cast<size_t>(options_.history));
+  recent_[b].insert(recent_[b].end(), s.recent.end() - keep, s.recent.end());
+}
+
+void Session::save(const std::string& path, int64_t b, const std::string& text_tail) const {
+  SavedSequence s = snapshot(b);
   s.text_tail = text_tail;
   write_state_file(path, model_, fingerprint_, s);
 }
 
 std::string Session::load(const std::string& path, int64_t b) {
   check_index(b);
-  SavedSequence s = read_state_file(path, model_, fingerprint_);
-  if (!s.state.empty())
-    std::memcpy(state_.sequence(b), s.state.data(), s.state.size() * sizeof(float));
-  if (!state_.cache.empty() && s.position > 0) {
-    state_.cache.reserve(s.position);
-    const int64_t per_layer = s.position * state_.cache.floats_per_token;
-    for (int64_t l = 0; l < state_.cache.layers; ++l)
-      std::memcpy(state_.cache.block(l, b), s.cache.data() + l * per_layer,
-                  static_cast<size_t>(per_layer) * sizeof(float));
-  }
-  state_.positions[b] = s.position;
-  has_logits_[b] = !s.logits.empty();
-  if (has_logits_[b])
-    std::memcpy(logits_.data() + b * vocab(), s.logits.data(), s.logits.size() * 4);
-  recent_[b].clear();
-  const size_t keep = std::min(s.recent.size(), static_cast<size_t>(options_.history));
-  recent_[b].insert(recent_[b].end(), s.recent.end() - keep, s.recent.end());
+  const SavedSequence s = read_state_file(path, model_, fingerprint_);
+  restore(b, s);
   return s.text_tail;
 }
 

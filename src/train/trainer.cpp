@@ -20,6 +20,7 @@
 #include "retnet/text/tokenizer.h"
 #include "retnet/train/checkpoint.h"
 #include "retnet/train/data.h"
+#include "retnet/train/evaluate.h"
 
 namespace retnet {
 namespace {
@@ -95,37 +96,21 @@ Config model_config(const std::string& path, const Tokenizer& tokenizer,
   return config;
 }
 
-struct Evaluation {
-  double loss = 0, bits_per_byte = 0;
-  int64_t tokens = 0;
+// Validation loss and bits per byte over the split's first `max_tokens` predictions.
+struct Validation {
+  Evaluation eval;
+  double bits_per_byte = 0;
 };
 
-Evaluation evaluate(const Model& model, std::span<const int32_t> tokens, int64_t bytes, int64_t B,
+Validation validate(const Model& model, std::span<const int32_t> tokens, int64_t bytes, int64_t B,
                     int64_t T, int64_t max_tokens, const TrainingOptions& to, Arena& arena) {
-  const int64_t windows = (static_cast<int64_t>(tokens.size()) - 1) / T;
-  int64_t use = windows;
-  if (max_tokens > 0) use = std::min<int64_t>(windows, std::max<int64_t>(1, max_tokens / T));
-  std::vector<int32_t> in(B * T), tgt(B * T);
-  double sum = 0;
-  int64_t count = 0;
-  for (int64_t w0 = 0; w0 < use; w0 += B) {
-    const int64_t rows = std::min(B, use - w0);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t t = 0; t < T; ++t) {
-        in[r * T + t] = tokens[(w0 + r) * T + t];
-        tgt[r * T + t] = tokens[(w0 + r) * T + t + 1];
-      }
-    sum += loss_and_gradients(model, in.data(), tgt.data(), rows, T, to, arena, nullptr) * rows * T;
-    count += rows * T;
-  }
-  Evaluation e;
-  e.loss = sum / count;
-  e.tokens = count;
+  Validation v;
+  v.eval = evaluate(model, tokens, EvalOptions{T, B, max_tokens, to}, arena);
   // Nats per token over the split's text bytes per token: exact for the whole split, the split's
   // average rate when only its first windows are evaluated.
   const double bytes_per_token = static_cast<double>(bytes) / static_cast<double>(tokens.size());
-  e.bits_per_byte = e.loss / std::log(2.0) / bytes_per_token;
-  return e;
+  v.bits_per_byte = v.eval.loss / std::log(2.0) / bytes_per_token;
+  return v;
 }
 
 // The settings a resumed run must share with the checkpoint's. The tokenizer's fingerprint is only
@@ -220,10 +205,11 @@ TrainResult train(const TrainOptions& o) {
     save_checkpoint(o.out_dir, model, opt, info, o.keep_checkpoints, tokenizer_meta);
   };
   auto run_eval = [&](int64_t step) {
-    Evaluation e = evaluate(model, data.val, data.val_bytes, B, T, o.eval_tokens, to, arena);
+    const Validation v = validate(model, data.val, data.val_bytes, B, T, o.eval_tokens, to, arena);
+    const Evaluation& e = v.eval;
     metrics << nlohmann::json{{"step", step},
                               {"val_loss", e.loss},
-                              {"val_bits_per_byte", e.bits_per_byte},
+                              {"val_bits_per_byte", v.bits_per_byte},
                               {"val_tokens", e.tokens}}
                    .dump()
             << "\n"
@@ -231,9 +217,9 @@ TrainResult train(const TrainOptions& o) {
     if (!o.quiet)
       std::fprintf(stderr, "%sstep %lld | val loss %.4f | val ppl %.3f | %.4f bits/byte\n",
                    tty ? "\r\033[K" : "", (long long)step, e.loss, std::exp(e.loss),
-                   e.bits_per_byte);
+                   v.bits_per_byte);
     result.final_val_loss = e.loss;
-    result.val_bits_per_byte = e.bits_per_byte;
+    result.val_bits_per_byte = v.bits_per_byte;
   };
 
   int64_t step = start;

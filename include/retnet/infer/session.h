@@ -3,13 +3,14 @@
 // prefilled with the chunkwise form in blocks (memory bounded by the block, never T x T), then all
 // active sequences step together with the recurrent form, so every projection is one GEMM over the
 // batch. A sequence's state is one contiguous block of floats; saving, restoring, adding and
-// removing sequences are memcpys. The CLI, the server and the Python bindings all use this class.
+// removing, forking and snapshotting sequences are memcpys. Front ends (the CLI) use this class.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "retnet/core/arena.h"
 #include "retnet/infer/sampler.h"
+#include "retnet/infer/state_file.h"
 #include "retnet/model/forward.h"
 
 namespace retnet {
@@ -54,6 +55,13 @@ class Session {
   // Next token of sequence b from its logits; `stream` keys the random draws (give each
   // independent sequence its own).
   int32_t sample(int64_t b, const SamplingParams& params, uint64_t stream = 0);
+
+  // Sequence dst becomes a copy of sequence src (state, position, logits, recent tokens): a
+  // shared prompt prefilled once, continued several ways.
+  void fork(int64_t src, int64_t dst);
+  // Sequence b in memory, without a file (a prompt cache keeps these), and back.
+  SavedSequence snapshot(int64_t b) const;
+  void restore(int64_t b, const SavedSequence& sequence);
 
   // Saves sequence b (state, position, logits, recent tokens) to a versioned, checksummed file
   // that names the model; atomic. `text_tail` (bytes of an unfinished UTF-8 character, say) is

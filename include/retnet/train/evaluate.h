@@ -1,0 +1,31 @@
+#pragma once
+// Evaluation: the mean next-token loss of a model over a token sequence, in non-overlapping windows.
+// The trainer's validation and `retnet eval` both use it.
+#include <cstdint>
+#include <span>
+
+#include "retnet/core/arena.h"
+#include "retnet/model/training.h"
+
+namespace retnet {
+
+struct EvalOptions {
+  int64_t seq = 256;   // predictions per window
+  int64_t batch = 8;   // windows per forward pass
+  // At most this many predictions (whole windows, at least one); 0: every window, including the
+  // shorter last one.
+  int64_t max_tokens = 0;
+  TrainingOptions form;  // the training form the loss is computed with (parallel or chunkwise)
+};
+
+struct Evaluation {
+  double loss = 0;       // nats per predicted token
+  double nats = 0;       // summed over the predictions
+  int64_t tokens = 0;    // predictions made
+};
+
+// Predicts tokens[i + 1] from tokens[..i] over windows of `seq`; throws Error with fewer than 2.
+Evaluation evaluate(const Model& model, std::span<const int32_t> tokens, const EvalOptions& options,
+                    Arena& arena);
+
+}  // namespace retnet
