@@ -170,22 +170,30 @@ TEST(AttentionForward, RejectsBadShapes) {
 // ---- backward ------------------------------------------------------------------------------
 namespace {
 
+// Row n of the causal softmax of q k^T / sqrt(Dk), in double: p_j for j = 0..n.
+std::vector<double> softmax_row(const std::vector<double>& q, const std::vector<double>& k,
+                                int64_t n, int64_t Dk) {
+  const double scale = 1 / std::sqrt(double(Dk));
+  std::vector<double> p(n + 1);
+  double m = -INFINITY, sum = 0;
+  for (int64_t j = 0; j <= n; ++j) {
+    p[j] = 0;
+    for (int64_t i = 0; i < Dk; ++i) p[j] += q[n * Dk + i] * k[j * Dk + i] * scale;
+    m = std::max(m, p[j]);
+  }
+  for (double& x : p) sum += (x = std::exp(x - m));
+  for (double& x : p) x /= sum;
+  return p;
+}
+
 // The definition in double, one head: q, k [T, Dk], v [T, Dv] -> out [T, Dv].
 std::vector<double> forward_ref(const std::vector<double>& q, const std::vector<double>& k,
                                 const std::vector<double>& v, int64_t T, int64_t Dk, int64_t Dv) {
   std::vector<double> out(T * Dv, 0.0);
-  const double scale = 1 / std::sqrt(double(Dk));
   for (int64_t n = 0; n < T; ++n) {
-    std::vector<double> s(n + 1);
-    double m = -INFINITY, sum = 0;
-    for (int64_t j = 0; j <= n; ++j) {
-      s[j] = 0;
-      for (int64_t i = 0; i < Dk; ++i) s[j] += q[n * Dk + i] * k[j * Dk + i] * scale;
-      m = std::max(m, s[j]);
-    }
-    for (double& x : s) sum += (x = std::exp(x - m));
+    const std::vector<double> p = softmax_row(q, k, n, Dk);
     for (int64_t j = 0; j <= n; ++j)
-      for (int64_t c = 0; c < Dv; ++c) out[n * Dv + c] += s[j] / sum * v[j * Dv + c];
+      for (int64_t c = 0; c < Dv; ++c) out[n * Dv + c] += p[j] * v[j * Dv + c];
   }
   return out;
 }
@@ -198,15 +206,8 @@ void backward_ref(const std::vector<double>& q, const std::vector<double>& k,
   dq.assign(T * Dk, 0), dk.assign(T * Dk, 0), dv.assign(T * Dv, 0);
   const double scale = 1 / std::sqrt(double(Dk));
   for (int64_t n = 0; n < T; ++n) {
-    std::vector<double> p(n + 1), dp(n + 1);
-    double m = -INFINITY, sum = 0;
-    for (int64_t j = 0; j <= n; ++j) {
-      p[j] = 0;
-      for (int64_t i = 0; i < Dk; ++i) p[j] += q[n * Dk + i] * k[j * Dk + i] * scale;
-      m = std::max(m, p[j]);
-    }
-    for (double& x : p) sum += (x = std::exp(x - m));
-    for (double& x : p) x /= sum;
+    const std::vector<double> p = softmax_row(q, k, n, Dk);
+    std::vector<double> dp(n + 1);
     double D = 0;  // sum_j p_j dp_j
     for (int64_t j = 0; j <= n; ++j) {
       dp[j] = 0;
@@ -285,8 +286,7 @@ TEST(AttentionBackward, MatchesTheDoubleGradient) {
     auto dq_once = dq;
     arena.reset();
     attention_backward(g, arena);
-    for (size_t i = 0; i < dq.size(); ++i)
-      ASSERT_NEAR(dq[i], 2 * dq_once[i], 1e-5 * (1 + std::fabs(dq[i])));
+    ASSERT_TRUE(retnet::test::doubled(dq, dq_once));
     for (auto* x : {&dq, &dk, &dv})
       for (float& e : *x) e *= 0.5f;
     EXPECT_TRUE(close(dq, eq, 1e-4)) << "dq";
@@ -298,13 +298,7 @@ TEST(AttentionBackward, MatchesTheDoubleGradient) {
 // ---- KV cache ------------------------------------------------------------------------------
 namespace {
 
-// A cache for B sequences that owns its storage.
-struct OwnedCache {
-  std::vector<float> storage;
-  std::vector<int64_t> length;
-  AttentionCache cache;
-  explicit OwnedCache(int64_t B) : length(B, 0) { cache.length = length.data(); }
-};
+using OwnedCache = retnet::test::OwnedCache<AttentionCache>;
 
 }  // namespace
 

@@ -25,8 +25,7 @@ Result run_cli(const std::string& args) { return retnet::test::run_retnet(args);
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir = fs::temp_directory_path() / ("retnet_cli_" + std::to_string(getpid()));
-    fs::create_directories(dir);
+    dir = retnet::test::fresh_temp_dir("cli");
     std::ofstream(dir / "c.json") << R"({"decoder_embed_dim": 16, "decoder_value_embed_dim": 24,
       "decoder_retention_heads": 2, "decoder_ffn_embed_dim": 20, "decoder_layers": 2,
       "vocab_size": 30})";

@@ -23,9 +23,7 @@ namespace {
 class TokenizerCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir = fs::temp_directory_path() / ("retnet_tok_cli_" + std::to_string(getpid()));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
+    dir = test::fresh_temp_dir("tok_cli");
     data = (dir / "data.txt").string();
     std::ofstream(data, std::ios::binary) << test::corpus_prefix(60000);
     config = (dir / "tiny.json").string();  // no vocab_size: it comes from the tokenizer

@@ -21,9 +21,7 @@ namespace {
 class Data : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir = fs::temp_directory_path() / ("retnet_data_" + std::to_string(getpid()));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
+    dir = test::fresh_temp_dir("data");
     text = test::corpus_prefix(100000);
     data = (dir / "corpus.txt").string();
     std::ofstream(data, std::ios::binary) << text;

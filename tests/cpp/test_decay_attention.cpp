@@ -16,9 +16,6 @@ using retnet::test::random_vector;
 
 namespace {
 
-constexpr Form kParallel = Form::Parallel;
-constexpr Form kRecurrent = Form::Recurrent;
-constexpr Form kChunkwise = Form::Chunkwise;
 
 struct Problem {
   int64_t B, T, C;
@@ -76,11 +73,11 @@ struct Problem {
 void check_all_forms(Problem& p) {
   auto ref = p.reference();
   SCOPED_TRACE(::testing::Message() << "B" << p.B << " T" << p.T << " C" << p.C);
-  EXPECT_TRUE(close(p.run(kParallel), ref, 1e-5)) << "parallel";
-  auto recurrent = p.run(kRecurrent);
+  EXPECT_TRUE(close(p.run(Form::Parallel), ref, 1e-5)) << "parallel";
+  auto recurrent = p.run(Form::Recurrent);
   EXPECT_TRUE(close(recurrent, ref, 1e-5)) << "recurrent";
   for (int64_t chunk : {1, 3, 16, 64, 1000}) {
-    auto chunked = p.run(kChunkwise, chunk);
+    auto chunked = p.run(Form::Chunkwise, chunk);
     EXPECT_TRUE(close(chunked, ref, 1e-5)) << "chunk " << chunk;
     EXPECT_TRUE(close(chunked, recurrent, 1e-5)) << "chunk " << chunk << " vs recurrent";
   }
@@ -146,11 +143,10 @@ Gradients run_backward(Problem& p, Form form, int64_t chunk,
                                {&g.dk, &once.dk},
                                {&g.dv, &once.dv},
                                {&g.dw, &once.dw},
-                               {&g.du, &once.du}})
-    for (size_t i = 0; i < twice->size(); ++i) {
-      EXPECT_NEAR((*twice)[i], 2 * (*single)[i], 1e-5 * (1 + std::fabs((*twice)[i])));
-      (*twice)[i] *= 0.5f;
-    }
+                               {&g.du, &once.du}}) {
+    EXPECT_TRUE(retnet::test::doubled(*twice, *single));
+    for (float& x : *twice) x *= 0.5f;
+  }
   return g;
 }
 
@@ -167,9 +163,9 @@ void check_gradients(Problem& p) {
   const auto er = finite_differences(loss, r), ek = finite_differences(loss, k),
              ev = finite_differences(loss, v), ew = finite_differences(loss, w),
              eu = finite_differences(loss, u);
-  for (Form form : {kParallel, kChunkwise})
+  for (Form form : {Form::Parallel, Form::Chunkwise})
     for (int64_t chunk : {int64_t{1}, int64_t{5}, p.T}) {
-      if (form == kParallel && chunk != p.T) continue;
+      if (form == Form::Parallel && chunk != p.T) continue;
       SCOPED_TRACE(::testing::Message() << form_name(form) << " chunk " << chunk
                                         << " B" << p.B << " T" << p.T << " C" << p.C);
       const Gradients g = run_backward(p, form, chunk, d_out);
@@ -205,9 +201,9 @@ TEST(DecayAttention, ContinuesFromAStateInPieces) {
   // equals one pass; so does every other split of forms.
   Problem p(2, 50, 40, 3);
   const auto whole = p.reference();
-  const Form plans[][3] = {{kRecurrent, kChunkwise, kRecurrent},
-                                         {kChunkwise, kRecurrent, kChunkwise},
-                                         {kChunkwise, kChunkwise, kChunkwise}};
+  const Form plans[][3] = {{Form::Recurrent, Form::Chunkwise, Form::Recurrent},
+                                         {Form::Chunkwise, Form::Recurrent, Form::Chunkwise},
+                                         {Form::Chunkwise, Form::Chunkwise, Form::Chunkwise}};
   for (const auto& plan : plans) {
     std::vector<float> out(whole.size(), NAN), state(p.B * p.state_per_sequence(), 0.f);
     p.run_span(plan[0], 8, 0, 1, state, out);
@@ -219,8 +215,8 @@ TEST(DecayAttention, ContinuesFromAStateInPieces) {
   }
   // The state left behind is the same whichever form wrote it.
   std::vector<float> s_rec(p.B * p.state_per_sequence(), 0.f), s_chunk = s_rec, out(whole.size());
-  p.run_span(kRecurrent, 8, 0, p.T, s_rec, out);
-  p.run_span(kChunkwise, 8, 0, p.T, s_chunk, out);
+  p.run_span(Form::Recurrent, 8, 0, p.T, s_rec, out);
+  p.run_span(Form::Chunkwise, 8, 0, p.T, s_chunk, out);
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t c = 0; c < p.C; ++c) {
       // Sums a e^p and b e^p compared through their ratio and the log of b e^p.
@@ -236,12 +232,12 @@ TEST(DecayAttention, ContinuesFromAGivenState) {
   // A state from the first 20 tokens, handed to the double reference for the rest.
   Problem p(1, 45, 33, 21);
   std::vector<float> state(p.state_per_sequence(), 0.f), out(p.T * p.C, NAN);
-  p.run_span(kRecurrent, 8, 0, 20, state, out);
+  p.run_span(Form::Recurrent, 8, 0, 20, state, out);
   const std::vector<double> s0(state.begin(), state.end());
   std::vector<double> want((p.T - 20) * p.C);
   decay_attention_reference(&p.r[20 * p.C], &p.k[20 * p.C], &p.v[20 * p.C], p.w.data(), p.u.data(),
                             want.data(), p.T - 20, p.C, s0.data());
-  for (Form form : {kRecurrent, kChunkwise}) {
+  for (Form form : {Form::Recurrent, Form::Chunkwise}) {
     std::vector<float> s = state, o(p.T * p.C, NAN);
     p.run_span(form, 7, 20, p.T, s, o);
     EXPECT_TRUE(close(std::vector<float>(o.begin() + 20 * p.C, o.end()), want, 1e-5))
@@ -255,15 +251,15 @@ TEST(DecayAttention, ZeroStateIsTheEmptyState) {
   Problem p(2, 20, 36, 5);
   for (size_t i = 0; i < p.k.size(); ++i) p.k[i] += (i % 2 ? -1e4f : -50.f);
   const auto ref = p.reference();
-  const auto parallel = p.run(kParallel);  // never touches a state
+  const auto parallel = p.run(Form::Parallel);  // never touches a state
   EXPECT_TRUE(close(parallel, ref, 1e-5));
-  for (Form form : {kRecurrent, kChunkwise}) {
+  for (Form form : {Form::Recurrent, Form::Chunkwise}) {
     auto out = p.run(form, 6);  // from std::vector<float>(n, 0.f)
     EXPECT_TRUE(close(out, ref, 1e-5)) << form_name(form);
   }
   // And a state that went through tokens is not empty: b >= 1 (its largest term is e^0).
   std::vector<float> state(p.B * p.state_per_sequence(), 0.f), out(p.k.size());
-  p.run_span(kRecurrent, 6, 0, 1, state, out);
+  p.run_span(Form::Recurrent, 6, 0, 1, state, out);
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t c = 0; c < p.C; ++c) EXPECT_GE(state[b * p.state_per_sequence() + p.C + c], 1.f);
 }
@@ -287,7 +283,7 @@ TEST(DecayAttention, ZeroDecayAndBonusIsAftSimple) {
         }
         want[at(n)] = num / den / (1 + std::exp(-double(p.r[at(n)])));
       }
-  for (Form form : {kParallel, kRecurrent, kChunkwise})
+  for (Form form : {Form::Parallel, Form::Recurrent, Form::Chunkwise})
     EXPECT_TRUE(close(p.run(form, 7), want, 1e-5)) << form_name(form);
 }
 
@@ -296,7 +292,7 @@ TEST(DecayAttention, HugeKeysStayFiniteAndCorrect) {
     Problem p(2, 40, 40, 12, scale);
     SCOPED_TRACE(::testing::Message() << "key scale " << scale);
     const auto ref = p.reference();
-    for (Form form : {kParallel, kRecurrent, kChunkwise}) {
+    for (Form form : {Form::Parallel, Form::Recurrent, Form::Chunkwise}) {
       auto out = p.run(form, 6);
       for (float o : out) ASSERT_TRUE(std::isfinite(o)) << form_name(form);
       EXPECT_TRUE(close(out, ref, 1e-5)) << form_name(form);
@@ -310,7 +306,7 @@ TEST(DecayAttention, HugeKeysStayFiniteAndCorrect) {
     for (float& x : p.k) x += base;
     SCOPED_TRACE(::testing::Message() << "keys around " << base);
     const auto ref = p.reference();
-    for (Form form : {kParallel, kRecurrent, kChunkwise})
+    for (Form form : {Form::Parallel, Form::Recurrent, Form::Chunkwise})
       EXPECT_TRUE(close(p.run(form, 6), ref, 1e-5)) << form_name(form);
   }
 }
@@ -328,7 +324,7 @@ TEST(DecayAttention, StridedViews) {
     }
   auto all = TensorView::contiguous(rkv.data(), {B, T, 3 * C});
   const auto ref = p.reference();
-  for (Form form : {kParallel, kRecurrent, kChunkwise}) {
+  for (Form form : {Form::Parallel, Form::Recurrent, Form::Chunkwise}) {
     DecayAttentionArgs a;
     a.r = all.slice(2, 0, C), a.k = all.slice(2, C, 2 * C), a.v = all.slice(2, 2 * C, 3 * C);
     a.out = TensorView::contiguous(wide.data(), {B, T, C + 5}).slice(2, 0, C);
@@ -350,20 +346,20 @@ TEST(DecayAttention, RejectsBadArguments) {
   std::vector<float> out(16);
   DecayAttentionArgs a = p.args(out, 0, 4);
   Arena arena(1 << 16);
-  EXPECT_THROW(decay_attention_forward(kRecurrent, a, arena), Error);  // no state
+  EXPECT_THROW(decay_attention_forward(Form::Recurrent, a, arena), Error);  // no state
   a.out = TensorView::contiguous(out.data(), {1, 4, 3});
-  EXPECT_THROW(decay_attention_forward(kParallel, a, arena), Error);  // shape mismatch
+  EXPECT_THROW(decay_attention_forward(Form::Parallel, a, arena), Error);  // shape mismatch
   a.out = p.view(out);
   a.w = nullptr;
-  EXPECT_THROW(decay_attention_forward(kParallel, a, arena), Error);  // no decay
+  EXPECT_THROW(decay_attention_forward(Form::Parallel, a, arena), Error);  // no decay
   a.w = p.w.data();
   a.chunk = 0;
   std::vector<float> state(p.state_per_sequence(), 0.f);
   a.state = state.data();
-  EXPECT_THROW(decay_attention_forward(kChunkwise, a, arena), Error);  // chunk 0
+  EXPECT_THROW(decay_attention_forward(Form::Chunkwise, a, arena), Error);  // chunk 0
   a.chunk = 4;
   EXPECT_THROW(decay_attention_forward(Form::Scan, a, arena), Error);  // no scan form
-  EXPECT_EQ(parse_form("chunkwise"), kChunkwise);
+  EXPECT_EQ(parse_form("chunkwise"), Form::Chunkwise);
 }
 
 TEST(DecayAttention, GradientsMatchFiniteDifferences) {
@@ -382,10 +378,10 @@ TEST(DecayAttention, GradientsWithLargeDecaysBonusesAndKeys) {
 TEST(DecayAttention, BackwardParallelEqualsChunkwise) {
   Problem p(2, 100, 70, 43, 2.0);
   auto d_out = random_vector(p.B * p.T * p.C, 78);
-  const Gradients want = run_backward(p, kParallel, p.T, d_out);
+  const Gradients want = run_backward(p, Form::Parallel, p.T, d_out);
   for (int64_t chunk : {1, 7, 16, 64, 99}) {
     SCOPED_TRACE(::testing::Message() << "chunk " << chunk);
-    const Gradients g = run_backward(p, kChunkwise, chunk, d_out);
+    const Gradients g = run_backward(p, Form::Chunkwise, chunk, d_out);
     EXPECT_TRUE(close(g.dr, want.dr, 1e-5)) << "dr";
     EXPECT_TRUE(close(g.dk, want.dk, 1e-5)) << "dk";
     EXPECT_TRUE(close(g.dv, want.dv, 1e-5)) << "dv";
@@ -397,8 +393,8 @@ TEST(DecayAttention, BackwardParallelEqualsChunkwise) {
 TEST(DecayAttention, BackwardWithHugeKeysStaysFinite) {
   Problem p(1, 60, 40, 44, 1e4);
   auto d_out = random_vector(p.B * p.T * p.C, 79);
-  const Gradients par = run_backward(p, kParallel, p.T, d_out);
-  const Gradients chunked = run_backward(p, kChunkwise, 8, d_out);
+  const Gradients par = run_backward(p, Form::Parallel, p.T, d_out);
+  const Gradients chunked = run_backward(p, Form::Chunkwise, 8, d_out);
   for (const Gradients* g : {&par, &chunked})
     for (const auto* x : {&g->dr, &g->dk, &g->dv, &g->dw, &g->du})
       for (float y : *x) ASSERT_TRUE(std::isfinite(y));

@@ -1,10 +1,16 @@
 #pragma once
-// Shared test utilities: seeded random data and a relative max error that names the worst element.
+// Shared test utilities: seeded random data and a relative max error that fails on NaN and Inf
+// and names the offending elements.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
+#include <iomanip>
+#include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -21,17 +27,39 @@ inline std::vector<float> random_vector(size_t n, uint64_t seed, double scale = 
   return v;
 }
 
-// A two-layer model small enough for finite differences and file round trips.
-inline Config tiny_config() {
+inline Config model_config(int64_t d, int64_t value_dim, int64_t heads, int64_t ffn, int64_t layers,
+                           int64_t vocab) {
   Config c;
-  c.embed_dim = 16;
-  c.value_embed_dim = 24;
-  c.heads = 2;
-  c.ffn_dim = 20;
-  c.layers = 2;
-  c.vocab_size = 30;
+  c.embed_dim = d;
+  c.value_embed_dim = value_dim;
+  c.heads = heads;
+  c.ffn_dim = ffn;
+  c.layers = layers;
+  c.vocab_size = vocab;
   return c;
 }
+
+// A two-layer model small enough for finite differences and file round trips.
+inline Config tiny_config() { return model_config(16, 24, 2, 20, 2, 30); }
+
+// A fresh, empty directory <tmp>/retnet_<stem>_<pid> (ctest runs every test in its own process).
+inline std::filesystem::path fresh_temp_dir(const std::string& stem) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("retnet_" + stem + "_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// A key/value cache (AttentionCache, AftCache) for B sequences that owns its lengths; the storage
+// is the test's to size.
+template <typename Cache>
+struct OwnedCache {
+  std::vector<float> storage;
+  std::vector<int64_t> length;
+  Cache cache;
+  explicit OwnedCache(int64_t B) : length(B, 0) { cache.length = length.data(); }
+};
 
 inline std::vector<double> to_double(const std::vector<float>& x) { return {x.begin(), x.end()}; }
 
@@ -60,9 +88,29 @@ inline std::vector<double> finite_differences(const std::function<double()>& los
   return g;
 }
 
-// max|a - b| / max|b|: the tolerance measure of the project.
+// Index of the first NaN or infinite element of a, or a.size() when every element is finite.
+template <typename A>
+size_t first_non_finite(const A& a) {
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!std::isfinite(static_cast<double>(a[i]))) return i;
+  return a.size();
+}
+
+// A running maximum that keeps NaN: std::max(worst, NaN) returns worst, so a plain running
+// maximum would let a NaN vanish and a test comparing `worst <= tol` pass. Use it for every
+// "worst error" loop; NaN <= tol is false, so the test then fails.
+inline double max_keep_nan(double worst, double x) {
+  if (std::isnan(worst) || std::isnan(x)) return std::numeric_limits<double>::quiet_NaN();
+  return std::max(worst, x);
+}
+
+// max|a - b| / max|b| (absolute when b is all zero): the tolerance measure of the project.
+// +infinity when the sizes differ or when any element of a or b is NaN or infinite, so that
+// neither `err <= tol` nor a running maximum of it can pass on non-finite data.
 template <typename A, typename B>
 double rel_max_error(const A& a, const B& b) {
+  if (a.size() != b.size() || first_non_finite(a) != a.size() || first_non_finite(b) != b.size())
+    return std::numeric_limits<double>::infinity();
   double num = 0, den = 0;
   for (size_t i = 0; i < b.size(); ++i) {
     num = std::max(num, std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i])));
@@ -71,26 +119,100 @@ double rel_max_error(const A& a, const B& b) {
   return den == 0 ? num : num / den;
 }
 
-// gtest assertion helper printing the first mismatches.
+// "NaN", "+inf", "-inf" or the number, for failure messages.
+inline std::string describe_value(double x) {
+  if (std::isnan(x)) return "NaN";
+  if (std::isinf(x)) return x > 0 ? "+inf" : "-inf";
+  std::ostringstream s;
+  s << std::setprecision(9) << x;
+  return s.str();
+}
+
+namespace detail {
+// Appends to f a description of the first non-finite element of x (named x_name; y is the other
+// array, of the same size) and returns true, or returns false when x is all finite.
+template <typename X, typename Y>
+bool describe_non_finite(const X& x, const Y& y, const char* x_name, const char* y_name,
+                         ::testing::AssertionResult& f) {
+  const size_t bad = first_non_finite(x);
+  if (bad == x.size()) return false;
+  size_t total = 0;
+  for (size_t i = bad; i < x.size(); ++i) total += !std::isfinite(static_cast<double>(x[i]));
+  f << "non-finite " << x_name << " element: " << x_name << "[" << bad
+    << "] = " << describe_value(static_cast<double>(x[bad])) << " (" << y_name << " "
+    << describe_value(static_cast<double>(y[bad])) << "); " << total << " of " << x.size()
+    << " elements of " << x_name << " are not finite";
+  return true;
+}
+}  // namespace detail
+
+// gtest assertion: a (actual) equals b (expected) within relative max error tol. Fails, saying
+// so, on a size mismatch and on any NaN or infinite element of either array (with its index and
+// value); otherwise on an error above tol, printing the first mismatches.
 template <typename A, typename B>
 ::testing::AssertionResult close(const A& a, const B& b, double tol) {
   if (a.size() != b.size())
-    return ::testing::AssertionFailure() << "sizes differ: " << a.size() << " vs " << b.size();
-  double err = rel_max_error(a, b);
-  if (std::isfinite(err) && err <= tol) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "sizes differ: actual " << a.size() << " vs expected "
+                                         << b.size();
+  if (auto f = ::testing::AssertionFailure();
+      detail::describe_non_finite(a, b, "actual", "expected", f) ||
+      detail::describe_non_finite(b, a, "expected", "actual", f))
+    return f;
+  const double err = rel_max_error(a, b);
+  if (err <= tol) return ::testing::AssertionSuccess();
   double den = 0;
   for (size_t i = 0; i < b.size(); ++i) den = std::max(den, std::fabs(double(b[i])));
+  const double allowed = tol * (den == 0 ? 1.0 : den);
   auto f = ::testing::AssertionFailure();
   f << "relative max error " << err << " > " << tol << "; first mismatches:";
   int shown = 0;
   for (size_t i = 0; i < b.size() && shown < 5; ++i) {
     double d = std::fabs(double(a[i]) - double(b[i]));
-    if (!(d <= tol * den)) {
-      f << " [" << i << "] " << a[i] << " vs " << b[i] << ";";
+    if (!(d <= allowed)) {
+      f << " [" << i << "] " << describe_value(double(a[i])) << " vs "
+        << describe_value(double(b[i])) << ";";
       ++shown;
     }
   }
   return f;
+}
+
+// Gradients accumulate (+=): after a second call twice[i] = 2 once[i], within tol relative to
+// 1 + |twice[i]|. Fails on the first element that is not (NaN included).
+template <typename A, typename B>
+::testing::AssertionResult doubled(const A& twice, const B& once, double tol = 1e-5) {
+  if (twice.size() != once.size())
+    return ::testing::AssertionFailure() << "sizes differ: " << twice.size() << " vs " << once.size();
+  for (size_t i = 0; i < twice.size(); ++i) {
+    const double t = static_cast<double>(twice[i]), o = static_cast<double>(once[i]);
+    if (!(std::fabs(t - 2 * o) <= tol * (1 + std::fabs(t))))
+      return ::testing::AssertionFailure() << "[" << i << "] " << describe_value(t)
+                                           << " after two calls, " << describe_value(o)
+                                           << " after one";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Gradients against a reference that may be identically zero (one token: the output does not
+// depend on q and k), where only float rounding of cancelling terms remains: when max|want| is
+// below zero_below, every |got| must be below abs_tol; otherwise close(got, want, tol). A size
+// mismatch or a NaN or Inf on either side fails as in close().
+template <typename A, typename B>
+::testing::AssertionResult close_or_zero(const A& got, const B& want, double tol,
+                                         double zero_below, double abs_tol = 1e-5) {
+  if (got.size() != want.size() || first_non_finite(got) != got.size() ||
+      first_non_finite(want) != want.size())
+    return close(got, want, tol);
+  double top = 0;
+  for (size_t i = 0; i < want.size(); ++i) top = std::max(top, std::fabs(double(want[i])));
+  if (top >= zero_below) return close(got, want, tol);
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!(std::fabs(double(got[i])) < abs_tol))
+      return ::testing::AssertionFailure()
+             << "the reference is 0 (max |expected| " << top << " < " << zero_below
+             << ") but actual[" << i << "] = " << describe_value(double(got[i])) << ", not below "
+             << abs_tol;
+  return ::testing::AssertionSuccess();
 }
 
 }  // namespace retnet::test

@@ -14,9 +14,11 @@
 #include "retnet/model/training.h"
 #include "retnet/train/optimizer.h"
 #include "test_helpers.h"
+#include "test_support.h"
 
 using namespace retnet;
 using retnet::test::close;
+using retnet::test::model_logits;
 
 namespace {
 
@@ -49,18 +51,6 @@ std::vector<int32_t> tokens_of(int64_t n, int64_t vocab, int64_t salt) {
   return t;
 }
 
-std::vector<float> logits_of(const Model& m, const std::vector<int32_t>& tok, int64_t B,
-                             Form form, int64_t chunk = 0) {
-  const int64_t T = static_cast<int64_t>(tok.size()) / B;
-  std::vector<float> out(tok.size() * m.config().vocab_size);
-  ForwardOptions o;
-  o.form = form;
-  o.chunk = chunk;
-  Arena arena;
-  forward_logits(m, tok.data(), B, T, out.data(), o, arena);
-  return out;
-}
-
 class Mixers : public ::testing::TestWithParam<const MixerSpec*> {};
 
 std::string mixer_test_name(const ::testing::TestParamInfo<const MixerSpec*>& info) {
@@ -74,11 +64,11 @@ TEST_P(Mixers, FormsAgree) {
   const Model m = perturbed_model(GetParam(), 3);
   const int64_t B = 2, T = 37;
   const auto tok = tokens_of(B * T, m.config().vocab_size, 1);
-  const auto parallel = logits_of(m, tok, B, Form::Parallel);
-  EXPECT_TRUE(close(logits_of(m, tok, B, Form::Recurrent), parallel, 1e-5));
+  const auto parallel = model_logits(m, tok, B, Form::Parallel);
+  EXPECT_TRUE(close(model_logits(m, tok, B, Form::Recurrent), parallel, 1e-5));
   if (GetParam()->has_form(Form::Chunkwise)) {
     for (int64_t chunk : {1, 8, 64})
-      EXPECT_TRUE(close(logits_of(m, tok, B, Form::Chunkwise, chunk), parallel, 1e-5))
+      EXPECT_TRUE(close(model_logits(m, tok, B, Form::Chunkwise, chunk), parallel, 1e-5))
           << "chunk " << chunk;
   } else {
     Arena arena;
@@ -99,7 +89,7 @@ TEST_P(Mixers, PrefillInPiecesThenDecodeEqualsParallel) {
   const Model m = perturbed_model(GetParam(), 4);
   const int64_t T = 40;
   const auto tok = tokens_of(T, m.config().vocab_size, 2);
-  const auto parallel = logits_of(m, tok, 1, Form::Parallel);
+  const auto parallel = model_logits(m, tok, 1, Form::Parallel);
   const int64_t V = m.config().vocab_size;
   State state(m.config(), 1);
   Arena arena;
@@ -228,7 +218,7 @@ TEST_P(Mixers, GreedyDecodingEqualsArgmaxOfParallelLogits) {
     seq.push_back(s.sample(0, greedy));
     s.step(&seq.back());
   }
-  const auto logits = logits_of(m, seq, 1, Form::Parallel);
+  const auto logits = model_logits(m, seq, 1, Form::Parallel);
   for (size_t t = prompt.size() - 1; t + 1 < seq.size(); ++t) {
     const float* z = logits.data() + t * V;
     EXPECT_EQ(seq[t + 1], std::max_element(z, z + V) - z) << "position " << t;
@@ -291,8 +281,8 @@ TEST_P(Mixers, ModelFileRoundTripKeepsTheLogits) {
   std::filesystem::remove(path);
   EXPECT_EQ(back.config().mixer, GetParam());
   const auto tok = tokens_of(15, m.config().vocab_size, 9);
-  EXPECT_EQ(logits_of(back, tok, 1, Form::Parallel),
-            logits_of(m, tok, 1, Form::Parallel));
+  EXPECT_EQ(model_logits(back, tok, 1, Form::Parallel),
+            model_logits(m, tok, 1, Form::Parallel));
 }
 
 INSTANTIATE_TEST_SUITE_P(Family, Mixers,

@@ -8,9 +8,11 @@
 #include "retnet/core/parallel.h"
 #include "retnet/model/forward.h"
 #include "test_helpers.h"
+#include "test_support.h"
 
 using namespace retnet;
 using retnet::test::close;
+using retnet::test::model_logits;
 
 namespace {
 
@@ -45,29 +47,18 @@ std::vector<int32_t> tokens_for(int64_t B, int64_t T, int64_t vocab) {
   return t;
 }
 
-std::vector<float> logits(const Model& m, const std::vector<int32_t>& tok, int64_t B, int64_t T,
-                          Form form, int64_t chunk = 0) {
-  std::vector<float> out(B * T * m.config().vocab_size, NAN);
-  ForwardOptions o;
-  o.form = form;
-  o.chunk = chunk;
-  Arena arena;
-  forward_logits(m, tok.data(), B, T, out.data(), o, arena);
-  return out;
-}
-
 void check_all_forms(const Model& m, int64_t B, int64_t T) {
   auto tok = tokens_for(B, T, m.config().vocab_size);
-  auto ref = logits(m, tok, B, T, Form::Parallel);
+  auto ref = model_logits(m, tok, B, Form::Parallel);
   SCOPED_TRACE(::testing::Message() << "B=" << B << " T=" << T << " H=" << m.config().heads
                                     << " eps=" << m.config().layernorm_eps);
-  EXPECT_TRUE(close(logits(m, tok, B, T, Form::Recurrent), ref, 1e-5)) << "recurrent";
-  EXPECT_TRUE(close(logits(m, tok, B, T, Form::Scan), ref, 1e-5)) << "scan";
+  EXPECT_TRUE(close(model_logits(m, tok, B, Form::Recurrent), ref, 1e-5)) << "recurrent";
+  EXPECT_TRUE(close(model_logits(m, tok, B, Form::Scan), ref, 1e-5)) << "scan";
   // A chunk that divides T (T itself, or 64 | T), and ones that do not.
   std::vector<int64_t> chunks = {T, 5, 64};
   if (T % 64 == 0) chunks.push_back(32);
   for (int64_t chunk : chunks)
-    EXPECT_TRUE(close(logits(m, tok, B, T, Form::Chunkwise, chunk), ref, 1e-5))
+    EXPECT_TRUE(close(model_logits(m, tok, B, Form::Chunkwise, chunk), ref, 1e-5))
         << "chunkwise, chunk " << chunk;
 }
 
@@ -100,7 +91,7 @@ TEST(ModelForms, ChunkedPrefillContinuesTheState) {
   Model m = make_model(small_config(4, 1e-6), 3, 3.f);
   const int64_t B = 2, T = 40, V = m.config().vocab_size;
   auto tok = tokens_for(B, T, V);
-  auto ref = logits(m, tok, B, T, Form::Parallel);
+  auto ref = model_logits(m, tok, B, Form::Parallel);
   State state(m.config(), B);
   Arena arena;
   std::vector<float> out(B * T * V);
@@ -152,7 +143,7 @@ TEST(ModelForms, InitIsDeterministicAndThreadIndependent) {
   double bound = std::pow(2.0, -2.5) * std::sqrt(6.0 / (32 + 32));
   const float* q = a.param(L.q_proj);
   double maxabs = 0;
-  for (int i = 0; i < 32 * 32; ++i) maxabs = std::max(maxabs, std::fabs(double(q[i])));
+  for (int i = 0; i < 32 * 32; ++i) maxabs = retnet::test::max_keep_nan(maxabs, std::fabs(double(q[i])));
   EXPECT_LE(maxabs, bound);
   EXPECT_GT(maxabs, 0.9 * bound);
   EXPECT_EQ(a.param(L.mixer_norm)[5], 1.f);

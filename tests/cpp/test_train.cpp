@@ -18,12 +18,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path scratch(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("retnet_train_" + std::to_string(getpid()) + "_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path scratch(const std::string& name) { return retnet::test::fresh_temp_dir("train_" + name); }
 
 // A small slice of the bundled corpus and a tiny config.
 struct TrainFixture {

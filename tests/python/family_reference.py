@@ -3,7 +3,8 @@ retention, attention, linear, performer, aft, aft-simple, rwkv. Written from the
 definitions (include/retnet/mixers/*.h, seeds' equations), not from the engine's kernels.
 Dtype-generic: run it in float64 to get numbers to compare float32 engines against.
 
-Every mixer sits in the same block as retention (torch_reference.py):
+Every mixer sits in the same block as retention (retnet_ref.decoder; retention itself is
+retnet_ref.forward):
   x = embed_tokens[tokens] (times sqrt(d) unless no_scale_embedding)
   per layer: xn = RMSNorm(x) * {scope}_layer_norm.weight; q, k, v (, g) = projections of xn;
              x = x + mixer(q, k, v) @ out_proj^T;  then the FFN sub-layer
@@ -12,8 +13,10 @@ Every mixer sits in the same block as retention (torch_reference.py):
 Each mixer has a parallel definition (pairwise over all tokens; what `forward` uses by default) and
 a recurrent one written independently (token by token through a state or a growing cache), so the
 reference can check itself: forward(..., mode="recurrent") == forward(..., mode="parallel").
+Retention also has its chunkwise form.
 
 Mixers (H heads, dk = d / H, dv = vd / H; q, k width d and v width vd unless said):
+  retention:  retnet_ref.py.
   attention:  rotated q, k (retention's theta grid, absolute positions, no key scaling); causal
               softmax of q.k / sqrt(dk) per head; output the concatenated heads.
   linear:     phi = elu + 1 on q and k per head (no rotation);
@@ -33,7 +36,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-import torch_reference as tref
+import retnet_ref as R
 
 MIXERS = ("retention", "attention", "linear", "performer", "aft", "aft-simple", "rwkv")
 SCOPES = {"retention": "retention", "attention": "attention", "linear": "linear",
@@ -47,6 +50,14 @@ FORMS = {"retention": ("parallel", "recurrent", "chunkwise", "scan"),
          "aft-simple": ("parallel", "recurrent", "chunkwise"),
          "rwkv": ("parallel", "recurrent", "chunkwise")}
 CHANNELWISE = ("aft", "aft-simple", "rwkv")
+
+
+def small_config(mixer, variant=0):
+    """The small configs of the checks (check_reference.py, check_family.py); variant picks eps,
+    activation and embedding scale; aft_max_distance < T so the clamp of the bias index matters."""
+    return R.make_config(16, 24, 2, 20, 2, 50, 1e-6 if variant % 2 == 0 else 0.0,
+                         "swish" if variant % 2 == 0 else "gelu", no_scale=variant % 3 != 1,
+                         recurrent_chunk_size=16, mixer=mixer, performer_features=12, aft_max_distance=7)
 
 
 def mixer_of(cfg):
@@ -257,35 +268,18 @@ def mixer_forward(cfg, weights, l, h, mode, chunk):
     d, vd, H = cfg["decoder_embed_dim"], cfg["decoder_value_embed_dim"], cfg["decoder_retention_heads"]
     dk, dv = d // H, vd // H
     B, T, _ = h.shape
-    eps = cfg.get("layernorm_eps", 1e-6)
     pos = torch.arange(T)
     rec = mode == "recurrent"
-    if mode not in ("parallel", "recurrent") and m != "retention":
+    if mode not in ("parallel", "recurrent"):
         raise ValueError(f"the reference's {m} runs parallel or recurrent, not {mode}")
     q, k, v = h @ weights[n["q"]].T, h @ weights[n["k"]].T, h @ weights[n["v"]].T
-    if m == "retention":
-        q = q.view(B, T, H, dk)
-        k = (k * dk ** -0.5).view(B, T, H, dk)
-        v = v.view(B, T, H, dv).transpose(1, 2)
-        g = h @ weights[n["g"]].T
-        q, k = tref.rotate(q, pos).transpose(1, 2), tref.rotate(k, pos).transpose(1, 2)
-        gamma = tref.gammas(cfg)
-        if mode == "parallel":
-            o = tref.retention_parallel(q, k, v, gamma)
-        elif mode == "recurrent":
-            o = tref.retention_recurrent(q, k, v, gamma)
-        else:
-            o = tref.retention_chunkwise(q, k, v, gamma, chunk)
-        o = tref.rms_norm(o.transpose(1, 2), None, eps).reshape(B, T, vd)
-        return F.silu(g) * o
     if m in ("attention", "linear", "performer"):
-        q, k = q.view(B, T, H, dk), k.view(B, T, H, dk)
+        q, k = q.view(B, T, H, dk).transpose(1, 2), k.view(B, T, H, dk).transpose(1, 2)
         v = v.view(B, T, H, dv).transpose(1, 2)
         if m == "attention":
-            q, k = tref.rotate(q, pos).transpose(1, 2), tref.rotate(k, pos).transpose(1, 2)
+            q, k = R.rotate(q, pos), R.rotate(k, pos)
             o = attention_recurrent(q, k, v) if rec else attention_parallel(q, k, v)
         else:
-            q, k = q.transpose(1, 2), k.transpose(1, 2)
             if m == "linear":
                 fq, fk = elu_features(q), elu_features(k)
             else:
@@ -304,18 +298,11 @@ def mixer_forward(cfg, weights, l, h, mode, chunk):
 
 def forward(weights, cfg, tokens, mode="parallel", chunk=64):
     """tokens: LongTensor [B, T] -> logits [B, T, vocab] in the weights' dtype."""
-    d = cfg["decoder_embed_dim"]
-    eps = cfg.get("layernorm_eps", 1e-6)
-    act = F.silu if cfg.get("activation_fn", "gelu") in ("swish", "silu") else F.gelu
-    scale = 1.0 if cfg.get("no_scale_embedding", True) else math.sqrt(d)
-    x = weights["embed_tokens.weight"][tokens] * scale
-    for l in range(cfg["decoder_layers"]):
-        n = layer_names(cfg, l)
-        h = tref.rms_norm(x, weights[n["norm1"]], eps)
-        x = x + mixer_forward(cfg, weights, l, h, mode, chunk) @ weights[n["out"]].T
-        h = tref.rms_norm(x, weights[n["norm2"]], eps)
-        x = x + (act(h @ weights[n["fc1"]].T) * (h @ weights[n["gate"]].T)) @ weights[n["fc2"]].T
-    return tref.rms_norm(x, weights["layer_norm.weight"], eps) @ weights["output_projection.weight"].T
+    if mixer_of(cfg) == "retention":
+        return R.forward(weights, cfg, tokens, mode, chunk)
+    return R.decoder(weights, R.check_config(cfg), tokens,
+                     lambda h, l: mixer_forward(cfg, weights, l, h, mode, chunk) @ weights[layer_names(cfg, l)["out"]].T,
+                     lambda l: layer_names(cfg, l)["norm1"])
 
 
 def loss(weights, cfg, seq, mode="parallel"):

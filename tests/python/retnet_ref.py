@@ -1,9 +1,13 @@
 """Independent PyTorch reference of the RetNet language model (torchscale "v2" RetNetDecoder semantics).
 
-Written from the definitions in docs/ENGINEERING.md section 2, not from torchscale's code. Three forms of
+Written from the definitions in ENGINEERING.md section 2, not from torchscale's code or the engine's. Three forms of
 retention (parallel, recurrent, chunkwise) compute the same function, including the score normalisation
 c_n = max(|r_n| / sqrt(S_n), 1), so they agree to rounding at any layernorm_eps. Works in float32 and
 float64: the computation runs in the dtype of the weights.
+
+Weights are a dict of tensors under torchscale's RetNetDecoder.state_dict() names; the config is a
+dict with torchscale's RetNetConfig names (plus "decay": "torchscale" | "paper"). `decoder` is the
+block structure every token mixer shares; family_reference.py puts the other mixers into it.
 
 Run with Debian's /usr/bin/python3 (torch 1.13).
 """
@@ -16,6 +20,13 @@ FORMS = ("parallel", "recurrent", "chunkwise")
 
 
 # ----------------------------------------------------------------------------------------------- config
+def make_config(d, value_dim, H, ffn, layers, vocab, eps, act, no_scale=True, **extra):
+    """A config dict under torchscale's names; extra keys (decay, mixer, ...) are passed through."""
+    return dict(decoder_embed_dim=d, decoder_value_embed_dim=value_dim, decoder_retention_heads=H,
+                decoder_ffn_embed_dim=ffn, decoder_layers=layers, vocab_size=vocab, layernorm_eps=eps,
+                activation_fn=act, no_scale_embedding=no_scale, **extra)
+
+
 def check_config(config):
     """Reads a config dict with torchscale names; returns a plain dict of the derived sizes."""
     def get(name, default=None):
@@ -31,7 +42,8 @@ def check_config(config):
     c = dict(d=d, H=H, value_dim=value_dim, ffn=int(get("decoder_ffn_embed_dim")),
              layers=int(get("decoder_layers")), vocab=int(get("vocab_size")),
              eps=float(get("layernorm_eps", 1e-6)), act=str(get("activation_fn", "gelu")),
-             embed_scale=1.0 if get("no_scale_embedding", True) else math.sqrt(d))
+             embed_scale=1.0 if get("no_scale_embedding", True) else math.sqrt(d),
+             decay=str(get("decay", "torchscale")))
     for k in ("d", "H", "value_dim", "ffn", "layers", "vocab"):
         if c[k] <= 0:
             raise ValueError(f"config: {k} = {c[k]}, expected > 0")
@@ -43,6 +55,8 @@ def check_config(config):
         raise ValueError(f"config: key head dim {d // H} is odd; rotation needs pairs")
     if c["act"] not in ("gelu", "swish"):
         raise ValueError(f"config: activation_fn {c['act']!r}, expected 'gelu' or 'swish'")
+    if c["decay"] not in ("torchscale", "paper"):
+        raise ValueError(f"config: decay {c['decay']!r}, expected 'torchscale' or 'paper'")
     if c["eps"] < 0:
         raise ValueError(f"config: layernorm_eps {c['eps']} < 0")
     c["dk"], c["dv"] = d // H, value_dim // H
@@ -86,8 +100,11 @@ def angles(dk):
     return 10000.0 ** (-i / (half - 1))
 
 
-def decays(H):
-    """gamma_h = 1 - 2^(-5-h), as a float64 tensor [H]."""
+def decays(H, schedule="torchscale"):
+    """gamma_h = 1 - 2^(-5-h) as a float64 tensor [H]; the paper's schedule (decay: paper) is
+    gamma = 1 - exp(linspace(log 1/32, log 1/512, H))."""
+    if schedule == "paper":
+        return 1.0 - torch.exp(torch.linspace(math.log(1 / 32), math.log(1 / 512), H, dtype=torch.float64))
     return 1.0 - 2.0 ** (-5.0 - torch.arange(H, dtype=torch.float64))
 
 
@@ -195,7 +212,7 @@ def _retention_layer(x, W, p, c, mode, chunk, stats):
     k = rotate(heads((x @ W[p + "k_proj.weight"].T) * dk ** -0.5, dk), pos)
     v = heads(x @ W[p + "v_proj.weight"].T, dv)
     g = x @ W[p + "g_proj.weight"].T
-    gamma = decays(H)
+    gamma = decays(H, c["decay"])
     if mode == "parallel":
         O, ratio = retention_parallel(q, k, v, gamma)
     elif mode == "recurrent":
@@ -211,15 +228,11 @@ def _retention_layer(x, W, p, c, mode, chunk, stats):
     return (F.silu(g) * O) @ W[p + "out_proj.weight"].T
 
 
-def forward(weights, config, tokens, mode="parallel", chunk=None, stats=None):
-    """tokens: LongTensor [B, T] -> logits [B, T, vocab] in the weights' dtype.
-    chunk: chunk size of the chunkwise form (default: config recurrent_chunk_size, else 64).
-    stats: optional list; receives each layer's |r_n|/sqrt(S_n) as [B, H, T]."""
-    c = check_config(config)
-    check_weights(weights, config)
-    W = weights
-    if chunk is None:
-        chunk = int(config.get("recurrent_chunk_size", 64))
+def decoder(W, c, tokens, mixer_layer, mixer_norm):
+    """The block structure of every mixer: x = embedding * scale; per layer l
+    x += mixer_layer(RMSNorm(x) * W[mixer_norm(l)], l) (the mixer's output after its out_proj), then
+    x += FFN(RMSNorm(x) * final_layer_norm); logits = RMSNorm(x) * layer_norm @ output_projection^T.
+    c: check_config's dict; tokens [B, T] -> logits [B, T, vocab] in the weights' dtype."""
     tokens = torch.as_tensor(tokens, dtype=torch.long)
     if tokens.dim() != 2:
         raise ValueError(f"tokens: shape {list(tokens.shape)}, expected [B, T]")
@@ -231,12 +244,30 @@ def forward(weights, config, tokens, mode="parallel", chunk=None, stats=None):
     x = W["embed_tokens.weight"][tokens] * c["embed_scale"]
     for l in range(c["layers"]):
         p = f"layers.{l}."
-        x = x + _retention_layer(rms_norm(x, W[p + "retention_layer_norm.weight"], eps),
-                                 W, p + "retention.", c, mode, chunk, stats)
+        x = x + mixer_layer(rms_norm(x, W[mixer_norm(l)], eps), l)
         h = rms_norm(x, W[p + "final_layer_norm.weight"], eps)
         x = x + (act(h @ W[p + "ffn.fc1.weight"].T) * (h @ W[p + "ffn.gate.weight"].T)) @ W[p + "ffn.fc2.weight"].T
     x = rms_norm(x, W["layer_norm.weight"], eps)
     return x @ W["output_projection.weight"].T
+
+
+def forward(weights, config, tokens, mode="parallel", chunk=None, stats=None):
+    """tokens: LongTensor [B, T] -> logits [B, T, vocab] in the weights' dtype.
+    chunk: chunk size of the chunkwise form (default: config recurrent_chunk_size, else 64).
+    stats: optional list; receives each layer's |r_n|/sqrt(S_n) as [B, H, T]."""
+    c = check_config(config)
+    check_weights(weights, config)
+    if chunk is None:
+        chunk = int(config.get("recurrent_chunk_size", 64))
+    return decoder(weights, c, tokens,
+                   lambda h, l: _retention_layer(h, weights, f"layers.{l}.retention.", c, mode, chunk, stats),
+                   lambda l: f"layers.{l}.retention_layer_norm.weight")
+
+
+def loss(weights, config, seq, mode="parallel", chunk=None):
+    """Mean next-token cross-entropy of one sequence (what `retnet grad` reports)."""
+    logits = forward(weights, config, torch.tensor([seq[:-1]]), mode, chunk)[0]
+    return F.cross_entropy(logits, torch.tensor(seq[1:]))
 
 
 # --------------------------------------------------------------------------------------------- init
