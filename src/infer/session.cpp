@@ -3,17 +3,25 @@
 #include <algorithm>
 #include <cstring>
 
+#include "retnet/core/arena.h"
 #include "retnet/core/error.h"
 #include "retnet/core/parallel.h"
 #include "retnet/infer/state_file.h"
+#include "retnet/model/forward.h"
+#include "retnet/model/state.h"
 
 namespace retnet {
+
+Session::~Session() = default;
+
+int64_t Session::position(int64_t b) const { return state_->positions.at(b); }
 
 Session::Session(const Model& model, const SessionOptions& options)
     : model_(model),
       options_(options),
       fingerprint_(retnet::model_fingerprint(model)),
-      state_(model.config(), std::max<int64_t>(options.capacity, 1)),
+      state_(std::make_unique<State>(model.config(), std::max<int64_t>(options.capacity, 1))),
+      arena_(std::make_unique<Arena>()),
       scratch_(model.config().vocab_size) {
   RETNET_CHECK(options.capacity >= 1, "a session holds at least one sequence, got capacity {}",
                options.capacity);
@@ -39,7 +47,7 @@ Session::Session(const Model& model, const SessionOptions& options)
   prefill.last_logits_only = true;
   ForwardOptions step;
   step.form = Form::Recurrent;
-  arena_.reserve(
+  arena_->reserve(
       std::max(forward_workspace_floats(model.config(), 1, options.prefill_block, prefill),
                forward_workspace_floats(model.config(), options.capacity, 1, step)));
 }
@@ -59,7 +67,7 @@ int64_t Session::add_sequence() {
 
 void Session::reset_sequence(int64_t b) {
   check_index(b);
-  state_.reset(b);
+  state_->reset(b);
   has_logits_[b] = 0;
   recent_[b].clear();
 }
@@ -68,7 +76,7 @@ void Session::remove_sequence(int64_t b) {
   check_index(b);
   const int64_t after = active_ - b - 1, V = vocab();
   if (after > 0) {
-    state_.remove(b, active_);
+    state_->remove(b, active_);
     std::memmove(logits_.data() + b * V, logits_.data() + (b + 1) * V,
                  static_cast<size_t>(after * V) * sizeof(float));
     std::move(has_logits_.begin() + b + 1, has_logits_.begin() + active_, has_logits_.begin() + b);
@@ -97,7 +105,7 @@ void Session::prefill(int64_t b, const int32_t* tokens, int64_t T) {
   ScopedThreads threads(T * model_.parameter_count() >= (int64_t{1} << 24) ? 0 : decode_threads_);
   for (int64_t start = 0; start < T; start += options_.prefill_block) {
     const int64_t n = std::min(options_.prefill_block, T - start);
-    forward_logits(model_, tokens + start, 1, n, out, fo, arena_, state_.view(b));
+    forward_logits(model_, tokens + start, 1, n, out, fo, *arena_, state_->view(b));
     has_logits_[b] = 1;
   }
   for (int64_t i = std::max<int64_t>(0, T - options_.history); i < T; ++i) remember(b, tokens[i]);
@@ -108,9 +116,9 @@ void Session::step(const int32_t* tokens) {
   ScopedThreads threads(decode_threads_);
   ForwardOptions fo;
   fo.form = Form::Recurrent;
-  StateView view = state_.view();
+  StateView view = state_->view();
   view.batch = active_;
-  forward_logits(model_, tokens, active_, 1, logits_.data(), fo, arena_, view);
+  forward_logits(model_, tokens, active_, 1, logits_.data(), fo, *arena_, view);
   for (int64_t b = 0; b < active_; ++b) {
     has_logits_[b] = 1;
     remember(b, tokens[b]);
@@ -135,7 +143,7 @@ void Session::fork(int64_t src, int64_t dst) {
   check_index(src);
   check_index(dst);
   if (src == dst) return;
-  state_.fork(src, dst);
+  state_->fork(src, dst);
   std::memcpy(logits_.data() + dst * vocab(), logits_.data() + src * vocab(),
               static_cast<size_t>(vocab()) * sizeof(float));
   has_logits_[dst] = has_logits_[src];
@@ -145,12 +153,12 @@ void Session::fork(int64_t src, int64_t dst) {
 SavedSequence Session::snapshot(int64_t b) const {
   check_index(b);
   SavedSequence s;
-  s.position = state_.positions[b];
-  std::vector<float> all(static_cast<size_t>(state_.snapshot_floats(b)));
-  state_.snapshot(b, all.data());
+  s.position = state_->positions[b];
+  std::vector<float> all(static_cast<size_t>(state_->snapshot_floats(b)));
+  state_->snapshot(b, all.data());
   // The state file keeps the constant state and the cached tokens apart.
-  s.state.assign(all.begin(), all.begin() + state_.floats_per_sequence);
-  s.cache.assign(all.begin() + state_.floats_per_sequence, all.end());
+  s.state.assign(all.begin(), all.begin() + state_->floats_per_sequence);
+  s.cache.assign(all.begin() + state_->floats_per_sequence, all.end());
   if (has_logits_[b])
     s.logits.assign(logits_.data() + b * vocab(), logits_.data() + (b + 1) * vocab());
   s.recent = recent_[b];
@@ -159,18 +167,18 @@ SavedSequence Session::snapshot(int64_t b) const {
 
 void Session::restore(int64_t b, const SavedSequence& s) {
   check_index(b);
-  const int64_t cache_floats = state_.cache.empty() ? 0 : state_.cache.layers * s.position *
-                                                               state_.cache.floats_per_token;
-  RETNET_CHECK(static_cast<int64_t>(s.state.size()) == state_.floats_per_sequence &&
+  const int64_t cache_floats = state_->cache.empty() ? 0 : state_->cache.layers * s.position *
+                                                               state_->cache.floats_per_token;
+  RETNET_CHECK(static_cast<int64_t>(s.state.size()) == state_->floats_per_sequence &&
                    static_cast<int64_t>(s.cache.size()) == cache_floats &&
                    (s.logits.empty() || static_cast<int64_t>(s.logits.size()) == vocab()),
                "snapshot of {} state, {} cache and {} logit floats does not fit this model ({}, "
                "{} at position {}, {})",
-               s.state.size(), s.cache.size(), s.logits.size(), state_.floats_per_sequence,
+               s.state.size(), s.cache.size(), s.logits.size(), state_->floats_per_sequence,
                cache_floats, s.position, vocab());
   std::vector<float> all(s.state);
   all.insert(all.end(), s.cache.begin(), s.cache.end());
-  state_.restore(b, all.data(), s.position);
+  state_->restore(b, all.data(), s.position);
   has_logits_[b] = !s.logits.empty();
   if (has_logits_[b])
     std::memcpy(logits_.data() + b * vocab(), s.logits.data(), s.logits.size() * sizeof(float));

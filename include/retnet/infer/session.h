@@ -8,12 +8,16 @@
 #include <string>
 #include <vector>
 
-#include "retnet/core/arena.h"
+#include <memory>
+
 #include "retnet/infer/sampler.h"
 #include "retnet/infer/state_file.h"
-#include "retnet/model/forward.h"
+#include "retnet/model/model.h"
 
 namespace retnet {
+
+class Arena;
+struct State;
 
 struct SessionOptions {
   int64_t capacity = 1;          // sequences the session can hold at once
@@ -28,6 +32,9 @@ struct SessionOptions {
 class Session {
  public:
   explicit Session(const Model& model, const SessionOptions& options = {});
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
 
   const Model& model() const { return model_; }
   int64_t batch() const { return active_; }
@@ -51,7 +58,7 @@ class Session {
   const float* logits(int64_t b) const;
   bool has_logits(int64_t b) const { return has_logits_.at(b); }
   // Tokens sequence b has consumed.
-  int64_t position(int64_t b) const { return state_.positions.at(b); }
+  int64_t position(int64_t b) const;
   // Next token of sequence b from its logits; `stream` keys the random draws (give each
   // independent sequence its own).
   int32_t sample(int64_t b, const SamplingParams& params, uint64_t stream = 0);
@@ -91,11 +98,11 @@ class Session {
   uint64_t fingerprint_;
   int decode_threads_ = 0;
   int64_t active_ = 0;
-  State state_;
+  std::unique_ptr<State> state_;  // the model layer's state and scratch, private to the session
   std::vector<float> logits_;                 // [capacity, vocab]
   std::vector<uint8_t> has_logits_;           // [capacity]
   std::vector<std::vector<int32_t>> recent_;  // per sequence, at most options_.history
-  Arena arena_;
+  std::unique_ptr<Arena> arena_;
   SamplerScratch scratch_;
 };
 
