@@ -98,8 +98,11 @@ void Config::validate() const {
                "config: dimensions are implausibly large");
   RETNET_CHECK(parameter_count() < (int64_t{1} << 36), "config: {} parameters is too many",
                parameter_count());
-  RETNET_CHECK(layernorm_eps >= 0 && std::isfinite(layernorm_eps),
-               "config: layernorm_eps must be a finite non-negative number, got {}", layernorm_eps);
+  // The norms compute in float32: an eps that is inf there (1e300) zeroes every feature, and one
+  // of 1 or more swamps mean(x^2) of any sane residual.
+  RETNET_CHECK(layernorm_eps >= 0 && layernorm_eps < 1,
+               "config: layernorm_eps must be a number in [0, 1) (it is used as float32), got {}",
+               layernorm_eps);
   RETNET_CHECK(recurrent_chunk_size >= 1, "config: recurrent_chunk_size must be >= 1, got {}",
                recurrent_chunk_size);
   RETNET_CHECK(performer_features >= 1 && performer_features <= 65536,

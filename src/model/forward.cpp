@@ -1,10 +1,12 @@
 #include "retnet/model/forward.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <optional>
 
+#include "finite_check.h"
 #include "layers.h"
 #include "mixer_layer.h"
 #include "retnet/core/error.h"
@@ -44,11 +46,15 @@ void project(const Model& model, size_t w, int64_t M, int64_t N, int64_t K, cons
   }
 }
 
-// logits [B, vocab] of each sequence's last token, from the final features xn [B, T, d].
-void last_token_logits(const Model& model, const float* xn, int64_t B, int64_t T, float* logits) {
+// logits [B, vocab] of each sequence's last token, from the final features xn [B, T, d]; starts:
+// the sequences' positions before the pass (null: 0), for naming a non-finite logit's position.
+void last_token_logits(const Model& model, const float* xn, int64_t B, int64_t T, float* logits,
+                       const int64_t* starts) {
   const Config& c = model.config();
   project(model, model.tensors().output_projection, B, c.vocab_size, c.embed_dim,
           xn + (T - 1) * c.embed_dim, T * c.embed_dim, false, logits, c.vocab_size);
+  detail::check_finite_rows(logits, B, c.vocab_size, c.vocab_size, {1, starts, T - 1}, "the logits",
+                            -1, FLT_MAX);
 }
 
 }  // namespace
@@ -175,11 +181,16 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
     project(model, L.fc1, N, 2 * F, d, a.xn2, d, false, a.ffn, 2 * F);
     gated_activation_forward(c.activation, a.ffn, 2 * F, a.ffn + F, 2 * F, a.h, a.ld_h, N, F);
     project(model, L.fc2, N, d, F, a.h, a.ld_h, true, x, d);
+    check_finite_rows(x, N, d, d, {T, state.positions}, "the residual stream", l,
+                      largest_normable(d));
   }
   rmsnorm_forward(x, d, model.param(w.final_norm), acts.xn_f, d, acts.rstd_f, N, d, eps);
   if (logits)
     project(model, w.output_projection, N, c.vocab_size, d, acts.xn_f, d, false, logits,
             c.vocab_size);
+  if (logits)
+    check_finite_rows(logits, N, c.vocab_size, c.vocab_size, {T, state.positions}, "the logits", -1,
+                      FLT_MAX);
 }
 
 TensorView channel_view(const float* p, int64_t B, int64_t T, int64_t ld, int64_t C) {
@@ -320,7 +331,7 @@ void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_
     auto acts = detail::allocate_activations(arena, c, B, T, false);
     detail::run_layers(model, tokens, B, T, options.last_logits_only ? nullptr : logits,
                        options.form, chunk_of(c, options), options.scan_tile, arena, {}, acts);
-    if (options.last_logits_only) last_token_logits(model, acts.xn_f, B, T, logits);
+    if (options.last_logits_only) last_token_logits(model, acts.xn_f, B, T, logits, nullptr);
     return;
   }
   std::optional<RecurrentState> local;
@@ -359,7 +370,8 @@ void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_
     auto acts = detail::allocate_activations(arena, c, B, T, false);
     detail::run_layers(model, tokens, B, T, options.last_logits_only ? nullptr : logits,
                        options.form, chunk_of(c, options), options.scan_tile, arena, ps, acts);
-    if (options.last_logits_only) last_token_logits(model, acts.xn_f, B, T, logits);
+    if (options.last_logits_only)
+      last_token_logits(model, acts.xn_f, B, T, logits, state.positions);
     for (int64_t b = 0; b < B; ++b) state.positions[b] += T;
     return;
   }

@@ -1,9 +1,11 @@
 #include "retnet/model/training.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 
+#include "finite_check.h"
 #include "layers.h"
 #include "mixer_layer.h"
 #include "retnet/core/error.h"
@@ -55,15 +57,17 @@ GradScratch allocate_grads(Arena& arena, const Config& c, int64_t N) {
 }
 
 // Cross-entropy over the final features, block by block: logits = xn W^T, loss, and with grads
-// d xn = dlogits W and dW += dlogits^T xn, where dlogits = (softmax - onehot) / N.
+// d xn = dlogits W and dW += dlogits^T xn, where dlogits = (softmax - onehot) / N. Rows are
+// sequences of T tokens (for naming where a logit overflows).
 double fused_cross_entropy(const Model& model, const float* xn, const int32_t* targets, int64_t N,
-                           float* logits, float* dxn, float* dW) {
+                           int64_t T, float* logits, float* dxn, float* dW) {
   const int64_t d = model.config().embed_dim, V = model.config().vocab_size;
   const float* W = model.param(model.tensors().output_projection);
   double total = 0;
   for (int64_t r0 = 0; r0 < N; r0 += kLossBlock) {
     const int64_t R = std::min(kLossBlock, N - r0);
     sgemm(Trans::No, Trans::Yes, R, V, d, 1.f, xn + r0 * d, d, W, d, 0.f, logits, V);
+    detail::check_finite_rows(logits, R, V, V, {T, nullptr, 0, r0}, "the logits", -1, FLT_MAX);
     double block_loss = 0;
 #pragma omp parallel for schedule(static) reduction(+ : block_loss) if (R * V > 16384)
     for (int64_t r = 0; r < R; ++r) {
@@ -137,11 +141,12 @@ double loss_and_gradients(const Model& model, const int32_t* tokens, const int32
   ps.stride = c.state_floats_per_sequence();
   detail::run_layers(model, tokens, B, T, nullptr, o.form, chunk, 0, arena, ps, acts);
   const ModelTensors& w = model.tensors();
-  if (!grads) return fused_cross_entropy(model, acts.xn_f, targets, N, g.logits, nullptr, nullptr);
+  if (!grads)
+    return fused_cross_entropy(model, acts.xn_f, targets, N, T, g.logits, nullptr, nullptr);
 
   auto grad = [&](size_t index) { return grads->tensor(index); };
-  const double loss =
-      fused_cross_entropy(model, acts.xn_f, targets, N, g.logits, g.dxn, grad(w.output_projection));
+  const double loss = fused_cross_entropy(model, acts.xn_f, targets, N, T, g.logits, g.dxn,
+                                          grad(w.output_projection));
   std::fill(g.dx, g.dx + N * d, 0.f);
   rmsnorm_backward(acts.x, d, model.param(w.final_norm), acts.rstd_f, g.dxn, d, g.dx, d,
                    grad(w.final_norm), N, d);
