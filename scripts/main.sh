@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 BUILD_TARGET=retnet bash scripts/build.sh
 RUN=${RUN_DIR:-runs/main}
 ./build/retnet train --data data/tinyshakespeare.txt --out "$RUN" --time-budget "${TRAIN_SECONDS:-180}" \
-  --eval-interval 200 --log-interval 20
+  --eval-interval 200 --log-interval 20 --overwrite
 ./build/retnet eval --model "$RUN/model.safetensors" --data data/tinyshakespeare.txt --tail 0.1
 ./build/retnet demo --model "$RUN/model.safetensors" --decode 0 "$@"
 echo

@@ -57,17 +57,24 @@ void register_demo(CLI::App& app) {
   cmd->add_option("--model,-m", o->model, "Model file (default: initialise the default model)");
   cmd->add_option("--config", o->config, "Config JSON for the initialised model");
   cmd->add_option("--data", o->data, "Text whose bytes are the input")->capture_default_str();
-  cmd->add_option("--tokens,-T", o->tokens, "Input length")->capture_default_str();
-  cmd->add_option("--decode,-n", o->decode, "Tokens to decode greedily after the input (0: skip)")
+  cmd->add_option("--tokens,-T", o->tokens, "Input length")
+      ->check(integer_within(1, 1 << 20))
       ->capture_default_str();
-  cmd->add_option("--chunk", o->chunk, "Chunk size of the chunkwise form")->capture_default_str();
-  cmd->add_option("--repeats", o->repeats, "Timed runs per form (median)")->capture_default_str();
-  cmd->add_option("--threads,-t", o->threads, "Threads (default: all cores)");
-  cmd->add_option("--seed,-s", o->seed, "Seed of the initialised model")->capture_default_str();
+  cmd->add_option("--decode,-n", o->decode, "Tokens to decode greedily after the input (0: skip)")
+      ->check(integer_at_least(0))
+      ->capture_default_str();
+  cmd->add_option("--chunk", o->chunk, "Chunk size of the chunkwise form (0: the config's)")
+      ->check(integer_at_least(0))
+      ->capture_default_str();
+  cmd->add_option("--repeats", o->repeats, "Timed runs per form (median)")
+      ->check(integer_at_least(1))
+      ->capture_default_str();
+  add_threads_option(cmd, o->threads);
+  cmd->add_option("--seed,-s", o->seed, "Seed of the initialised model")
+      ->check(integer_at_least(0))
+      ->capture_default_str();
   cmd->callback([o] {
     apply_threads(o->threads);
-    RETNET_CHECK(o->tokens >= 1 && o->tokens <= (1 << 20), "--tokens must be in [1, 2^20]");
-    RETNET_CHECK(o->repeats >= 1, "--repeats must be >= 1");
     auto t_load = std::chrono::steady_clock::now();
     Model model = o->model.empty()
                       ? Model::init(o->config.empty() ? Config{} : Config::from_file(o->config),

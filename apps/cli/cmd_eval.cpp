@@ -35,19 +35,22 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--form", o->form, "Form")
       ->check(CLI::IsMember({"parallel", "chunkwise"}))
       ->capture_default_str();
-  cmd->add_option("--seq", o->seq, "Tokens per window")->capture_default_str();
-  cmd->add_option("--batch,-b", o->batch, "Windows per batch")->capture_default_str();
+  cmd->add_option("--seq", o->seq, "Tokens per window")
+      ->check(integer_at_least(1))
+      ->capture_default_str();
+  cmd->add_option("--batch,-b", o->batch, "Windows per batch")
+      ->check(integer_at_least(1))
+      ->capture_default_str();
   cmd->add_option("--tail", o->tail,
                   "Evaluate only the last fraction of the file's bytes (0.1: the validation split "
                   "of `retnet train`); 0: the whole file")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(number_within(0, 1))
       ->capture_default_str();
   cmd->add_flag("--json", o->json,
                 "Print one JSON object: loss, perplexity, bits_per_byte, tokens, bytes, tokenizer");
-  cmd->add_option("--threads,-t", o->threads, "Threads (default: all cores)");
+  add_threads_option(cmd, o->threads);
   cmd->callback([o] {
     apply_threads(o->threads);
-    RETNET_CHECK(o->seq >= 1 && o->batch >= 1, "--seq and --batch must be >= 1");
     Model model = load_model(o->model, optional_config(o->config));
     const std::unique_ptr<Tokenizer> tokenizer =
         o->tokenizer.empty() ? load_model_tokenizer(o->model) : load_tokenizer(o->tokenizer);

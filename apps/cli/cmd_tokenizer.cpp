@@ -34,6 +34,7 @@ void register_tokenizer_train(CLI::App& parent) {
   cmd->add_option("--vocab", o->vocab_size,
                   "Vocabulary size (with byte fallback: >= 256 + the "
                   "text's characters + 4)")
+      ->check(integer_within(8, 1 << 24))
       ->required();
   cmd->add_option("--out,-o", *out, "Output .model file")->required();
   cmd->add_option("--model-type", o->model_type, "SentencePiece algorithm")
@@ -41,15 +42,19 @@ void register_tokenizer_train(CLI::App& parent) {
       ->capture_default_str();
   cmd->add_option("--character-coverage", o->character_coverage,
                   "Share of the text's characters the vocabulary covers")
+      ->check(number_within(0, 1))
       ->capture_default_str();
   cmd->add_flag("--no-byte-fallback", *no_byte_fallback,
                 "Map characters outside the vocabulary to <unk> instead of their UTF-8 bytes "
                 "(lossy)");
   cmd->add_option("--max-sentences", o->max_sentences, "Lines sampled for training")
+      ->check(integer_at_least(1))
       ->capture_default_str();
-  cmd->add_option("--seed,-s", o->seed, "Seed of the line sampling")->capture_default_str();
+  cmd->add_option("--seed,-s", o->seed, "Seed of the line sampling")
+      ->check(integer_at_least(0))
+      ->capture_default_str();
   cmd->add_flag("--verbose,-v", o->verbose, "Show SentencePiece's own log");
-  cmd->add_option("--threads,-t", *threads, "Threads (default: all cores)");
+  add_threads_option(cmd, *threads);
   cmd->callback([o, out, no_byte_fallback, threads] {
     apply_threads(*threads);
     o->byte_fallback = !*no_byte_fallback;
