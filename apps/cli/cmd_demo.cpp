@@ -7,12 +7,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
+#include <filesystem>
 
 #include "commands.h"
 #include "retnet/core/gemm.h"
 #include "retnet/core/parallel.h"
+#include "retnet/core/read_file.h"
 #include "retnet/model/forward.h"
 #include "retnet/model/model_io.h"
 
@@ -34,8 +34,8 @@ double max_rel_diff(const std::vector<float>& a, const std::vector<float>& ref) 
 
 std::vector<int32_t> text_tokens(const std::string& path, int64_t T) {
   std::string text;
-  std::ifstream in(path, std::ios::binary);
-  if (in.good()) text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) text = read_file(path, "--data file");
   if (text.empty()) text = "First Citizen:\nBefore we proceed any further, hear me speak.\n";
   std::vector<int32_t> tokens(static_cast<size_t>(T));
   for (int64_t i = 0; i < T; ++i) tokens[i] = static_cast<unsigned char>(text[i % text.size()]);

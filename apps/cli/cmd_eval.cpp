@@ -2,12 +2,11 @@
 // tokenizer the model file records.
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "retnet/core/read_file.h"
 #include "retnet/model/model_io.h"
 #include "retnet/model/training.h"
 #include "retnet/text/tokenizer.h"
@@ -57,9 +56,8 @@ void register_eval(CLI::App& app) {
     RETNET_CHECK(tokenizer->vocab_size() <= model.config().vocab_size,
                  "the {} tokenizer has {} tokens but '{}' has a vocabulary of {}",
                  tokenizer->kind(), tokenizer->vocab_size(), o->model, model.config().vocab_size);
-    std::ifstream in(o->data, std::ios::binary);
-    RETNET_CHECK(in.good(), "cannot open '{}'", o->data);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string text = read_file(o->data);
+    check_encodable(*tokenizer, text, fmt::format("'{}'", o->data));
     if (o->tail > 0 && o->tail < 1) {
       // The same split as `retnet train`: the last floor(size * tail) bytes, tokenized alone.
       const int64_t n_tail = validation_bytes(static_cast<int64_t>(text.size()), o->tail);

@@ -5,13 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 
 #include "commands.h"
+#include "retnet/core/read_file.h"
 #include "retnet/infer/generator.h"
 #include "retnet/model/model_io.h"
 #include "retnet/text/utf8.h"
@@ -32,17 +31,9 @@ struct GenerateArgs {
   bool stats = false, json = false, ignore_eos = false;
 };
 
-std::string read_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  RETNET_CHECK(in.good(), "cannot open {} '{}'", what, path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 std::vector<int32_t> encode_prompt(const Tokenizer& tok, const std::string& text,
                                    const GenerateArgs& a, const std::string& where) {
-  size_t bad = 0;
-  RETNET_CHECK(utf8_valid(text, &bad), "{} is not valid UTF-8 (bad byte 0x{:02x} at offset {})",
-               where, static_cast<unsigned char>(text[bad]), bad);
+  require_utf8(text, where);
   std::vector<int32_t> ids = tok.encode(text);
   RETNET_CHECK(static_cast<int64_t>(ids.size()) <= a.max_prompt_tokens,
                "{} has {} tokens, more than --max-prompt-tokens {} (raise it to feed a longer "

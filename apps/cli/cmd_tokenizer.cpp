@@ -2,24 +2,17 @@
 // any tokenizer (bytes, a .model file, or the one a model file records).
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <memory>
 
 #include "commands.h"
 #include "retnet/core/error.h"
+#include "retnet/core/read_file.h"
 #include "retnet/core/safetensors.h"
 #include "retnet/text/tokenizer.h"
 #include "retnet/text/tokenizer_training.h"
 
 namespace retnet::cli {
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  RETNET_CHECK(in.good(), "cannot open '{}'", path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 void register_tokenizer_train(CLI::App& parent) {
   auto o = std::make_shared<SentencePieceTrainOptions>();
@@ -94,7 +87,9 @@ void register_tokenizer_encode(CLI::App& parent) {
   cmd->callback([o, text, file] {
     RETNET_CHECK(text->count() + file->count() == 1, "give --text or --file");
     auto tokenizer = load_tokenizer(o->tokenizer);
-    const auto ids = tokenizer->encode(o->file.empty() ? o->text : read_file(o->file));
+    const std::string input = o->file.empty() ? o->text : read_file(o->file);
+    check_encodable(*tokenizer, input, o->file.empty() ? "--text" : fmt::format("'{}'", o->file));
+    const auto ids = tokenizer->encode(input);
     std::string line;
     for (size_t i = 0; i < ids.size(); ++i) line += (i ? "," : "") + std::to_string(ids[i]);
     std::printf("%s\n", line.c_str());

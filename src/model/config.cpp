@@ -1,12 +1,11 @@
 #include "retnet/model/config.h"
 
 #include <cmath>
-#include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "retnet/core/error.h"
+#include "retnet/core/read_file.h"
 
 namespace retnet {
 namespace {
@@ -239,10 +238,7 @@ Config Config::from_json(const std::string& text, const std::string& origin) {
 }
 
 Config Config::from_file(const std::string& path) {
-  std::ifstream in(path);
-  RETNET_CHECK(in.good(), "cannot open config file '{}'", path);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return from_json(text, path);
+  return from_json(read_file(path, "config file"), path);
 }
 
 std::string Config::to_json(int indent) const {

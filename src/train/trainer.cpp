@@ -8,13 +8,13 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <span>
 
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
 #include "retnet/core/parallel.h"
+#include "retnet/core/read_file.h"
 #include "retnet/model/model_io.h"
 #include "retnet/model/training.h"
 #include "retnet/text/tokenizer.h"
@@ -85,11 +85,9 @@ Config model_config(const std::string& path, const Tokenizer& tokenizer,
                     const std::string& tokenizer_spec) {
   Config config = path.empty() ? Config{} : Config::from_file(path);
   bool sets_vocab = false;
-  if (!path.empty()) {
-    std::ifstream in(path);
-    sets_vocab =
-        nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false).contains("vocab_size");
-  }
+  if (!path.empty())
+    sets_vocab = nlohmann::json::parse(read_file(path), nullptr, /*allow_exceptions=*/false)
+                     .contains("vocab_size");
   if (!sets_vocab) {
     config.vocab_size = tokenizer.vocab_size();
     config.validate();
