@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 DEPS=runtime BUILD_TARGET=retnet bash scripts/build.sh -DRETNET_BUILD_TESTS=OFF -DRETNET_BUILD_BENCHMARKS=OFF
 RUN=${RUN_DIR:-runs/main}
 ./build/retnet train --data data/tinyshakespeare.txt --out "$RUN" --time-budget "${TRAIN_SECONDS:-180}" \
-  --eval-interval 200 --log-interval 20
+  --eval-interval 200 --log-interval 20 --overwrite
 ./build/retnet eval --model "$RUN/model.safetensors" --data data/tinyshakespeare.txt --tail 0.1
 ./build/retnet demo --model "$RUN/model.safetensors" --decode 0 "$@"
 echo

@@ -274,10 +274,10 @@ void register_bench(CLI::App& app) {
       "parallel");
   dec->add_option("--model,-m", o->model, "Model file (default: the default config, initialised)");
   dec->add_option("--reps", o->reps, "Repetitions per figure (median reported)")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_at_least(1))
       ->capture_default_str();
   dec->add_flag("--quick", o->quick, "Fewer positions, batches and lengths (a smoke test)");
-  dec->add_option("--threads,-t", o->threads, "Threads (default: all cores)");
+  add_threads_option(dec, o->threads);
   dec->add_option("--json", o->json, "Also write the results to this JSON file");
   dec->callback([o] { run_bench_decode(o->model, o->reps, o->quick, o->threads, o->json); });
   register_bench_family(bench);

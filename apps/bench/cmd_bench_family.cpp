@@ -109,6 +109,7 @@ TrainResult train_for(const Config& c, const FamilyOptions& o, const std::string
   t.form = training_form(c.mixer);
   t.eval_interval = t.checkpoint_interval = int64_t{1} << 40;  // once, at the end
   t.quiet = true;
+  t.overwrite = true;  // each benchmark run trains from scratch
   return train(t);
 }
 
@@ -218,16 +219,16 @@ void register_bench_family(CLI::App* bench) {
   cmd->add_option("--mixers", o->mixers, "Comma-separated mixers to run")->capture_default_str();
   cmd->add_option("--train-minutes", o->train_minutes,
                   "Training time per mixer for the validation loss (0: skip)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(number_at_least(0))
       ->capture_default_str();
   cmd->add_option("--data", o->data, "Training text (the bundled corpus)")->capture_default_str();
   cmd->add_option("--reps", o->reps, "Repetitions per figure (median reported)")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_at_least(1))
       ->capture_default_str();
   cmd->add_flag("--quick", o->quick,
                 "Positions 128 and 1k only, one repetition (a smoke test; pair with a small "
                 "--train-minutes)");
-  cmd->add_option("--threads,-t", o->threads, "Threads (default: all cores)");
+  add_threads_option(cmd, o->threads);
   cmd->add_option("--json", o->json, "Also write the results to this JSON file");
   cmd->add_option("--work-dir", o->work_dir,
                   "Keep the training runs here (default: a temporary directory, removed)");

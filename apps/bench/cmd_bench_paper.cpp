@@ -596,13 +596,15 @@ void register_bench_paper(CLI::App* bench) {
   cmd->add_flag("--quick", o->quick, "Fewer points and repetitions (a smoke test, < 3 minutes)");
   cmd->add_flag("--smoke", o->smoke, "")->group("");  // the test suite's: fewer still
   cmd->add_option("--reps", o->reps, "Repetitions per point (median reported)")
-      ->check(CLI::Range(5, 1000))
+      ->check(integer_within(5, 1000))
       ->capture_default_str();
-  cmd->add_option("--threads,-t", o->threads, "Threads (default: all cores)");
+  add_threads_option(cmd, o->threads);
   cmd->add_option("--train-cap", o->train_cap_s,
-                  "Skip training points whose step takes longer, seconds (default: 30; --quick 10)");
+                  "Skip training points whose step takes longer, seconds (default: 30; --quick 10)")
+      ->check(number_at_least(0));
   cmd->add_option("--mem-cap", o->mem_cap_gib,
-                  "Skip points estimated above this many GiB (default: 60% of available memory)");
+                  "Skip points estimated above this many GiB (default: 60% of available memory)")
+      ->check(number_at_least(0));
   cmd->add_flag("--no-plot", o->no_plot,
                 "Do not plot (plots need /usr/bin/python3 with python3-matplotlib and plot_paper.py, found in share/retnet/ beside the executable or one level up, or $RETNET_PLOT_SCRIPT)");
   cmd->callback([o] { run_bench_paper(*o); });
@@ -619,10 +621,10 @@ void register_bench_paper(CLI::App* bench) {
   probe->add_option("--what", q->what)->required()->check(CLI::IsMember({"memory", "train"}));
   probe->add_option("--mixer", q->mixer);
   probe->add_option("--form", q->form);
-  probe->add_option("--length", q->length)->check(CLI::PositiveNumber);
-  probe->add_option("--reps", q->reps)->check(CLI::PositiveNumber);
-  probe->add_option("--threads", q->threads);
-  probe->add_option("--cap", q->cap);
+  probe->add_option("--length", q->length)->check(integer_at_least(1));
+  probe->add_option("--reps", q->reps)->check(integer_at_least(1));
+  probe->add_option("--threads", q->threads)->check(integer_within(0, 4096));
+  probe->add_option("--cap", q->cap)->check(number_above(0));
   probe->callback([q] {
     apply_threads(q->threads);
     const MixerSpec* kind = &find_mixer(q->mixer);

@@ -7,12 +7,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
+#include <filesystem>
 
 #include "commands.h"
 #include "retnet/core/gemm.h"
 #include "retnet/core/parallel.h"
+#include "retnet/core/read_file.h"
 #include "retnet/model/forward.h"
 #include "retnet/model/model_io.h"
 
@@ -34,8 +34,8 @@ double max_rel_diff(const std::vector<float>& a, const std::vector<float>& ref) 
 
 std::vector<int32_t> text_tokens(const std::string& path, int64_t T) {
   std::string text;
-  std::ifstream in(path, std::ios::binary);
-  if (in.good()) text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) text = read_file(path, "--data file");
   if (text.empty()) text = "First Citizen:\nBefore we proceed any further, hear me speak.\n";
   std::vector<int32_t> tokens(static_cast<size_t>(T));
   for (int64_t i = 0; i < T; ++i) tokens[i] = static_cast<unsigned char>(text[i % text.size()]);
@@ -57,17 +57,24 @@ void register_demo(CLI::App& app) {
   cmd->add_option("--model,-m", o->model, "Model file (default: initialise the default model)");
   cmd->add_option("--config", o->config, "Config JSON for the initialised model");
   cmd->add_option("--data", o->data, "Text whose bytes are the input")->capture_default_str();
-  cmd->add_option("--tokens,-T", o->tokens, "Input length")->capture_default_str();
-  cmd->add_option("--decode,-n", o->decode, "Tokens to decode greedily after the input (0: skip)")
+  cmd->add_option("--tokens,-T", o->tokens, "Input length")
+      ->check(integer_within(1, 1 << 20))
       ->capture_default_str();
-  cmd->add_option("--chunk", o->chunk, "Chunk size of the chunkwise form")->capture_default_str();
-  cmd->add_option("--repeats", o->repeats, "Timed runs per form (median)")->capture_default_str();
-  cmd->add_option("--threads,-t", o->threads, "Threads (default: all cores)");
-  cmd->add_option("--seed,-s", o->seed, "Seed of the initialised model")->capture_default_str();
+  cmd->add_option("--decode,-n", o->decode, "Tokens to decode greedily after the input (0: skip)")
+      ->check(integer_at_least(0))
+      ->capture_default_str();
+  cmd->add_option("--chunk", o->chunk, "Chunk size of the chunkwise form (0: the config's)")
+      ->check(integer_at_least(0))
+      ->capture_default_str();
+  cmd->add_option("--repeats", o->repeats, "Timed runs per form (median)")
+      ->check(integer_at_least(1))
+      ->capture_default_str();
+  add_threads_option(cmd, o->threads);
+  cmd->add_option("--seed,-s", o->seed, "Seed of the initialised model")
+      ->check(integer_at_least(0))
+      ->capture_default_str();
   cmd->callback([o] {
     apply_threads(o->threads);
-    RETNET_CHECK(o->tokens >= 1 && o->tokens <= (1 << 20), "--tokens must be in [1, 2^20]");
-    RETNET_CHECK(o->repeats >= 1, "--repeats must be >= 1");
     auto t_load = std::chrono::steady_clock::now();
     Model model = o->model.empty()
                       ? Model::init(o->config.empty() ? Config{} : Config::from_file(o->config),

@@ -2,12 +2,11 @@
 // tokenizer the model file records.
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "retnet/core/read_file.h"
 #include "retnet/model/model_io.h"
 #include "retnet/train/evaluate.h"
 #include "retnet/text/tokenizer.h"
@@ -35,28 +34,30 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--form", o->form, "Form")
       ->check(CLI::IsMember({"parallel", "chunkwise"}))
       ->capture_default_str();
-  cmd->add_option("--seq", o->seq, "Tokens per window")->capture_default_str();
-  cmd->add_option("--batch,-b", o->batch, "Windows per batch")->capture_default_str();
+  cmd->add_option("--seq", o->seq, "Tokens per window")
+      ->check(integer_at_least(1))
+      ->capture_default_str();
+  cmd->add_option("--batch,-b", o->batch, "Windows per batch")
+      ->check(integer_at_least(1))
+      ->capture_default_str();
   cmd->add_option("--tail", o->tail,
                   "Evaluate only the last fraction of the file's bytes (0.1: the validation split "
                   "of `retnet train`); 0: the whole file")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(number_within(0, 1))
       ->capture_default_str();
   cmd->add_flag("--json", o->json,
                 "Print one JSON object: loss, perplexity, bits_per_byte, tokens, bytes, tokenizer");
-  cmd->add_option("--threads,-t", o->threads, "Threads (default: all cores)");
+  add_threads_option(cmd, o->threads);
   cmd->callback([o] {
     apply_threads(o->threads);
-    RETNET_CHECK(o->seq >= 1 && o->batch >= 1, "--seq and --batch must be >= 1");
     Model model = load_model(o->model, optional_config(o->config));
     const std::unique_ptr<Tokenizer> tokenizer =
         o->tokenizer.empty() ? load_model_tokenizer(o->model) : load_tokenizer(o->tokenizer);
     RETNET_CHECK(tokenizer->vocab_size() <= model.config().vocab_size,
                  "the {} tokenizer has {} tokens but '{}' has a vocabulary of {}",
                  tokenizer->kind(), tokenizer->vocab_size(), o->model, model.config().vocab_size);
-    std::ifstream in(o->data, std::ios::binary);
-    RETNET_CHECK(in.good(), "cannot open '{}'", o->data);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string text = read_file(o->data);
+    check_encodable(*tokenizer, text, fmt::format("'{}'", o->data));
     if (o->tail > 0 && o->tail < 1) {
       // The same split as `retnet train`: the last floor(size * tail) bytes, tokenized alone.
       const int64_t n_tail = validation_bytes(static_cast<int64_t>(text.size()), o->tail);

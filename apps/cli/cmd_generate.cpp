@@ -5,13 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 
 #include "commands.h"
+#include "retnet/core/read_file.h"
 #include "retnet/infer/generator.h"
 #include "retnet/model/model_io.h"
 #include "retnet/text/utf8.h"
@@ -32,17 +31,9 @@ struct GenerateArgs {
   bool stats = false, json = false, ignore_eos = false;
 };
 
-std::string read_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  RETNET_CHECK(in.good(), "cannot open {} '{}'", what, path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 std::vector<int32_t> encode_prompt(const Tokenizer& tok, const std::string& text,
                                    const GenerateArgs& a, const std::string& where) {
-  size_t bad = 0;
-  RETNET_CHECK(utf8_valid(text, &bad), "{} is not valid UTF-8 (bad byte 0x{:02x} at offset {})",
-               where, static_cast<unsigned char>(text[bad]), bad);
+  require_utf8(text, where);
   std::vector<int32_t> ids = tok.encode(text);
   RETNET_CHECK(static_cast<int64_t>(ids.size()) <= a.max_prompt_tokens,
                "{} has {} tokens, more than --max-prompt-tokens {} (raise it to feed a longer "
@@ -99,9 +90,6 @@ void run_generate(const GenerateArgs& a) {
                "--state-in and --state-out work on one sequence, not with --prompts-file");
   RETNET_CHECK(sources == 1 || !a.state_in.empty(),
                "nothing to continue: give --prompt, --prompt-file, --prompts-file or --state-in");
-  RETNET_CHECK(a.max_tokens >= 0, "--max-tokens must be >= 0, got {}", a.max_tokens);
-  RETNET_CHECK(a.max_prompt_tokens >= 1, "--max-prompt-tokens must be >= 1");
-  RETNET_CHECK(a.chunk >= 0, "--chunk must be >= 0, got {}", a.chunk);
 
   Model model = load_model(a.model, optional_config(a.config));
   model.prepare_decode(a.weights == "f16" ? DecodePrecision::F16 : DecodePrecision::F32);
@@ -242,19 +230,27 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--prompt-file,-f", a->prompt_file, "Read the prompt from a file");
   cmd->add_option("--prompts-file", a->prompts_file,
                   "Decode one prompt per line together as a batch; prints JSON lines");
-  cmd->add_option("--max-tokens,-n", a->max_tokens, "Tokens to generate")->capture_default_str();
+  cmd->add_option("--max-tokens,-n", a->max_tokens, "Tokens to generate")
+      ->check(integer_at_least(0))
+      ->capture_default_str();
   cmd->add_option("--temperature,--temp", a->temperature, "Sampling temperature (0: greedy)")
+      ->check(number_at_least(0))
       ->capture_default_str();
   cmd->add_option("--top-k", a->top_k, "Keep the k most likely tokens (0: all)")
+      ->check(integer_at_least(0))
       ->capture_default_str();
   cmd->add_option("--top-p", a->top_p, "Keep the smallest set of tokens with this probability")
+      ->check(number_within(0, 1))
       ->capture_default_str();
   cmd->add_option("--repeat-penalty", a->repeat_penalty,
                   "Penalty for recently seen tokens (1: off)")
+      ->check(number_above(0))
       ->capture_default_str();
   cmd->add_option("--repeat-last-n", a->repeat_last_n, "Recent tokens the penalty looks at")
+      ->check(integer_at_least(0))
       ->capture_default_str();
   cmd->add_option("--seed,-s", a->seed, "Sampling seed (-1: random, printed with --json)")
+      ->check(integer_at_least(-1))
       ->capture_default_str();
   cmd->add_option("--stop", a->stop, "Stop before this string (repeatable)");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past the end-of-sequence token");
@@ -262,16 +258,18 @@ void register_generate(CLI::App& app) {
                   "Continue from a saved state (the prompt, possibly empty, is fed on top)");
   cmd->add_option("--state-out", a->state_out,
                   "Save the state after the prompt and the generated text");
-  cmd->add_option("--chunk", a->chunk, "Chunk size of the chunkwise prefill (default: config's)");
+  cmd->add_option("--chunk", a->chunk, "Chunk size of the chunkwise prefill (default: config's)")
+      ->check(integer_at_least(0));
   cmd->add_option("--max-prompt-tokens", a->max_prompt_tokens, "Refuse longer prompts")
+      ->check(integer_at_least(1))
       ->capture_default_str();
   cmd->add_option("--weights", a->weights,
                   "Weights decoding reads: f32 (exact, as every other form) or f16 (half the "
                   "memory traffic per token: faster at small batch; logits within ~1e-3)")
       ->check(CLI::IsMember({"f32", "f16"}))
       ->capture_default_str();
-  cmd->add_option("--threads,-t", a->threads,
-                  "Threads (default: all cores; decoding a small model uses one)");
+  add_threads_option(cmd, a->threads,
+                     "Threads (default: all cores; decoding a small model uses one)");
   cmd->add_flag("--stats", a->stats,
                 "Measure prefill and decode speed, latency by position, peak RSS, state bytes");
   cmd->add_flag("--json", a->json, "Print one JSON object instead of streaming text");

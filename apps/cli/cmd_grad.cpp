@@ -26,16 +26,16 @@ void register_grad(CLI::App& app) {
   cmd->add_option("--form", o->form, "Training form")
       ->check(CLI::IsMember({"parallel", "chunkwise"}))
       ->capture_default_str();
-  cmd->add_option("--chunk", o->chunk, "Chunk size of the chunkwise form (default: the config's)");
+  cmd->add_option("--chunk", o->chunk, "Chunk size of the chunkwise form (default: the config's)")
+      ->check(integer_at_least(0));
   cmd->add_option("--out,-o", o->out, "Output .safetensors with one gradient per parameter")
       ->required();
-  cmd->add_option("--threads,-t", o->threads, "Threads (default: all cores)");
+  add_threads_option(cmd, o->threads);
   cmd->callback([o] {
     apply_threads(o->threads);
     Model model = load_model(o->model, optional_config(o->config));
     std::vector<int32_t> seq = parse_token_list(o->tokens);
     RETNET_CHECK(seq.size() >= 2, "--tokens needs at least 2 ids (inputs and next-token targets)");
-    RETNET_CHECK(o->chunk >= 0, "--chunk must be positive, got {}", o->chunk);
     const int64_t T = static_cast<int64_t>(seq.size()) - 1;
     std::vector<int32_t> inputs(seq.begin(), seq.end() - 1), targets(seq.begin() + 1, seq.end());
     TrainingOptions to;

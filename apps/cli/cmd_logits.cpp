@@ -24,9 +24,10 @@ void register_logits(CLI::App& app) {
   cmd->add_option("--mode", o->mode, "Form; each mixer has parallel and recurrent, chunkwise all but attention and aft, scan retention only")
       ->check(CLI::IsMember({"parallel", "recurrent", "chunkwise", "scan"}))
       ->capture_default_str();
-  cmd->add_option("--chunk", o->chunk, "Chunk size of the chunkwise form (default: the config's)");
+  cmd->add_option("--chunk", o->chunk, "Chunk size of the chunkwise form (default: the config's)")
+      ->check(integer_at_least(0));
   cmd->add_option("--out,-o", o->out, "Output .npy file")->required();
-  cmd->add_option("--threads,-t", o->threads, "Threads (default: all cores)");
+  add_threads_option(cmd, o->threads);
   cmd->callback([o] {
     apply_threads(o->threads);
     Model model = load_model(o->model, optional_config(o->config));
@@ -34,7 +35,6 @@ void register_logits(CLI::App& app) {
     const int64_t T = static_cast<int64_t>(tokens.size());
     ForwardOptions fo;
     fo.form = parse_form(o->mode);
-    RETNET_CHECK(o->chunk >= 0, "--chunk must be positive, got {}", o->chunk);
     fo.chunk = o->chunk;
     std::vector<float> logits(static_cast<size_t>(T * model.config().vocab_size));
     Arena arena;

@@ -2,24 +2,17 @@
 // any tokenizer (bytes, a .model file, or the one a model file records).
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <memory>
 
 #include "commands.h"
 #include "retnet/core/error.h"
+#include "retnet/core/read_file.h"
 #include "retnet/core/safetensors.h"
 #include "retnet/text/tokenizer.h"
 #include "retnet/text/tokenizer_training.h"
 
 namespace retnet::cli {
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  RETNET_CHECK(in.good(), "cannot open '{}'", path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 void register_tokenizer_train(CLI::App& parent) {
   auto o = std::make_shared<SentencePieceTrainOptions>();
@@ -34,6 +27,7 @@ void register_tokenizer_train(CLI::App& parent) {
   cmd->add_option("--vocab", o->vocab_size,
                   "Vocabulary size (with byte fallback: >= 256 + the "
                   "text's characters + 4)")
+      ->check(integer_within(8, 1 << 24))
       ->required();
   cmd->add_option("--out,-o", *out, "Output .model file")->required();
   cmd->add_option("--model-type", o->model_type, "SentencePiece algorithm")
@@ -41,15 +35,19 @@ void register_tokenizer_train(CLI::App& parent) {
       ->capture_default_str();
   cmd->add_option("--character-coverage", o->character_coverage,
                   "Share of the text's characters the vocabulary covers")
+      ->check(number_within(0, 1))
       ->capture_default_str();
   cmd->add_flag("--no-byte-fallback", *no_byte_fallback,
                 "Map characters outside the vocabulary to <unk> instead of their UTF-8 bytes "
                 "(lossy)");
   cmd->add_option("--max-sentences", o->max_sentences, "Lines sampled for training")
+      ->check(integer_at_least(1))
       ->capture_default_str();
-  cmd->add_option("--seed,-s", o->seed, "Seed of the line sampling")->capture_default_str();
+  cmd->add_option("--seed,-s", o->seed, "Seed of the line sampling")
+      ->check(integer_at_least(0))
+      ->capture_default_str();
   cmd->add_flag("--verbose,-v", o->verbose, "Show SentencePiece's own log");
-  cmd->add_option("--threads,-t", *threads, "Threads (default: all cores)");
+  add_threads_option(cmd, *threads);
   cmd->callback([o, out, no_byte_fallback, threads] {
     apply_threads(*threads);
     o->byte_fallback = !*no_byte_fallback;
@@ -89,7 +87,9 @@ void register_tokenizer_encode(CLI::App& parent) {
   cmd->callback([o, text, file] {
     RETNET_CHECK(text->count() + file->count() == 1, "give --text or --file");
     auto tokenizer = load_tokenizer(o->tokenizer);
-    const auto ids = tokenizer->encode(o->file.empty() ? o->text : read_file(o->file));
+    const std::string input = o->file.empty() ? o->text : read_file(o->file);
+    check_encodable(*tokenizer, input, o->file.empty() ? "--text" : fmt::format("'{}'", o->file));
+    const auto ids = tokenizer->encode(input);
     std::string line;
     for (size_t i = 0; i < ids.size(); ++i) line += (i ? "," : "") + std::to_string(ids[i]);
     std::printf("%s\n", line.c_str());

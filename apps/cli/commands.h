@@ -32,6 +32,18 @@ void register_bench_family(CLI::App* bench);
 // `retnet bench paper` and its hidden `paper-probe` (cmd_bench_paper.cpp).
 void register_bench_paper(CLI::App* bench);
 std::optional<Config> optional_config(const std::string& path);
+
+// Validators for numeric options, to pass to add_option(...)->check(). The value must be a finite
+// number in range (CLI11's Range and PositiveNumber let NaN through); CLI11 names the option:
+// "--lr: must be a finite number > 0, got -1".
+CLI::Validator number_at_least(double min);
+CLI::Validator number_above(double min);
+CLI::Validator number_within(double lo, double hi);  // [lo, hi]
+CLI::Validator integer_at_least(int64_t min);
+CLI::Validator integer_within(int64_t lo, int64_t hi);
+// --threads,-t (0: all cores), validated.
+CLI::Option* add_threads_option(CLI::App* cmd, int& threads,
+                                const std::string& help = "Threads (default: all cores)");
 std::string human_bytes(double bytes);
 
 }  // namespace retnet::cli

@@ -1,5 +1,7 @@
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
+#include <functional>
 
 #include "commands.h"
 #include "retnet/core/error.h"
@@ -35,6 +37,51 @@ void apply_threads(int threads) { set_num_threads(threads); }
 std::optional<Config> optional_config(const std::string& path) {
   if (path.empty()) return std::nullopt;
   return Config::from_file(path);
+}
+
+namespace {
+
+// The value, parsed whole as a number, must satisfy `ok`; else "must be <expected>, got <value>".
+CLI::Validator numeric(const std::string& expected, std::function<bool(double)> ok) {
+  return CLI::Validator(
+      [expected, ok](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        const bool parsed = !text.empty() && end && *end == '\0';
+        if (parsed && std::isfinite(v) && ok(v)) return "";
+        return fmt::format("must be {}, got {}", expected, text);
+      },
+      expected);
+}
+
+}  // namespace
+
+CLI::Validator number_at_least(double min) {
+  return numeric(fmt::format("a finite number >= {}", min), [min](double v) { return v >= min; });
+}
+
+CLI::Validator number_above(double min) {
+  return numeric(fmt::format("a finite number > {}", min), [min](double v) { return v > min; });
+}
+
+CLI::Validator number_within(double lo, double hi) {
+  return numeric(fmt::format("a finite number in [{}, {}]", lo, hi),
+                 [lo, hi](double v) { return v >= lo && v <= hi; });
+}
+
+CLI::Validator integer_at_least(int64_t min) {
+  return numeric(fmt::format("an integer >= {}", min),
+                 [min](double v) { return v >= static_cast<double>(min); });
+}
+
+CLI::Validator integer_within(int64_t lo, int64_t hi) {
+  return numeric(fmt::format("an integer in [{}, {}]", lo, hi), [lo, hi](double v) {
+    return v >= static_cast<double>(lo) && v <= static_cast<double>(hi);
+  });
+}
+
+CLI::Option* add_threads_option(CLI::App* cmd, int& threads, const std::string& help) {
+  return cmd->add_option("--threads,-t", threads, help)->check(integer_within(0, 4096));
 }
 
 std::string human_bytes(double b) {

@@ -1,11 +1,10 @@
 #include "retnet/core/npy.h"
 
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <regex>
 
 #include "retnet/core/error.h"
+#include "retnet/core/read_file.h"
 #include "retnet/core/safetensors.h"
 
 namespace retnet {
@@ -33,9 +32,7 @@ void write_npy(const std::string& path, const float* data, const std::vector<int
 }
 
 NpyArray read_npy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  RETNET_CHECK(in.good(), "cannot open '{}'", path);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string bytes = read_file(path);
   RETNET_CHECK(bytes.size() >= 10 && bytes.compare(0, 6, "\x93NUMPY") == 0,
                "'{}' is not a .npy file", path);
   int major = static_cast<unsigned char>(bytes[6]);

@@ -58,14 +58,20 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
   // Softmax at the temperature over the k candidates (in double: the nucleus sum must be exact
   // enough to be the same on every machine).
   const double inv_t = 1.0 / params.temperature, top = z[order[0]];
+  // Unnormalised probability of candidate i. An infinite top logit (inf - inf is NaN) is the
+  // softmax's limit: all the probability on the logits equal to it.
+  auto weight = [&](int64_t i) {
+    if (std::isinf(top)) return z[order[i]] == top ? 1.0 : 0.0;
+    return std::exp((z[order[i]] - top) * inv_t);
+  };
   double total = 0;
-  for (int64_t i = 0; i < k; ++i) total += std::exp((z[order[i]] - top) * inv_t);
+  for (int64_t i = 0; i < k; ++i) total += weight(i);
   // Nucleus: the smallest prefix whose probability reaches top_p.
   int64_t n = k;
   if (params.top_p < 1.f) {
     double cum = 0;
     for (int64_t i = 0; i < k; ++i) {
-      cum += std::exp((z[order[i]] - top) * inv_t) / total;
+      cum += weight(i) / total;
       if (cum >= params.top_p) {
         n = i + 1;
         break;
@@ -73,11 +79,11 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
     }
   }
   double kept = 0;
-  for (int64_t i = 0; i < n; ++i) kept += std::exp((z[order[i]] - top) * inv_t);
+  for (int64_t i = 0; i < n; ++i) kept += weight(i);
   const double u = Philox(params.seed).uniform(/*stream=*/0x5a3b1e00000000ull + stream, position);
   double target = u * kept, cum = 0;
   for (int64_t i = 0; i < n; ++i) {
-    cum += std::exp((z[order[i]] - top) * inv_t);
+    cum += weight(i);
     if (cum >= target) return order[i];
   }
   return order[n - 1];

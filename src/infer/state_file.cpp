@@ -1,12 +1,11 @@
 #include "retnet/infer/state_file.h"
 
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "retnet/core/error.h"
 #include "retnet/core/hash.h"
+#include "retnet/core/read_file.h"
 #include "retnet/core/safetensors.h"
 
 namespace retnet {
@@ -60,9 +59,7 @@ void write_state_file(const std::string& path, const Model& model, uint64_t fing
 }
 
 SavedSequence read_state_file(const std::string& path, const Model& model, uint64_t fingerprint) {
-  std::ifstream in(path, std::ios::binary);
-  RETNET_CHECK(in.good(), "cannot open state file '{}'", path);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string bytes = read_file(path, "state file");
   const size_t fixed = sizeof kMagic + 8;
   RETNET_CHECK(bytes.size() >= fixed + 8 && std::memcmp(bytes.data(), kMagic, sizeof kMagic) == 0,
                "'{}' is not a retnet state file", path);
@@ -114,10 +111,23 @@ SavedSequence read_state_file(const std::string& path, const Model& model, uint6
                "state file '{}' holds {} state floats and {} logits at position {}; the model "
                "needs {} and {}",
                path, n_state, n_logits, s.position, c.state_floats_per_sequence(), c.vocab_size);
-  const size_t payload = n_state * 4 + n_cache * 4 + n_logits * 4 + n_recent * 4 + n_tail;
-  RETNET_CHECK(fixed + header_len + payload + 8 == bytes.size(),
-               "state file '{}' has {} bytes; its header describes {}", path, bytes.size(),
-               fixed + header_len + payload + 8);
+  // Each section against the bytes left for it, one by one: the header's counts are untrusted,
+  // and a sum of their sizes can wrap around.
+  size_t left = bytes.size() - fixed - header_len - 8;
+  auto section = [&](const char* field, size_t count, size_t width) {
+    RETNET_CHECK(count <= left / width,
+                 "state file '{}': its {} field says {} ({} bytes each), the file has {} bytes "
+                 "left for it",
+                 path, field, count, width, left);
+    left -= count * width;
+  };
+  section("state_floats", n_state, 4);
+  section("cache_floats", n_cache, 4);
+  section("logits", n_logits, 4);
+  section("recent_tokens", n_recent, 4);
+  section("text_tail_bytes", n_tail, 1);
+  RETNET_CHECK(left == 0, "state file '{}' has {} bytes more than its header describes", path,
+               left);
   const char* p = bytes.data() + fixed + header_len;
   // Each section: resize, then copy (memcpy of nothing into an empty vector's null data() is UB).
   auto take = [&p](auto& v, size_t n) {

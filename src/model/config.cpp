@@ -1,12 +1,11 @@
 #include "retnet/model/config.h"
 
 #include <cmath>
-#include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "retnet/core/error.h"
+#include "retnet/core/read_file.h"
 
 namespace retnet {
 namespace {
@@ -98,8 +97,11 @@ void Config::validate() const {
                "config: dimensions are implausibly large");
   RETNET_CHECK(parameter_count() < (int64_t{1} << 36), "config: {} parameters is too many",
                parameter_count());
-  RETNET_CHECK(layernorm_eps >= 0 && std::isfinite(layernorm_eps),
-               "config: layernorm_eps must be a finite non-negative number, got {}", layernorm_eps);
+  // The norms compute in float32: an eps that is inf there (1e300) zeroes every feature, and one
+  // of 1 or more swamps mean(x^2) of any sane residual.
+  RETNET_CHECK(layernorm_eps >= 0 && layernorm_eps < 1,
+               "config: layernorm_eps must be a number in [0, 1) (it is used as float32), got {}",
+               layernorm_eps);
   RETNET_CHECK(recurrent_chunk_size >= 1, "config: recurrent_chunk_size must be >= 1, got {}",
                recurrent_chunk_size);
   RETNET_CHECK(performer_features >= 1 && performer_features <= 65536,
@@ -221,10 +223,7 @@ Config Config::from_json(const std::string& text, const std::string& origin) {
 }
 
 Config Config::from_file(const std::string& path) {
-  std::ifstream in(path);
-  RETNET_CHECK(in.good(), "cannot open config file '{}'", path);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return from_json(text, path);
+  return from_json(read_file(path, "config file"), path);
 }
 
 std::string Config::to_json(int indent) const {

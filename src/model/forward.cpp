@@ -1,6 +1,7 @@
 #include "retnet/model/forward.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -8,6 +9,7 @@
 #include "layer_loop.h"
 #include "mixer_layer.h"
 #include "retnet/core/error.h"
+#include "retnet/core/finite_check.h"
 #include "retnet/core/gemm.h"
 #include "retnet/core/parallel.h"
 #include "retnet/ops/activation.h"
@@ -28,11 +30,15 @@ void check_tokens(const int32_t* tokens, int64_t n, int64_t vocab) {
                  vocab);
 }
 
-// logits [B, vocab] of each sequence's last token, from the final features xn [B, T, d].
-void last_token_logits(const Model& model, const float* xn, int64_t B, int64_t T, float* logits) {
+// logits [B, vocab] of each sequence's last token, from the final features xn [B, T, d]; starts:
+// the sequences' positions before the pass (null: 0), for naming a non-finite logit's position.
+void last_token_logits(const Model& model, const float* xn, int64_t B, int64_t T, float* logits,
+                       const int64_t* starts) {
   const Config& c = model.config();
   detail::project(model, model.tensors().output_projection, B, c.vocab_size, c.embed_dim,
           xn + (T - 1) * c.embed_dim, T * c.embed_dim, false, logits, c.vocab_size);
+  check_finite_rows(logits, B, c.vocab_size, c.vocab_size, {1, starts, T - 1}, "the logits", -1,
+                    FLT_MAX);
 }
 
 }  // namespace
@@ -75,7 +81,7 @@ void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_
     detail::run_layers(model, tokens, B, T, options.last_logits_only ? nullptr : logits,
                        options.form, chunk_of(c, options), options.scan_tile, arena, nullptr,
                        acts);
-    if (options.last_logits_only) last_token_logits(model, acts.xn_f, B, T, logits);
+    if (options.last_logits_only) last_token_logits(model, acts.xn_f, B, T, logits, nullptr);
     return;
   }
   std::optional<State> local;
@@ -112,7 +118,8 @@ void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_
     auto acts = detail::allocate_activations(arena, c, B, T, false);
     detail::run_layers(model, tokens, B, T, options.last_logits_only ? nullptr : logits,
                        options.form, chunk_of(c, options), options.scan_tile, arena, &state, acts);
-    if (options.last_logits_only) last_token_logits(model, acts.xn_f, B, T, logits);
+    if (options.last_logits_only)
+      last_token_logits(model, acts.xn_f, B, T, logits, state.positions);
     for (int64_t b = 0; b < B; ++b) state.positions[b] += T;
     return;
   }

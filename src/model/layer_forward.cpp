@@ -1,10 +1,12 @@
 // The forward layer loop: embedding, every block (norm, input projection, mixer, output
 // projection; norm, gated FFN) and the final norm, shared by inference and training. Its backward
 // is layer_backward.cpp.
+#include <cfloat>
 #include <cstring>
 
 #include "layer_loop.h"
 #include "mixer_layer.h"
+#include "retnet/core/finite_check.h"
 #include "retnet/core/gemm.h"
 #include "retnet/core/parallel.h"
 #include "retnet/ops/activation.h"
@@ -141,11 +143,15 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
     project(model, L.fc1, N, 2 * F, d, a.xn2, d, false, a.ffn, 2 * F);
     gated_activation_forward(c.activation, a.ffn, 2 * F, a.ffn + F, 2 * F, a.h, a.ld_h, N, F);
     project(model, L.fc2, N, d, F, a.h, a.ld_h, true, x, d);
+    check_finite_rows(x, N, d, d, {T, positions}, "the residual stream", l, largest_normable(d));
   }
   rmsnorm_forward(x, d, model.param(w.final_norm), acts.xn_f, d, acts.rstd_f, N, d, eps);
-  if (logits)
+  if (logits) {
     project(model, w.output_projection, N, c.vocab_size, d, acts.xn_f, d, false, logits,
             c.vocab_size);
+    check_finite_rows(logits, N, c.vocab_size, c.vocab_size, {T, positions}, "the logits", -1,
+                      FLT_MAX);
+  }
 }
 
 }  // namespace retnet::detail

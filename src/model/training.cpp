@@ -86,11 +86,11 @@ double loss_and_gradients(const Model& model, const int32_t* tokens, const int32
   const ModelTensors& w = model.tensors();
   const float* head = model.param(w.output_projection);
   if (!grads)
-    return cross_entropy_with_head(acts.xn_f, head, targets, N, d, c.vocab_size, g.logits,
+    return cross_entropy_with_head(acts.xn_f, head, targets, N, T, d, c.vocab_size, g.logits,
                                    nullptr, nullptr);
 
   auto grad = [&](size_t index) { return grads->tensor(index); };
-  const double loss = cross_entropy_with_head(acts.xn_f, head, targets, N, d, c.vocab_size,
+  const double loss = cross_entropy_with_head(acts.xn_f, head, targets, N, T, d, c.vocab_size,
                                               g.logits, g.dxn, grad(w.output_projection));
   std::fill(g.dx, g.dx + N * d, 0.f);
   rmsnorm_backward(acts.x, d, model.param(w.final_norm), acts.rstd_f, g.dxn, d, g.dx, d,

@@ -1,18 +1,22 @@
 #include "retnet/ops/cross_entropy.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 
+#include "retnet/core/finite_check.h"
 #include "retnet/core/gemm.h"
 
 namespace retnet {
 
 double cross_entropy_with_head(const float* xn, const float* W, const int32_t* targets, int64_t N,
-                               int64_t d, int64_t V, float* logits, float* dxn, float* dW) {
+                               int64_t T, int64_t d, int64_t V, float* logits, float* dxn,
+                               float* dW) {
   double total = 0;
   for (int64_t r0 = 0; r0 < N; r0 += kCrossEntropyBlock) {
     const int64_t R = std::min(kCrossEntropyBlock, N - r0);
     sgemm(Trans::No, Trans::Yes, R, V, d, 1.f, xn + r0 * d, d, W, d, 0.f, logits, V);
+    check_finite_rows(logits, R, V, V, {T, nullptr, 0, r0}, "the logits", -1, FLT_MAX);
     double block_loss = 0;
 #pragma omp parallel for schedule(static) reduction(+ : block_loss) if (R * V > 16384)
     for (int64_t r = 0; r < R; ++r) {

@@ -1,13 +1,13 @@
 #include "retnet/text/tokenizer.h"
 
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 
 #include "retnet/core/base64.h"
 #include "retnet/core/error.h"
 #include "retnet/core/hash.h"
+#include "retnet/core/read_file.h"
 #include "retnet/core/safetensors.h"
+#include "retnet/text/utf8.h"
 
 namespace retnet {
 namespace {
@@ -35,9 +35,7 @@ std::string read_whole_file(const std::string& path, const char* what) {
   std::error_code ec;
   RETNET_CHECK(std::filesystem::is_regular_file(path, ec),
                "{} '{}' does not exist or is not a file", what, path);
-  std::ifstream in(path, std::ios::binary);
-  RETNET_CHECK(in.good(), "cannot open {} '{}'", what, path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return read_file(path, what);
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -51,6 +49,10 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string text;
   for (int32_t id : ids) text += token_bytes(id);
   return text;
+}
+
+void check_encodable(const Tokenizer& tokenizer, std::string_view text, const std::string& what) {
+  if (tokenizer.reads_utf8_only()) require_utf8(text, what);
 }
 
 std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }

@@ -6,6 +6,7 @@
 #include "retnet/core/error.h"
 #include "retnet/core/parallel.h"
 #include "retnet/text/tokenizer.h"
+#include "retnet/text/utf8.h"
 #include "sentencepiece_status.h"
 
 namespace retnet {
@@ -39,6 +40,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   int64_t vocab_size() const override { return static_cast<int64_t>(surfaces_.size()); }
   int32_t eos_id() const override { return processor_.eos_id(); }
   std::string serialize() const override { return proto_; }
+  bool reads_utf8_only() const override { return true; }
 
   std::string token_bytes(int32_t id) const override {
     RETNET_CHECK(id >= 0 && id < vocab_size(),
@@ -49,6 +51,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   }
 
   std::vector<int32_t> encode(std::string_view text) const override {
+    require_utf8(text, "a text given to the SentencePiece tokenizer");
     if (!newline_is_a_boundary_) return encode_whole(text);
     // Blocks of about kBlockBytes that end at line breaks, encoded in parallel, line by line.
     std::vector<std::string_view> blocks;

@@ -8,6 +8,7 @@
 
 #include "retnet/core/error.h"
 #include "retnet/core/parallel.h"
+#include "retnet/text/utf8.h"
 #include "sentencepiece_status.h"
 
 namespace sentencepiece {
@@ -23,18 +24,31 @@ namespace {
 // cut into pieces below that, at a space when there is one, never inside a UTF-8 character.
 constexpr size_t kMaxSentenceBytes = 4000;
 
+// Lines that are not UTF-8 end the iteration with error() set: SentencePiece would train on them
+// as U+FFFD, and no exception may cross its code.
 class LineIterator final : public sentencepiece::SentenceIterator {
  public:
-  explicit LineIterator(const std::string& path) : in_(path, std::ios::binary) { Next(); }
+  explicit LineIterator(const std::string& path) : path_(path), in_(path, std::ios::binary) {
+    Next();
+  }
   bool done() const override { return done_; }
   const std::string& value() const override { return value_; }
   sentencepiece::util::Status status() const override { return {}; }
+  const std::string& error() const { return error_; }
   void Next() override {
     while (rest_.empty()) {
       if (!std::getline(in_, rest_)) {
         done_ = true;
         return;
       }
+      try {
+        require_utf8(rest_, fmt::format("training text '{}'", path_), offset_);
+      } catch (const Error& e) {
+        error_ = e.what();
+        done_ = true;
+        return;
+      }
+      offset_ += rest_.size() + 1;
     }
     size_t cut = rest_.size();
     if (cut > kMaxSentenceBytes) {
@@ -49,8 +63,10 @@ class LineIterator final : public sentencepiece::SentenceIterator {
   }
 
  private:
+  std::string path_;
   std::ifstream in_;
-  std::string value_, rest_;
+  std::string value_, rest_, error_;
+  size_t offset_ = 0;  // of the next line in the file
   bool done_ = false;
 };
 
@@ -90,6 +106,7 @@ std::string train_sentencepiece(const SentencePieceTrainOptions& o) {
   LineIterator lines(o.data);
   std::string model;
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, &lines, &model);
+  RETNET_CHECK(lines.error().empty(), "{}", lines.error());
   RETNET_CHECK(status.ok(), "cannot train a {} tokenizer of {} pieces on '{}': {}", o.model_type,
                o.vocab_size, o.data, sentencepiece_reason(status));
   RETNET_CHECK(!model.empty(), "SentencePiece trained on '{}' but returned no model", o.data);

@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include "retnet/core/error.h"
+
 namespace retnet {
 namespace {
 
@@ -50,6 +52,12 @@ bool utf8_valid(std::string_view text, size_t* bad_offset) {
     i += n;
   }
   return true;
+}
+
+void require_utf8(std::string_view text, const std::string& what, size_t base_offset) {
+  size_t bad = 0;
+  RETNET_CHECK(utf8_valid(text, &bad), "{} is not valid UTF-8 (bad byte 0x{:02x} at offset {})",
+               what, static_cast<unsigned char>(text[bad]), base_offset + bad);
 }
 
 size_t utf8_complete_prefix(std::string_view bytes) {

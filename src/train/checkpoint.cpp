@@ -40,6 +40,12 @@ std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const std::string& di
 
 }  // namespace
 
+std::vector<std::string> list_checkpoint_files(const std::string& dir) {
+  std::vector<std::string> files;
+  for (const auto& [step, path] : list_checkpoints(dir)) files.push_back(path.string());
+  return files;
+}
+
 void save_checkpoint(const std::string& dir, const Model& model, AdamW& opt,
                      const CheckpointInfo& info, int keep_last,
                      const std::map<std::string, std::string>& extra_metadata) {

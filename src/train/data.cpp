@@ -3,11 +3,10 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <vector>
 
 #include "retnet/core/error.h"
+#include "retnet/core/read_file.h"
 #include "retnet/core/rng.h"
 #include "retnet/train/token_cache.h"
 
@@ -20,9 +19,7 @@ std::string read_text(const std::string& path) {
   std::error_code ec;
   RETNET_CHECK(fs::is_regular_file(path, ec), "training data '{}' does not exist or is not a file",
                path);
-  std::ifstream in(path, std::ios::binary);
-  RETNET_CHECK(in.good(), "cannot open training data '{}'", path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return read_file(path, "training data");
 }
 
 struct OwnedTokens {
@@ -70,6 +67,7 @@ TokenDataset TokenDataset::load(const std::string& path, const Tokenizer& tokeni
   }
 
   const std::string text = read_text(path);
+  check_encodable(tokenizer, text, fmt::format("training data '{}'", path));
   const int64_t n = static_cast<int64_t>(text.size());
   const int64_t n_val = validation_bytes(n, o.val_fraction);
   RETNET_CHECK(n - n_val >= 2 && n_val >= 2, "'{}' holds {} bytes: too little text to train on",

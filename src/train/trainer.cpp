@@ -8,19 +8,20 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <span>
 
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
 #include "retnet/core/parallel.h"
+#include "retnet/core/read_file.h"
 #include "retnet/model/model_io.h"
 #include "retnet/model/training.h"
 #include "retnet/text/tokenizer.h"
 #include "retnet/train/checkpoint.h"
 #include "retnet/train/data.h"
 #include "retnet/train/evaluate.h"
+#include "run_directory.h"
 
 namespace retnet {
 namespace {
@@ -28,8 +29,8 @@ namespace {
 std::atomic<int> g_signal{0};
 extern "C" void on_stop_signal(int sig) { g_signal.store(sig); }
 
-// Installs SIGINT/SIGTERM handlers for the run's lifetime: the loop finishes its step, writes a
-// checkpoint and returns.
+// Installs SIGINT/SIGTERM handlers for the run's lifetime: the loop stops at the next micro-batch,
+// writes the checkpoint of the last completed step and returns.
 struct SignalGuard {
   struct sigaction old_int {
   }, old_term{};
@@ -79,11 +80,9 @@ Config model_config(const std::string& path, const Tokenizer& tokenizer,
                     const std::string& tokenizer_spec) {
   Config config = path.empty() ? Config{} : Config::from_file(path);
   bool sets_vocab = false;
-  if (!path.empty()) {
-    std::ifstream in(path);
-    sets_vocab =
-        nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false).contains("vocab_size");
-  }
+  if (!path.empty())
+    sets_vocab = nlohmann::json::parse(read_file(path), nullptr, /*allow_exceptions=*/false)
+                     .contains("vocab_size");
   if (!sets_vocab) {
     config.vocab_size = tokenizer.vocab_size();
     config.validate();
@@ -132,15 +131,40 @@ std::string run_json(const TrainOptions& o, const Tokenizer& tokenizer) {
   return j.dump();
 }
 
+// The options the CLI validates one by one, checked again for library callers (a zero interval
+// would divide by zero, a NaN rate would train to NaN).
+void check_options(const TrainOptions& o) {
+  const AdamWOptions& a = o.optimizer;
+  RETNET_CHECK(o.batch >= 1 && o.seq >= 1 && o.grad_accum >= 1,
+               "batch, seq and grad_accum must be >= 1");
+  RETNET_CHECK(o.log_interval >= 1 && o.eval_interval >= 1 && o.checkpoint_interval >= 1,
+               "the log, eval and checkpoint intervals must be >= 1, got {}, {} and {}",
+               o.log_interval, o.eval_interval, o.checkpoint_interval);
+  RETNET_CHECK(o.steps >= 0 && o.time_budget_s >= 0 && std::isfinite(o.time_budget_s),
+               "steps must be >= 0 and the time budget a finite number >= 0, got {} and {}",
+               o.steps, o.time_budget_s);
+  RETNET_CHECK(o.steps > 0 || o.time_budget_s > 0, "give --steps or --time-budget");
+  RETNET_CHECK(std::isfinite(a.lr) && a.lr > 0 && std::isfinite(a.weight_decay) &&
+                   a.weight_decay >= 0 && std::isfinite(a.clip_norm) && a.clip_norm >= 0 &&
+                   a.warmup_steps >= 0,
+               "the learning rate must be a finite number > 0, and weight decay, clip norm and "
+               "warmup steps finite numbers >= 0; got {}, {}, {} and {}",
+               a.lr, a.weight_decay, a.clip_norm, a.warmup_steps);
+  RETNET_CHECK(o.chunk >= 0 && o.eval_tokens >= 0 && o.keep_checkpoints >= 1,
+               "chunk and eval tokens must be >= 0 and checkpoints kept >= 1");
+  RETNET_CHECK(!(o.resume && o.overwrite), "give --resume or --overwrite, not both");
+  RETNET_CHECK(o.form == Form::Parallel || o.form == Form::Chunkwise,
+               "--form must be parallel or chunkwise");
+}
+
 }  // namespace
 
 TrainResult train(const TrainOptions& o) {
-  RETNET_CHECK(o.batch >= 1 && o.seq >= 1 && o.grad_accum >= 1,
-               "batch, seq and grad_accum must be >= 1");
-  RETNET_CHECK(o.steps > 0 || o.time_budget_s > 0, "give --steps or --time-budget");
-  RETNET_CHECK(o.form == Form::Parallel || o.form == Form::Chunkwise,
-               "--form must be parallel or chunkwise");
+  check_options(o);
   namespace fs = std::filesystem;
+  // Before the slow part (tokenizing): a second run on the directory fails at once.
+  const RunDirectoryLock lock(o.out_dir);
+  if (!o.resume) prepare_fresh_run(o.out_dir, o.overwrite);
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(o.tokenizer);
   const Config config = model_config(o.config_path, *tokenizer, o.tokenizer);
   DataOptions data_options;
@@ -152,7 +176,6 @@ TrainResult train(const TrainOptions& o) {
                "'{}' is too short for windows of {} tokens: {} training and {} validation tokens",
                o.data, o.seq, data.train.size(), data.val.size());
   const auto tokenizer_meta = tokenizer_metadata(*tokenizer);
-  fs::create_directories(o.out_dir);
 
   Model model = Model::init(config, o.seed);
   AdamWOptions opt_options = o.optimizer;
@@ -189,8 +212,7 @@ TrainResult train(const TrainOptions& o) {
                  data.cache_reused ? " (token cache)" : "", (long long)B, (long long)T,
                  (long long)o.grad_accum, form_name(o.form), num_threads(), peak / 1e9);
 
-  std::ofstream metrics(fs::path(o.out_dir) / "metrics.jsonl",
-                        o.resume ? std::ios::app : std::ios::trunc);
+  MetricsLog metrics((fs::path(o.out_dir) / "metrics.jsonl").string(), o.resume, start);
   const bool tty = isatty(STDERR_FILENO);
   SignalGuard signals;
   ParamBuffer grads(model.params().layout());
@@ -200,20 +222,27 @@ TrainResult train(const TrainOptions& o) {
   auto t_start = Clock::now(), t_probe = t_start;
   double window_time = 0;
   int64_t window_steps = 0;
+  int64_t saved_step = o.resume ? start : -1;  // the newest checkpoint's
   auto save = [&](int64_t step) {
     CheckpointInfo info{step, total, o.seed, run_json(o, *tokenizer)};
     save_checkpoint(o.out_dir, model, opt, info, o.keep_checkpoints, tokenizer_meta);
+    saved_step = step;
+  };
+  auto diverged = [&](const std::string& what, int64_t step) {
+    return Error(fmt::format("{} at step {}: stopping; {}", what, step,
+                             saved_step >= 0
+                                 ? fmt::format("the last good checkpoint (step {}) is kept in '{}'",
+                                               saved_step, o.out_dir)
+                                 : fmt::format("no checkpoint was written to '{}'", o.out_dir)));
   };
   auto run_eval = [&](int64_t step) {
     const Validation v = validate(model, data.val, data.val_bytes, B, T, o.eval_tokens, to, arena);
     const Evaluation& e = v.eval;
-    metrics << nlohmann::json{{"step", step},
-                              {"val_loss", e.loss},
-                              {"val_bits_per_byte", v.bits_per_byte},
-                              {"val_tokens", e.tokens}}
-                   .dump()
-            << "\n"
-            << std::flush;
+    metrics.append(nlohmann::json{{"step", step},
+                                  {"val_loss", e.loss},
+                                  {"val_bits_per_byte", v.bits_per_byte},
+                                  {"val_tokens", e.tokens}}
+                       .dump());
     if (!o.quiet)
       std::fprintf(stderr, "%sstep %lld | val loss %.4f | val ppl %.3f | %.4f bits/byte\n",
                    tty ? "\r\033[K" : "", (long long)step, e.loss, std::exp(e.loss),
@@ -227,16 +256,23 @@ TrainResult train(const TrainOptions& o) {
     auto t0 = Clock::now();
     std::fill(grads.data(), grads.data() + grads.size(), 0.f);
     double loss = 0;
+    bool stopped = false;  // by a signal between micro-batches: the step is dropped, not applied
     for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
+      if ((stopped = g_signal.load() != 0)) break;
       sample_batch(data.train, B, T, o.seed, static_cast<uint64_t>(step * o.grad_accum + micro),
                    in.data(), tgt.data());
-      loss +=
-          loss_and_gradients(model, in.data(), tgt.data(), B, T, to, arena, &grads) / o.grad_accum;
+      try {
+        loss += loss_and_gradients(model, in.data(), tgt.data(), B, T, to, arena, &grads) /
+                o.grad_accum;
+      } catch (const Error& e) {
+        throw diverged(e.what(), step + 1);
+      }
     }
-    if (!std::isfinite(loss))
-      throw Error(
-          fmt::format("loss is {} at step {}: stopping; the last good checkpoint is kept in '{}'",
-                      loss, step, o.out_dir));
+    if (stopped) {
+      result.interrupted = true;
+      break;
+    }
+    if (!std::isfinite(loss)) throw diverged(fmt::format("loss is {}", loss), step + 1);
     if (o.grad_accum > 1) {
       const float s = 1.f / static_cast<float>(o.grad_accum);
       for (size_t i = 0; i < grads.size(); ++i) grads.data()[i] *= s;
@@ -251,10 +287,14 @@ TrainResult train(const TrainOptions& o) {
     ++window_steps;
     result.final_train_loss = loss;
     const double tps = tokens_per_step / (ms / 1e3);
-    metrics << nlohmann::json{{"step", step + 1},   {"loss", loss}, {"lr", lr},
-                              {"grad_norm", gnorm}, {"ms", ms},     {"tokens_per_s", tps}}
-                   .dump()
-            << "\n";
+    metrics.append(nlohmann::json{
+        {"step", step + 1},
+        {"loss", loss},
+        {"lr", lr},
+        {"grad_norm", gnorm},
+        {"ms", ms},
+        {"tokens_per_s",
+         tps}}.dump());
     // With only a time budget, fix the schedule's length from the speed of steps 6-10 (the first
     // ones pay for allocation and warm-up).
     if (total == 0 && step + 1 - start == 5) t_probe = Clock::now();
@@ -295,7 +335,6 @@ TrainResult train(const TrainOptions& o) {
       std::fprintf(
           stderr, "stopped by signal %d at step %lld: checkpoint written; continue with --resume\n",
           g_signal.load(), (long long)step);
-    metrics << std::flush;
     return result;
   }
   run_eval(step);

@@ -20,12 +20,15 @@ struct CliResult {
   std::string out, err;
 };
 
-inline CliResult run_retnet(const std::string& args) {
+// timeout_s > 0: killed (and failing) when it runs longer.
+inline CliResult run_retnet(const std::string& args, int timeout_s = 0) {
   namespace fs = std::filesystem;
   static int counter = 0;
   fs::path errf = fs::temp_directory_path() /
                   ("retnet_run_err_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-  std::string cmd = std::string(RETNET_CLI) + " " + args + " 2>" + errf.string();
+  const std::string limit =
+      timeout_s > 0 ? "timeout -s KILL " + std::to_string(timeout_s) + " " : std::string();
+  std::string cmd = limit + std::string(RETNET_CLI) + " " + args + " 2>" + errf.string();
   CliResult r;
   FILE* p = popen(cmd.c_str(), "r");
   std::array<char, 4096> buf;

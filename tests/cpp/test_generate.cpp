@@ -399,10 +399,12 @@ TEST_F(GenerateCli, BadInputFailsCleanly) {
   EXPECT_TRUE(fails_cleanly(run_retnet(g + "-f " + path("big.txt")), "--max-prompt-tokens"));
   EXPECT_TRUE(fails_cleanly(run_retnet(g + "-p x --temp -1"), "temperature"));
   EXPECT_TRUE(fails_cleanly(run_retnet(g + "-p x --top-p 0"), "top-p"));
-  EXPECT_TRUE(fails_cleanly(run_retnet(g + "-f " + path("missing.txt")), "cannot open"));
+  EXPECT_TRUE(fails_cleanly(
+      run_retnet(g + "-f " + path("missing.txt")),
+      "cannot read prompt file '" + path("missing.txt") + "': No such file or directory"));
   // State files: missing, from another model, damaged, truncated, not a state file.
-  EXPECT_TRUE(
-      fails_cleanly(run_retnet(g + "-p '' --state-in " + path("none.state")), "cannot open"));
+  EXPECT_TRUE(fails_cleanly(run_retnet(g + "-p '' --state-in " + path("none.state")),
+                            "cannot read state file"));
   ASSERT_EQ(run_retnet("generate -m " + path("other.safetensors") + " -p hi -n 2 --state-out " +
                        path("other.state"))
                 .exit_code,

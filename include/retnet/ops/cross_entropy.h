@@ -10,8 +10,10 @@ inline constexpr int64_t kCrossEntropyBlock = 256;
 
 // Mean cross-entropy (nats per row) of targets [N] given features xn [N, D] and the head W [V, D].
 // `logits` is scratch of kCrossEntropyBlock x V floats. With dxn non-null, writes d loss / d xn
-// [N, D] and accumulates (+=) d loss / d W into dW [V, D].
+// [N, D] and accumulates (+=) d loss / d W into dW [V, D]. A non-finite logit is an Error naming
+// its position (rows are sequences of T tokens).
 double cross_entropy_with_head(const float* xn, const float* W, const int32_t* targets, int64_t N,
-                               int64_t D, int64_t V, float* logits, float* dxn, float* dW);
+                               int64_t T, int64_t D, int64_t V, float* logits, float* dxn,
+                               float* dW);
 
 }  // namespace retnet

@@ -29,7 +29,14 @@ class Tokenizer {
   virtual int32_t eos_id() const { return -1; }
   // What a model file stores to rebuild this tokenizer (see tokenizer_from_serialized).
   virtual std::string serialize() const = 0;
+  // Whether encode() takes UTF-8 text only (SentencePiece, which would turn other bytes into
+  // U+FFFD; its encode throws instead). Byte-level tokenizers take any bytes.
+  virtual bool reads_utf8_only() const { return false; }
 };
+
+// Throws Error naming `what` (a file, "the prompt") and the offset of the first bad byte when the
+// tokenizer reads UTF-8 only and `text` is not UTF-8.
+void check_encodable(const Tokenizer& tokenizer, std::string_view text, const std::string& what);
 
 // Byte-level: token i is byte i.
 std::unique_ptr<Tokenizer> make_byte_tokenizer();

@@ -11,6 +11,10 @@ namespace retnet {
 // false with the offset of the first bad byte in *bad_offset.
 bool utf8_valid(std::string_view text, size_t* bad_offset = nullptr);
 
+// Throws Error unless `text` is valid UTF-8: "<what> is not valid UTF-8 (bad byte 0xff at offset
+// N)", N counted from `base_offset` (where `text` starts in the file it came from).
+void require_utf8(std::string_view text, const std::string& what, size_t base_offset = 0);
+
 // Length of the longest prefix of `bytes` that does not end inside a character that more bytes
 // could still complete. Invalid bytes count as complete (they will not become valid later).
 size_t utf8_complete_prefix(std::string_view bytes);

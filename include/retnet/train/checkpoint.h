@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "retnet/model/model.h"
 #include "retnet/train/optimizer.h"
@@ -24,6 +25,9 @@ struct CheckpointInfo {
 void save_checkpoint(const std::string& dir, const Model& model, AdamW& optimizer,
                      const CheckpointInfo& info, int keep_last,
                      const std::map<std::string, std::string>& extra_metadata = {});
+
+// The checkpoint files in dir, newest first (none when dir does not exist).
+std::vector<std::string> list_checkpoint_files(const std::string& dir);
 
 // The newest checkpoint in dir that loads and verifies (older ones are tried when the newest is
 // damaged, with a warning on stderr); nullopt when there is none. Restores parameters and moments.

@@ -23,6 +23,8 @@ struct TrainOptions {
   int64_t chunk = 0;                 // chunkwise: 0 = the config's recurrent_chunk_size
   uint64_t seed = 1;
   bool resume = false;
+  bool overwrite = false;  // a fresh run deletes an earlier run's checkpoints and model
+                           // in out_dir (without it, such a directory is refused)
   AdamWOptions optimizer;
   int64_t log_interval = 10, eval_interval = 200, checkpoint_interval = 200;
   int64_t eval_tokens = 1 << 17;     // validation tokens per evaluation (0: the whole split)
