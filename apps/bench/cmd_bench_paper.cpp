@@ -22,6 +22,7 @@
 
 #include "bench_common.h"
 #include "commands.h"
+#include "retnet/mixers/retention.h"
 #include "retnet/core/error.h"
 #include "retnet/core/parallel.h"
 #include "retnet/core/rng.h"

@@ -10,11 +10,7 @@
 #include <filesystem>
 
 #include "commands.h"
-#include "retnet/core/gemm.h"
-#include "retnet/core/parallel.h"
-#include "retnet/core/read_file.h"
-#include "retnet/model/forward.h"
-#include "retnet/model/model_io.h"
+#include "retnet/retnet.h"
 
 namespace retnet::cli {
 namespace {
@@ -91,19 +87,16 @@ void register_demo(CLI::App& app) {
     const int64_t T = o->tokens, V = c.vocab_size;
     std::vector<int32_t> tokens = text_tokens(o->data, T);
     for (auto& t : tokens) t %= static_cast<int32_t>(V);
-    Arena arena;
+    ModelRunner runner(model);
     std::vector<float> reference;
     std::printf("\n%-10s %12s %14s %22s\n", "form", "ms", "tokens/s", "max|diff|/max|parallel|");
     for (Form form : {Form::Parallel, Form::Chunkwise,
                                Form::Scan, Form::Recurrent}) {
-      ForwardOptions fo;
-      fo.form = form;
-      fo.chunk = o->chunk;
       std::vector<float> logits(static_cast<size_t>(T * V));
       std::vector<double> times;
       for (int r = 0; r <= o->repeats; ++r) {  // the first run warms up
         auto t0 = std::chrono::steady_clock::now();
-        forward_logits(model, tokens.data(), 1, T, logits.data(), fo, arena);
+        runner.logits(tokens, 1, logits.data(), form, o->chunk);
         if (r > 0) times.push_back(seconds_since(t0));
       }
       std::sort(times.begin(), times.end());
@@ -115,23 +108,22 @@ void register_demo(CLI::App& app) {
 
     if (o->decode <= 0) return;  // `retnet generate` does the decoding in the main job
     // Decode: prefill with the chunkwise form, then one token at a time from the recurrent state.
-    State state(c, 1);
-    ForwardOptions prefill;
-    prefill.form = Form::Chunkwise;
-    prefill.chunk = o->chunk;
-    std::vector<float> logits(static_cast<size_t>(T * V));
-    forward_logits(model, tokens.data(), 1, T, logits.data(), prefill, arena, &state);
-    ForwardOptions step;
-    step.form = Form::Recurrent;
-    std::vector<float> next(static_cast<size_t>(V));
-    int32_t token = static_cast<int32_t>(
-        std::max_element(logits.end() - V, logits.end()) - (logits.end() - V));
+    SessionOptions so;
+    so.prefill_chunk = o->chunk;
+    Session session(model, so);
+    session.add_sequence();
+    session.prefill(0, tokens.data(), T);
+    auto argmax = [&] {
+      const float* z = session.logits(0);
+      return static_cast<int32_t>(std::max_element(z, z + V) - z);
+    };
+    int32_t token = argmax();
     std::string text;
     auto t0 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < o->decode; ++i) {
-      forward_logits(model, &token, 1, 1, next.data(), step, arena, &state);
+      session.step(&token);
       text.push_back(static_cast<char>(token));
-      token = static_cast<int32_t>(std::max_element(next.begin(), next.end()) - next.begin());
+      token = argmax();
     }
     double dt = seconds_since(t0);
     struct rusage ru {};

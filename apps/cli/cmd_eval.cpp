@@ -6,11 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "retnet/core/read_file.h"
-#include "retnet/model/model_io.h"
-#include "retnet/train/evaluate.h"
-#include "retnet/text/tokenizer.h"
-#include "retnet/train/data.h"
+#include "retnet/retnet.h"
 
 namespace retnet::cli {
 
@@ -70,9 +66,8 @@ void register_eval(CLI::App& app) {
     eo.seq = o->seq;
     eo.batch = o->batch;
     eo.form.form = parse_form(o->form);
-    Arena arena;
     // Non-overlapping windows of seq tokens covering the whole text (the last one may be shorter).
-    const Evaluation e = evaluate(model, tokens, eo, arena);
+    const Evaluation e = ModelRunner(model).evaluate(tokens, eo);
     const int64_t n = e.tokens;
     const double nats = e.nats;
     // Bits per byte over the text the predictions cover: all of it but the first token's bytes,

@@ -10,10 +10,7 @@
 #include <random>
 
 #include "commands.h"
-#include "retnet/core/read_file.h"
-#include "retnet/infer/generator.h"
-#include "retnet/model/model_io.h"
-#include "retnet/text/utf8.h"
+#include "retnet/retnet.h"
 
 namespace retnet::cli {
 namespace {

@@ -3,9 +3,7 @@
 #include <cstdio>
 
 #include "commands.h"
-#include "retnet/core/safetensors.h"
-#include "retnet/model/model_io.h"
-#include "retnet/model/training.h"
+#include "retnet/retnet.h"
 
 namespace retnet::cli {
 
@@ -38,12 +36,9 @@ void register_grad(CLI::App& app) {
     RETNET_CHECK(seq.size() >= 2, "--tokens needs at least 2 ids (inputs and next-token targets)");
     const int64_t T = static_cast<int64_t>(seq.size()) - 1;
     std::vector<int32_t> inputs(seq.begin(), seq.end() - 1), targets(seq.begin() + 1, seq.end());
-    TrainingOptions to;
-    to.form = parse_form(o->form);
-    to.chunk = o->chunk;
     ParamBuffer grads(model.params().layout());
-    Arena arena;
-    double loss = loss_and_gradients(model, inputs.data(), targets.data(), 1, T, to, arena, &grads);
+    ModelRunner runner(model);
+    const double loss = runner.loss(inputs, targets, 1, parse_form(o->form), o->chunk, &grads);
     std::vector<TensorToWrite> out;
     const auto& layout = grads.layout();
     for (size_t i = 0; i < layout.size(); ++i)

@@ -4,8 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "retnet/model/model_io.h"
-#include "retnet/text/tokenizer.h"
+#include "retnet/retnet.h"
 
 namespace retnet::cli {
 

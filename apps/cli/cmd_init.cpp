@@ -1,7 +1,7 @@
 #include <cstdio>
 
 #include "commands.h"
-#include "retnet/model/model_io.h"
+#include "retnet/retnet.h"
 
 namespace retnet::cli {
 

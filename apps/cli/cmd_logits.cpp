@@ -1,9 +1,7 @@
 #include <cstdio>
 
 #include "commands.h"
-#include "retnet/core/npy.h"
-#include "retnet/model/forward.h"
-#include "retnet/model/model_io.h"
+#include "retnet/retnet.h"
 
 namespace retnet::cli {
 
@@ -33,12 +31,8 @@ void register_logits(CLI::App& app) {
     Model model = load_model(o->model, optional_config(o->config));
     std::vector<int32_t> tokens = parse_token_list(o->tokens);
     const int64_t T = static_cast<int64_t>(tokens.size());
-    ForwardOptions fo;
-    fo.form = parse_form(o->mode);
-    fo.chunk = o->chunk;
-    std::vector<float> logits(static_cast<size_t>(T * model.config().vocab_size));
-    Arena arena;
-    forward_logits(model, tokens.data(), 1, T, logits.data(), fo, arena);
+    ModelRunner runner(model);
+    const std::vector<float> logits = runner.logits(tokens, 1, parse_form(o->mode), o->chunk);
     write_npy(o->out, logits.data(), {T, model.config().vocab_size});
     std::fprintf(stderr, "wrote %s: logits [%lld, %lld], %s form\n", o->out.c_str(), (long long)T,
                  (long long)model.config().vocab_size, o->mode.c_str());

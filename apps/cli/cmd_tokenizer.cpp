@@ -5,11 +5,7 @@
 #include <memory>
 
 #include "commands.h"
-#include "retnet/core/error.h"
-#include "retnet/core/read_file.h"
-#include "retnet/core/safetensors.h"
-#include "retnet/text/tokenizer.h"
-#include "retnet/text/tokenizer_training.h"
+#include "retnet/retnet.h"
 
 namespace retnet::cli {
 namespace {

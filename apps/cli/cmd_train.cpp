@@ -3,7 +3,7 @@
 #include <memory>
 
 #include "commands.h"
-#include "retnet/train/trainer.h"
+#include "retnet/retnet.h"
 
 namespace retnet::cli {
 

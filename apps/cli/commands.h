@@ -7,8 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "retnet/core/error.h"
-#include "retnet/model/config.h"
+#include "retnet/retnet.h"
 
 namespace retnet::cli {
 

@@ -4,8 +4,7 @@
 #include <functional>
 
 #include "commands.h"
-#include "retnet/core/error.h"
-#include "retnet/core/parallel.h"
+#include "retnet/retnet.h"
 
 namespace retnet::cli {
 

@@ -4,7 +4,7 @@
 #include <exception>
 
 #include "commands.h"
-#include "retnet/core/error.h"
+#include "retnet/retnet.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"retnet: retentive networks (RetNet) in C++: parallel, recurrent, chunkwise and "

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 
+#include "retnet/core/arena.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
 #include "retnet/core/parallel.h"

@@ -17,6 +17,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
+#include "retnet/core/arena.h"
+#include "retnet/core/error.h"
 #include "retnet/core/hash.h"
 #include "retnet/core/read_file.h"
 #include "retnet/infer/sampler.h"

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "retnet/core/arena.h"
+#include "retnet/core/error.h"
 #include "retnet/core/rng.h"
 #include "retnet/model/config.h"
 

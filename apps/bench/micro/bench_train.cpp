@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "retnet/core/arena.h"
 #include "retnet/core/parallel.h"
 #include "retnet/model/training.h"
 #include "retnet/train/optimizer.h"

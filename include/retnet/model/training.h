@@ -4,12 +4,13 @@
 // every op, accumulating into a gradient buffer with the parameters' layout.
 #include <cstdint>
 
-#include "retnet/core/arena.h"
+#include "retnet/core/form.h"
 #include "retnet/core/param_buffer.h"
-#include "retnet/mixers/retention.h"
 #include "retnet/model/model.h"
 
 namespace retnet {
+
+class Arena;  // core/arena.h: scratch memory, sized by training_workspace_floats
 
 struct TrainingOptions {
   Form form = Form::Parallel;  // parallel or chunkwise

@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <span>
 
-#include "retnet/core/arena.h"
 #include "retnet/model/training.h"
 
 namespace retnet {

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "retnet/mixers/retention.h"
+#include "retnet/core/form.h"
 #include "retnet/train/optimizer.h"
 
 namespace retnet {
