@@ -128,11 +128,13 @@ int64_t Config::parameter_count() const {
 }
 
 int64_t Config::state_floats_per_sequence() const {
-  return layers * mixer->state_floats_per_layer(*this);
+  return mixer->state_floats_per_layer ? layers * mixer->state_floats_per_layer(*this) : 0;
 }
 
 int64_t Config::cache_floats_per_token() const {
-  return layers * mixer->cache_floats_per_token_per_layer(*this);
+  return mixer->cache_floats_per_token_per_layer
+             ? layers * mixer->cache_floats_per_token_per_layer(*this)
+             : 0;
 }
 
 Config Config::from_json(const std::string& text, const std::string& origin) {

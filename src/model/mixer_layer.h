@@ -93,10 +93,14 @@ const MixerSpec& aft_mixer_spec();        // AFT-full
 const MixerSpec& aft_simple_mixer_spec();
 const MixerSpec& rwkv_mixer_spec();
 
+// The one instance of a block class, for its spec's `block`.
+template <class Block>
+const LayerMixer& block_instance() {
+  static const Block block;
+  return block;
+}
+
 // Helpers shared by the mixers.
-// The state and cache sizes of the specs of mixers without one.
-inline int64_t no_state_floats(const Config&) { return 0; }
-inline int64_t no_cache_floats(const Config&) { return 0; }
 TensorView head_view(float* p, int64_t B, int64_t T, int64_t H, int64_t ld, int64_t last);
 inline TensorView head_view(const float* p, int64_t B, int64_t T, int64_t H, int64_t ld,
                             int64_t last) {

@@ -46,12 +46,12 @@ struct MixerSpec {
   bool forms[4] = {true, true, false, false};  // indexed by Form: parallel, recurrent, chunkwise, scan
   // The chunkwise form's fastest chunk size where it differs from the config's default (0).
   int64_t preferred_chunk = 0;
-  std::vector<MixerTensor> tensors;  // its own tensors, in layout order
+  std::vector<MixerTensor> tensors = {};  // its own tensors, in layout order
   // The config fields only this mixer reads (written to a config's JSON only for it).
-  std::vector<const char*> config_keys;
-  // Floats of one sequence's constant-size state per layer (0 for the mixers that keep tokens).
+  std::vector<const char*> config_keys = {};
+  // Floats of one sequence's constant-size state per layer (none: the mixers that keep tokens).
   int64_t (*state_floats_per_layer)(const Config& c) = nullptr;
-  // Floats one sequence's cache grows by per token per layer (0 for constant-state mixers).
+  // Floats one sequence's cache grows by per token per layer (none: constant-state mixers).
   int64_t (*cache_floats_per_token_per_layer)(const Config& c) = nullptr;
   // Forward FLOPs per token per layer of the mixer's core (beyond its projections) over sequences
   // of T tokens in the given form (chunk: the chunkwise form's chunk size).

@@ -132,31 +132,16 @@ double aft_core_flops(const Config& c, int64_t T, Form form, int64_t) {
   return 4.0 * context * static_cast<double>(c.value_embed_dim);
 }
 
-const LayerMixer& aft_block() {
-  static const AftMixer mixer;
-  return mixer;
-}
-
 }  // namespace
 
 const MixerSpec& aft_mixer_spec() {
   static const MixerSpec spec{
-      .name = "aft",
-      .scope = "aft",
+      .name = "aft", .scope = "aft",
       .summary = "AFT-full: learned pairwise position biases, sigmoid gate",
-      .per_channel = true,
-      .gated = false,
-      .rotates = false,
-      .decays_by_head = false,
-      .keeps_tokens = true,
-      .forms = {true, true, false, false},
-      .tensors = {{"pos_bias", position_bias_shape, zero_init}},
-      .config_keys = {"aft_max_distance"},
-      .state_floats_per_layer = no_state_floats,
+      .per_channel = true, .keeps_tokens = true,
+      .tensors = {{"pos_bias", position_bias_shape, zero_init}}, .config_keys = {"aft_max_distance"},
       .cache_floats_per_token_per_layer = aft_cache_floats,
-      .core_flops_per_token = aft_core_flops,
-      .block = aft_block,
-  };
+      .core_flops_per_token = aft_core_flops, .block = block_instance<AftMixer>};
   return spec;
 }
 

@@ -118,31 +118,15 @@ double attention_core_flops(const Config& c, int64_t T, Form form, int64_t) {
   return 2.0 * context * static_cast<double>(c.embed_dim + c.value_embed_dim);
 }
 
-const LayerMixer& attention_block() {
-  static const AttentionMixer mixer;
-  return mixer;
-}
-
 }  // namespace
 
 const MixerSpec& attention_mixer_spec() {
   static const MixerSpec spec{
-      .name = "attention",
-      .scope = "attention",
+      .name = "attention", .scope = "attention",
       .summary = "causal softmax attention with rotary positions (the transformer baseline)",
-      .per_channel = false,
-      .gated = false,
-      .rotates = true,
-      .decays_by_head = false,
-      .keeps_tokens = true,
-      .forms = {true, true, false, false},
-      .tensors = {},
-      .config_keys = {},
-      .state_floats_per_layer = no_state_floats,
+      .rotates = true, .keeps_tokens = true,
       .cache_floats_per_token_per_layer = attention_cache_floats,
-      .core_flops_per_token = attention_core_flops,
-      .block = attention_block,
-  };
+      .core_flops_per_token = attention_core_flops, .block = block_instance<AttentionMixer>};
   return spec;
 }
 

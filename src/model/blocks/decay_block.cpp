@@ -172,57 +172,28 @@ void time_first_init(const Config&, int64_t, uint64_t, float* w, int64_t n) {
     w[i] = static_cast<float>(std::log(0.3) + 0.5 * ((i + 1) % 3 - 1));
 }
 
-const LayerMixer& decay_block() {
-  static const DecayMixer mixer;
-  return mixer;
-}
-
 }  // namespace
 
 const MixerSpec& aft_simple_mixer_spec() {
+  // The kernel's pairwise chunks cost O(chunk) per token: 16 is its fast size.
   static const MixerSpec spec{
-      .name = "aft-simple",
-      .scope = "aft_simple",
+      .name = "aft-simple", .scope = "aft_simple",
       .summary = "AFT-simple: a running average of v weighted by exp(k), sigmoid gate",
-      .per_channel = true,
-      .gated = false,
-      .rotates = false,
-      .decays_by_head = false,
-      .keeps_tokens = false,
-      .forms = {true, true, true, false},
-      // The kernel's pairwise chunks cost O(chunk) per token: 16 is its fast size.
-      .preferred_chunk = 16,
-      .tensors = {},
-      .config_keys = {},
+      .per_channel = true, .forms = {true, true, true, false}, .preferred_chunk = 16,
       .state_floats_per_layer = decay_state_floats,
-      .cache_floats_per_token_per_layer = no_cache_floats,
-      .core_flops_per_token = decay_core_flops,
-      .block = decay_block,
-  };
+      .core_flops_per_token = decay_core_flops, .block = block_instance<DecayMixer>};
   return spec;
 }
 
 const MixerSpec& rwkv_mixer_spec() {
   static const MixerSpec spec{
-      .name = "rwkv",
-      .scope = "rwkv",
+      .name = "rwkv", .scope = "rwkv",
       .summary = "RWKV-style decay attention: per-channel decay, bonus for the current token",
-      .per_channel = true,
-      .gated = false,
-      .rotates = false,
-      .decays_by_head = false,
-      .keeps_tokens = false,
-      .forms = {true, true, true, false},
-      // The kernel's pairwise chunks cost O(chunk) per token: 16 is its fast size.
-      .preferred_chunk = 16,
+      .per_channel = true, .forms = {true, true, true, false}, .preferred_chunk = 16,
       .tensors = {{"time_decay", channel_shape, time_decay_init},
                   {"time_first", channel_shape, time_first_init}},
-      .config_keys = {},
       .state_floats_per_layer = decay_state_floats,
-      .cache_floats_per_token_per_layer = no_cache_floats,
-      .core_flops_per_token = decay_core_flops,
-      .block = decay_block,
-  };
+      .core_flops_per_token = decay_core_flops, .block = block_instance<DecayMixer>};
   return spec;
 }
 

@@ -162,53 +162,26 @@ void feature_matrix_init(const Config& c, int64_t layer, uint64_t seed, float* w
   std::copy(m.begin(), m.end(), w);
 }
 
-const LayerMixer& linear_block() {
-  static const LinearMixer mixer;
-  return mixer;
-}
-
 }  // namespace
 
 const MixerSpec& linear_mixer_spec() {
   static const MixerSpec spec{
-      .name = "linear",
-      .scope = "linear",
+      .name = "linear", .scope = "linear",
       .summary = "linear transformer: phi = elu + 1, normalised causal linear attention",
-      .per_channel = false,
-      .gated = false,
-      .rotates = false,
-      .decays_by_head = false,
-      .keeps_tokens = false,
-      .forms = {true, true, true, false},
-      .tensors = {},
-      .config_keys = {},
-      .state_floats_per_layer = linear_state_floats,
-      .cache_floats_per_token_per_layer = no_cache_floats,
-      .core_flops_per_token = linear_core_flops,
-      .block = linear_block,
-  };
+      .forms = {true, true, true, false}, .state_floats_per_layer = linear_state_floats,
+      .core_flops_per_token = linear_core_flops, .block = block_instance<LinearMixer>};
   return spec;
 }
 
 const MixerSpec& performer_mixer_spec() {
+  // The feature matrix is drawn at init, never trained.
   static const MixerSpec spec{
-      .name = "performer",
-      .scope = "performer",
+      .name = "performer", .scope = "performer",
       .summary = "Performer: FAVOR+ positive orthogonal random features",
-      .per_channel = false,
-      .gated = false,
-      .rotates = false,
-      .decays_by_head = false,
-      .keeps_tokens = false,
       .forms = {true, true, true, false},
-      // Drawn at init, never trained.
       .tensors = {{"feature_matrix", feature_matrix_shape, feature_matrix_init}},
-      .config_keys = {"performer_features"},
-      .state_floats_per_layer = linear_state_floats,
-      .cache_floats_per_token_per_layer = no_cache_floats,
-      .core_flops_per_token = linear_core_flops,
-      .block = linear_block,
-  };
+      .config_keys = {"performer_features"}, .state_floats_per_layer = linear_state_floats,
+      .core_flops_per_token = linear_core_flops, .block = block_instance<LinearMixer>};
   return spec;
 }
 

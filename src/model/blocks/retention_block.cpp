@@ -172,31 +172,15 @@ double retention_core_flops(const Config& c, int64_t T, Form form, int64_t chunk
   return 0;
 }
 
-const LayerMixer& retention_block() {
-  static const RetentionMixer mixer;
-  return mixer;
-}
-
 }  // namespace
 
 const MixerSpec& retention_mixer_spec() {
   static const MixerSpec spec{
-      .name = "retention",
-      .scope = "retention",  // torchscale's names
+      .name = "retention", .scope = "retention",  // torchscale's names
       .summary = "multi-scale retention, head norm, swish gate (torchscale's RetNet)",
-      .per_channel = false,
-      .gated = true,
-      .rotates = true,
-      .decays_by_head = true,
-      .keeps_tokens = false,
-      .forms = {true, true, true, true},
-      .tensors = {},
-      .config_keys = {},
+      .gated = true, .rotates = true, .decays_by_head = true, .forms = {true, true, true, true},
       .state_floats_per_layer = retention_state_floats,
-      .cache_floats_per_token_per_layer = no_cache_floats,
-      .core_flops_per_token = retention_core_flops,
-      .block = retention_block,
-  };
+      .core_flops_per_token = retention_core_flops, .block = block_instance<RetentionMixer>};
   return spec;
 }
 
