@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the core benchmarks (GEMM, the retention head sweep of seeds/002, whole-model forward) and
+# Runs the core benchmarks (GEMM, the retention heads sweep, whole-model forward) and
 # prints markdown tables with ratios against the baseline measured in the same run; then the
 # generation benchmark (`retnet bench decode`: latency by position, throughput by batch, prefill).
 # Results (JSON, with machine context) go to $OUT_DIR (default: bench-results/).

@@ -136,7 +136,7 @@ def main():
         ax.errorbar(x, y, yerr=e, fmt="o-", capsize=3, label=name)
     ax.set_xscale("log", base=2), ax.set_yscale("log"), ax.set_xticks(H, [str(h) for h in H])
     ax.set_xlabel("heads (512 channels in total)"), ax.set_ylabel("ms per call")
-    ax.set_title(f"one retention kernel call, T = {f5['T']} (seeds/002)")
+    ax.set_title(f"one retention kernel call, T = {f5['T']}")
     ax.grid(alpha=0.3, which="both"), ax.legend()
     finish(fig, os.path.join(out, "heads_sweep.png"), [], sub)
 

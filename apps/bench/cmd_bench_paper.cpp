@@ -1,7 +1,7 @@
 // `retnet bench paper`: the RetNet paper's headline claims (inference memory, decode latency and
-// throughput, training speed and memory, seeds/002's heads sweep) measured for a RetNet and a
+// throughput, training speed and memory, the retention heads sweep) measured for a RetNet and a
 // softmax transformer of the same size built by this engine, in one run with the same build and
-// threads. Results go to DIR/results.json, plots (scripts/plot_paper.py) to DIR/*.png.
+// threads. Results go to DIR/results.json, plots (plot_paper.py, installed beside the binary) to DIR/*.png.
 //
 // Peak memory is a per-point property of a process, so each memory point runs in a fresh process:
 // this binary re-executed (/proc/self/exe, posix_spawn: OpenMP is not fork-safe) with the hidden
@@ -178,7 +178,7 @@ json decode_point(const Model& m, int64_t B, int64_t context, int reps, int wind
   return {{"latency_ms", to_json(summarize(lat))}, {"tokens_per_s", to_json(summarize(tps))}};
 }
 
-// seeds/002: one retention kernel call (retention_forward alone) at T = 2048 and 512 key and 512
+// The heads sweep: one retention kernel call (retention_forward alone) at T = 2048 and 512 key and 512
 // value channels split over H heads; milliseconds per call.
 Summary heads_point(Form form, int64_t H, int reps) {
   const int64_t T = 2048, channels = 512, Dk = channels / H, Dv = channels / H;
@@ -391,7 +391,7 @@ json figure_heads(const Plan& p) {
               {"repetitions", p.heads_reps},
               {"chunk", 64},
               {"note", "retention_forward alone (one layer's kernel), ms per call"}};
-  std::printf("\n[5/5] heads sweep (seeds/002): one retention kernel call, T 2048, 512 channels, "
+  std::printf("\n[5/5] heads sweep: one retention kernel call, T 2048, 512 channels, "
               "ms\n%8s", "heads");
   const std::pair<const char*, Form> forms[] = {{"parallel", Form::Parallel},
                                                          {"recurrent", Form::Recurrent},

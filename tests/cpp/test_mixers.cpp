@@ -271,6 +271,46 @@ TEST_P(Mixers, SavedStateContinuesLikeOneRun) {
   EXPECT_EQ(one, two);
 }
 
+// A fork continues exactly like its source; a snapshot restored, even into another sequence,
+// continues exactly like the sequence it was taken from. Whatever the state (constant or a cache).
+TEST_P(Mixers, ForkAndSnapshotContinueExactly) {
+  const Model m = perturbed_model(GetParam(), 6);
+  const int64_t V = m.config().vocab_size;
+  const auto prompt = tokens_of(21, V, 9), more = tokens_of(7, V, 10);
+  SessionOptions so;
+  so.capacity = 3;
+  Session s(m, so);
+  s.add_sequence();
+  s.add_sequence();
+  s.prefill(0, prompt.data(), static_cast<int64_t>(prompt.size()));
+  const SavedSequence snap = s.snapshot(0);
+  s.fork(0, 1);
+  ASSERT_EQ(s.position(1), s.position(0));
+  std::vector<std::vector<float>> source, forked;
+  for (int32_t t : more) {
+    const int32_t pair[2] = {t, t};
+    s.step(pair);
+    source.emplace_back(s.logits(0), s.logits(0) + V);
+    forked.emplace_back(s.logits(1), s.logits(1) + V);
+  }
+  EXPECT_EQ(source, forked);
+  // Restore the snapshot into a third sequence and into the first: both replay the source.
+  s.add_sequence();
+  s.restore(2, snap);
+  s.restore(0, snap);
+  EXPECT_EQ(s.position(2), static_cast<int64_t>(prompt.size()));
+  for (size_t i = 0; i < more.size(); ++i) {
+    const int32_t triple[3] = {more[i], more[(i + 1) % more.size()], more[i]};
+    s.step(triple);
+    EXPECT_EQ(std::vector<float>(s.logits(0), s.logits(0) + V), source[i]) << "step " << i;
+    EXPECT_EQ(std::vector<float>(s.logits(2), s.logits(2) + V), source[i]) << "step " << i;
+  }
+  SavedSequence wrong = snap;
+  wrong.state.push_back(0.f);
+  EXPECT_THROW(s.restore(1, wrong), Error);
+  EXPECT_THROW(s.fork(0, 3), Error);
+}
+
 TEST_P(Mixers, ModelFileRoundTripKeepsTheLogits) {
   const Model m = perturbed_model(GetParam(), 10);
   const auto path =

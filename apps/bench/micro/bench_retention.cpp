@@ -1,4 +1,4 @@
-// The experiment of seeds/002: one retention layer, T = 2048 tokens, 512 channels in total split
+// The retention heads sweep: one retention layer, T = 2048 tokens, 512 channels in total split
 // over 1 .. 256 heads, in each form. Forward time per call.
 #include <benchmark/benchmark.h>
 

@@ -1,5 +1,5 @@
 #pragma once
-// The attention-free transformer, AFT-full (seeds/000 equations 6-7): channel-wise "attention"
+// The attention-free transformer, AFT-full (Zhai et al. 2021, "An Attention Free Transformer"): channel-wise "attention"
 // with a learned pairwise position bias and a sigmoid query gate; no heads, no dot products.
 //
 // For a query at absolute position n (0 = the first token ever fed to the cache), per channel c:

@@ -1,7 +1,7 @@
 #pragma once
 // Channel-wise decay attention: RWKV-4's WKV with a receptance gate, and with w = u = 0 the simple
 // attention-free transformer (AFT-simple), in three forms that compute the same function
-// (seeds/000 equations 8-9).
+// (RWKV, Peng et al. 2023: per-channel decay and a bonus for the current token).
 //
 // Per channel c (channels are independent; no heads), tokens n = 0, 1, ... counted from the start
 // of the state, with a decay rate w >= 0 and a bonus u for the current token:

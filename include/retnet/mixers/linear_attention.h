@@ -1,6 +1,6 @@
 #pragma once
 // Causal kernelised attention: the linear transformer (feature map elu+1) and the Performer
-// (FAVOR+), in three forms that compute the same function (seeds/000 equations 12-14).
+// (FAVOR+), in three forms that compute the same function (Katharopoulos et al. 2020; Choromanski et al. 2021 for FAVOR+).
 //
 // Per head, with a feature map phi of F features (include/retnet/mixers/feature_maps.h):
 //   A_n = phi(q_n) (S_0 + sum_{m<=n} phi(k_m)^T [v_m, 1])        (Dv + 1 columns)
