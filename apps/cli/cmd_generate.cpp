@@ -78,6 +78,43 @@ void print_timings(double load_s, const GenerationTimings& t, double total_s) {
                (long long)(t.prefill_tokens + t.decode_tokens));
 }
 
+GenerateOptions generate_options(const GenerateArgs& a) {
+  GenerateOptions go;
+  go.max_tokens = a.max_tokens;
+  go.stop = a.stop;
+  go.stop_at_eos = !a.ignore_eos;
+  go.record_latency = a.stats;
+  go.sampling.temperature = a.temperature;
+  go.sampling.top_k = a.top_k;
+  go.sampling.top_p = a.top_p;
+  go.sampling.repeat_penalty = a.repeat_penalty;
+  go.sampling.repeat_last_n = a.repeat_last_n;
+  go.sampling.seed = a.seed >= 0 ? static_cast<uint64_t>(a.seed) : std::random_device{}();
+  go.sampling.validate();
+  return go;
+}
+
+// The prompts' texts: one per non-empty line of --prompts-file, else --prompt-file or --prompt.
+std::vector<std::string> prompt_texts(const GenerateArgs& a) {
+  std::vector<std::string> texts;
+  if (a.prompts_file.empty()) {
+    texts.push_back(a.prompt_file.empty() ? a.prompt : read_file(a.prompt_file, "prompt file"));
+    return texts;
+  }
+  const std::string all = read_file(a.prompts_file, "prompts file");
+  size_t start = 0;
+  while (start < all.size()) {
+    size_t end = all.find('\n', start);
+    if (end == std::string::npos) end = all.size();
+    std::string line = all.substr(start, end - start);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty()) texts.push_back(line);
+    start = end + 1;
+  }
+  RETNET_CHECK(!texts.empty(), "prompts file '{}' holds no prompt (one per line)", a.prompts_file);
+  return texts;
+}
+
 void run_generate(const GenerateArgs& a) {
   apply_threads(a.threads);
   const auto t_start = std::chrono::steady_clock::now();
@@ -94,36 +131,8 @@ void run_generate(const GenerateArgs& a) {
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
 
-  GenerateOptions go;
-  go.max_tokens = a.max_tokens;
-  go.stop = a.stop;
-  go.stop_at_eos = !a.ignore_eos;
-  go.record_latency = a.stats;
-  go.sampling.temperature = a.temperature;
-  go.sampling.top_k = a.top_k;
-  go.sampling.top_p = a.top_p;
-  go.sampling.repeat_penalty = a.repeat_penalty;
-  go.sampling.repeat_last_n = a.repeat_last_n;
-  go.sampling.seed = a.seed >= 0 ? static_cast<uint64_t>(a.seed) : std::random_device{}();
-  go.sampling.validate();
-
-  std::vector<std::string> texts;
-  if (!a.prompts_file.empty()) {
-    const std::string all = read_file(a.prompts_file, "prompts file");
-    size_t start = 0;
-    while (start < all.size()) {
-      size_t end = all.find('\n', start);
-      if (end == std::string::npos) end = all.size();
-      std::string line = all.substr(start, end - start);
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (!line.empty()) texts.push_back(line);
-      start = end + 1;
-    }
-    RETNET_CHECK(!texts.empty(), "prompts file '{}' holds no prompt (one per line)",
-                 a.prompts_file);
-  } else {
-    texts.push_back(a.prompt_file.empty() ? a.prompt : read_file(a.prompt_file, "prompt file"));
-  }
+  const GenerateOptions go = generate_options(a);
+  const std::vector<std::string> texts = prompt_texts(a);
   std::vector<std::vector<int32_t>> prompts;
   for (size_t i = 0; i < texts.size(); ++i)
     prompts.push_back(encode_prompt(

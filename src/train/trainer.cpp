@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 
 #include "retnet/core/arena.h"
@@ -160,6 +161,106 @@ void check_options(const TrainOptions& o) {
 
 }  // namespace
 
+// Restores the newest checkpoint of a run with the same settings; returns its step.
+int64_t resume_from_checkpoint(const TrainOptions& o, const Tokenizer& tokenizer, Model& model,
+                               AdamW& opt, int64_t& total) {
+  auto info = load_latest_checkpoint(o.out_dir, model, opt);
+  RETNET_CHECK(info.has_value(), "--resume: no usable checkpoint in '{}'", o.out_dir);
+  RETNET_CHECK(info->run_json == run_json(o, tokenizer) && info->seed == o.seed,
+               "--resume: '{}' holds a run with other settings ({}, seed {}); this one is {}, seed "
+               "{}",
+               o.out_dir, info->run_json, info->seed, run_json(o, tokenizer), o.seed);
+  total = o.steps > 0 ? o.steps : info->total_steps;
+  if (!o.quiet) std::fprintf(stderr, "resuming from step %lld\n", (long long)info->step);
+  return info->step;
+}
+
+// One optimizer step's mean loss over its micro-batches, its gradients accumulated into `grads`
+// (zeroed first). Returns nullopt when a signal arrived between micro-batches: the step is dropped.
+std::optional<double> step_gradients(const TrainOptions& o, const TokenDataset& data,
+                                     const Model& model, int64_t step, const TrainingOptions& to,
+                                     std::vector<int32_t>& in, std::vector<int32_t>& tgt,
+                                     Arena& arena, ParamBuffer& grads) {
+  std::fill(grads.data(), grads.data() + grads.size(), 0.f);
+  double loss = 0;
+  for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
+    if (g_signal.load() != 0) return std::nullopt;
+    sample_batch(data.train, o.batch, o.seq, o.seed,
+                 static_cast<uint64_t>(step * o.grad_accum + micro), in.data(), tgt.data());
+    loss += loss_and_gradients(model, in.data(), tgt.data(), o.batch, o.seq, to, arena, &grads) /
+            o.grad_accum;
+  }
+  if (o.grad_accum > 1) {
+    const float s = 1.f / static_cast<float>(o.grad_accum);
+    for (size_t i = 0; i < grads.size(); ++i) grads.data()[i] *= s;
+  }
+  return loss;
+}
+
+void print_run_header(const TrainOptions& o, const Model& model, const Tokenizer& tokenizer,
+                      const TokenDataset& data, double peak) {
+  std::fprintf(stderr,
+               "%s model, %lld parameters, %s tokenizer (vocabulary %lld), %lld train / %lld val "
+               "tokens%s, batch %lld x %lld (x%lld accum), %s form, %d threads, GEMM peak %.0f "
+               "GFLOP/s\n",
+               model.config().mixer->name, (long long)model.parameter_count(),
+               tokenizer.kind().c_str(), (long long)tokenizer.vocab_size(),
+               (long long)data.train.size(), (long long)data.val.size(),
+               data.cache_reused ? " (token cache)" : "", (long long)o.batch, (long long)o.seq,
+               (long long)o.grad_accum, form_name(o.form), num_threads(), peak / 1e9);
+}
+
+// The llm.c-style log line of a step: speeds averaged over the steps since the last line.
+struct StepLine {
+  int64_t step, total;
+  double loss, grad_norm, lr, ms, tokens_per_s, mfu_percent, eta_s;
+};
+void print_step(const StepLine& l, bool tty) {
+  std::fprintf(stderr,
+               "%sstep %lld/%lld | loss %.4f | grad norm %.3f | lr %.2e | %.0f ms | %.0f tok/s | "
+               "MFU %.1f%% | ETA %.0f s%s",
+               tty ? "\r\033[K" : "", (long long)l.step, (long long)l.total, l.loss, l.grad_norm,
+               l.lr, l.ms, l.tokens_per_s, l.mfu_percent, l.eta_s, tty ? "" : "\n");
+}
+
+TokenDataset load_training_data(const TrainOptions& o, const Tokenizer& tokenizer) {
+  DataOptions data_options;
+  data_options.cache_dir = o.token_cache_dir;
+  data_options.quiet = o.quiet;
+  TokenDataset data = TokenDataset::load(o.data, tokenizer, data_options);
+  RETNET_CHECK(static_cast<int64_t>(data.train.size()) > o.seq + 1 &&
+                   static_cast<int64_t>(data.val.size()) > o.seq + 1,
+               "'{}' is too short for windows of {} tokens: {} training and {} validation tokens",
+               o.data, o.seq, data.train.size(), data.val.size());
+  return data;
+}
+
+// A loss gone non-finite at `step`: the error says which checkpoint, if any, holds the last good
+// weights.
+Error diverged(const std::string& what, int64_t step, int64_t saved_step, const std::string& dir) {
+  return Error(fmt::format(
+      "{} at step {}: stopping; {}", what, step,
+      saved_step >= 0
+          ? fmt::format("the last good checkpoint (step {}) is kept in '{}'", saved_step, dir)
+          : fmt::format("no checkpoint was written to '{}'", dir)));
+}
+
+// Validation: a metrics line, a log line, and the result's validation figures.
+void log_validation(const Validation& v, int64_t step, bool quiet, bool tty, MetricsLog& metrics,
+                    TrainResult& result) {
+  metrics.append(nlohmann::json{{"step", step},
+                                {"val_loss", v.eval.loss},
+                                {"val_bits_per_byte", v.bits_per_byte},
+                                {"val_tokens", v.eval.tokens}}
+                     .dump());
+  if (!quiet)
+    std::fprintf(stderr, "%sstep %lld | val loss %.4f | val ppl %.3f | %.4f bits/byte\n",
+                 tty ? "\r\033[K" : "", (long long)step, v.eval.loss, std::exp(v.eval.loss),
+                 v.bits_per_byte);
+  result.final_val_loss = v.eval.loss;
+  result.val_bits_per_byte = v.bits_per_byte;
+}
+
 TrainResult train(const TrainOptions& o) {
   check_options(o);
   namespace fs = std::filesystem;
@@ -168,33 +269,15 @@ TrainResult train(const TrainOptions& o) {
   if (!o.resume) prepare_fresh_run(o.out_dir, o.overwrite);
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(o.tokenizer);
   const Config config = model_config(o.config_path, *tokenizer, o.tokenizer);
-  DataOptions data_options;
-  data_options.cache_dir = o.token_cache_dir;
-  data_options.quiet = o.quiet;
-  TokenDataset data = TokenDataset::load(o.data, *tokenizer, data_options);
-  RETNET_CHECK(static_cast<int64_t>(data.train.size()) > o.seq + 1 &&
-                   static_cast<int64_t>(data.val.size()) > o.seq + 1,
-               "'{}' is too short for windows of {} tokens: {} training and {} validation tokens",
-               o.data, o.seq, data.train.size(), data.val.size());
+  const TokenDataset data = load_training_data(o, *tokenizer);
   const auto tokenizer_meta = tokenizer_metadata(*tokenizer);
 
   Model model = Model::init(config, o.seed);
   AdamWOptions opt_options = o.optimizer;
   opt_options.total_steps = o.steps > 0 ? o.steps : opt_options.total_steps;
   AdamW opt(model.params().layout(), opt_options);
-  int64_t start = 0, total = o.steps;
-  if (o.resume) {
-    auto info = load_latest_checkpoint(o.out_dir, model, opt);
-    RETNET_CHECK(info.has_value(), "--resume: no usable checkpoint in '{}'", o.out_dir);
-    RETNET_CHECK(
-        info->run_json == run_json(o, *tokenizer) && info->seed == o.seed,
-        "--resume: '{}' holds a run with other settings ({}, seed {}); this one is {}, seed "
-        "{}",
-        o.out_dir, info->run_json, info->seed, run_json(o, *tokenizer), o.seed);
-    start = info->step;
-    total = o.steps > 0 ? o.steps : info->total_steps;
-    if (!o.quiet) std::fprintf(stderr, "resuming from step %lld\n", (long long)start);
-  }
+  int64_t total = o.steps;
+  const int64_t start = o.resume ? resume_from_checkpoint(o, *tokenizer, model, opt, total) : 0;
   TrainingOptions to;
   to.form = o.form;
   to.chunk = o.chunk;
@@ -202,16 +285,7 @@ TrainResult train(const TrainOptions& o) {
   const double peak = measure_peak_flops();
   const double fpt =
       flops_per_token(config, T, o.form, o.chunk > 0 ? o.chunk : config.recurrent_chunk_size);
-  if (!o.quiet)
-    std::fprintf(stderr,
-                 "%s model, %lld parameters, %s tokenizer (vocabulary %lld), %lld train / %lld val "
-                 "tokens%s, batch %lld x %lld (x%lld accum), %s form, %d threads, GEMM peak %.0f "
-                 "GFLOP/s\n",
-                 config.mixer->name, (long long)model.parameter_count(),
-                 tokenizer->kind().c_str(), (long long)tokenizer->vocab_size(),
-                 (long long)data.train.size(), (long long)data.val.size(),
-                 data.cache_reused ? " (token cache)" : "", (long long)B, (long long)T,
-                 (long long)o.grad_accum, form_name(o.form), num_threads(), peak / 1e9);
+  if (!o.quiet) print_run_header(o, model, *tokenizer, data, peak);
 
   MetricsLog metrics((fs::path(o.out_dir) / "metrics.jsonl").string(), o.resume, start);
   const bool tty = isatty(STDERR_FILENO);
@@ -229,55 +303,26 @@ TrainResult train(const TrainOptions& o) {
     save_checkpoint(o.out_dir, model, opt, info, o.keep_checkpoints, tokenizer_meta);
     saved_step = step;
   };
-  auto diverged = [&](const std::string& what, int64_t step) {
-    return Error(fmt::format("{} at step {}: stopping; {}", what, step,
-                             saved_step >= 0
-                                 ? fmt::format("the last good checkpoint (step {}) is kept in '{}'",
-                                               saved_step, o.out_dir)
-                                 : fmt::format("no checkpoint was written to '{}'", o.out_dir)));
-  };
   auto run_eval = [&](int64_t step) {
-    const Validation v = validate(model, data.val, data.val_bytes, B, T, o.eval_tokens, to, arena);
-    const Evaluation& e = v.eval;
-    metrics.append(nlohmann::json{{"step", step},
-                                  {"val_loss", e.loss},
-                                  {"val_bits_per_byte", v.bits_per_byte},
-                                  {"val_tokens", e.tokens}}
-                       .dump());
-    if (!o.quiet)
-      std::fprintf(stderr, "%sstep %lld | val loss %.4f | val ppl %.3f | %.4f bits/byte\n",
-                   tty ? "\r\033[K" : "", (long long)step, e.loss, std::exp(e.loss),
-                   v.bits_per_byte);
-    result.final_val_loss = e.loss;
-    result.val_bits_per_byte = v.bits_per_byte;
+    log_validation(validate(model, data.val, data.val_bytes, B, T, o.eval_tokens, to, arena), step,
+                   o.quiet, tty, metrics, result);
   };
 
   int64_t step = start;
   for (; total == 0 || step < total; ++step) {
     auto t0 = Clock::now();
-    std::fill(grads.data(), grads.data() + grads.size(), 0.f);
-    double loss = 0;
-    bool stopped = false;  // by a signal between micro-batches: the step is dropped, not applied
-    for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
-      if ((stopped = g_signal.load() != 0)) break;
-      sample_batch(data.train, B, T, o.seed, static_cast<uint64_t>(step * o.grad_accum + micro),
-                   in.data(), tgt.data());
-      try {
-        loss += loss_and_gradients(model, in.data(), tgt.data(), B, T, to, arena, &grads) /
-                o.grad_accum;
-      } catch (const Error& e) {
-        throw diverged(e.what(), step + 1);
-      }
+    std::optional<double> step_loss;
+    try {
+      step_loss = step_gradients(o, data, model, step, to, in, tgt, arena, grads);
+    } catch (const Error& e) {
+      throw diverged(e.what(), step + 1, saved_step, o.out_dir);
     }
-    if (stopped) {
+    if (!step_loss) {  // stopped by a signal between micro-batches: the step is not applied
       result.interrupted = true;
       break;
     }
-    if (!std::isfinite(loss)) throw diverged(fmt::format("loss is {}", loss), step + 1);
-    if (o.grad_accum > 1) {
-      const float s = 1.f / static_cast<float>(o.grad_accum);
-      for (size_t i = 0; i < grads.size(); ++i) grads.data()[i] *= s;
-    }
+    const double loss = *step_loss;
+    if (!std::isfinite(loss)) throw diverged(fmt::format("loss is {}", loss), step + 1, saved_step, o.out_dir);
     const double gnorm = clip_gradients(grads, opt_options.clip_norm);
     AdamWOptions schedule = opt_options;
     schedule.total_steps = total > 0 ? total : int64_t{1} << 30;  // until a budget fixes it
@@ -288,14 +333,9 @@ TrainResult train(const TrainOptions& o) {
     ++window_steps;
     result.final_train_loss = loss;
     const double tps = tokens_per_step / (ms / 1e3);
-    metrics.append(nlohmann::json{
-        {"step", step + 1},
-        {"loss", loss},
-        {"lr", lr},
-        {"grad_norm", gnorm},
-        {"ms", ms},
-        {"tokens_per_s",
-         tps}}.dump());
+    metrics.append(nlohmann::json{{"step", step + 1}, {"loss", loss}, {"lr", lr},
+                                  {"grad_norm", gnorm}, {"ms", ms}, {"tokens_per_s", tps}}
+                       .dump());
     // With only a time budget, fix the schedule's length from the speed of steps 6-10 (the first
     // ones pay for allocation and warm-up).
     if (total == 0 && step + 1 - start == 5) t_probe = Clock::now();
@@ -307,13 +347,9 @@ TrainResult train(const TrainOptions& o) {
     const bool last = total > 0 && step + 1 >= total;
     if (!o.quiet && ((step + 1) % o.log_interval == 0 || last || tty)) {
       const double avg = window_time / window_steps;
-      const double eta = total > 0 ? (total - step - 1) * avg : 0;
-      std::fprintf(stderr,
-                   "%sstep %lld/%lld | loss %.4f | grad norm %.3f | lr %.2e | %.0f ms | %.0f tok/s "
-                   "| MFU %.1f%% | ETA %.0f s%s",
-                   tty ? "\r\033[K" : "", (long long)(step + 1), (long long)total, loss, gnorm, lr,
-                   ms, tokens_per_step / avg, 100.0 * fpt * tokens_per_step / avg / peak, eta,
-                   tty ? "" : "\n");
+      print_step({step + 1, total, loss, gnorm, lr, ms, tokens_per_step / avg,
+                  100.0 * fpt * tokens_per_step / avg / peak, total > 0 ? (total - step - 1) * avg : 0},
+                 tty);
       if ((step + 1) % o.log_interval == 0) window_time = 0, window_steps = 0;
     }
     if ((step + 1) % o.eval_interval == 0 && !last) run_eval(step + 1);
