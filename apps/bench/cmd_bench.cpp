@@ -273,9 +273,8 @@ void register_bench(CLI::App& app) {
       "for it (the weight products at the kernel's in-cache speed), prefill chunkwise vs "
       "parallel");
   dec->add_option("--model,-m", o->model, "Model file (default: the default config, initialised)");
-  dec->add_option("--reps", o->reps, "Repetitions per figure (median reported)")
-      ->check(integer_at_least(1))
-      ->capture_default_str();
+  add_checked(dec, "--reps", o->reps, "Repetitions per figure (median reported)",
+              integer_at_least(1));
   dec->add_flag("--quick", o->quick, "Fewer positions, batches and lengths (a smoke test)");
   add_threads_option(dec, o->threads);
   dec->add_option("--json", o->json, "Also write the results to this JSON file");

@@ -217,14 +217,11 @@ void register_bench_family(CLI::App* bench) {
       "Every mixer at the default model's size: training tokens/s, decode latency and memory by "
       "position, validation loss after the same training time");
   cmd->add_option("--mixers", o->mixers, "Comma-separated mixers to run")->capture_default_str();
-  cmd->add_option("--train-minutes", o->train_minutes,
-                  "Training time per mixer for the validation loss (0: skip)")
-      ->check(number_at_least(0))
-      ->capture_default_str();
+  add_checked(cmd, "--train-minutes", o->train_minutes,
+              "Training time per mixer for the validation loss (0: skip)", number_at_least(0));
   cmd->add_option("--data", o->data, "Training text (the bundled corpus)")->capture_default_str();
-  cmd->add_option("--reps", o->reps, "Repetitions per figure (median reported)")
-      ->check(integer_at_least(1))
-      ->capture_default_str();
+  add_checked(cmd, "--reps", o->reps, "Repetitions per figure (median reported)",
+              integer_at_least(1));
   cmd->add_flag("--quick", o->quick,
                 "Positions 128 and 1k only, one repetition (a smoke test; pair with a small "
                 "--train-minutes)");

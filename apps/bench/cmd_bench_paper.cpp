@@ -22,11 +22,12 @@
 
 #include "bench_common.h"
 #include "commands.h"
-#include "retnet/mixers/retention.h"
+#include "retention_bench_setup.h"
 #include "retnet/core/error.h"
 #include "retnet/core/parallel.h"
 #include "retnet/core/rng.h"
 #include "retnet/infer/session.h"
+#include "retnet/mixers/retention.h"
 #include "retnet/model/training.h"
 #include "retnet/train/optimizer.h"
 
@@ -181,40 +182,14 @@ json decode_point(const Model& m, int64_t B, int64_t context, int reps, int wind
 // The heads sweep: one retention kernel call (retention_forward alone) at T = 2048 and 512 key and 512
 // value channels split over H heads; milliseconds per call.
 Summary heads_point(Form form, int64_t H, int reps) {
-  const int64_t T = 2048, channels = 512, Dk = channels / H, Dv = channels / H;
-  Philox rng(7);
-  std::vector<float> q(T * channels), k(T * channels), v(T * channels), out(T * channels);
-  for (int64_t i = 0; i < T * channels; ++i) {
-    q[i] = static_cast<float>(rng.normal(0, i));
-    k[i] = static_cast<float>(rng.normal(1, i) / 8);
-    v[i] = static_cast<float>(rng.normal(2, i));
-  }
-  std::vector<double> gammas(H);
-  for (int64_t h = 0; h < H; ++h) gammas[h] = 1.0 - std::exp2(-5.0 - h % 8);
-  std::vector<float> state(H * retention_state_floats_per_head(Dk, Dv));
-  auto view = [&](std::vector<float>& x, int64_t last) {
-    TensorView t;
-    t.data = x.data();
-    t.ndim = 4;
-    t.shape = {1, T, H, last};
-    t.stride = {T * channels, channels, last, 1};
-    return t;
-  };
-  RetentionArgs a;
-  a.q = view(q, Dk);
-  a.k = view(k, Dk);
-  a.v = view(v, Dv);
-  a.out = view(out, Dv);
-  a.gammas = gammas.data();
-  a.state = state.data();
-  a.chunk = 64;
-  Arena arena(retention_workspace_floats(form, 1, T, H, Dk, Dv, a.chunk, 0));
+  RetentionBenchSetup setup(H, /*chunk=*/64);
+  Arena arena(setup.workspace_floats(form));
   std::vector<double> ms;
   for (int i = 0; i < reps + 1; ++i) {  // one warm-up call
-    std::fill(state.begin(), state.end(), 0.f);
+    std::fill(setup.state.begin(), setup.state.end(), 0.f);
     arena.reset();
     auto t0 = Clock::now();
-    retention_forward(form, a, arena);
+    retention_forward(form, setup.args, arena);
     if (i > 0) ms.push_back(1e3 * since(t0));
   }
   return summarize(ms);
@@ -596,9 +571,8 @@ void register_bench_paper(CLI::App* bench) {
   cmd->add_option("--out", o->out, "Output directory")->capture_default_str();
   cmd->add_flag("--quick", o->quick, "Fewer points and repetitions (a smoke test, < 3 minutes)");
   cmd->add_flag("--smoke", o->smoke, "")->group("");  // the test suite's: fewer still
-  cmd->add_option("--reps", o->reps, "Repetitions per point (median reported)")
-      ->check(integer_within(5, 1000))
-      ->capture_default_str();
+  add_checked(cmd, "--reps", o->reps, "Repetitions per point (median reported)",
+              integer_within(5, 1000));
   add_threads_option(cmd, o->threads);
   cmd->add_option("--train-cap", o->train_cap_s,
                   "Skip training points whose step takes longer, seconds (default: 30; --quick 10)")

@@ -53,22 +53,14 @@ void register_demo(CLI::App& app) {
   cmd->add_option("--model,-m", o->model, "Model file (default: initialise the default model)");
   cmd->add_option("--config", o->config, "Config JSON for the initialised model");
   cmd->add_option("--data", o->data, "Text whose bytes are the input")->capture_default_str();
-  cmd->add_option("--tokens,-T", o->tokens, "Input length")
-      ->check(integer_within(1, 1 << 20))
-      ->capture_default_str();
-  cmd->add_option("--decode,-n", o->decode, "Tokens to decode greedily after the input (0: skip)")
-      ->check(integer_at_least(0))
-      ->capture_default_str();
-  cmd->add_option("--chunk", o->chunk, "Chunk size of the chunkwise form (0: the config's)")
-      ->check(integer_at_least(0))
-      ->capture_default_str();
-  cmd->add_option("--repeats", o->repeats, "Timed runs per form (median)")
-      ->check(integer_at_least(1))
-      ->capture_default_str();
+  add_checked(cmd, "--tokens,-T", o->tokens, "Input length", integer_within(1, 1 << 20));
+  add_checked(cmd, "--decode,-n", o->decode, "Tokens to decode greedily after the input (0: skip)",
+              integer_at_least(0));
+  add_checked(cmd, "--chunk", o->chunk, "Chunk size of the chunkwise form (0: the config's)",
+              integer_at_least(0));
+  add_checked(cmd, "--repeats", o->repeats, "Timed runs per form (median)", integer_at_least(1));
   add_threads_option(cmd, o->threads);
-  cmd->add_option("--seed,-s", o->seed, "Seed of the initialised model")
-      ->check(integer_at_least(0))
-      ->capture_default_str();
+  add_checked(cmd, "--seed,-s", o->seed, "Seed of the initialised model", integer_at_least(0));
   cmd->callback([o] {
     apply_threads(o->threads);
     auto t_load = std::chrono::steady_clock::now();

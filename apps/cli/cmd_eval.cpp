@@ -27,15 +27,9 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--tokenizer", o->tokenizer,
                   "Override the model file's tokenizer (for files that record none, such as "
                   "torchscale exports): bytes or a SentencePiece .model");
-  cmd->add_option("--form", o->form, "Form")
-      ->check(CLI::IsMember({"parallel", "chunkwise"}))
-      ->capture_default_str();
-  cmd->add_option("--seq", o->seq, "Tokens per window")
-      ->check(integer_at_least(1))
-      ->capture_default_str();
-  cmd->add_option("--batch,-b", o->batch, "Windows per batch")
-      ->check(integer_at_least(1))
-      ->capture_default_str();
+  add_checked(cmd, "--form", o->form, "Form", CLI::IsMember({"parallel", "chunkwise"}));
+  add_checked(cmd, "--seq", o->seq, "Tokens per window", integer_at_least(1));
+  add_checked(cmd, "--batch,-b", o->batch, "Windows per batch", integer_at_least(1));
   cmd->add_option("--tail", o->tail,
                   "Evaluate only the last fraction of the file's bytes (0.1: the validation split "
                   "of `retnet train`); 0: the whole file")

@@ -236,28 +236,19 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--prompt-file,-f", a->prompt_file, "Read the prompt from a file");
   cmd->add_option("--prompts-file", a->prompts_file,
                   "Decode one prompt per line together as a batch; prints JSON lines");
-  cmd->add_option("--max-tokens,-n", a->max_tokens, "Tokens to generate")
-      ->check(integer_at_least(0))
-      ->capture_default_str();
-  cmd->add_option("--temperature,--temp", a->temperature, "Sampling temperature (0: greedy)")
-      ->check(number_at_least(0))
-      ->capture_default_str();
-  cmd->add_option("--top-k", a->top_k, "Keep the k most likely tokens (0: all)")
-      ->check(integer_at_least(0))
-      ->capture_default_str();
-  cmd->add_option("--top-p", a->top_p, "Keep the smallest set of tokens with this probability")
-      ->check(number_within(0, 1))
-      ->capture_default_str();
-  cmd->add_option("--repeat-penalty", a->repeat_penalty,
-                  "Penalty for recently seen tokens (1: off)")
-      ->check(number_above(0))
-      ->capture_default_str();
-  cmd->add_option("--repeat-last-n", a->repeat_last_n, "Recent tokens the penalty looks at")
-      ->check(integer_at_least(0))
-      ->capture_default_str();
-  cmd->add_option("--seed,-s", a->seed, "Sampling seed (-1: random, printed with --json)")
-      ->check(integer_at_least(-1))
-      ->capture_default_str();
+  add_checked(cmd, "--max-tokens,-n", a->max_tokens, "Tokens to generate", integer_at_least(0));
+  add_checked(cmd, "--temperature,--temp", a->temperature, "Sampling temperature (0: greedy)",
+              number_at_least(0));
+  add_checked(cmd, "--top-k", a->top_k, "Keep the k most likely tokens (0: all)",
+              integer_at_least(0));
+  add_checked(cmd, "--top-p", a->top_p, "Keep the smallest set of tokens with this probability",
+              number_within(0, 1));
+  add_checked(cmd, "--repeat-penalty", a->repeat_penalty,
+              "Penalty for recently seen tokens (1: off)", number_above(0));
+  add_checked(cmd, "--repeat-last-n", a->repeat_last_n, "Recent tokens the penalty looks at",
+              integer_at_least(0));
+  add_checked(cmd, "--seed,-s", a->seed, "Sampling seed (-1: random, printed with --json)",
+              integer_at_least(-1));
   cmd->add_option("--stop", a->stop, "Stop before this string (repeatable)");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past the end-of-sequence token");
   cmd->add_option("--state-in", a->state_in,
@@ -266,9 +257,8 @@ void register_generate(CLI::App& app) {
                   "Save the state after the prompt and the generated text");
   cmd->add_option("--chunk", a->chunk, "Chunk size of the chunkwise prefill (default: config's)")
       ->check(integer_at_least(0));
-  cmd->add_option("--max-prompt-tokens", a->max_prompt_tokens, "Refuse longer prompts")
-      ->check(integer_at_least(1))
-      ->capture_default_str();
+  add_checked(cmd, "--max-prompt-tokens", a->max_prompt_tokens, "Refuse longer prompts",
+              integer_at_least(1));
   cmd->add_option("--weights", a->weights,
                   "Weights decoding reads: f32 (exact, as every other form) or f16 (half the "
                   "memory traffic per token: faster at small batch; logits within ~1e-3)")

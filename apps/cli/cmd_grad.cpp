@@ -21,9 +21,7 @@ void register_grad(CLI::App& app) {
   cmd->add_option("--tokens", o->tokens,
                   "Comma-separated token ids; position t is trained to predict token t+1")
       ->required();
-  cmd->add_option("--form", o->form, "Training form")
-      ->check(CLI::IsMember({"parallel", "chunkwise"}))
-      ->capture_default_str();
+  add_checked(cmd, "--form", o->form, "Training form", CLI::IsMember({"parallel", "chunkwise"}));
   cmd->add_option("--chunk", o->chunk, "Chunk size of the chunkwise form (default: the config's)")
       ->check(integer_at_least(0));
   cmd->add_option("--out,-o", o->out, "Output .safetensors with one gradient per parameter")

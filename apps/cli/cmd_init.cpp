@@ -15,9 +15,7 @@ void register_init(CLI::App& app) {
   cmd->add_option("--config", o->config,
                   "Model config JSON (torchscale RetNetConfig names); default: the small model");
   cmd->add_option("--out,-o", o->out, "Output .safetensors file")->required();
-  cmd->add_option("--seed,-s", o->seed, "Random seed")
-      ->check(integer_at_least(0))
-      ->capture_default_str();
+  add_checked(cmd, "--seed,-s", o->seed, "Random seed", integer_at_least(0));
   cmd->callback([o] {
     Config config = o->config.empty() ? Config{} : Config::from_file(o->config);
     Model model = Model::init(config, o->seed);

@@ -26,22 +26,16 @@ void register_tokenizer_train(CLI::App& parent) {
       ->check(integer_within(8, 1 << 24))
       ->required();
   cmd->add_option("--out,-o", *out, "Output .model file")->required();
-  cmd->add_option("--model-type", o->model_type, "SentencePiece algorithm")
-      ->check(CLI::IsMember({"unigram", "bpe"}))
-      ->capture_default_str();
-  cmd->add_option("--character-coverage", o->character_coverage,
-                  "Share of the text's characters the vocabulary covers")
-      ->check(number_within(0, 1))
-      ->capture_default_str();
+  add_checked(cmd, "--model-type", o->model_type, "SentencePiece algorithm",
+              CLI::IsMember({"unigram", "bpe"}));
+  add_checked(cmd, "--character-coverage", o->character_coverage,
+              "Share of the text's characters the vocabulary covers", number_within(0, 1));
   cmd->add_flag("--no-byte-fallback", *no_byte_fallback,
                 "Map characters outside the vocabulary to <unk> instead of their UTF-8 bytes "
                 "(lossy)");
-  cmd->add_option("--max-sentences", o->max_sentences, "Lines sampled for training")
-      ->check(integer_at_least(1))
-      ->capture_default_str();
-  cmd->add_option("--seed,-s", o->seed, "Seed of the line sampling")
-      ->check(integer_at_least(0))
-      ->capture_default_str();
+  add_checked(cmd, "--max-sentences", o->max_sentences, "Lines sampled for training",
+              integer_at_least(1));
+  add_checked(cmd, "--seed,-s", o->seed, "Seed of the line sampling", integer_at_least(0));
   cmd->add_flag("--verbose,-v", o->verbose, "Show SentencePiece's own log");
   add_threads_option(cmd, *threads);
   cmd->callback([o, out, no_byte_fallback, threads] {

@@ -28,56 +28,35 @@ void register_train(CLI::App& app) {
   cmd->add_option("--steps", o->steps, "Optimizer steps")->check(integer_at_least(1));
   cmd->add_option("--time-budget", o->time_budget_s, "Stop after this many seconds")
       ->check(number_above(0));
-  cmd->add_option("--batch,-b", o->batch, "Sequences per micro-batch")
-      ->check(integer_at_least(1))
-      ->capture_default_str();
-  cmd->add_option("--seq", o->seq, "Tokens per sequence")
-      ->check(integer_at_least(1))
-      ->capture_default_str();
-  cmd->add_option("--grad-accum", o->grad_accum, "Micro-batches per step")
-      ->check(integer_at_least(1))
-      ->capture_default_str();
-  cmd->add_option("--lr", o->optimizer.lr, "Peak learning rate")
-      ->check(number_above(0))
-      ->capture_default_str();
-  cmd->add_option("--warmup", o->optimizer.warmup_steps, "Warmup steps")
-      ->check(integer_at_least(0))
-      ->capture_default_str();
-  cmd->add_option("--weight-decay", o->optimizer.weight_decay, "AdamW weight decay")
-      ->check(number_at_least(0))
-      ->capture_default_str();
-  cmd->add_option("--clip", o->optimizer.clip_norm, "Gradient norm limit (0: off)")
-      ->check(number_at_least(0))
-      ->capture_default_str();
-  cmd->add_option("--form", *form, "Training form")
-      ->check(CLI::IsMember({"parallel", "chunkwise"}))
-      ->capture_default_str();
+  add_checked(cmd, "--batch,-b", o->batch, "Sequences per micro-batch", integer_at_least(1));
+  add_checked(cmd, "--seq", o->seq, "Tokens per sequence", integer_at_least(1));
+  add_checked(cmd, "--grad-accum", o->grad_accum, "Micro-batches per step", integer_at_least(1));
+  add_checked(cmd, "--lr", o->optimizer.lr, "Peak learning rate", number_above(0));
+  add_checked(cmd, "--warmup", o->optimizer.warmup_steps, "Warmup steps", integer_at_least(0));
+  add_checked(cmd, "--weight-decay", o->optimizer.weight_decay, "AdamW weight decay",
+              number_at_least(0));
+  add_checked(cmd, "--clip", o->optimizer.clip_norm, "Gradient norm limit (0: off)",
+              number_at_least(0));
+  add_checked(cmd, "--form", *form, "Training form", CLI::IsMember({"parallel", "chunkwise"}));
   cmd->add_option("--chunk", o->chunk, "Chunk size of the chunkwise form (0: the config's)")
       ->check(integer_at_least(0));
-  cmd->add_option("--seed,-s", o->seed, "Seed of the initialisation and the batches")
-      ->check(integer_at_least(0))
-      ->capture_default_str();
+  add_checked(cmd, "--seed,-s", o->seed, "Seed of the initialisation and the batches",
+              integer_at_least(0));
   auto* resume =
       cmd->add_flag("--resume", o->resume, "Continue the run in --out from its last checkpoint");
   cmd->add_flag("--overwrite", o->overwrite,
                 "Start over in an --out that holds an earlier run: delete its checkpoints and "
                 "model (without --resume or this, such a directory is refused)")
       ->excludes(resume);
-  cmd->add_option("--log-interval", o->log_interval, "Steps between log lines")
-      ->check(integer_at_least(1))
-      ->capture_default_str();
-  cmd->add_option("--eval-interval", o->eval_interval, "Steps between validations")
-      ->check(integer_at_least(1))
-      ->capture_default_str();
-  cmd->add_option("--checkpoint-interval", o->checkpoint_interval, "Steps between checkpoints")
-      ->check(integer_at_least(1))
-      ->capture_default_str();
-  cmd->add_option("--eval-tokens", o->eval_tokens, "Validation tokens per evaluation (0: all)")
-      ->check(integer_at_least(0))
-      ->capture_default_str();
-  cmd->add_option("--keep", o->keep_checkpoints, "Checkpoints kept")
-      ->check(integer_at_least(1))
-      ->capture_default_str();
+  add_checked(cmd, "--log-interval", o->log_interval, "Steps between log lines",
+              integer_at_least(1));
+  add_checked(cmd, "--eval-interval", o->eval_interval, "Steps between validations",
+              integer_at_least(1));
+  add_checked(cmd, "--checkpoint-interval", o->checkpoint_interval, "Steps between checkpoints",
+              integer_at_least(1));
+  add_checked(cmd, "--eval-tokens", o->eval_tokens, "Validation tokens per evaluation (0: all)",
+              integer_at_least(0));
+  add_checked(cmd, "--keep", o->keep_checkpoints, "Checkpoints kept", integer_at_least(1));
   add_threads_option(cmd, *threads);
   cmd->callback([o, form, threads] {
     apply_threads(*threads);

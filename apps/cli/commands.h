@@ -40,6 +40,12 @@ CLI::Validator number_above(double min);
 CLI::Validator number_within(double lo, double hi);  // [lo, hi]
 CLI::Validator integer_at_least(int64_t min);
 CLI::Validator integer_within(int64_t lo, int64_t hi);
+// An option that must pass `check` and shows its default in --help: one call per option.
+template <typename T>
+CLI::Option* add_checked(CLI::App* cmd, const std::string& name, T& value, const std::string& help,
+                         const CLI::Validator& check) {
+  return cmd->add_option(name, value, help)->check(check)->capture_default_str();
+}
 // --threads,-t (0: all cores), validated.
 CLI::Option* add_threads_option(CLI::App* cmd, int& threads,
                                 const std::string& help = "Threads (default: all cores)");

@@ -11,10 +11,7 @@
 #include "test_helpers.h"
 
 using namespace retnet;
-using retnet::test::close;
-using retnet::test::finite_differences;
-using retnet::test::random_vector;
-using retnet::test::to_double;
+using namespace retnet::test;
 
 namespace {
 
@@ -282,13 +279,12 @@ TEST(AttentionBackward, MatchesTheDoubleGradient) {
     g.tile = tile;
     Arena arena(attention_backward_workspace_floats(B, T, H, Dk, Dv, tile));
     attention_backward(g, arena);
-    // Gradients accumulate (+=): a second call doubles them.
-    auto dq_once = dq;
-    arena.reset();
-    attention_backward(g, arena);
-    ASSERT_TRUE(retnet::test::doubled(dq, dq_once));
-    for (auto* x : {&dq, &dk, &dv})
-      for (float& e : *x) e *= 0.5f;
+    ASSERT_TRUE(retnet::test::second_call_doubles(
+        [&] {
+          arena.reset();
+          attention_backward(g, arena);
+        },
+        dq, {&dq, &dk, &dv}));
     EXPECT_TRUE(close(dq, eq, 1e-4)) << "dq";
     EXPECT_TRUE(close(dk, ek, 1e-4)) << "dk";
     EXPECT_TRUE(close(dv, ev, 1e-4)) << "dv";
@@ -298,7 +294,7 @@ TEST(AttentionBackward, MatchesTheDoubleGradient) {
 // ---- KV cache ------------------------------------------------------------------------------
 namespace {
 
-using OwnedCache = retnet::test::OwnedCache<AttentionCache>;
+using OwnedAttentionCache = retnet::test::OwnedCache<AttentionCache>;
 
 }  // namespace
 
@@ -306,7 +302,7 @@ TEST(AttentionCache, StepByStepEqualsTheTiledForward) {
   const int64_t B = 2, T = 37, H = 2, Dk = 8, Dv = 6;
   Problem p(B, T, H, Dk, Dv, 21);
   const auto want = p.forward(16);
-  OwnedCache c(B);
+  OwnedAttentionCache c(B);
   std::vector<float> out(B * T * H * Dv, NAN);
   Arena arena(attention_step_workspace_floats(B, H, Dv));
   for (int64_t t = 0; t < T; ++t) {
@@ -326,7 +322,7 @@ TEST(AttentionCache, LongStepCrossesDecodeBlocks) {
   // 600 cached tokens: the step splits them across threads and each split folds several blocks.
   const int64_t B = 1, T = 600, H = 1, Dk = 16, Dv = 16;
   Problem p(B, T, H, Dk, Dv, 33);
-  OwnedCache c(B);
+  OwnedAttentionCache c(B);
   attention_cache_reserve(c.cache, c.storage, B, H, Dk, Dv, T);
   std::vector<float> out(B * T * H * Dv, NAN);
   Arena arena(attention_workspace_floats(T, Dk, Dv, kAttentionDefaultTile) +
@@ -346,7 +342,7 @@ TEST(AttentionCache, ChunkedPrefillEqualsOnePass) {
   Problem p(B, T, H, Dk, Dv, 5);
   const auto want = p.forward(64);
   for (auto chunks : {std::vector<int64_t>{T}, {7, 1, 20, 17}, {16, 16, 13}}) {
-    OwnedCache c(B);
+    OwnedAttentionCache c(B);
     std::vector<float> out(B * T * H * Dv, NAN);
     Arena arena(attention_workspace_floats(T, Dk, Dv, 8));
     int64_t t0 = 0;
@@ -368,7 +364,7 @@ TEST(AttentionCache, BatchedDecodeEqualsEachSequenceAlone) {
   // both decode together at different lengths.
   const int64_t H = 2, Dk = 8, Dv = 8, T0 = 5, steps = 9, T = T0 + steps;
   Problem p0(1, T, H, Dk, Dv, 70), p1(1, T, H, Dk, Dv, 71);
-  OwnedCache c(2);
+  OwnedAttentionCache c(2);
   attention_cache_reserve(c.cache, c.storage, 2, H, Dk, Dv, T);
   AttentionCache second{c.cache.data + attention_cache_floats(H, Dk, Dv, c.cache.capacity),
                         c.cache.capacity, c.length.data() + 1};
@@ -421,7 +417,7 @@ TEST(AttentionCache, FullCacheThrowsAndLeavesItUnchanged) {
 
 TEST(AttentionCache, ReserveDoublesAndKeepsEveryRow) {
   const int64_t B = 3, H = 2, Dk = 3, Dv = 5;
-  OwnedCache c(B);
+  OwnedAttentionCache c(B);
   attention_cache_reserve(c.cache, c.storage, B, H, Dk, Dv, 10);
   const int64_t row = attention_cache_floats(H, Dk, Dv, 1);
   EXPECT_EQ(c.cache.capacity, 16);

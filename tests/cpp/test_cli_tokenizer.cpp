@@ -14,8 +14,7 @@
 #include "tokenizer_fixture.h"
 
 using namespace retnet;
-using retnet::test::fails_cleanly;
-using retnet::test::run_retnet;
+using namespace retnet::test;
 namespace fs = std::filesystem;
 
 namespace {

@@ -10,9 +10,7 @@
 #include "test_helpers.h"
 
 using namespace retnet;
-using retnet::test::close;
-using retnet::test::finite_differences;
-using retnet::test::random_vector;
+using namespace retnet::test;
 
 namespace {
 

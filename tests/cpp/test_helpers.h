@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <iomanip>
 #include <limits>
 #include <sstream>
@@ -193,6 +194,20 @@ template <typename A, typename B>
                                            << " after one";
   }
   return ::testing::AssertionSuccess();
+}
+
+// Runs `backward` (which must reset its arena) a second time after a first call and checks that
+// `watched` doubled, as gradients that accumulate (+=) must; then halves every gradient in
+// `grads` back to one call's worth.
+template <typename Fn>
+::testing::AssertionResult second_call_doubles(Fn backward, const std::vector<float>& watched,
+                                               std::initializer_list<std::vector<float>*> grads) {
+  const std::vector<float> once = watched;
+  backward();
+  ::testing::AssertionResult result = doubled(watched, once);
+  for (auto* g : grads)
+    for (float& x : *g) x *= 0.5f;
+  return result;
 }
 
 // Gradients against a reference that may be identically zero (one token: the output does not

@@ -10,9 +10,7 @@
 #include "test_helpers.h"
 
 using namespace retnet;
-using retnet::test::close;
-using retnet::test::finite_differences;
-using retnet::test::random_vector;
+using namespace retnet::test;
 
 namespace {
 
@@ -200,15 +198,12 @@ void check_gradients(const OwnedMap& features, const Shape& shape, double qk_sca
       ga.features = map;
       ga.phi_q = phi_q.data(), ga.phi_k = phi_k.data(), ga.inv_denominators = inv.data();
       ga.chunk = chunk;
-      arena.reset();
-      linear_attention_backward(form, ga, arena);
-      // Gradients accumulate (+=): a second call doubles them.
-      auto dq_once = dq;
-      arena.reset();
-      linear_attention_backward(form, ga, arena);
-      ASSERT_TRUE(retnet::test::doubled(dq, dq_once));
-      for (auto* g : {&dq, &dk, &dv})
-        for (float& x : *g) x *= 0.5f;
+      auto backward = [&] {
+        arena.reset();
+        linear_attention_backward(form, ga, arena);
+      };
+      backward();
+      ASSERT_TRUE(retnet::test::second_call_doubles(backward, dq, {&dq, &dk, &dv}));
       check_gradient(dq, eq, "dq");
       check_gradient(dk, ek, "dk");
       check_gradient(dv, ev, "dv");

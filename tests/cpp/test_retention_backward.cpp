@@ -6,10 +6,7 @@
 #include "test_helpers.h"
 
 using namespace retnet;
-using retnet::test::close;
-using retnet::test::finite_differences;
-using retnet::test::random_vector;
-using retnet::test::to_double;
+using namespace retnet::test;
 
 namespace {
 
@@ -146,15 +143,12 @@ TEST(RetentionBackward, BothFormsMatchTheReference) {
           ga.row_stats = stats.data();
           ga.gammas = gammas.data();
           ga.chunk = chunk;
-          arena.reset();
-          retention_backward(form, ga, arena);
-          // Gradients accumulate (+=): a second call doubles them.
-          auto dv_once = dv;
-          arena.reset();
-          retention_backward(form, ga, arena);
-          ASSERT_TRUE(retnet::test::doubled(dv, dv_once));
-          for (auto* g : {&dq, &dk, &dv})
-            for (float& x : *g) x *= 0.5f;
+          auto backward = [&] {
+            arena.reset();
+            retention_backward(form, ga, arena);
+          };
+          backward();
+          ASSERT_TRUE(retnet::test::second_call_doubles(backward, dv, {&dq, &dk, &dv}));
           SCOPED_TRACE(::testing::Message() << form_name(form) << " chunk " << chunk << " T " << T << " scale " << scale);
           // Where the true gradient is identically 0 (one clamped token: the output does not depend
           // on q and k), only float rounding of the cancelling terms remains: check it absolutely.

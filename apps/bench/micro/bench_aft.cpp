@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "mixer_sweeps.h"
 #include "retnet/core/parallel.h"
 #include "retnet/core/rng.h"
 #include "retnet/mixers/aft.h"
@@ -142,29 +143,9 @@ void BM_Decode(benchmark::State& st) {
   st.counters["cache_MiB"] = static_cast<double>(aft_cache_floats(kC, cached) * 4) / (1 << 20);
 }
 
-void MixerArgs(benchmark::internal::Benchmark* b) {
-  for (int64_t T : {512, 2048, 4096})
-    for (int kind = 0; kind < 4; ++kind) b->Args({kind, T});
-}
-
-void DecodeArgs(benchmark::internal::Benchmark* b) {
-  for (int64_t cached : {1024, 8192})
-    for (int mixer = 0; mixer < 2; ++mixer) b->Args({mixer, cached});
-}
-
 }  // namespace
 
-BENCHMARK(BM_Mixer)
-    ->ArgNames({"kind", "T"})
-    ->Apply(MixerArgs)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond)
-    ->MinTime(0.2);
-BENCHMARK(BM_Decode)
-    ->ArgNames({"mixer", "cache"})
-    ->Apply(DecodeArgs)
-    ->UseRealTime()
-    ->Unit(benchmark::kMicrosecond)
-    ->MinTime(0.2);
+BENCHMARK(BM_Mixer)->Apply([](auto* b) { bench::mixer_sweep(b, 4, {512, 2048, 4096}); });
+BENCHMARK(BM_Decode)->Apply([](auto* b) { bench::decode_sweep(b, {1024, 8192}); });
 
 BENCHMARK_MAIN();

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <vector>
 
+#include "mixer_sweeps.h"
 #include "retnet/core/parallel.h"
 #include "retnet/core/rng.h"
 #include "retnet/mixers/attention.h"
@@ -156,29 +157,9 @@ void BM_Decode(benchmark::State& st) {
                 : static_cast<double>(state.size() * 4) / (1 << 20);
 }
 
-void MixerArgs(benchmark::internal::Benchmark* b) {
-  for (int64_t T : {256, 1024, 2048, 4096})
-    for (int kind = 0; kind < 5; ++kind) b->Args({kind, T});
-}
-
-void DecodeArgs(benchmark::internal::Benchmark* b) {
-  for (int64_t cached : {128, 1024, 8192, 16384})
-    for (int mixer = 0; mixer < 2; ++mixer) b->Args({mixer, cached});
-}
-
 }  // namespace
 
-BENCHMARK(BM_Mixer)
-    ->ArgNames({"kind", "T"})
-    ->Apply(MixerArgs)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond)
-    ->MinTime(0.2);
-BENCHMARK(BM_Decode)
-    ->ArgNames({"mixer", "cache"})
-    ->Apply(DecodeArgs)
-    ->UseRealTime()
-    ->Unit(benchmark::kMicrosecond)
-    ->MinTime(0.2);
+BENCHMARK(BM_Mixer)->Apply([](auto* b) { bench::mixer_sweep(b, 5, {256, 1024, 2048, 4096}); });
+BENCHMARK(BM_Decode)->Apply([](auto* b) { bench::decode_sweep(b, {128, 1024, 8192, 16384}); });
 
 BENCHMARK_MAIN();

@@ -33,6 +33,14 @@ struct Inputs {
   TensorView view(std::vector<float>& x, int64_t D) {
     return TensorView::contiguous(x.data(), {1, T, kH, D});
   }
+  // Points a mixer's q, k, v and out at these inputs.
+  template <typename Args>
+  void set_views(Args& a) {
+    a.q = view(q, kDk);
+    a.k = view(k, kDk);
+    a.v = view(v, kDv);
+    a.out = view(out, kDv);
+  }
 };
 
 void set_counters(benchmark::State& st, int64_t T, const Arena& arena, const char* label) {
@@ -54,10 +62,7 @@ void BM_LinearAttention(benchmark::State& st) {
   const int64_t F = map.features(kDk);
   std::vector<float> state(kH * linear_attention_state_floats_per_head(F, kDv));
   LinearAttentionArgs a;
-  a.q = in.view(in.q, kDk);
-  a.k = in.view(in.k, kDk);
-  a.v = in.view(in.v, kDv);
-  a.out = in.view(in.out, kDv);
+  in.set_views(a);
   a.features = map;
   a.state = state.data();
   a.state_stride = static_cast<int64_t>(state.size());
@@ -85,10 +90,7 @@ void BM_Retention(benchmark::State& st) {
   for (int64_t h = 0; h < kH; ++h) gammas[h] = 1.0 - std::exp2(-5.0 - h);
   std::vector<float> state(kH * retention_state_floats_per_head(kDk, kDv));
   RetentionArgs a;
-  a.q = in.view(in.q, kDk);
-  a.k = in.view(in.k, kDk);
-  a.v = in.view(in.v, kDv);
-  a.out = in.view(in.out, kDv);
+  in.set_views(a);
   a.gammas = gammas.data();
   a.state = state.data();
   a.chunk = kChunk;

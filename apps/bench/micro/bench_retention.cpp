@@ -4,8 +4,7 @@
 
 #include <vector>
 
-#include "retnet/core/rng.h"
-#include "retnet/mixers/retention.h"
+#include "../retention_bench_setup.h"
 
 using namespace retnet;
 
@@ -13,49 +12,21 @@ namespace {
 
 // Args: form (0 parallel, 1 chunkwise 64, 2 chunkwise 128, 3 recurrent, 4 scan), heads.
 void BM_Retention(benchmark::State& st) {
-  const int64_t T = 2048, channels = 512, H = st.range(1);
-  const int64_t Dk = channels / H, Dv = channels / H;
-  static const Form forms[] = {Form::Parallel, Form::Chunkwise,
-                                        Form::Chunkwise, Form::Recurrent,
-                                        Form::Scan};
+  static const Form forms[] = {Form::Parallel, Form::Chunkwise, Form::Chunkwise, Form::Recurrent,
+                               Form::Scan};
   const Form form = forms[st.range(0)];
-  Philox rng(7);
-  std::vector<float> q(T * channels), k(T * channels), v(T * channels), out(T * channels);
-  for (int64_t i = 0; i < T * channels; ++i) {
-    q[i] = static_cast<float>(rng.normal(0, i));
-    k[i] = static_cast<float>(rng.normal(1, i) / 8);
-    v[i] = static_cast<float>(rng.normal(2, i));
-  }
-  std::vector<double> gammas(H);
-  for (int64_t h = 0; h < H; ++h) gammas[h] = 1.0 - std::exp2(-5.0 - h % 8);
-  std::vector<float> state(H * retention_state_floats_per_head(Dk, Dv));
-  auto view = [&](std::vector<float>& x, int64_t last) {
-    TensorView t;
-    t.data = x.data();
-    t.ndim = 4;
-    t.shape = {1, T, H, last};
-    t.stride = {T * channels, channels, last, 1};
-    return t;
-  };
-  RetentionArgs a;
-  a.q = view(q, Dk);
-  a.k = view(k, Dk);
-  a.v = view(v, Dv);
-  a.out = view(out, Dv);
-  a.gammas = gammas.data();
-  a.state = state.data();
-  a.chunk = st.range(0) == 2 ? 128 : 64;
-  Arena arena(retention_workspace_floats(form, 1, T, H, Dk, Dv, a.chunk, 0));
+  RetentionBenchSetup setup(st.range(1), st.range(0) == 2 ? 128 : 64);
+  Arena arena(setup.workspace_floats(form));
   for (auto _ : st) {
-    std::fill(state.begin(), state.end(), 0.f);
+    std::fill(setup.state.begin(), setup.state.end(), 0.f);
     arena.reset();
-    retention_forward(form, a, arena);
+    retention_forward(form, setup.args, arena);
     benchmark::ClobberMemory();
   }
   static const char* names[] = {"parallel", "chunkwise64", "chunkwise128", "recurrent", "scan"};
   st.SetLabel(names[st.range(0)]);
-  st.counters["tokens_per_s"] =
-      benchmark::Counter(static_cast<double>(T), benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(setup.T),
+                                                   benchmark::Counter::kIsIterationInvariantRate);
   st.counters["workspace_MiB"] = static_cast<double>(arena.high_water() * 4) / (1 << 20);
 }
 

@@ -15,13 +15,10 @@ namespace {
 using detail::kCb;
 using detail::kEmptyExponent;
 
-struct Dims {
-  int64_t B, T, C;
-};
+using Dims = detail::ChannelDims;
 
 Dims check_args(Form form, const DecayAttentionArgs& a) {
-  RETNET_CHECK(a.k.ndim == 3, "decay attention: k must be [B, T, C], got {} dims", a.k.ndim);
-  const Dims d{a.k.shape[0], a.k.shape[1], a.k.shape[2]};
+  const Dims d = detail::channel_dims(a.k, "decay attention");
   detail::check_channel_view(a.r, d.B, d.T, d.C, "r");
   detail::check_channel_view(a.k, d.B, d.T, d.C, "k");
   detail::check_channel_view(a.v, d.B, d.T, d.C, "v");

@@ -26,9 +26,7 @@ namespace {
 using detail::kCb;
 using detail::kEmptyExponent;
 
-struct Dims {
-  int64_t B, T, C;
-};
+using Dims = detail::ChannelDims;
 
 Dims check_grad_args(Form form, const DecayAttentionGradArgs& a) {
   RETNET_CHECK(form == Form::Parallel || form == Form::Chunkwise,
@@ -39,9 +37,7 @@ Dims check_grad_args(Form form, const DecayAttentionGradArgs& a) {
   RETNET_CHECK(a.w && a.u && a.d_w && a.d_u,
                "decay attention backward needs w, u and their gradient buffers d_w, d_u");
   RETNET_CHECK(a.chunk >= 1, "decay attention: chunk size must be at least 1, got {}", a.chunk);
-  RETNET_CHECK(a.k.ndim == 3, "decay attention backward: k must be [B, T, C], got {} dims",
-               a.k.ndim);
-  const Dims d{a.k.shape[0], a.k.shape[1], a.k.shape[2]};
+  const Dims d = detail::channel_dims(a.k, "decay attention backward");
   const std::pair<const TensorView*, const char*> views[] = {{&a.r, "r"},         {&a.v, "v"},
                                                              {&a.d_out, "d_out"}, {&a.d_r, "d_r"},
                                                              {&a.d_k, "d_k"},     {&a.d_v, "d_v"}};

@@ -24,6 +24,16 @@ inline bool is_channel_view(const TensorView& t, int64_t B, int64_t T, int64_t C
   return t.ndim == 3 && t.shape[0] == B && t.shape[1] == T && t.shape[2] == C && t.stride[2] == 1;
 }
 
+// B, T and C of one call, read from k, which must be [B, T, C]; `op` names the call in the error.
+struct ChannelDims {
+  int64_t B, T, C;
+};
+
+inline ChannelDims channel_dims(const TensorView& k, const char* op) {
+  RETNET_CHECK(k.ndim == 3, "{}: k must be [B, T, C], got {} dims", op, k.ndim);
+  return {k.shape[0], k.shape[1], k.shape[2]};
+}
+
 inline void check_channel_view(const TensorView& t, int64_t B, int64_t T, int64_t C,
                                const char* name) {
   RETNET_CHECK(is_channel_view(t, B, T, C),
