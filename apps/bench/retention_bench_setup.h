@@ -1,4 +1,4 @@
-// The inputs of the seeds/002 experiment, shared by `retnet bench paper` and micro/bench_retention:
+// The inputs of the retention heads sweep, shared by `retnet bench paper` and micro/bench_retention:
 // one retention layer over T = 2048 tokens with 512 key and 512 value channels split over H heads.
 #pragma once
 

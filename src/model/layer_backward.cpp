@@ -66,18 +66,9 @@ void backward_layers(const Model& model, const int32_t* tokens, int64_t B, int64
                      grad(L.final_norm), N, d);
 
     // Mixer: x_mid = x_in + out_proj(mixer(proj)).
-    MixerGrad mg;
-    mg.model = &model;
-    mg.layer = l;
-    mg.B = B;
-    mg.T = T;
-    mg.form = form;
-    mg.chunk = chunk;
-    mg.proj = a.proj;
-    mg.saved = a.saved;
-    mg.rotation = acts.rotation;
-    mg.d_out = g.dgo;
-    mg.d_proj = g.dproj;
+    MixerGrad mg{.model = &model, .layer = l, .B = B, .T = T, .form = form, .chunk = chunk,
+                 .proj = a.proj, .saved = a.saved, .rotation = acts.rotation, .d_out = g.dgo,
+                 .d_proj = g.dproj};
     mg.grads = &grads;
     const LayerMixer& mixer = layer_mixer(c);
     const float* go = mixer.output(mg, g.go);

@@ -113,17 +113,8 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
     rmsnorm_forward(x, d, model.param(L.mixer_norm), a.xn1, d, a.rstd1, N, d, eps);
     // The input projections are adjacent in the parameter buffer: one GEMM.
     project(model, L.q_proj, N, P, d, a.xn1, d, false, a.proj, P);
-    MixerPass mp;
-    mp.model = &model;
-    mp.layer = l;
-    mp.B = B;
-    mp.T = T;
-    mp.form = form;
-    mp.chunk = chunk;
-    mp.scan_tile = scan_tile;
-    mp.proj = a.proj;
-    mp.out = acts.go;
-    mp.saved = a.saved;
+    MixerPass mp{.model = &model, .layer = l, .B = B, .T = T, .form = form, .chunk = chunk,
+                 .scan_tile = scan_tile, .proj = a.proj, .out = acts.go, .saved = a.saved};
     mp.state = state && state->data && state_per_layer > 0 ? state->data + l * state_per_layer
                                                             : nullptr;
     mp.state_stride = state ? state->floats_per_sequence : 0;

@@ -9,21 +9,11 @@
 namespace retnet::detail {
 
 TensorView head_view(float* p, int64_t B, int64_t T, int64_t H, int64_t ld, int64_t last) {
-  TensorView t;
-  t.data = p;
-  t.ndim = 4;
-  t.shape = {B, T, H, last};
-  t.stride = {T * ld, ld, last, 1};
-  return t;
+  return TensorView{p, 4, {B, T, H, last}, {T * ld, ld, last, 1}};
 }
 
 TensorView channel_view(const float* p, int64_t B, int64_t T, int64_t ld, int64_t C) {
-  TensorView t;
-  t.data = const_cast<float*>(p);
-  t.ndim = 3;
-  t.shape = {B, T, C, 1};
-  t.stride = {T * ld, ld, 1, 0};
-  return t;
+  return TensorView{const_cast<float*>(p), 3, {B, T, C, 1}, {T * ld, ld, 1, 0}};
 }
 
 void sigmoid_gated(const float* gate, int64_t ldg, const float* x, float* out, int64_t N,

@@ -15,21 +15,10 @@ using namespace retnet::test;
 
 namespace {
 
-struct Problem {
-  int64_t B, T, H, Dk, Dv;
-  std::vector<float> q, k, v;  // [B, T, H, D] contiguous
-
+struct Problem : HeadInputs {
   Problem(int64_t b, int64_t t, int64_t h, int64_t dk, int64_t dv, uint64_t seed,
           double q_scale = 2.0)
-      : B(b), T(t), H(h), Dk(dk), Dv(dv) {
-    q = random_vector(B * T * H * Dk, seed, q_scale, 0);
-    k = random_vector(B * T * H * Dk, seed, 1.0, 1);
-    v = random_vector(B * T * H * Dv, seed, 1.0, 2);
-  }
-
-  TensorView view(std::vector<float>& x, int64_t D) const {
-    return TensorView::contiguous(x.data(), {B, T, H, D});
-  }
+      : HeadInputs(b, t, h, dk, dv, seed, q_scale, 1.0) {}
 
   // The tiled forward; out [B, T, H, Dv], logsumexp [B, T, H].
   std::vector<float> forward(int64_t tile, std::vector<float>* lse = nullptr) {
@@ -118,12 +107,7 @@ TEST(AttentionForward, StridedViews) {
         qkv[row + 2 * H * D + i] = p.v[src];
       }
   auto strided = [&](float* data, int64_t row) {
-    TensorView t;
-    t.data = data;
-    t.ndim = 4;
-    t.shape = {B, T, H, D};
-    t.stride = {T * row, row, D, 1};
-    return t;
+    return TensorView{data, 4, {B, T, H, D}, {T * row, row, D, 1}};
   };
   AttentionArgs a;
   a.q = strided(qkv.data(), 3 * H * D);

@@ -71,14 +71,7 @@ struct Problem {
 void check_all_forms(Problem& p) {
   auto ref = p.reference();
   SCOPED_TRACE(::testing::Message() << "B" << p.B << " T" << p.T << " C" << p.C);
-  EXPECT_TRUE(close(p.run(Form::Parallel), ref, 1e-5)) << "parallel";
-  auto recurrent = p.run(Form::Recurrent);
-  EXPECT_TRUE(close(recurrent, ref, 1e-5)) << "recurrent";
-  for (int64_t chunk : {1, 3, 16, 64, 1000}) {
-    auto chunked = p.run(Form::Chunkwise, chunk);
-    EXPECT_TRUE(close(chunked, ref, 1e-5)) << "chunk " << chunk;
-    EXPECT_TRUE(close(chunked, recurrent, 1e-5)) << "chunk " << chunk << " vs recurrent";
-  }
+  expect_forms_match_reference(p, ref);
 }
 
 using Shape = std::array<int64_t, 3>;  // B, T, C

@@ -17,7 +17,9 @@
 
 #include "retnet/core/arena.h"
 #include "retnet/core/error.h"
+#include "retnet/core/form.h"
 #include "retnet/core/rng.h"
+#include "retnet/core/tensor.h"
 #include "retnet/model/config.h"
 
 namespace retnet::test {
@@ -30,15 +32,29 @@ inline std::vector<float> random_vector(size_t n, uint64_t seed, double scale = 
   return v;
 }
 
+// Random per-head inputs q, k [B, T, H, Dk] and v [B, T, H, Dv] (contiguous) of a kernel test,
+// with views of them and of outputs of the same layout.
+struct HeadInputs {
+  int64_t B, T, H, Dk, Dv;
+  std::vector<float> q, k, v;
+
+  HeadInputs(int64_t b, int64_t t, int64_t h, int64_t dk, int64_t dv, uint64_t seed,
+             double q_scale, double k_scale)
+      : B(b), T(t), H(h), Dk(dk), Dv(dv),
+        q(random_vector(b * t * h * dk, seed, q_scale, 0)),
+        k(random_vector(b * t * h * dk, seed, k_scale, 1)),
+        v(random_vector(b * t * h * dv, seed, 1.0, 2)) {}
+
+  TensorView view(std::vector<float>& x, int64_t D) const {
+    return TensorView::contiguous(x.data(), {B, T, H, D});
+  }
+};
+
 inline Config model_config(int64_t d, int64_t value_dim, int64_t heads, int64_t ffn, int64_t layers,
                            int64_t vocab) {
   Config c;
-  c.embed_dim = d;
-  c.value_embed_dim = value_dim;
-  c.heads = heads;
-  c.ffn_dim = ffn;
-  c.layers = layers;
-  c.vocab_size = vocab;
+  c.embed_dim = d, c.value_embed_dim = value_dim, c.heads = heads;
+  c.ffn_dim = ffn, c.layers = layers, c.vocab_size = vocab;
   return c;
 }
 
@@ -230,6 +246,20 @@ template <typename A, typename B>
              << ") but actual[" << i << "] = " << describe_value(double(got[i])) << ", not below "
              << abs_tol;
   return ::testing::AssertionSuccess();
+}
+
+// Every form of a kernel test problem (p.run(form, chunk = default)) against its reference:
+// parallel, recurrent, and chunkwise at chunk sizes that divide T and that don't.
+template <class Problem, class Reference>
+void expect_forms_match_reference(Problem& p, const Reference& ref) {
+  EXPECT_TRUE(close(p.run(Form::Parallel), ref, 1e-5)) << "parallel";
+  auto recurrent = p.run(Form::Recurrent);
+  EXPECT_TRUE(close(recurrent, ref, 1e-5)) << "recurrent";
+  for (int64_t chunk : {1, 3, 16, 64, 1000}) {
+    auto chunked = p.run(Form::Chunkwise, chunk);
+    EXPECT_TRUE(close(chunked, ref, 1e-5)) << "chunk " << chunk;
+    EXPECT_TRUE(close(chunked, recurrent, 1e-5)) << "chunk " << chunk << " vs recurrent";
+  }
 }
 
 }  // namespace retnet::test

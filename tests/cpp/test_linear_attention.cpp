@@ -32,23 +32,14 @@ struct OwnedMap {
   OwnedMap(const OwnedMap& o) : w(o.w), map(o.map) { map.favor_w = w.empty() ? nullptr : w.data(); }
 };
 
-struct Problem {
-  int64_t B, T, H, Dk, Dv;
+struct Problem : HeadInputs {
   OwnedMap features;
-  std::vector<float> q, k, v;  // [B, T, H, D] contiguous
 
   Problem(int64_t b, int64_t t, int64_t h, int64_t dk, int64_t dv, const OwnedMap& map,
           uint64_t seed, double qk_scale = 1.0)
-      : B(b), T(t), H(h), Dk(dk), Dv(dv), features(map) {
-    q = random_vector(B * T * H * Dk, seed, qk_scale, 0);
-    k = random_vector(B * T * H * Dk, seed, qk_scale, 1);
-    v = random_vector(B * T * H * Dv, seed, 1.0, 2);
-  }
+      : HeadInputs(b, t, h, dk, dv, seed, qk_scale, qk_scale), features(map) {}
   int64_t F() const { return features.map.features(Dk); }
   int64_t state_per_sequence() const { return H * linear_attention_state_floats_per_head(F(), Dv); }
-  TensorView view(std::vector<float>& x, int64_t D) {
-    return TensorView::contiguous(x.data(), {B, T, H, D});
-  }
 
   // Runs tokens [t0, t1) of `form` through `state`; writes those rows of out.
   void run_span(Form form, int64_t chunk, int64_t t0, int64_t t1,
@@ -95,14 +86,7 @@ void check_all_forms(Problem& p) {
   auto ref = p.reference();
   SCOPED_TRACE(::testing::Message() << feature_map_name(p.features.map.kind) << " B" << p.B
                                     << " T" << p.T << " H" << p.H << " Dk" << p.Dk << " Dv" << p.Dv);
-  EXPECT_TRUE(close(p.run(Form::Parallel), ref, 1e-5)) << "parallel";
-  auto recurrent = p.run(Form::Recurrent);
-  EXPECT_TRUE(close(recurrent, ref, 1e-5)) << "recurrent";
-  for (int64_t chunk : {1, 3, 16, 64, 1000}) {
-    auto chunked = p.run(Form::Chunkwise, chunk);
-    EXPECT_TRUE(close(chunked, ref, 1e-5)) << "chunk " << chunk;
-    EXPECT_TRUE(close(chunked, recurrent, 1e-5)) << "chunk " << chunk << " vs recurrent";
-  }
+  expect_forms_match_reference(p, ref);
 }
 
 using Shape = std::array<int64_t, 5>;  // B, T, H, Dk, Dv

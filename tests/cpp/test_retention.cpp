@@ -11,21 +11,12 @@ using namespace retnet::test;
 
 namespace {
 
-struct Problem {
-  int64_t B, T, H, Dk, Dv;
-  std::vector<float> q, k, v;  // [B, T, H, D] contiguous
+struct Problem : HeadInputs {
   std::vector<double> gammas;
 
   Problem(int64_t b, int64_t t, int64_t h, int64_t dk, int64_t dv, uint64_t seed, double qk_scale)
-      : B(b), T(t), H(h), Dk(dk), Dv(dv) {
-    q = random_vector(B * T * H * Dk, seed, qk_scale, 0);
-    k = random_vector(B * T * H * Dk, seed, qk_scale / std::sqrt(double(Dk)), 1);
-    v = random_vector(B * T * H * Dv, seed, 1.0, 2);
+      : HeadInputs(b, t, h, dk, dv, seed, qk_scale, qk_scale / std::sqrt(double(dk))) {
     for (int64_t i = 0; i < H; ++i) gammas.push_back(1.0 - std::exp2(-5.0 - i));
-  }
-
-  TensorView view(std::vector<float>& x, int64_t D) {
-    return TensorView::contiguous(x.data(), {B, T, H, D});
   }
 
   // Runs `form` from an empty state; returns out [B, T, H, Dv].

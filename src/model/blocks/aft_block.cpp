@@ -59,12 +59,8 @@ class AftMixer final : public LayerMixer {
                      out = channel_view(p.out, B, T, vd, vd);
     if (!p.cache) {  // from an empty sequence (training, or a parallel pass without a state)
       AftArgs a;
-      a.q = q;
-      a.k = k;
-      a.v = v;
-      a.out = out;
-      a.bias = bias;
-      a.L = L;
+      a.q = q, a.k = k, a.v = v, a.out = out;
+      a.bias = bias, a.L = L;
       if (p.saved) {
         const Saved sv = carve(p.saved, c, N);
         a.row_max = sv.row_max;
