@@ -6,6 +6,15 @@
 #include "retnet/core/error.h"
 
 namespace retnet {
+namespace {
+
+// memcpy of n floats; n may be 0 with null pointers (the mixers with only a cache have no
+// constant state: an empty vector's data() is null, and memcpy from null is undefined even for 0).
+void copy_floats(float* to, const float* from, int64_t n) {
+  if (n > 0) std::memcpy(to, from, static_cast<size_t>(n) * sizeof(float));
+}
+
+}  // namespace
 
 State::State(const Config& config, int64_t b)
     : batch(b),
@@ -34,7 +43,7 @@ void State::fork(int64_t src, int64_t dst) {
   RETNET_CHECK(src >= 0 && src < batch && dst >= 0 && dst < batch,
                "fork of sequence {} into {}: the state holds {} sequences", src, dst, batch);
   if (src == dst) return;
-  std::memcpy(sequence(dst), sequence(src), static_cast<size_t>(floats_per_sequence) * sizeof(float));
+  copy_floats(sequence(dst), sequence(src), floats_per_sequence);
   cache.copy_sequence(src, dst, positions[src]);
   positions[dst] = positions[src];
 }
@@ -54,24 +63,24 @@ int64_t State::snapshot_floats(int64_t b) const {
 }
 
 void State::snapshot(int64_t b, float* out) const {
-  std::memcpy(out, sequence(b), static_cast<size_t>(floats_per_sequence) * sizeof(float));
+  copy_floats(out, sequence(b), floats_per_sequence);
   out += floats_per_sequence;
   if (cache.empty()) return;
   const size_t rows = static_cast<size_t>(positions[b] * cache.floats_per_token);
   for (int64_t l = 0; l < cache.layers; ++l, out += rows)
-    std::memcpy(out, cache.block(l, b), rows * sizeof(float));
+    copy_floats(out, cache.block(l, b), static_cast<int64_t>(rows));
 }
 
 void State::restore(int64_t b, const float* in, int64_t position) {
   RETNET_CHECK(position >= 0, "restore at position {}", position);
-  std::memcpy(sequence(b), in, static_cast<size_t>(floats_per_sequence) * sizeof(float));
+  copy_floats(sequence(b), in, floats_per_sequence);
   in += floats_per_sequence;
   positions[b] = position;
   if (cache.empty()) return;
   cache.reserve(position);
   const size_t rows = static_cast<size_t>(position * cache.floats_per_token);
   for (int64_t l = 0; l < cache.layers; ++l, in += rows)
-    std::memcpy(cache.block(l, b), in, rows * sizeof(float));
+    copy_floats(cache.block(l, b), in, static_cast<int64_t>(rows));
 }
 
 void TokenCache::reserve(int64_t tokens) {
