@@ -80,9 +80,10 @@ void Config::validate() const {
                "decoder_retention_heads ({}), decoder_ffn_embed_dim ({}), decoder_layers ({}) and "
                "vocab_size ({}) must all be positive",
                embed_dim, value_embed_dim, heads, ffn_dim, layers, vocab_size);
-  RETNET_CHECK(embed_dim % heads == 0,
-               "config: decoder_embed_dim {} is not divisible by decoder_retention_heads {}",
-               embed_dim, heads);
+  RETNET_CHECK(qk_width() % heads == 0,
+               "config: the query/key width {} (key_embed_dim, else decoder_embed_dim) is not "
+               "divisible by decoder_retention_heads {}",
+               qk_width(), heads);
   RETNET_CHECK(value_embed_dim % heads == 0,
                "config: decoder_value_embed_dim {} is not divisible by decoder_retention_heads {}",
                value_embed_dim, heads);
@@ -108,17 +109,35 @@ void Config::validate() const {
                "config: performer_features must be in [1, 65536], got {}", performer_features);
   RETNET_CHECK(aft_max_distance >= 1 && aft_max_distance <= (1 << 24),
                "config: aft_max_distance must be in [1, 16777216], got {}", aft_max_distance);
+  RETNET_CHECK(key_embed_dim >= 0 && key_embed_dim <= (1 << 20),
+               "config: key_embed_dim must be in [0, 1048576], got {}", key_embed_dim);
+  RETNET_CHECK(std::isfinite(rope_theta) && rope_theta > 1,
+               "config: rope_theta must be a finite number > 1, got {}", rope_theta);
+  // The retention options below change only retention's block; other mixers refuse them rather
+  // than silently ignoring them.
+  if (mixer != &default_mixer()) {
+    auto refuse = [&](bool set, const char* key) {
+      RETNET_CHECK(!set, "config: '{}' applies to the retention mixer only (mixer: {})", key,
+                   mixer->name);
+    };
+    refuse(key_embed_dim != 0 && key_embed_dim != embed_dim, "key_embed_dim");
+    refuse(!normalize_scores, "normalize_scores");
+    refuse(head_norm_weight, "head_norm_weight");
+    refuse(!output_gate, "output_gate");
+    refuse(rotary != RotaryStyle::Torchscale && !mixer->rotates, "rotary");
+  }
 }
 
 int64_t Config::projection_width() const {
-  const int64_t qk = mixer->per_channel ? value_embed_dim : embed_dim;
-  return 2 * qk + value_embed_dim + (mixer->gated ? value_embed_dim : 0);
+  const int64_t qk = mixer->per_channel ? value_embed_dim : qk_width();
+  return 2 * qk + value_embed_dim + (gated() ? value_embed_dim : 0);
 }
 
 int64_t Config::parameter_count() const {
   const int64_t d = embed_dim, vd = value_embed_dim;
   int64_t own = 0;  // the mixer's own tensors besides its projections
   for (const MixerTensor& t : mixer->tensors) {
+    if (t.present && !t.present(*this)) continue;
     int64_t n = 1;
     for (int64_t extent : t.shape(*this)) n *= extent;
     own += n;
@@ -180,6 +199,22 @@ Config Config::from_json(const std::string& text, const std::string& origin) {
     }
   }
   c.performer_features = get_int(j, "performer_features", c.performer_features, origin);
+  c.key_embed_dim = get_int(j, "key_embed_dim", c.key_embed_dim, origin);
+  c.normalize_scores = get_bool(j, "normalize_scores", c.normalize_scores, origin);
+  c.head_norm_weight = get_bool(j, "head_norm_weight", c.head_norm_weight, origin);
+  c.output_gate = get_bool(j, "output_gate", c.output_gate, origin);
+  if (j.contains("rotary")) {
+    std::string r = j["rotary"].is_string() ? j["rotary"].get<std::string>() : "";
+    RETNET_CHECK(r == "torchscale" || r == "half_split",
+                 "{}: 'rotary' must be \"torchscale\" or \"half_split\", got {}", origin,
+                 j["rotary"].dump());
+    c.rotary = r == "half_split" ? RotaryStyle::HalfSplit : RotaryStyle::Torchscale;
+  }
+  if (j.contains("rope_theta")) {
+    RETNET_CHECK(j["rope_theta"].is_number(), "{}: 'rope_theta' must be a number, got {}", origin,
+                 j["rope_theta"].dump());
+    c.rope_theta = j["rope_theta"].get<double>();
+  }
   c.aft_max_distance = get_int(j, "aft_max_distance", c.aft_max_distance, origin);
   // torchscale features that change the model and that this engine does not implement.
   auto reject_if = [&](const char* key, bool unsupported_value) {
@@ -210,7 +245,13 @@ Config Config::from_json(const std::string& text, const std::string& origin) {
                                               "decoder_normalize_before",
                                               "mixer",
                                               "performer_features",
-                                              "aft_max_distance"};
+                                              "aft_max_distance",
+                                              "key_embed_dim",
+                                              "normalize_scores",
+                                              "head_norm_weight",
+                                              "output_gate",
+                                              "rotary",
+                                              "rope_theta"};
   for (auto it = j.begin(); it != j.end(); ++it)
     RETNET_CHECK(known.count(it.key()) || kIgnoredTorchscaleFields.count(it.key()),
                  "{}: unknown field '{}'", origin, it.key());
@@ -248,6 +289,15 @@ std::string Config::to_json(int indent) const {
   for (const char* key : mixer->config_keys)
     for (const auto& [name, value] : mixer_fields)
       if (std::string_view(key) == name) j[name] = value;
+  // Likewise the retention options, written only where they differ from torchscale's.
+  if (key_embed_dim != 0 && key_embed_dim != embed_dim) j["key_embed_dim"] = key_embed_dim;
+  if (rotary == RotaryStyle::HalfSplit) {
+    j["rotary"] = "half_split";
+    j["rope_theta"] = rope_theta;
+  }
+  if (!normalize_scores) j["normalize_scores"] = false;
+  if (head_norm_weight) j["head_norm_weight"] = true;
+  if (!output_gate) j["output_gate"] = false;
   return j.dump(indent);
 }
 

@@ -24,17 +24,25 @@ void sigmoid_gated(const float* gate, int64_t ldg, const float* x, float* out, i
   });
 }
 
+namespace {
+RotationPairs rotation_pairs(const Model& model) {
+  return model.config().rotary == RotaryStyle::HalfSplit ? RotationPairs::HalfSplit
+                                                         : RotationPairs::Interleaved;
+}
+}  // namespace
+
 void rotate_queries_keys(const MixerPass& p, float* q, float* k, int64_t ld, int64_t H,
                          int64_t dk) {
   for (float* x : {q, k})
     rotate_with_table(x, ld, p.B, p.T, H, dk, p.rotation, p.rotation_stride,
-                      RotationDirection::Forward);
+                      RotationDirection::Forward, rotation_pairs(*p.model));
 }
 
 void rotate_back_query_key_grads(const MixerGrad& g, float* d_q, float* d_k, int64_t ld, int64_t H,
                                  int64_t dk) {
   for (float* x : {d_q, d_k})
-    rotate_with_table(x, ld, g.B, g.T, H, dk, g.rotation, 0, RotationDirection::Inverse);
+    rotate_with_table(x, ld, g.B, g.T, H, dk, g.rotation, 0, RotationDirection::Inverse,
+                      rotation_pairs(*g.model));
 }
 
 int64_t* cache_lengths(Arena& arena, const int64_t* positions, int64_t B) {

@@ -24,14 +24,16 @@ ParamLayout make_param_layout(const Config& c, ModelTensors* idx) {
     const MixerSpec& m = *c.mixer;
     const std::string s = m.scope;
     // Matrices take weight decay; norms, embeddings and the mixer's own tensors (by its spec) not.
-    const int64_t qk_rows = m.per_channel ? vd : d;
+    const int64_t qk_rows = m.per_channel ? vd : c.qk_width();
     L.q_proj = layout.add(p + s + ".q_proj.weight", {qk_rows, d}, true);
     L.k_proj = layout.add(p + s + ".k_proj.weight", {qk_rows, d}, true);
     L.v_proj = layout.add(p + s + ".v_proj.weight", {vd, d}, true);
-    if (m.gated) L.g_proj = layout.add(p + s + ".g_proj.weight", {vd, d}, true);
+    if (c.gated()) L.g_proj = layout.add(p + s + ".g_proj.weight", {vd, d}, true);
     L.out_proj = layout.add(p + s + ".out_proj.weight", {d, vd}, true);
     for (const MixerTensor& t : m.tensors)
-      L.mixer_tensors.push_back(layout.add(p + s + "." + t.name, t.shape(c), t.weight_decay));
+      L.mixer_tensors.push_back(t.present && !t.present(c) ? kNoTensor
+                                                           : layout.add(p + s + "." + t.name,
+                                                                        t.shape(c), t.weight_decay));
     L.mixer_norm = layout.add(p + s + "_layer_norm.weight", {d});
     L.fc1 = layout.add(p + "ffn.fc1.weight", {f, d}, true);
     L.gate = layout.add(p + "ffn.gate.weight", {f, d}, true);
@@ -58,7 +60,9 @@ Model::Model(const Config& config, ParamBuffer params)
                      params_.layout()[i].offset == expected[i].offset,
                  "parameter layout mismatch at '{}'", expected[i].name);
   for (int64_t h = 0; h < config_.heads; ++h) gammas_.push_back(config_.gamma(h));
-  thetas_ = rotation_thetas(config_.key_dim());
+  thetas_ = config_.rotary == RotaryStyle::HalfSplit
+                ? half_split_rotation_thetas(config_.key_dim(), config_.rope_theta)
+                : rotation_thetas(config_.key_dim());
 }
 
 Model Model::init(const Config& config, uint64_t seed) {
@@ -96,7 +100,8 @@ Model Model::init(const Config& config, uint64_t seed) {
     xavier(L.out_proj, 0.5);
     const std::vector<MixerTensor>& own = config.mixer->tensors;
     for (size_t i = 0; i < own.size(); ++i)
-      own[i].init(config, static_cast<int64_t>(l), seed, params.tensor(L.mixer_tensors[i]),
+      if (L.mixer_tensors[i] != kNoTensor)
+        own[i].init(config, static_cast<int64_t>(l), seed, params.tensor(L.mixer_tensors[i]),
                   static_cast<int64_t>(layout[L.mixer_tensors[i]].numel));
     uniform(L.fc1, 1.0 / std::sqrt(d));
     uniform(L.gate, 1.0 / std::sqrt(d));

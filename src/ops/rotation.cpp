@@ -14,32 +14,47 @@ std::vector<double> rotation_thetas(int64_t Dk) {
   return t;
 }
 
+std::vector<double> half_split_rotation_thetas(int64_t Dk, double base) {
+  std::vector<double> t(static_cast<size_t>(Dk / 2));
+  for (int64_t i = 0; i < Dk / 2; ++i)
+    t[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(Dk));
+  return t;
+}
+
 namespace {
 
 // One row (all heads): each pair rotated by the angle whose cos/sin are c[i]/s[i]; the inverse
 // rotation negates the sine.
+// Pair i is (x[i * step], x[i * step + offset]): neighbours (step 2, offset 1) or halves (step 1,
+// offset Dk/2).
 template <bool inverse>
-inline void rotate_row(float* row, int64_t H, int64_t Dk, const float* c, const float* s) {
+inline void rotate_row(float* row, int64_t H, int64_t Dk, const float* c, const float* s,
+                       int64_t step, int64_t offset) {
   int64_t half = Dk / 2;
   for (int64_t h = 0; h < H; ++h) {
     float* x = row + h * Dk;
 #pragma omp simd
     for (int64_t i = 0; i < half; ++i) {
-      float a = x[2 * i], b = x[2 * i + 1], si = inverse ? -s[i] : s[i];
-      x[2 * i] = a * c[i] - b * si;
-      x[2 * i + 1] = b * c[i] + a * si;
+      float a = x[step * i], b = x[step * i + offset], si = inverse ? -s[i] : s[i];
+      x[step * i] = a * c[i] - b * si;
+      x[step * i + offset] = b * c[i] + a * si;
     }
   }
 }
 
 template <bool inverse>
 void rotate_rows(float* x, int64_t ld, int64_t B, int64_t T, int64_t H, int64_t Dk,
-                 const float* table, int64_t sequence_stride) {
+                 const float* table, int64_t sequence_stride, RotationPairs pairs) {
   const int64_t half = Dk / 2;
+  const bool interleaved = pairs == RotationPairs::Interleaved;
+  const int64_t step = interleaved ? 2 : 1, offset = interleaved ? 1 : half;
   parallel_for_if(B * T * H * Dk > 16384, B * T, [&](int64_t r) {
     const int64_t b = r / T, t = r % T;
     const float* row = table + (b * sequence_stride + t) * 2 * half;
-    rotate_row<inverse>(x + r * ld, H, Dk, row, row + half);
+    if (interleaved)  // constants, so the common case keeps its vectorised loop
+      rotate_row<inverse>(x + r * ld, H, Dk, row, row + half, 2, 1);
+    else
+      rotate_row<inverse>(x + r * ld, H, Dk, row, row + half, step, offset);
   });
 }
 
@@ -65,11 +80,12 @@ int64_t rotation_table(const std::vector<double>& thetas, int64_t B, int64_t T,
 }
 
 void rotate_with_table(float* x, int64_t ld, int64_t B, int64_t T, int64_t H, int64_t Dk,
-                       const float* table, int64_t sequence_stride, RotationDirection direction) {
+                       const float* table, int64_t sequence_stride, RotationDirection direction,
+                       RotationPairs pairs) {
   if (direction == RotationDirection::Forward)
-    rotate_rows<false>(x, ld, B, T, H, Dk, table, sequence_stride);
+    rotate_rows<false>(x, ld, B, T, H, Dk, table, sequence_stride, pairs);
   else
-    rotate_rows<true>(x, ld, B, T, H, Dk, table, sequence_stride);
+    rotate_rows<true>(x, ld, B, T, H, Dk, table, sequence_stride, pairs);
 }
 
 }  // namespace retnet

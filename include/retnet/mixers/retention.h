@@ -35,10 +35,14 @@ struct RetentionArgs {
   int64_t chunk = 64;          // chunkwise: tokens per chunk (T need not be a multiple)
   int64_t scan_tile = 0;       // scan: tokens scanned at once (0: chosen from a memory budget)
   float* row_stats = nullptr;  // [B, T, H, 2] saved for the backward pass, or nullptr
+  // false: o_n = A_n[:d_v], plain retention without the normalisations (flash-linear-attention's
+  // RetNet); the states keep their key-sum column, so both variants share state files.
+  bool normalize_scores = true;
 };
 
 // Backward pass of the parallel or chunkwise form (the training forms), through the whole
-// definition including the score normalisation's clamp. Reads the forward's inputs, its output
+// definition including the score normalisation's clamp (the row stats carry whether the forward
+// normalised). Reads the forward's inputs, its output
 // `out` and its row_stats; accumulates (+=) into d_q, d_k, d_v ([B, T, H, D] views). Starts from an
 // empty state at position 0. The chunkwise backward sweeps the chunks forward (query gradients
 // from the state) and backward (key and value gradients from the state's gradient): no T x T buffer.
@@ -69,6 +73,6 @@ double retention_decay_sum(double gamma, int64_t n);
 // Double-precision recurrence over the same definition, for tests: q, k [T, Dk], v [T, Dv] of one
 // head, contiguous; out [T, Dv].
 void retention_reference(const float* q, const float* k, const float* v, double* out, int64_t T,
-                         int64_t Dk, int64_t Dv, double gamma);
+                         int64_t Dk, int64_t Dv, double gamma, bool normalize_scores = true);
 
 }  // namespace retnet

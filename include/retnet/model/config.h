@@ -14,6 +14,11 @@ namespace retnet {
 
 enum class DecaySchedule { Torchscale, Paper };
 
+// How queries and keys are rotated: torchscale pairs neighbours (x[2i], x[2i+1]) with
+// theta_i = 10000^(-i / (d_k/2 - 1)); "half_split" (GPT-NeoX, LLaMA, flash-linear-attention) pairs
+// x[i] with x[i + d_k/2] and uses theta_i = rope_theta^(-2i / d_k).
+enum class RotaryStyle { Torchscale, HalfSplit };
+
 struct Config {
   int64_t embed_dim = 256;        // decoder_embed_dim (d)
   int64_t value_embed_dim = 512;  // decoder_value_embed_dim
@@ -30,7 +35,16 @@ struct Config {
   int64_t performer_features = 64;  // "performer_features": FAVOR+ random features per head
   int64_t aft_max_distance = 1024;  // "aft_max_distance": learned AFT position biases
 
-  int64_t key_dim() const { return embed_dim / heads; }               // d_k
+  // Options of retention that flash-linear-attention's RetNet uses (defaults: torchscale's).
+  int64_t key_embed_dim = 0;       // "key_embed_dim": width of q and k (0: decoder_embed_dim)
+  RotaryStyle rotary = RotaryStyle::Torchscale;  // "rotary": "torchscale" | "half_split"
+  double rope_theta = 10000.0;     // "rope_theta": the half-split rotation's base
+  bool normalize_scores = true;    // "normalize_scores": torchscale's three normalisations
+  bool head_norm_weight = false;   // "head_norm_weight": the head norm has a [d_v] weight
+  bool output_gate = true;         // "output_gate": swish(g) gates the head norm's output
+
+  int64_t qk_width() const { return key_embed_dim > 0 ? key_embed_dim : embed_dim; }
+  int64_t key_dim() const { return qk_width() / heads; }              // d_k
   int64_t head_value_dim() const { return value_embed_dim / heads; }  // d_v
   double embed_scale() const;
   // gamma_h: 1 - 2^(-5-h) (torchscale), or the paper's 1 - exp(linspace(log 1/32, log 1/512, H)).
@@ -39,6 +53,8 @@ struct Config {
   // Throws Error naming the first inconsistency (dims not divisible by heads, odd d_k, ...).
   void validate() const;
   int64_t parameter_count() const;
+  // Whether the mixer's output is gated by a projection g (its spec, and output_gate).
+  bool gated() const { return mixer->gated && output_gate; }
   // Rows of a layer's input projection (q | k | v (| g); see MixerSpec).
   int64_t projection_width() const;
   // Constant-size recurrent state of one sequence, all layers (the mixer's spec per layer;

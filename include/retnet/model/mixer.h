@@ -28,6 +28,8 @@ struct MixerTensor {
   // Whether AdamW decays it (none do today: the Performer's matrix is drawn, never trained, and
   // decay alone would shrink it; the others are vectors).
   bool weight_decay = false;
+  // Whether a config has it (nullptr: always); an absent tensor's index is kNoTensor.
+  bool (*present)(const Config& c) = nullptr;
 };
 
 struct MixerSpec {

@@ -30,6 +30,7 @@ struct HeadBlock {
   float* stats;  // per token (alpha, beta) for the backward pass, stride H * 2; or nullptr
   int64_t ld_stats;
   double gamma;
+  bool normalize;  // RetentionArgs::normalize_scores
   int64_t pos0;
 };
 
@@ -65,6 +66,7 @@ HeadBlock head_block(const RetentionArgs& a, const Dims& d, int64_t b, int64_t h
   hb.stats = a.row_stats ? a.row_stats + (b * d.T * d.H + h) * 2 : nullptr;
   hb.ld_stats = d.H * 2;
   hb.gamma = a.gammas[h];
+  hb.normalize = a.normalize_scores;
   hb.pos0 = a.positions ? a.positions[b] : 0;
   return hb;
 }
@@ -80,15 +82,20 @@ void decay_powers(double gamma, int64_t n, float* gp) {
 // stats (if given) receives what the backward pass needs: alpha = 1 / (sqrt(S_n) c_n), the scale
 // applied, and beta = d out / d A[Dv] per unit of (d out . out): -sign(r) / |r| where the clamp is
 // active, else 0.
-inline void normalise_row(const float* aug, float row_sum, float* out, int64_t Dv, double gamma,
-                          int64_t n, float* stats) {
-  double inv_sqrt_s = 1.0 / std::sqrt(retention_decay_sum(gamma, n));
-  double r = static_cast<double>(row_sum);
-  double c = std::max(std::fabs(r) * inv_sqrt_s, 1.0);
-  float scale = static_cast<float>(inv_sqrt_s / c);
+// Without the normalisations (normalize_scores false) out = A[:Dv]: alpha = 1, beta = 0.
+inline void normalise_row(const float* aug, float row_sum, float* out, int64_t Dv,
+                          const HeadBlock& hb, int64_t n, float* stats) {
+  float scale = 1.f, beta = 0.f;
+  if (hb.normalize) {
+    double inv_sqrt_s = 1.0 / std::sqrt(retention_decay_sum(hb.gamma, n));
+    double r = static_cast<double>(row_sum);
+    double c = std::max(std::fabs(r) * inv_sqrt_s, 1.0);
+    scale = static_cast<float>(inv_sqrt_s / c);
+    beta = std::fabs(r) * inv_sqrt_s > 1.0 ? static_cast<float>(-1.0 / r) : 0.f;
+  }
   if (stats) {
     stats[0] = scale;
-    stats[1] = std::fabs(r) * inv_sqrt_s > 1.0 ? static_cast<float>(-1.0 / r) : 0.f;
+    stats[1] = beta;
   }
 #pragma omp simd
   for (int64_t j = 0; j < Dv; ++j) out[j] = aug[j] * scale;
@@ -123,7 +130,7 @@ void parallel_head(const HeadBlock& hb, const Dims& d, float* scratch) {
   }
   sgemm(Trans::No, Trans::No, T, Dv, T, 1.f, P, T, hb.v, hb.ldv, 0.f, hb.out, hb.ldo);
   for (int64_t n = 0; n < T; ++n)
-    normalise_row(hb.out + n * hb.ldo, rows[n], hb.out + n * hb.ldo, Dv, hb.gamma, n,
+    normalise_row(hb.out + n * hb.ldo, rows[n], hb.out + n * hb.ldo, Dv, hb, n,
                   hb.stats ? hb.stats + n * hb.ld_stats : nullptr);
 }
 
@@ -197,7 +204,7 @@ void recurrent_head(const HeadBlock& hb, const Dims& d, float* scratch, const fl
     for (; j0 + 8 <= W; j0 += 8)
       recurrent_columns<8>(S + j0, W, Dk, g, q, k, vaug + j0, aug + j0, none);
     for (; j0 < W; ++j0) recurrent_columns<1>(S + j0, W, Dk, g, q, k, vaug + j0, aug + j0, none);
-    normalise_row(aug, aug[Dv], hb.out + t * hb.ldo, Dv, hb.gamma, hb.pos0 + t,
+    normalise_row(aug, aug[Dv], hb.out + t * hb.ldo, Dv, hb, hb.pos0 + t,
                   hb.stats ? hb.stats + t * hb.ld_stats : nullptr);
   }
 }
@@ -242,7 +249,7 @@ void chunkwise_head(const HeadBlock& hb, const Dims& d, int64_t C, float* scratc
       for (int64_t c = 0; c < Dk; ++c) kd[i * Dk + c] = k[i * hb.ldk + c] * gp[L - 1 - i];
     sgemm(Trans::Yes, Trans::No, Dk, W, L, 1.f, kd, Dk, vaug, W, gp[L], S, W);
     for (int64_t j = 0; j < L; ++j)
-      normalise_row(aug + j * W, aug[j * W + Dv], hb.out + (t0 + j) * hb.ldo, Dv, hb.gamma,
+      normalise_row(aug + j * W, aug[j * W + Dv], hb.out + (t0 + j) * hb.ldo, Dv, hb,
                     hb.pos0 + t0 + j, hb.stats ? hb.stats + (t0 + j) * hb.ld_stats : nullptr);
   }
 }
@@ -319,7 +326,7 @@ void scan_head(const HeadBlock& hb, const Dims& d, int64_t tile, float* scratch)
 #pragma omp simd
         for (int64_t j = 0; j < W; ++j) aug[j] += qi * xt[i * W + j];
       }
-      normalise_row(aug, aug[Dv], hb.out + (t0 + t) * hb.ldo, Dv, hb.gamma, hb.pos0 + t0 + t,
+      normalise_row(aug, aug[Dv], hb.out + (t0 + t) * hb.ldo, Dv, hb, hb.pos0 + t0 + t,
                     hb.stats ? hb.stats + (t0 + t) * hb.ld_stats : nullptr);
     }
     std::memcpy(carry, x + (L - 1) * E, E * sizeof(float));
@@ -401,7 +408,7 @@ void retention_forward(Form form, const RetentionArgs& a, Arena& arena) {
 }
 
 void retention_reference(const float* q, const float* k, const float* v, double* out, int64_t T,
-                         int64_t Dk, int64_t Dv, double gamma) {
+                         int64_t Dk, int64_t Dv, double gamma, bool normalize_scores) {
   std::vector<double> S(Dk * (Dv + 1), 0.0);
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t i = 0; i < Dk; ++i)
@@ -411,8 +418,8 @@ void retention_reference(const float* q, const float* k, const float* v, double*
     std::vector<double> aug(Dv + 1, 0.0);
     for (int64_t i = 0; i < Dk; ++i)
       for (int64_t j = 0; j <= Dv; ++j) aug[j] += q[t * Dk + i] * S[i * (Dv + 1) + j];
-    double inv = 1.0 / std::sqrt(retention_decay_sum(gamma, t));
-    double c = std::max(std::fabs(aug[Dv]) * inv, 1.0);
+    double inv = normalize_scores ? 1.0 / std::sqrt(retention_decay_sum(gamma, t)) : 1.0;
+    double c = normalize_scores ? std::max(std::fabs(aug[Dv]) * inv, 1.0) : 1.0;
     for (int64_t j = 0; j < Dv; ++j) out[t * Dv + j] = aug[j] * inv / c;
   }
 }
