@@ -1,0 +1,212 @@
+// The retention options that flash-linear-attention's RetNet uses (half-split rotation, plain
+// retention without score normalisation, a head norm weight, no output gate, a q/k width apart
+// from d): every form agrees with the parallel one, the gradients agree between the training forms
+// and predict the loss change, and the pieces match their definitions.
+#include <cmath>
+
+#include "retnet/core/error.h"
+#include "retnet/mixers/retention.h"
+#include "retnet/model/forward.h"
+#include "retnet/model/training.h"
+#include "retnet/ops/rotation.h"
+#include "test_helpers.h"
+#include "test_support.h"
+
+using namespace retnet;
+using retnet::test::close;
+using retnet::test::model_logits;
+
+namespace {
+
+struct OptionSet {
+  const char* name;
+  void (*apply)(Config& c);
+};
+
+void fla_defaults(Config& c) {
+  c.rotary = RotaryStyle::HalfSplit;
+  c.normalize_scores = false;
+  c.head_norm_weight = true;
+  c.activation = Activation::Swish;
+}
+
+const OptionSet kOptionSets[] = {
+    {"half_split", [](Config& c) { c.rotary = RotaryStyle::HalfSplit; }},
+    {"unnormalised", [](Config& c) { c.normalize_scores = false; }},
+    {"head_norm_weight", [](Config& c) { c.head_norm_weight = true; }},
+    {"fla", fla_defaults},
+    {"fla_no_gate",
+     [](Config& c) {
+       fla_defaults(c);
+       c.output_gate = false;
+     }},
+    {"fla_wide_keys",
+     [](Config& c) {
+       fla_defaults(c);
+       c.key_embed_dim = 2 * c.embed_dim;
+     }},
+    {"fla_narrow_keys_theta",
+     [](Config& c) {
+       fla_defaults(c);
+       c.key_embed_dim = c.embed_dim / 2;
+       c.rope_theta = 500.0;
+     }},
+};
+
+Config options_config(const OptionSet& o) {
+  Config c = test::model_config(32, 64, 4, 48, 2, 40);
+  c.layernorm_eps = 1e-6;
+  o.apply(c);
+  return c;
+}
+
+// Init gives every head norm weight 1; spread them so the weight matters.
+Model options_model(const Config& c, uint64_t seed) {
+  Model m = Model::init(c, seed);
+  const std::vector<float> spread = test::random_vector(c.head_value_dim(), seed, 0.5, 7);
+  for (const auto& L : m.tensors().layers)
+    for (size_t i : L.mixer_tensors) {
+      if (i == kNoTensor) continue;
+      float* w = m.params().tensor(i);
+      for (int64_t j = 0; j < c.head_value_dim(); ++j) w[j] += spread[j];
+    }
+  return m;
+}
+
+std::vector<int32_t> tokens_for(int64_t n, int64_t vocab) {
+  std::vector<int32_t> t(n);
+  for (int64_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>((i * 7919 + i / 3) % vocab);
+  return t;
+}
+
+}  // namespace
+
+class RetentionOptions : public ::testing::TestWithParam<OptionSet> {};
+
+TEST_P(RetentionOptions, FormsAgree) {
+  const Config c = options_config(GetParam());
+  const Model m = options_model(c, 5);
+  for (int64_t T : {1, 7, 70})
+    for (int64_t B : {1, 3}) {
+      auto tok = tokens_for(B * T, c.vocab_size);
+      auto ref = model_logits(m, tok, B, Form::Parallel);
+      SCOPED_TRACE(::testing::Message() << GetParam().name << " B=" << B << " T=" << T);
+      EXPECT_TRUE(close(model_logits(m, tok, B, Form::Recurrent), ref, 1e-5)) << "recurrent";
+      EXPECT_TRUE(close(model_logits(m, tok, B, Form::Scan), ref, 1e-5)) << "scan";
+      for (int64_t chunk : {5, 64})
+        EXPECT_TRUE(close(model_logits(m, tok, B, Form::Chunkwise, chunk), ref, 1e-5))
+            << "chunk " << chunk;
+    }
+}
+
+TEST_P(RetentionOptions, GradientsAgreeAndPredictTheLossChange) {
+  Model m = options_model(options_config(GetParam()), 11);
+  const int64_t B = 2, T = 19, V = m.config().vocab_size;
+  std::vector<int32_t> tok(B * T), tgt(B * T);
+  for (int64_t i = 0; i < B * T; ++i) tok[i] = (i * 7 + 3) % V, tgt[i] = (i * 11 + 1) % V;
+  Arena arena;
+  ParamBuffer gp(m.params().layout()), gc(m.params().layout());
+  TrainingOptions chunk;
+  chunk.form = Form::Chunkwise;
+  chunk.chunk = 6;
+  const double lp = loss_and_gradients(m, tok.data(), tgt.data(), B, T, {}, arena, &gp);
+  const double lc = loss_and_gradients(m, tok.data(), tgt.data(), B, T, chunk, arena, &gc);
+  EXPECT_NEAR(lp, lc, 1e-5 * lp);
+  EXPECT_TRUE(close(std::vector<float>(gc.data(), gc.data() + gc.size()),
+                    std::vector<float>(gp.data(), gp.data() + gp.size()), 1e-5));
+  // Every tensor receives a gradient, the head norm weight included.
+  for (size_t i = 0; i < gp.layout().size(); ++i) {
+    double n2 = 0;
+    for (size_t j = 0; j < gp.layout()[i].numel; ++j) n2 += double(gp.tensor(i)[j]) * gp.tensor(i)[j];
+    EXPECT_GT(n2, 0.0) << gp.layout()[i].name;
+  }
+  // (L(p + h g) - L(p - h g)) / 2h = |g|^2.
+  double norm2 = 0;
+  for (size_t i = 0; i < gp.size(); ++i) norm2 += double(gp.data()[i]) * gp.data()[i];
+  // A step of 1e-4 in parameter space: without the gate's damping the loss curves enough that
+  // 1e-3 leaves a 0.1% second-order error.
+  const double h = 1e-4 / std::sqrt(norm2);
+  std::vector<float> p0(m.params().data(), m.params().data() + m.params().size());
+  auto loss_at = [&](double t) {
+    for (size_t i = 0; i < p0.size(); ++i) m.params().data()[i] = p0[i] + float(t * gp.data()[i]);
+    return loss_and_gradients(m, tok.data(), tgt.data(), B, T, {}, arena, nullptr);
+  };
+  EXPECT_NEAR((loss_at(h) - loss_at(-h)) / (2 * h), norm2, 5e-4 * norm2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fla, RetentionOptions, ::testing::ValuesIn(kOptionSets),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(RetentionOptions, UnnormalisedKernelIsPlainRetention) {
+  // o_n = sum_m gamma^(n-m) (q_n . k_m) v_m, every form, against the double reference and the
+  // literal sum.
+  const int64_t T = 23, Dk = 4, Dv = 3;
+  test::HeadInputs in(1, T, 1, Dk, Dv, 3, 1.0, 1.0);
+  const double gamma = 0.9;
+  std::vector<double> ref(T * Dv);
+  retention_reference(in.q.data(), in.k.data(), in.v.data(), ref.data(), T, Dk, Dv, gamma, false);
+  for (int64_t n = 0; n < T; ++n)
+    for (int64_t j = 0; j < Dv; ++j) {
+      double s = 0;
+      for (int64_t m = 0; m <= n; ++m) {
+        double dot = 0;
+        for (int64_t i = 0; i < Dk; ++i) dot += double(in.q[n * Dk + i]) * in.k[m * Dk + i];
+        s += std::pow(gamma, double(n - m)) * dot * in.v[m * Dv + j];
+      }
+      EXPECT_NEAR(ref[n * Dv + j], s, 1e-12 * (1 + std::fabs(s)));
+    }
+  std::vector<float> expect(ref.begin(), ref.end());
+  for (Form form : {Form::Parallel, Form::Recurrent, Form::Chunkwise, Form::Scan}) {
+    std::vector<float> out(T * Dv, NAN), state(Dk * (Dv + 1), 0.f);
+    RetentionArgs a;
+    a.q = in.view(in.q, Dk);
+    a.k = in.view(in.k, Dk);
+    a.v = in.view(in.v, Dv);
+    a.out = in.view(out, Dv);
+    a.gammas = &gamma;
+    a.state = state.data();
+    a.chunk = 5;
+    a.normalize_scores = false;
+    Arena arena(retention_workspace_floats(form, 1, T, 1, Dk, Dv, a.chunk, 0));
+    retention_forward(form, a, arena);
+    EXPECT_TRUE(close(out, expect, 1e-5)) << form_name(form);
+  }
+}
+
+TEST(RetentionOptions, HalfSplitRotationPairsHalves) {
+  // x[i] and x[i + Dk/2] rotate by n * base^(-2i/Dk), as GPT-NeoX's rotate_half.
+  const int64_t Dk = 8, T = 5, half = Dk / 2;
+  const std::vector<double> theta = half_split_rotation_thetas(Dk, 10000.0);
+  for (int64_t i = 0; i < half; ++i) EXPECT_DOUBLE_EQ(theta[i], std::pow(10000.0, -2.0 * i / Dk));
+  std::vector<float> x = test::random_vector(T * Dk, 4, 1.0, 0), y = x;
+  std::vector<float> table(T * Dk);
+  rotation_table(theta, 1, T, nullptr, table.data());
+  rotate_with_table(y.data(), Dk, 1, T, 1, Dk, table.data(), 0, RotationDirection::Forward,
+                    RotationPairs::HalfSplit);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < half; ++i) {
+      const double c = std::cos(t * theta[i]), s = std::sin(t * theta[i]);
+      const double a = x[t * Dk + i], b = x[t * Dk + i + half];
+      EXPECT_NEAR(y[t * Dk + i], a * c - b * s, 1e-6);
+      EXPECT_NEAR(y[t * Dk + i + half], b * c + a * s, 1e-6);
+    }
+  rotate_with_table(y.data(), Dk, 1, T, 1, Dk, table.data(), 0, RotationDirection::Inverse,
+                    RotationPairs::HalfSplit);
+  EXPECT_TRUE(close(y, x, 1e-6));
+}
+
+TEST(RetentionOptions, ConfigRoundTripsAndOtherMixersRefuseThem) {
+  Config c = options_config(kOptionSets[5]);
+  const Config back = Config::from_json(c.to_json());
+  EXPECT_EQ(back.to_json(), c.to_json());
+  EXPECT_EQ(back.key_embed_dim, 64);
+  EXPECT_EQ(back.rotary, RotaryStyle::HalfSplit);
+  EXPECT_FALSE(back.normalize_scores);
+  EXPECT_TRUE(back.head_norm_weight);
+  EXPECT_EQ(Model::init(c, 1).parameter_count(), c.parameter_count());
+  EXPECT_THROW(Config::from_json(R"({"mixer": "linear", "normalize_scores": false})"), Error);
+  EXPECT_THROW(Config::from_json(R"({"mixer": "aft", "output_gate": false})"), Error);
+  EXPECT_THROW(Config::from_json(R"({"rotary": "neox"})"), Error);
+  EXPECT_THROW(Config::from_json(R"({"rope_theta": -1})"), Error);
+  EXPECT_THROW(Config::from_json(R"({"key_embed_dim": 30, "decoder_retention_heads": 4})"), Error);
+}
