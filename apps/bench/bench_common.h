@@ -45,10 +45,7 @@ State synthetic_state(const Model& m, int64_t batch, int64_t position, int64_t r
 nlohmann::json machine_json();
 // MemTotal / MemAvailable of /proc/meminfo in bytes (0 if unreadable).
 int64_t meminfo_bytes(const char* field);
-// Peak resident set size of this process (VmHWM of /proc/self/status), bytes.
-int64_t peak_rss_bytes();
-// Current resident set size (VmRSS of /proc/self/status), bytes.
-int64_t current_rss_bytes();
+// peak_rss_bytes(), current_rss_bytes(): retnet/core/process_memory.h.
 // The git commit of the source tree: `git rev-parse HEAD` in the source directory at run time if
 // that works ("+dirty" appended when the tree has changes), else the commit CMake saw at configure
 // time, else "unknown".

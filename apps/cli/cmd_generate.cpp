@@ -39,12 +39,6 @@ std::vector<int32_t> encode_prompt(const Tokenizer& tok, const std::string& text
   return ids;
 }
 
-double peak_rss_bytes() {
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  return 1024.0 * static_cast<double>(ru.ru_maxrss);
-}
-
 // Median step latency in a window of 16 steps around each reported position.
 nlohmann::json latency_by_position(const std::vector<StepLatency>& steps) {
   nlohmann::json out = nlohmann::json::object();
@@ -230,7 +224,7 @@ void register_generate(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "generate",
       "Generate text: chunkwise prefill of the prompt, then O(1)-per-token recurrent decoding");
-  cmd->add_option("--model,-m", a->model, "Model .safetensors file")->required();
+  cmd->add_option("--model,-m", a->model, "Model .safetensors file, or a Hugging Face directory (fla, syncdoth)")->required();
   cmd->add_option("--config-json", a->config, "Config JSON for a file that has none");
   auto* p = cmd->add_option("--prompt,-p", a->prompt, "Prompt text");
   cmd->add_option("--prompt-file,-f", a->prompt_file, "Read the prompt from a file");

@@ -15,36 +15,65 @@ void register_info(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("info", "Show a model's config, size and recurrent state size");
-  cmd->add_option("model", o->model, "Model .safetensors file")->required();
+  cmd->add_option("model", o->model, "Model .safetensors file, or a Hugging Face directory (fla, syncdoth)")->required();
   cmd->add_option("--config-json", o->config, "Config JSON for a file that has none (torchscale)");
   cmd->add_flag("--json", o->json, "Print one JSON object");
   cmd->callback([o] {
     LoadInfo li;
     Model model = load_model(o->model, optional_config(o->config), &li);
-    struct stat st {};
-    stat(o->model.c_str(), &st);
+    const double rss = static_cast<double>(current_rss_bytes());
+    int64_t file_bytes = 0;
+    for (const std::string& f : li.weight_files) {
+      struct stat st {};
+      if (stat(f.c_str(), &st) == 0) file_bytes += static_cast<int64_t>(st.st_size);
+    }
     const Config& c = model.config();
     const int64_t params = model.parameter_count();
     const int64_t state = model.state_bytes_per_sequence();
-    const auto tokenizer = load_model_tokenizer(o->model);
+    // A directory may lack a tokenizer this engine reads: say so instead of failing.
+    std::unique_ptr<Tokenizer> tokenizer;
+    std::string tokenizer_problem;
+    try {
+      tokenizer = load_model_tokenizer(o->model);
+    } catch (const Error& e) {
+      tokenizer_problem = e.what();
+    }
+    const std::string source =
+        !li.flavour.empty() ? li.flavour : li.torchscale ? "torchscale" : "retnet";
     if (o->json) {
       nlohmann::ordered_json j;
       j["config"] = nlohmann::json::parse(c.to_json());
       j["parameters"] = params;
       j["parameter_bytes"] = params * 4;
-      j["file_bytes"] = static_cast<int64_t>(st.st_size);
+      j["file_bytes"] = file_bytes;
+      j["stored_dtype"] = li.source_dtype;
+      j["weight_files"] = li.weight_files;
       j["mixer"] = c.mixer->name;
       j["state_bytes_per_sequence"] = state;
       j["cache_bytes_per_token"] = c.cache_floats_per_token() * 4;
-      j["source"] = li.torchscale ? "torchscale" : "retnet";
-      j["tokenizer"] = {{"kind", tokenizer->kind()}, {"vocab_size", tokenizer->vocab_size()}};
+      j["source"] = source;
+      if (tokenizer)
+        j["tokenizer"] = {{"kind", tokenizer->kind()}, {"vocab_size", tokenizer->vocab_size()}};
+      else
+        j["tokenizer"] = {{"error", tokenizer_problem}};
+      j["bos_token_id"] = li.bos_id;
+      j["eos_token_id"] = li.eos_id;
       j["memory_mapped"] = li.zero_copy;
+      j["load_seconds"] = li.load_seconds;
+      j["rss_bytes"] = static_cast<int64_t>(rss);
       std::printf("%s\n", j.dump(2).c_str());
       return;
     }
-    std::printf("model:        %s (%s, %s)\n", o->model.c_str(),
-                li.torchscale ? "torchscale export" : "retnet format v1",
-                li.zero_copy ? "memory-mapped, zero copy" : "converted on load");
+    const std::string layout = !li.flavour.empty() ? li.flavour + " directory, " +
+                                                         std::to_string(li.weight_files.size()) +
+                                                         " weight file(s)"
+                               : li.torchscale ? "torchscale export"
+                                               : "retnet format v1";
+    std::printf("model:        %s (%s, %s %s)\n", o->model.c_str(), layout.c_str(),
+                li.source_dtype.c_str(),
+                li.zero_copy ? "memory-mapped, zero copy" : "converted to float32 on load");
+    std::printf("loaded in:    %.3f s; resident memory %s\n", li.load_seconds,
+                human_bytes(rss).c_str());
     std::printf("config:       %s\n", c.to_json().c_str());
     std::printf(
         "layers %lld, d %lld, value dim %lld, heads %lld (d_k %lld, d_v %lld), ffn %lld, "
@@ -52,16 +81,22 @@ void register_info(CLI::App& app) {
         (long long)c.layers, (long long)c.embed_dim, (long long)c.value_embed_dim,
         (long long)c.heads, (long long)c.key_dim(), (long long)c.head_value_dim(),
         (long long)c.ffn_dim, (long long)c.vocab_size);
-    std::printf("tokenizer:    %s, %lld tokens\n", tokenizer->kind().c_str(),
-                (long long)tokenizer->vocab_size());
+    if (tokenizer)
+      std::printf("tokenizer:    %s, %lld tokens\n", tokenizer->kind().c_str(),
+                  (long long)tokenizer->vocab_size());
+    else
+      std::printf("tokenizer:    none (%s)\n", tokenizer_problem.c_str());
+    if (li.bos_id >= 0 || li.eos_id >= 0)
+      std::printf("bos / eos:    %lld / %lld\n", (long long)li.bos_id, (long long)li.eos_id);
     std::printf("mixer:        %s (%s)\n", c.mixer->name, c.mixer->summary);
     if (c.mixer->decays_by_head) {
       std::printf("decay gamma:  ");
       for (double g : model.gammas()) std::printf("%.8f ", g);
       std::printf("\n");
     }
-    std::printf("parameters:   %lld (%s as float32; file %s)\n", (long long)params,
-                human_bytes(4.0 * params).c_str(), human_bytes(double(st.st_size)).c_str());
+    std::printf("parameters:   %lld (%s as float32; stored %s in %s)\n", (long long)params,
+                human_bytes(4.0 * params).c_str(), human_bytes(double(li.stored_bytes)).c_str(),
+                li.source_dtype.c_str());
     if (c.cache_floats_per_token() > 0)
       std::printf(
           "state:        a cache of %s per token per sequence (every earlier key and "

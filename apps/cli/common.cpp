@@ -33,6 +33,7 @@ std::vector<int32_t> parse_token_list(const std::string& text) {
 
 void apply_threads(int threads) { set_num_threads(threads); }
 
+
 std::optional<Config> optional_config(const std::string& path) {
   if (path.empty()) return std::nullopt;
   return Config::from_file(path);

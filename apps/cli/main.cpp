@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   retnet::cli::register_init(app);
   retnet::cli::register_info(app);
+  retnet::cli::register_export(app);
   retnet::cli::register_logits(app);
   retnet::cli::register_demo(app);
   retnet::cli::register_grad(app);

@@ -2,7 +2,8 @@
 // The public C++ API of the engine: what the `retnet` command, and any program or binding built on
 // the engine, use. Internals (arenas, state views, kernels) stay behind it.
 //
-//   Model        a config and its parameters: Model::init, load_model, save_model (model files)
+//   Model        a config and its parameters: Model::init, load_model, save_model (model files,
+//                Hugging Face directories of fla and syncdoth: save_hf_directory to export)
 //   ModelRunner  logits in any form, losses, gradients and evaluation over whole sequences
 //   Session      decoding: prefill, batched recurrent steps, sampling, fork, snapshots, state files
 //   generate     the generation loop over a session (stop strings, streaming, stats)
@@ -19,11 +20,13 @@
 #include "retnet/core/npy.h"
 #include "retnet/core/gemm.h"
 #include "retnet/core/parallel.h"
+#include "retnet/core/process_memory.h"
 #include "retnet/core/read_file.h"
 #include "retnet/core/safetensors.h"
 #include "retnet/infer/generator.h"
 #include "retnet/infer/session.h"
 #include "retnet/model/config.h"
+#include "retnet/model/hf_directory.h"
 #include "retnet/model/mixer.h"
 #include "retnet/model/model.h"
 #include "retnet/model/model_io.h"

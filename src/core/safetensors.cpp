@@ -225,8 +225,11 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   for (const auto& t : tensors) {
     size_t n = 1;
     for (int64_t d : t.shape) n *= static_cast<size_t>(d);
-    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + 4 * n}}};
-    offset += 4 * n;
+    const size_t bytes = (t.bf16 ? 2 : 4) * n;
+    header[t.name] = {{"dtype", t.bf16 ? "BF16" : "F32"},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
   }
   std::string h = header.dump();
   // Pad with spaces (allowed by the format) so the data section starts 64-byte aligned.
@@ -239,7 +242,10 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   for (const auto& t : tensors) {
     size_t n = 1;
     for (int64_t d : t.shape) n *= static_cast<size_t>(d);
-    bytes.append(reinterpret_cast<const char*>(t.data), 4 * n);
+    if (t.bf16)
+      bytes.append(reinterpret_cast<const char*>(t.bf16), 2 * n);
+    else
+      bytes.append(reinterpret_cast<const char*>(t.data), 4 * n);
   }
   write_file_atomically(path, bytes);
 }

@@ -1,11 +1,14 @@
 #include "retnet/model/model_io.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <set>
 
 #include "retnet/core/error.h"
 #include "retnet/core/safetensors.h"
+#include "retnet/model/hf_directory.h"
 #include "retnet/ops/rotation.h"
 
 namespace retnet {
@@ -51,8 +54,50 @@ void check_rel_pos_buffers(const SafetensorsFile& file, const std::string& prefi
 
 }  // namespace
 
+namespace {
+
+Model load_directory(const std::string& path, const std::optional<Config>& config_override,
+                     LoadInfo* info) {
+  RETNET_CHECK(is_hf_directory(path), "'{}' is a directory without a config.json", path);
+  RETNET_CHECK(!config_override, "'{}': a model directory carries its config.json; --config-json "
+                                 "is for single files",
+               path);
+  HfLoadInfo hi;
+  Model model = load_hf_directory(path, &hi);
+  if (info) {
+    info->flavour = hf_flavour_name(hi.hf.flavour);
+    info->weight_files = hi.weight_files;
+    info->stored_bytes = hi.stored_bytes;
+    info->bos_id = hi.hf.bos_id;
+    info->eos_id = hi.hf.eos_id;
+    for (const auto& [dtype, count] : hi.stored_dtypes)
+      info->source_dtype += (info->source_dtype.empty() ? "" : "+") + dtype;
+  }
+  return model;
+}
+
+Model load_file(const std::string& path, const std::optional<Config>& config_override,
+                LoadInfo* info);
+
+}  // namespace
+
 Model load_model(const std::string& path, const std::optional<Config>& config_override,
                  LoadInfo* info) {
+  const auto start = std::chrono::steady_clock::now();
+  std::error_code ec;
+  Model model = std::filesystem::is_directory(path, ec)
+                    ? load_directory(path, config_override, info)
+                    : load_file(path, config_override, info);
+  if (info)
+    info->load_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return model;
+}
+
+namespace {
+
+Model load_file(const std::string& path, const std::optional<Config>& config_override,
+                LoadInfo* info) {
   SafetensorsFile file = SafetensorsFile::open(path);
   LoadInfo li;
   const auto& meta = file.metadata();
@@ -133,9 +178,13 @@ Model load_model(const std::string& path, const std::optional<Config>& config_ov
                    "'{}': tensor '{}' holds a non-finite value ({}) at index {}", path,
                    layout[i].name, w[j], j);
   }
+  li.weight_files = {path};
+  for (const auto& t : file.tensors()) li.stored_bytes += static_cast<int64_t>(t.nbytes);
   if (info) *info = li;
   return Model(config, std::move(params));
 }
+
+}  // namespace
 
 void save_model(const Model& model, const std::string& path,
                 const std::map<std::string, std::string>& extra_metadata) {

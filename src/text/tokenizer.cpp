@@ -95,6 +95,17 @@ std::unique_ptr<Tokenizer> tokenizer_from_metadata(const std::map<std::string, s
 }
 
 std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& model_path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(model_path, ec)) {  // a Hugging Face model directory
+    const fs::path spm = fs::path(model_path) / "tokenizer.model";
+    if (fs::exists(spm, ec))
+      return make_sentencepiece_tokenizer(read_whole_file(spm.string(), "tokenizer file"),
+                                          spm.string());
+    throw Error(fmt::format("'{}' has no tokenizer this engine reads (tokenizer.model); give one "
+                            "with --tokenizer",
+                            model_path));
+  }
   SafetensorsFile file = SafetensorsFile::open(model_path);
   return tokenizer_from_metadata(file.metadata(), model_path);
 }

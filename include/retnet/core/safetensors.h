@@ -49,9 +49,10 @@ struct TensorToWrite {
   std::string name;
   std::vector<int64_t> shape;
   const float* data = nullptr;
+  const uint16_t* bf16 = nullptr;  // when set, the tensor is written as BF16 from these bits
 };
 
-// Writes float32 tensors in the given order, contiguously, with the data section 64-byte aligned.
+// Writes float32 (or BF16) tensors in the given order, contiguously, with the data section 64-byte aligned.
 // Atomic: a temporary file in the same directory, fsync, rename.
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata);

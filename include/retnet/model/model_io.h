@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "retnet/model/model.h"
 
@@ -17,11 +18,17 @@ inline constexpr int kModelFormatVersion = 1;
 struct LoadInfo {
   bool zero_copy = false;    // parameters point into the file mapping
   bool torchscale = false;   // no engine metadata: a torchscale export
-  std::string source_dtype;  // dtype of the stored weights
+  std::string source_dtype;  // dtype of the stored weights ("BF16", or "F32+BF16" when mixed)
+  std::string flavour;       // a Hugging Face directory's layout ("fla", "syncdoth"), else empty
+  std::vector<std::string> weight_files;  // the files the weights came from
+  int64_t stored_bytes = 0;               // bytes of the stored weights
+  int64_t bos_id = -1, eos_id = -1;       // a directory's config ids, else -1
+  double load_seconds = 0;
 };
 
 // Loads and validates a model: every tensor by name, dtype and shape, every value finite.
-// `config` overrides (or supplies) the config; without it the file's metadata must hold one.
+// `path` is a model file (.safetensors) or a Hugging Face directory (hf_directory.h).
+// `config` overrides (or supplies) a file's config; without it the file's metadata must hold one.
 Model load_model(const std::string& path, const std::optional<Config>& config = std::nullopt,
                  LoadInfo* info = nullptr);
 

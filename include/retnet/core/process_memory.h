@@ -1,0 +1,12 @@
+#pragma once
+// This process's resident memory, for the statistics commands and benchmarks print.
+#include <cstdint>
+
+namespace retnet {
+
+// Peak resident set size (VmHWM of /proc/self/status), bytes.
+int64_t peak_rss_bytes();
+// Current resident set size (VmRSS of /proc/self/status), bytes; 0 if unreadable.
+int64_t current_rss_bytes();
+
+}  // namespace retnet

@@ -1,0 +1,238 @@
+// config.json of flash-linear-attention's and syncdoth's RetNets <-> the engine's Config.
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "retnet/core/error.h"
+#include "retnet/model/hf_directory.h"
+
+namespace retnet {
+namespace {
+
+using nlohmann::json;
+
+// Keys of transformers' PretrainedConfig and of training or other runtimes: no effect on the
+// function a model computes here.
+const std::set<std::string> kRuntimeKeys = {
+    "_name_or_path", "architectures", "auto_map", "torch_dtype", "dtype", "transformers_version",
+    "model_type", "bos_token_id", "eos_token_id", "pad_token_id", "use_cache",
+    "initializer_range", "tie_word_embeddings", "is_decoder", "return_dict",
+    "output_hidden_states", "output_attentions", "torchscript", "max_position_embeddings",
+    // fla
+    "attn_mode", "fuse_norm", "fuse_swiglu", "fuse_cross_entropy", "fuse_linear_cross_entropy",
+    "use_l2warp", "conv_size", "conv_bias",
+    // syncdoth
+    "forward_impl", "output_retentions", "z_loss_coeff", "subln", "use_ffn_rms_norm"};
+
+bool is_neutral(const json& v) { return v.is_null() || (v.is_boolean() && !v.get<bool>()); }
+
+int64_t int_key(const json& j, const char* key, const std::string& origin) {
+  RETNET_CHECK(j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() > 0,
+               "{}: '{}' must be a positive integer, got {}", origin, key,
+               j.contains(key) ? j[key].dump() : "nothing");
+  return j[key].get<int64_t>();
+}
+
+double number_key(const json& j, const char* key, double fallback, const std::string& origin) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  RETNET_CHECK(j[key].is_number(), "{}: '{}' must be a number, got {}", origin, key, j[key].dump());
+  return j[key].get<double>();
+}
+
+bool bool_key(const json& j, const char* key, bool fallback, const std::string& origin) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  RETNET_CHECK(j[key].is_boolean(), "{}: '{}' must be true or false, got {}", origin, key,
+               j[key].dump());
+  return j[key].get<bool>();
+}
+
+int64_t optional_id(const json& j, const char* key) {
+  if (!j.contains(key) || !j[key].is_number_integer()) return -1;
+  return j[key].get<int64_t>();
+}
+
+// A setting the engine does not implement: an Error naming it, unless it has its neutral value.
+void refuse_unless_neutral(const json& j, const char* key, const std::string& origin,
+                           const char* why) {
+  if (j.contains(key) && !is_neutral(j[key]))
+    throw Error(fmt::format("{}: '{}' = {} is not supported: {}", origin, key, j[key].dump(), why));
+}
+
+// fla's width rule: int(hidden * ratio) (a float ratio in the file).
+int64_t expanded(int64_t hidden, double ratio, const char* key, const std::string& origin) {
+  const double w = static_cast<double>(hidden) * ratio;
+  RETNET_CHECK(ratio > 0 && w >= 1 && w < double(int64_t{1} << 40),
+               "{}: '{}' = {} gives no usable width", origin, key, ratio);
+  return static_cast<int64_t>(w);
+}
+
+HfModelConfig parse_fla(const json& j, const std::string& origin) {
+  static const std::set<std::string> known = {
+      "hidden_size", "num_hidden_layers", "num_heads", "num_kv_heads", "expand_k", "expand_v",
+      "hidden_ratio", "intermediate_size", "vocab_size", "norm_eps", "hidden_act",
+      "elementwise_affine", "use_output_gate", "feature_map", "use_short_conv", "attn",
+      "attnres_block_size"};
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (!known.count(it.key()) && !kRuntimeKeys.count(it.key()) && !is_neutral(it.value()))
+      throw Error(fmt::format("{}: unknown key '{}' = {} (this engine implements fla's RetNet "
+                              "without it; remove it if it does not change the model)",
+                              origin, it.key(), it.value().dump()));
+  refuse_unless_neutral(j, "use_short_conv", origin, "short convolutions are not implemented");
+  refuse_unless_neutral(j, "feature_map", origin, "feature maps on q and k are not implemented");
+  refuse_unless_neutral(j, "attn", origin,
+                        "hybrid models with softmax-attention layers are not implemented");
+  refuse_unless_neutral(j, "attnres_block_size", origin, "attention residuals are not implemented");
+  HfModelConfig h;
+  h.flavour = HfFlavour::Fla;
+  Config& c = h.config;
+  c.embed_dim = int_key(j, "hidden_size", origin);
+  c.layers = int_key(j, "num_hidden_layers", origin);
+  c.heads = int_key(j, "num_heads", origin);
+  c.vocab_size = int_key(j, "vocab_size", origin);
+  if (j.contains("num_kv_heads") && !j["num_kv_heads"].is_null())
+    RETNET_CHECK(j["num_kv_heads"] == j["num_heads"],
+                 "{}: 'num_kv_heads' = {} is not supported: keys and values shared by groups of "
+                 "heads are not implemented (only num_kv_heads = num_heads)",
+                 origin, j["num_kv_heads"].dump());
+  c.key_embed_dim = expanded(c.embed_dim, number_key(j, "expand_k", 1.0, origin), "expand_k", origin);
+  c.value_embed_dim = expanded(c.embed_dim, number_key(j, "expand_v", 2.0, origin), "expand_v", origin);
+  if (j.contains("intermediate_size") && !j["intermediate_size"].is_null()) {
+    c.ffn_dim = int_key(j, "intermediate_size", origin);
+  } else {
+    const double ratio = number_key(j, "hidden_ratio", 4.0, origin);  // GatedMLP's default
+    const int64_t n = static_cast<int64_t>(static_cast<double>(c.embed_dim) * ratio * 2 / 3);
+    c.ffn_dim = 256 * ((n + 255) / 256);
+  }
+  const std::string act = j.contains("hidden_act") && j["hidden_act"].is_string()
+                              ? j["hidden_act"].get<std::string>()
+                              : "swish";
+  RETNET_CHECK(act == "swish" || act == "silu",
+               "{}: 'hidden_act' = \"{}\" is not supported (the engine implements swish)", origin,
+               act);
+  c.activation = Activation::Swish;
+  c.layernorm_eps = number_key(j, "norm_eps", 1e-6, origin);
+  c.head_norm_weight = bool_key(j, "elementwise_affine", true, origin);
+  c.output_gate = bool_key(j, "use_output_gate", true, origin);
+  c.rotary = RotaryStyle::HalfSplit;
+  c.rope_theta = 10000.0;
+  c.normalize_scores = false;
+  c.decay = DecaySchedule::Torchscale;
+  c.no_scale_embedding = true;
+  if (c.key_embed_dim == c.embed_dim) c.key_embed_dim = 0;
+  h.tied_embeddings = bool_key(j, "tie_word_embeddings", false, origin);
+  return h;
+}
+
+HfModelConfig parse_syncdoth(json j, const std::string& origin) {
+  HfModelConfig h;
+  h.flavour = HfFlavour::Syncdoth;
+  RETNET_CHECK(bool_key(j, "use_glu", true, origin),
+               "{}: 'use_glu' = false is not supported (the engine's FFN is the gated one)", origin);
+  const bool lm_decay = bool_key(j, "use_lm_decay", false, origin);
+  h.tied_embeddings = bool_key(j, "tie_word_embeddings", false, origin);
+  for (const char* key : {"use_glu", "use_lm_decay"}) j.erase(key);
+  for (const std::string& key : kRuntimeKeys) j.erase(key);
+  if (lm_decay) j["decay"] = "paper";
+  h.config = Config::from_json(j.dump(), origin);
+  return h;
+}
+
+}  // namespace
+
+const char* hf_flavour_name(HfFlavour f) { return f == HfFlavour::Fla ? "fla" : "syncdoth"; }
+
+HfModelConfig parse_hf_config(const std::string& text, const std::string& origin) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("{}: not valid JSON: {}", origin, e.what()));
+  }
+  RETNET_CHECK(j.is_object(), "{}: expected a JSON object", origin);
+  if (j.contains("model_type") && j["model_type"].is_string())
+    RETNET_CHECK(j["model_type"] == "retnet",
+                 "{}: 'model_type' = {} is not a RetNet (expected \"retnet\")", origin,
+                 j["model_type"].dump());
+  HfModelConfig h;
+  if (j.contains("hidden_size"))
+    h = parse_fla(j, origin);
+  else if (j.contains("decoder_embed_dim"))
+    h = parse_syncdoth(j, origin);
+  else
+    throw Error(fmt::format("{}: neither 'hidden_size' (flash-linear-attention) nor "
+                            "'decoder_embed_dim' (syncdoth, torchscale): not a RetNet config",
+                            origin));
+  h.bos_id = optional_id(j, "bos_token_id");
+  h.eos_id = optional_id(j, "eos_token_id");
+  h.pad_id = optional_id(j, "pad_token_id");
+  try {
+    h.config.validate();
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", origin, e.what()));
+  }
+  return h;
+}
+
+std::string hf_config_json(const Config& c, HfFlavour flavour, int64_t bos, int64_t eos,
+                           int64_t pad) {
+  RETNET_CHECK(c.mixer == &default_mixer(),
+               "the {} layout holds retention models only (this model's mixer: {})",
+               hf_flavour_name(flavour), c.mixer->name);
+  auto refuse = [&](bool cannot, const char* option) {
+    RETNET_CHECK(!cannot, "the {} layout cannot express this model's {}",
+                 hf_flavour_name(flavour), option);
+  };
+  nlohmann::ordered_json j;
+  if (flavour == HfFlavour::Fla) {
+    refuse(c.rotary != RotaryStyle::HalfSplit || c.rope_theta != 10000.0,
+           "rotation (fla rotates half-split pairs with base 10000: rotary \"half_split\")");
+    refuse(c.normalize_scores, "score normalisation (fla's retention has none)");
+    refuse(c.decay != DecaySchedule::Torchscale, "decay schedule (fla uses 1 - 2^(-5-h))");
+    refuse(c.activation != Activation::Swish, "activation (fla's FFN is SwiGLU)");
+    refuse(!c.no_scale_embedding, "embedding scale");
+    refuse(c.key_dim() > 256, "key dim per head above 256");
+    const double d = static_cast<double>(c.embed_dim);
+    j["model_type"] = "retnet";
+    j["architectures"] = {"RetNetForCausalLM"};
+    j["hidden_size"] = c.embed_dim;
+    j["num_hidden_layers"] = c.layers;
+    j["num_heads"] = c.heads;
+    j["num_kv_heads"] = nullptr;
+    j["expand_k"] = static_cast<double>(c.qk_width()) / d;
+    j["expand_v"] = static_cast<double>(c.value_embed_dim) / d;
+    j["intermediate_size"] = c.ffn_dim;
+    j["hidden_act"] = "swish";
+    j["use_output_gate"] = c.output_gate;
+    j["elementwise_affine"] = c.head_norm_weight;
+    j["norm_eps"] = c.layernorm_eps;
+    j["feature_map"] = nullptr;
+    j["use_short_conv"] = false;
+    j["attn"] = nullptr;
+    j["tie_word_embeddings"] = false;
+    j["vocab_size"] = c.vocab_size;
+    // expand_k and expand_v must give the widths back through int(hidden * ratio).
+    refuse(static_cast<int64_t>(d * (static_cast<double>(c.qk_width()) / d)) != c.qk_width() ||
+               static_cast<int64_t>(d * (static_cast<double>(c.value_embed_dim) / d)) !=
+                   c.value_embed_dim,
+           "q/k or value width (not an exact multiple of hidden_size)");
+  } else {
+    refuse(c.rotary != RotaryStyle::Torchscale, "half-split rotation");
+    refuse(!c.normalize_scores, "retention without score normalisation");
+    refuse(c.head_norm_weight, "head norm weight");
+    refuse(!c.output_gate, "retention without output gate");
+    refuse(c.qk_width() != c.embed_dim, "q/k width apart from decoder_embed_dim");
+    j = nlohmann::ordered_json::parse(c.to_json());
+    j.erase("decay");
+    j["use_lm_decay"] = c.decay == DecaySchedule::Paper;
+    j["use_glu"] = true;
+    j["model_type"] = "retnet";
+    j["architectures"] = {"RetNetForCausalLM"};
+    j["tie_word_embeddings"] = false;
+  }
+  if (bos >= 0) j["bos_token_id"] = bos;
+  if (eos >= 0) j["eos_token_id"] = eos;
+  if (pad >= 0) j["pad_token_id"] = pad;
+  return j.dump(2);
+}
+
+}  // namespace retnet

@@ -1,0 +1,222 @@
+// Hugging Face model directories: tensor names, shards and their index, loading and writing.
+#include "retnet/model/hf_directory.h"
+
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+
+#include "retnet/core/error.h"
+#include "retnet/core/half.h"
+#include "retnet/core/read_file.h"
+#include "retnet/core/safetensors.h"
+#include "retnet/model/model.h"
+
+namespace retnet {
+namespace fs = std::filesystem;
+namespace {
+
+// The engine's names inside one layer (after "layers.N.") and fla's.
+const std::pair<const char*, const char*> kFlaLayerNames[] = {
+    {"retention.q_proj.weight", "attn.q_proj.weight"},
+    {"retention.k_proj.weight", "attn.k_proj.weight"},
+    {"retention.v_proj.weight", "attn.v_proj.weight"},
+    {"retention.g_proj.weight", "attn.g_proj.weight"},
+    {"retention.out_proj.weight", "attn.o_proj.weight"},
+    {"retention.head_norm.weight", "attn.g_norm_swish_gate.weight"},
+    {"retention_layer_norm.weight", "attn_norm.weight"},
+    {"ffn.fc1.weight", "mlp.gate_proj.weight"},  // swish(gate_proj x) * up_proj x
+    {"ffn.gate.weight", "mlp.up_proj.weight"},
+    {"ffn.fc2.weight", "mlp.down_proj.weight"},
+    {"final_layer_norm.weight", "mlp_norm.weight"},
+};
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  return "[" + fmt::format("{}", fmt::join(s, ", ")) + "]";
+}
+
+// Other names a file may use for a tensor: fla writes the head norm as g_norm without the fused
+// gate (fuse_norm false, or no output gate).
+std::vector<std::string> accepted_names(const std::string& engine_name, HfFlavour flavour) {
+  std::vector<std::string> names = {hf_tensor_name(engine_name, flavour)};
+  const std::string fused = "attn.g_norm_swish_gate.weight";
+  const std::string& n = names[0];
+  if (flavour == HfFlavour::Fla && n.size() > fused.size() &&
+      n.compare(n.size() - fused.size(), fused.size(), fused) == 0)
+    names.push_back(n.substr(0, n.size() - fused.size()) + "attn.g_norm.weight");
+  return names;
+}
+
+// The weight files: the index's shards (every one must exist and hold what the index says), or
+// model.safetensors.
+struct Shards {
+  std::vector<std::string> files;
+  std::vector<SafetensorsFile> opened;
+  std::map<std::string, const SafetensorsTensor*> by_name;
+  std::map<std::string, std::string> file_of;  // tensor -> file
+};
+
+Shards open_shards(const std::string& dir) {
+  Shards s;
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  std::map<std::string, std::string> weight_map;
+  if (fs::exists(index)) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(read_file(index.string(), "shard index"));
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(fmt::format("{}: not valid JSON: {}", index.string(), e.what()));
+    }
+    RETNET_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
+                 "{}: no 'weight_map' object", index.string());
+    std::set<std::string> files;
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+      RETNET_CHECK(it.value().is_string(), "{}: weight_map['{}'] is not a file name",
+                   index.string(), it.key());
+      const std::string file = it.value().get<std::string>();
+      RETNET_CHECK(file.find('/') == std::string::npos && file != ".." && !file.empty(),
+                   "{}: weight_map['{}'] = '{}' is not a file in the directory", index.string(),
+                   it.key(), file);
+      weight_map[it.key()] = file;
+      files.insert(file);
+    }
+    s.files.assign(files.begin(), files.end());
+  } else if (fs::exists(fs::path(dir) / "model.safetensors")) {
+    s.files = {"model.safetensors"};
+  } else {
+    throw Error(fmt::format("'{}' has neither model.safetensors nor model.safetensors.index.json",
+                            dir));
+  }
+  s.opened.reserve(s.files.size());
+  for (const std::string& f : s.files) {
+    const fs::path p = fs::path(dir) / f;
+    RETNET_CHECK(fs::exists(p), "'{}': the shard '{}' named by the index is missing", dir, f);
+    s.opened.push_back(SafetensorsFile::open(p.string()));
+  }
+  for (size_t i = 0; i < s.opened.size(); ++i)
+    for (const SafetensorsTensor& t : s.opened[i].tensors()) {
+      RETNET_CHECK(!s.by_name.count(t.name), "'{}': tensor '{}' is stored twice ({} and {})", dir,
+                   t.name, s.file_of[t.name], s.files[i]);
+      s.by_name[t.name] = &t;
+      s.file_of[t.name] = s.files[i];
+    }
+  for (const auto& [name, file] : weight_map) {
+    auto it = s.file_of.find(name);
+    RETNET_CHECK(it != s.file_of.end() && it->second == file,
+                 "{}: the index puts tensor '{}' in '{}', which does not hold it", index.string(),
+                 name, file);
+  }
+  return s;
+}
+
+void check_finite(const float* w, size_t n, const std::string& file, const std::string& name) {
+  for (size_t j = 0; j < n; ++j)
+    RETNET_CHECK(std::isfinite(w[j]), "'{}': tensor '{}' holds a non-finite value ({}) at index {}",
+                 file, name, w[j], j);
+}
+
+}  // namespace
+
+std::string hf_tensor_name(const std::string& engine_name, HfFlavour flavour) {
+  if (engine_name == "output_projection.weight") return "lm_head.weight";
+  if (flavour == HfFlavour::Syncdoth) return "model." + engine_name;
+  if (engine_name == "embed_tokens.weight") return "model.embeddings.weight";
+  if (engine_name == "layer_norm.weight") return "model.norm.weight";
+  static const std::regex layer(R"(layers\.(\d+)\.(.*))");
+  std::smatch m;
+  if (std::regex_match(engine_name, m, layer))
+    for (const auto& [ours, theirs] : kFlaLayerNames)
+      if (m[2] == ours) return "model.layers." + m[1].str() + "." + theirs;
+  throw Error(fmt::format("tensor '{}' has no name in flash-linear-attention's layout", engine_name));
+}
+
+bool is_hf_directory(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec) && fs::exists(fs::path(path) / "config.json", ec);
+}
+
+Model load_hf_directory(const std::string& dir, HfLoadInfo* info) {
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  HfLoadInfo li;
+  li.hf = parse_hf_config(read_file(config_path, "model config"), config_path);
+  const HfFlavour flavour = li.hf.flavour;
+  const Config& config = li.hf.config;
+  Shards shards = open_shards(dir);
+  li.weight_files = shards.files;
+
+  ParamLayout layout = make_param_layout(config);
+  ParamBuffer params(layout);
+  std::set<std::string> used;
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const ParamEntry& e = layout[i];
+    const SafetensorsTensor* t = nullptr;
+    std::string name;
+    for (const std::string& candidate : accepted_names(e.name, flavour))
+      if (auto it = shards.by_name.find(candidate); it != shards.by_name.end()) {
+        t = it->second;
+        name = candidate;
+        break;
+      }
+    if (t == nullptr && e.name == "output_projection.weight" && li.hf.tied_embeddings) {
+      name = hf_tensor_name("embed_tokens.weight", flavour);  // the head is the embedding
+      t = shards.by_name.count(name) ? shards.by_name[name] : nullptr;
+    }
+    RETNET_CHECK(t != nullptr, "'{}' has no tensor '{}' ({} layout, {} layers)", dir,
+                 hf_tensor_name(e.name, flavour), hf_flavour_name(flavour), config.layers);
+    const std::string& file = shards.file_of[name];
+    RETNET_CHECK(t->dtype == "F32" || t->dtype == "F16" || t->dtype == "BF16",
+                 "'{}': tensor '{}' has dtype {}; expected F32, F16 or BF16", file, name, t->dtype);
+    RETNET_CHECK(t->shape == e.shape, "'{}': tensor '{}' has shape {}; {} needs {}", file, name,
+                 shape_str(t->shape), config_path, shape_str(e.shape));
+    copy_as_float32(*t, params.tensor(i));
+    check_finite(params.tensor(i), e.numel, file, name);
+    used.insert(name);
+    ++li.stored_dtypes[t->dtype];
+    li.stored_bytes += static_cast<int64_t>(t->nbytes);
+  }
+  for (const auto& [name, t] : shards.by_name) {
+    if (used.count(name)) continue;
+    // syncdoth's rotation and decay buffers follow from the config.
+    if (flavour == HfFlavour::Syncdoth && name.rfind("model.retnet_rel_pos.", 0) == 0) continue;
+    throw Error(fmt::format("'{}': tensor '{}' is not part of a RetNet with this config ({})",
+                            shards.file_of[name], name, config_path));
+  }
+  if (info) *info = std::move(li);
+  return Model(config, std::move(params));
+}
+
+void save_hf_directory(const Model& model, const std::string& dir, HfFlavour flavour,
+                       const std::string& dtype,
+                       const std::map<std::string, std::string>& tokenizer_files, int64_t bos,
+                       int64_t eos) {
+  RETNET_CHECK(dtype == "f32" || dtype == "bf16", "--dtype must be f32 or bf16, got '{}'", dtype);
+  const std::string config = hf_config_json(model.config(), flavour, bos, eos);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  RETNET_CHECK(!ec, "cannot create '{}': {}", dir, ec.message());
+  const auto& layout = model.params().layout();
+  std::vector<TensorToWrite> tensors;
+  std::vector<std::vector<uint16_t>> halves;  // bf16 copies, alive until written
+  for (size_t i = 0; i < layout.size(); ++i) {
+    TensorToWrite t{hf_tensor_name(layout[i].name, flavour), layout[i].shape,
+                    model.params().tensor(i)};
+    if (dtype == "bf16") {
+      halves.emplace_back(layout[i].numel);
+      for (size_t j = 0; j < layout[i].numel; ++j) halves.back()[j] = float_to_bf16(t.data[j]);
+      t.bf16 = halves.back().data();
+    }
+    tensors.push_back(t);
+  }
+  write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
+  write_file_atomically((fs::path(dir) / "config.json").string(), config + "\n");
+  nlohmann::ordered_json gen;
+  if (bos >= 0) gen["bos_token_id"] = bos;
+  if (eos >= 0) gen["eos_token_id"] = eos;
+  write_file_atomically((fs::path(dir) / "generation_config.json").string(), gen.dump(2) + "\n");
+  for (const auto& [name, bytes] : tokenizer_files)
+    write_file_atomically((fs::path(dir) / name).string(), bytes);
+}
+
+}  // namespace retnet
