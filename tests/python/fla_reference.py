@@ -483,6 +483,17 @@ def torchscale_to_syncdoth(weights):
     return out
 
 
+def syncdoth_check_weights(weights, cfg):
+    """ValueError naming (in syncdoth's names) the first missing or mis-shaped tensor."""
+    import retnet_ref as R
+    R.check_config(cfg)
+    for name, shape in torchscale_to_syncdoth(R.weight_shapes(cfg)).items():
+        if name not in weights:
+            raise ValueError(f"weights: missing tensor {name}")
+        if tuple(weights[name].shape) != tuple(shape):
+            raise ValueError(f"weights: {name} has shape {list(weights[name].shape)}, expected {list(shape)}")
+
+
 def syncdoth_forward(weights, cfg, tokens, mode="parallel"):
     import retnet_ref as R
     for k, bad in SYNCDOTH_UNSUPPORTED.items():

@@ -214,8 +214,7 @@ def load_model_dir(path):
             if cfg.get(k) == bad:
                 raise ValueError(f"{path}/config.json: {k} = {bad!r} is not supported")
         try:
-            R.check_config(cfg)
-            R.check_weights(FR.syncdoth_to_torchscale(weights), cfg)
+            FR.syncdoth_check_weights(weights, cfg)
         except ValueError as e:
             raise ValueError(f"{path}: {e}") from None
     else:
