@@ -21,6 +21,12 @@ _DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4",
 _NAMES = {np.dtype(v): k for k, v in _DTYPES.items()}
 
 
+# BF16 has no numpy dtype: written from torch.bfloat16 tensors (their raw uint16 bits), read back as
+# the exact float32 values (the bits shifted into the top half of a float32).
+def _is_bf16(t):
+    return hasattr(t, "dtype") and str(t.dtype) == "torch.bfloat16"
+
+
 def _to_numpy(t):
     if hasattr(t, "detach"):  # a torch tensor, without importing torch here
         t = t.detach().cpu().numpy()
@@ -29,15 +35,21 @@ def _to_numpy(t):
 
 def write_safetensors(path, tensors, metadata=None):
     """tensors: {name: numpy array or torch tensor}, written in the given order and dtype (cast
-    before calling: the engine reads F32)."""
+    before calling: the engine reads F32). A torch.bfloat16 tensor is written as BF16."""
     header, blobs, offset = {}, [], 0
     if metadata is not None:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     for name, t in tensors.items():
-        a = _to_numpy(t)
+        if _is_bf16(t):
+            import torch
+            a = _to_numpy(t.detach().cpu().contiguous().view(dtype=torch.int16))
+            dtype_name = "BF16"
+        else:
+            a = _to_numpy(t)
+            dtype_name = None
         a = a.astype(a.dtype.newbyteorder("<"), copy=False)
         raw = a.tobytes()
-        header[name] = {"dtype": _NAMES[a.dtype], "shape": list(a.shape),
+        header[name] = {"dtype": dtype_name or _NAMES[a.dtype], "shape": list(a.shape),
                         "data_offsets": [offset, offset + len(raw)]}
         blobs.append(raw)
         offset += len(raw)
@@ -67,7 +79,7 @@ def read_safetensors(path):
     tensors = {}
     for name, info in header.items():
         try:
-            dtype = np.dtype(_DTYPES[info["dtype"]])
+            dtype = np.dtype("<u2" if info["dtype"] == "BF16" else _DTYPES[info["dtype"]])
             shape = [int(s) for s in info["shape"]]
             begin, end = (int(o) for o in info["data_offsets"])
         except (KeyError, TypeError, ValueError):
@@ -76,7 +88,10 @@ def read_safetensors(path):
         if not (0 <= begin <= end <= len(body)) or end - begin != count * dtype.itemsize:
             raise ValueError(f"{path}: tensor {name}: data_offsets {[begin, end]} do not hold "
                              f"shape {shape} of {info['dtype']} within {len(body)} data bytes")
-        tensors[name] = np.frombuffer(body[begin:end], dtype=dtype).reshape(shape).copy()
+        a = np.frombuffer(body[begin:end], dtype=dtype).reshape(shape).copy()
+        if info["dtype"] == "BF16":
+            a = (a.astype(np.uint32) << 16).view(np.float32)
+        tensors[name] = a
     return tensors, metadata
 
 
