@@ -76,7 +76,8 @@ class AftMixer final : public LayerMixer {
   }
 
   const float* output(const MixerGrad& gr, float* scratch) const override {
-    return sigmoid_gated_output(gr, carve(gr.saved, gr.model->config(), gr.B * gr.T).ratio, scratch);
+    const Saved sv = carve(gr.saved, gr.model->config(), gr.B * gr.T);
+    return sigmoid_gated_output(gr, sv.ratio, scratch);
   }
 
   void backward(const MixerGrad& gr, Arena& arena) const override {
