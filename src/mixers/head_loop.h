@@ -17,6 +17,25 @@ inline bool is_head_view(const TensorView& t, int64_t B, int64_t T, int64_t H, i
          t.shape[3] == last && t.stride[3] == 1;
 }
 
+// One head of one sequence in a backward kernel's [B, T, H, *] views: where each operand's and
+// gradient's rows start, and their row strides (ld*). The kernels add what else they read.
+struct HeadGradRows {
+  const float *q, *k, *v, *out, *d_out;
+  float *d_q, *d_k, *d_v;
+  int64_t ldq, ldk, ldv, ldo, ld_do, ld_dq, ld_dk, ld_dv;
+};
+
+// Head h of sequence b in the views of q, k, v, out, d_out and of the gradients d_q, d_k, d_v.
+inline HeadGradRows head_grad_rows(const TensorView& q, const TensorView& k, const TensorView& v,
+                                   const TensorView& out, const TensorView& d_out,
+                                   const TensorView& d_q, const TensorView& d_k,
+                                   const TensorView& d_v, int64_t b, int64_t h) {
+  auto row = [&](const TensorView& t) { return &t.at(b, 0, h, 0); };
+  auto ld = [](const TensorView& t) { return t.stride[1]; };
+  return {row(q), row(k), row(v), row(out), row(d_out), row(d_q), row(d_k), row(d_v),
+          ld(q),  ld(k),  ld(v),  ld(out),  ld(d_out),  ld(d_q),  ld(d_k),  ld(d_v)};
+}
+
 // Runs fn(b, h, scratch, next_is_mine) for every head, each task with `scratch_per_head` floats of
 // its own. With at least as many heads as threads, heads run in parallel (BLAS then runs
 // single-threaded inside our region); otherwise one at a time, and BLAS and inner loops use all

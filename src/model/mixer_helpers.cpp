@@ -1,6 +1,7 @@
 // Helpers the mixers' blocks share: views of projection rows, the gated output, the rotation of
 // queries and keys by the pass's table, the cache lengths of a pass.
 #include <cmath>
+#include <cstring>
 
 #include "mixer_layer.h"
 #include "retnet/core/parallel.h"
@@ -45,11 +46,36 @@ void rotate_back_query_key_grads(const MixerGrad& g, float* d_q, float* d_k, int
                       rotation_pairs(*g.model));
 }
 
+ChannelQkv channel_qkv(const float* proj, int64_t B, int64_t T, int64_t C) {
+  const int64_t ld = 3 * C;
+  return {channel_view(proj, B, T, ld, C), channel_view(proj + C, B, T, ld, C),
+          channel_view(proj + 2 * C, B, T, ld, C)};
+}
+
+HeadQkv head_qkv(const float* proj, int64_t B, int64_t T, const Config& c) {
+  const int64_t P = c.projection_width(), d = c.embed_dim, H = c.heads;
+  return {head_view(proj, B, T, H, P, c.key_dim()), head_view(proj + d, B, T, H, P, c.key_dim()),
+          head_view(proj + 2 * d, B, T, H, P, c.head_value_dim())};
+}
+
+TensorView head_output_view(const float* out, int64_t B, int64_t T, const Config& c) {
+  return head_view(out, B, T, c.heads, c.value_embed_dim, c.head_value_dim());
+}
+
+const float* sigmoid_gated_output(const MixerGrad& g, const float* x, float* scratch) {
+  const int64_t vd = g.model->config().value_embed_dim;
+  sigmoid_gated(g.proj, 3 * vd, x, scratch, g.B * g.T, vd);
+  return scratch;
+}
+
+void zero_projection_grad(const MixerGrad& g, int64_t P) {
+  std::memset(g.d_proj, 0, static_cast<size_t>(g.B * g.T * P) * sizeof(float));
+}
+
 int64_t* cache_lengths(Arena& arena, const int64_t* positions, int64_t B) {
   int64_t* lengths = reinterpret_cast<int64_t*>(arena.alloc(static_cast<size_t>(2 * B)));
   for (int64_t b = 0; b < B; ++b) lengths[b] = positions ? positions[b] : 0;
   return lengths;
 }
-
 
 }  // namespace retnet::detail

@@ -3,6 +3,7 @@
 // the output projection, for every mixer of mixer.h. The layer loop (layers.h) runs
 //   xn = norm(x);  proj = xn [q | k | v (| g)]^T;  out = mixer(proj);  x += out out_proj^T
 // and each mixer implements the middle step, forward and backward, in its own file.
+#include <array>
 #include <cstdint>
 
 #include "retnet/core/arena.h"
@@ -132,5 +133,69 @@ class SavedCarver {
  private:
   float* p_;
 };
+
+// A layer's saved buffer as K regions of the given sizes in floats, in order: a mixer lists them
+// once, and its saved_floats() (saved_footprint) and its carve (carve_saved) both follow the list.
+template <size_t K>
+using SavedSizes = std::array<size_t, K>;
+
+template <size_t K>
+size_t saved_footprint(const SavedSizes<K>& sizes) {
+  size_t floats = 0;
+  for (size_t n : sizes) floats += Arena::footprint(n);
+  return floats;
+}
+
+// Where each region starts in `base`.
+template <size_t K>
+std::array<float*, K> carve_saved(float* base, const SavedSizes<K>& sizes) {
+  SavedCarver carver(base);
+  std::array<float*, K> regions;
+  for (size_t i = 0; i < K; ++i) regions[i] = carver.take(sizes[i]);
+  return regions;
+}
+// The backward reads what the forward saved through the same carve.
+template <size_t K>
+std::array<float*, K> carve_saved(const float* base, const SavedSizes<K>& sizes) {
+  return carve_saved(const_cast<float*>(base), sizes);
+}
+
+// The q (or r), k and v of a projection row, as [B, T, C] views: a channel-wise mixer's
+// projection [N, 3 C] (q | k | v), or its gradient.
+struct ChannelQkv {
+  TensorView q, k, v;
+};
+ChannelQkv channel_qkv(const float* proj, int64_t B, int64_t T, int64_t C);
+
+// The q, k [B, T, H, d_k] and v [B, T, H, d_v] of the config's projection rows [N, P]
+// (q | k | v ...), or of their gradient.
+struct HeadQkv {
+  TensorView q, k, v;
+};
+HeadQkv head_qkv(const float* proj, int64_t B, int64_t T, const Config& c);
+
+// A head mixer's output rows [N, vd] (or their gradient) as a [B, T, H, d_v] view.
+TensorView head_output_view(const float* out, int64_t B, int64_t T, const Config& c);
+
+// A channel-wise mixer's output sigmoid(q) * x (q the first vd of each projection row, x [N, vd]),
+// recomputed into `scratch` [N, vd] for the output projection's weight gradient; returns scratch.
+const float* sigmoid_gated_output(const MixerGrad& g, const float* x, float* scratch);
+
+// Zeroes the gradient of the projection rows, [N, P], before a kernel accumulates into it.
+void zero_projection_grad(const MixerGrad& g, int64_t P);
+
+// The key/value cache of a pass's sequences (AftCache, AttentionCache): the layer's blocks of the
+// pass's cache, with lengths from the pass's positions in the arena.
+template <class Cache>
+Cache pass_cache(const MixerPass& p, Arena& arena) {
+  Cache cache;
+  cache.data = p.cache->block(p.layer, p.first);
+  cache.capacity = p.cache->capacity;
+  cache.length = cache_lengths(arena, p.positions, p.B);
+  return cache;
+}
+
+// Whether a pass with a cache is one decode step (else a prefill of T tokens).
+inline bool is_decode_step(const MixerPass& p) { return p.form == Form::Recurrent && p.T == 1; }
 
 }  // namespace retnet::detail

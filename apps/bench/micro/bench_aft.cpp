@@ -7,24 +7,18 @@
 
 #include <vector>
 
+#include "micro_common.h"
 #include "mixer_sweeps.h"
 #include "retnet/core/parallel.h"
-#include "retnet/core/rng.h"
 #include "retnet/mixers/aft.h"
 #include "retnet/mixers/attention.h"
 
 using namespace retnet;
+using bench::random_floats;
 
 namespace {
 
 constexpr int64_t kC = 512, kH = 8, kD = 64, kL = 1024;
-
-std::vector<float> random_floats(int64_t n, uint64_t stream, double scale) {
-  Philox rng(7);
-  std::vector<float> x(n);
-  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(scale * rng.normal(stream, i));
-  return x;
-}
 
 // Operands of both mixers: AFT views them as [1, T, C], attention as [1, T, H, D].
 struct Operands {
@@ -42,6 +36,10 @@ struct Operands {
   }
   TensorView heads(std::vector<float>& x) {
     return TensorView::contiguous(x.data(), {1, T, kH, kD});
+  }
+  bench::AttentionViews attention_views() {
+    return {heads(q), heads(k), heads(v), heads(out), heads(d_out), heads(d_q), heads(d_k),
+            heads(d_v)};
   }
 };
 
@@ -66,20 +64,6 @@ void run_aft(Operands& o, bool train, Arena& arena, std::vector<float>& saved) {
   aft_backward(g, arena);
 }
 
-void run_attention(Operands& o, bool train, Arena& arena, std::vector<float>& lse) {
-  AttentionArgs a;
-  a.q = o.heads(o.q), a.k = o.heads(o.k), a.v = o.heads(o.v), a.out = o.heads(o.out);
-  a.logsumexp = lse.data();
-  attention_forward(a, arena);
-  if (!train) return;
-  AttentionGradArgs g;
-  g.q = a.q, g.k = a.k, g.v = a.v, g.out = a.out, g.d_out = o.heads(o.d_out);
-  g.d_q = o.heads(o.d_q), g.d_k = o.heads(o.d_k), g.d_v = o.heads(o.d_v);
-  g.logsumexp = lse.data();
-  arena.reset();
-  attention_backward(g, arena);
-}
-
 // Args: kind, T.
 void BM_Mixer(benchmark::State& st) {
   set_num_threads(0);
@@ -91,21 +75,15 @@ void BM_Mixer(benchmark::State& st) {
   const size_t floats =
       aft ? std::max(aft_workspace_floats(kAftDefaultTile),
                      aft_backward_workspace_floats(kL, kAftDefaultTile))
-          : std::max(attention_workspace_floats(T, kD, kD, kAttentionDefaultTile),
-                     attention_backward_workspace_floats(1, T, kH, kD, kD, kAttentionDefaultTile));
+          : bench::attention_train_workspace_floats(T, kH, kD);
   Arena arena(floats);
-  for (auto _ : st) {
-    arena.reset();
+  bench::time_with_arena(st, arena, [&] {
     if (aft)
       run_aft(o, kind == kAftTrain, arena, saved);
     else
-      run_attention(o, kind == kAttentionTrain, arena, lse);
-    benchmark::ClobberMemory();
-  }
-  st.SetLabel(kKindNames[kind]);
-  st.counters["tokens_per_s"] =
-      benchmark::Counter(static_cast<double>(T), benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["workspace_MiB"] = static_cast<double>(arena.high_water() * 4) / (1 << 20);
+      bench::run_attention(o.attention_views(), kind == kAttentionTrain, arena, lse.data());
+  });
+  bench::report_throughput(st, kKindNames[kind], T, arena);
 }
 
 // Args: mixer (0 AFT, 1 attention), cached tokens. Both caches hold 2 * 512 floats per token.
@@ -114,33 +92,27 @@ void BM_Decode(benchmark::State& st) {
   const bool aft = st.range(0) == 0;
   const int64_t cached = st.range(1);
   Operands one(1);
-  std::vector<float> storage;
-  std::vector<int64_t> length{0};
+  bench::DecodeCache filled;
   AftCache aft_cache;
   AttentionCache attention_cache;
-  aft_cache.length = attention_cache.length = length.data();
-  // Fill the cache with random rows; their values do not change the cost.
+  aft_cache.length = attention_cache.length = filled.length.data();
   if (aft)
-    aft_cache_reserve(aft_cache, storage, 1, kC, cached + 1);
+    aft_cache_reserve(aft_cache, filled.storage, 1, kC, cached + 1);
   else
-    attention_cache_reserve(attention_cache, storage, 1, kH, kD, kD, cached + 1);
-  auto fill = random_floats(aft_cache_floats(kC, cached), 5, 1.0);
-  std::copy(fill.begin(), fill.end(), storage.begin());
-  length[0] = cached;
+    attention_cache_reserve(attention_cache, filled.storage, 1, kH, kD, kD, cached + 1);
+  filled.fill(aft_cache_floats(kC, cached), 5, 1.0, cached);
   Arena arena(aft_step_workspace_floats(1, kC) + attention_step_workspace_floats(1, kH, kD));
-  for (auto _ : st) {
-    arena.reset();
+  bench::time_with_arena(st, arena, [&] {
     if (aft)
       aft_step(one.channels(one.q), one.channels(one.k), one.channels(one.v), one.channels(one.out),
                aft_cache, one.bias.data(), kL, arena);
     else
       attention_step(one.heads(one.q), one.heads(one.k), one.heads(one.v), one.heads(one.out),
                      attention_cache, arena);
-    length[0] = cached;  // the next step sees the same cache length
-    benchmark::ClobberMemory();
-  }
+    filled.length[0] = cached;  // the next step sees the same cache length
+  });
   st.SetLabel(aft ? "aft step" : "attention step");
-  st.counters["cache_MiB"] = static_cast<double>(aft_cache_floats(kC, cached) * 4) / (1 << 20);
+  st.counters["cache_MiB"] = bench::mebibytes(aft_cache_floats(kC, cached));
 }
 
 }  // namespace

@@ -10,24 +10,18 @@
 #include <cmath>
 #include <vector>
 
+#include "micro_common.h"
 #include "mixer_sweeps.h"
 #include "retnet/core/parallel.h"
-#include "retnet/core/rng.h"
 #include "retnet/mixers/attention.h"
 #include "retnet/mixers/retention.h"
 
 using namespace retnet;
+using bench::random_floats;
 
 namespace {
 
 constexpr int64_t kH = 4, kD = 64;
-
-std::vector<float> random_floats(int64_t n, uint64_t stream, double scale) {
-  Philox rng(7);
-  std::vector<float> x(n);
-  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(scale * rng.normal(stream, i));
-  return x;
-}
 
 struct Operands {
   int64_t T;
@@ -41,25 +35,14 @@ struct Operands {
   TensorView view(std::vector<float>& x) {
     return TensorView::contiguous(x.data(), {1, T, kH, kD});
   }
+  bench::AttentionViews attention_views() {
+    return {view(q), view(k), view(v), view(out), view(d_out), view(d_q), view(d_k), view(d_v)};
+  }
 };
 
 enum Kind { kAttention, kAttentionTrain, kRetParallel, kRetChunkwise, kRetChunkwiseTrain };
 const char* kKindNames[] = {"attention fwd", "attention fwd+bwd", "retention parallel fwd",
                             "retention chunkwise64 fwd", "retention chunkwise64 fwd+bwd"};
-
-void run_attention(Operands& o, bool train, Arena& arena, std::vector<float>& lse) {
-  AttentionArgs a;
-  a.q = o.view(o.q), a.k = o.view(o.k), a.v = o.view(o.v), a.out = o.view(o.out);
-  a.logsumexp = lse.data();
-  attention_forward(a, arena);
-  if (!train) return;
-  AttentionGradArgs g;
-  g.q = a.q, g.k = a.k, g.v = a.v, g.out = a.out, g.d_out = o.view(o.d_out);
-  g.d_q = o.view(o.d_q), g.d_k = o.view(o.d_k), g.d_v = o.view(o.d_v);
-  g.logsumexp = lse.data();
-  arena.reset();
-  attention_backward(g, arena);
-}
 
 void run_retention(Operands& o, Form form, bool train, Arena& arena,
                    std::vector<float>& state, std::vector<float>& stats,
@@ -93,26 +76,17 @@ void BM_Mixer(benchmark::State& st) {
       lse(T * kH);
   const Form form =
       kind == kRetParallel ? Form::Parallel : Form::Chunkwise;
-  size_t floats = 0;
-  if (kind == kAttention || kind == kAttentionTrain)
-    floats = std::max(attention_workspace_floats(T, kD, kD, kAttentionDefaultTile),
-                      attention_backward_workspace_floats(1, T, kH, kD, kD, kAttentionDefaultTile));
-  else
-    floats = std::max(retention_workspace_floats(form, 1, T, kH, kD, kD, 64, 0),
-                      retention_backward_workspace_floats(form, T, kD, kD, 64));
-  Arena arena(floats);
-  for (auto _ : st) {
-    arena.reset();
-    if (kind == kAttention || kind == kAttentionTrain)
-      run_attention(o, kind == kAttentionTrain, arena, lse);
+  const bool attention = kind == kAttention || kind == kAttentionTrain;
+  Arena arena(attention ? bench::attention_train_workspace_floats(T, kH, kD)
+                        : std::max(retention_workspace_floats(form, 1, T, kH, kD, kD, 64, 0),
+                                   retention_backward_workspace_floats(form, T, kD, kD, 64)));
+  bench::time_with_arena(st, arena, [&] {
+    if (attention)
+      bench::run_attention(o.attention_views(), kind == kAttentionTrain, arena, lse.data());
     else
       run_retention(o, form, kind == kRetChunkwiseTrain, arena, state, stats, gammas);
-    benchmark::ClobberMemory();
-  }
-  st.SetLabel(kKindNames[kind]);
-  st.counters["tokens_per_s"] =
-      benchmark::Counter(static_cast<double>(T), benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["workspace_MiB"] = static_cast<double>(arena.high_water() * 4) / (1 << 20);
+  });
+  bench::report_throughput(st, kKindNames[kind], T, arena);
 }
 
 // Args: mixer (0 attention, 1 retention recurrent), cached tokens.
@@ -121,26 +95,21 @@ void BM_Decode(benchmark::State& st) {
   const bool attention = st.range(0) == 0;
   const int64_t cached = st.range(1);
   Operands one(1);
-  std::vector<float> cache_storage;
-  std::vector<int64_t> length{0};
+  bench::DecodeCache filled;
   AttentionCache cache;
-  cache.length = length.data();
+  cache.length = filled.length.data();
   std::vector<double> gammas(kH, 0.97);
   std::vector<float> state(kH * retention_state_floats_per_head(kD, kD), 0.f);
   if (attention) {
-    // Fill the cache with random rows; their values do not change the cost.
-    attention_cache_reserve(cache, cache_storage, 1, kH, kD, kD, cached + 1);
-    auto fill = random_floats(attention_cache_floats(kH, kD, kD, cached), 4, 0.5);
-    std::copy(fill.begin(), fill.end(), cache_storage.begin());
-    length[0] = cached;
+    attention_cache_reserve(cache, filled.storage, 1, kH, kD, kD, cached + 1);
+    filled.fill(attention_cache_floats(kH, kD, kD, cached), 4, 0.5, cached);
   }
   Arena arena(attention_step_workspace_floats(1, kH, kD) + 4096);
-  for (auto _ : st) {
-    arena.reset();
+  bench::time_with_arena(st, arena, [&] {
     if (attention) {
       attention_step(one.view(one.q), one.view(one.k), one.view(one.v), one.view(one.out), cache,
                      arena);
-      length[0] = cached;  // the next step sees the same cache length
+      filled.length[0] = cached;  // the next step sees the same cache length
     } else {
       RetentionArgs a;
       a.q = one.view(one.q), a.k = one.view(one.k), a.v = one.view(one.v);
@@ -149,12 +118,10 @@ void BM_Decode(benchmark::State& st) {
       a.state = state.data();
       retention_forward(Form::Recurrent, a, arena);
     }
-    benchmark::ClobberMemory();
-  }
+  });
   st.SetLabel(attention ? "attention step" : "retention recurrent step");
   st.counters["cache_MiB"] =
-      attention ? static_cast<double>(attention_cache_floats(kH, kD, kD, cached) * 4) / (1 << 20)
-                : static_cast<double>(state.size() * 4) / (1 << 20);
+      bench::mebibytes(attention ? attention_cache_floats(kH, kD, kD, cached) : state.size());
 }
 
 }  // namespace

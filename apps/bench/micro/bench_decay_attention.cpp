@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "micro_common.h"
 #include "retnet/core/rng.h"
 #include "retnet/mixers/decay_attention.h"
 
@@ -55,13 +56,6 @@ struct Inputs {
   }
 };
 
-void set_counters(benchmark::State& st, int64_t T, const Arena& arena, const std::string& label) {
-  st.SetLabel(label);
-  st.counters["tokens_per_s"] =
-      benchmark::Counter(static_cast<double>(T), benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["workspace_MiB"] = static_cast<double>(arena.high_water() * 4) / (1 << 20);
-}
-
 // Args: form (0 parallel, 1 recurrent, 2 chunkwise), T, chunk.
 void BM_DecayAttention(benchmark::State& st) {
   const auto form = static_cast<Form>(st.range(0));
@@ -76,7 +70,7 @@ void BM_DecayAttention(benchmark::State& st) {
     decay_attention_forward(form, a, arena);
     benchmark::ClobberMemory();
   }
-  set_counters(st, T, arena, std::string(form_name(form)) + "/forward (inference)");
+  bench::report_throughput(st, std::string(form_name(form)) + "/forward (inference)", T, arena);
 }
 
 // Args: form (0 parallel, 2 chunkwise), T, chunk.
@@ -101,7 +95,7 @@ void BM_DecayAttentionBackward(benchmark::State& st) {
     decay_attention_backward(form, g, arena);
     benchmark::ClobberMemory();
   }
-  set_counters(st, T, arena, std::string(form_name(form)) + "/backward");
+  bench::report_throughput(st, std::string(form_name(form)) + "/backward", T, arena);
 }
 
 void forward_args(benchmark::internal::Benchmark* b) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "micro_common.h"
 #include "retnet/core/rng.h"
 #include "retnet/mixers/linear_attention.h"
 #include "retnet/mixers/retention.h"
@@ -43,13 +44,6 @@ struct Inputs {
   }
 };
 
-void set_counters(benchmark::State& st, int64_t T, const Arena& arena, const char* label) {
-  st.SetLabel(label);
-  st.counters["tokens_per_s"] =
-      benchmark::Counter(static_cast<double>(T), benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["workspace_MiB"] = static_cast<double>(arena.high_water() * 4) / (1 << 20);
-}
-
 // Args: mixer (0 linear elu+1, 1 Performer m = 64, 2 Performer m = 256), form (0 parallel,
 // 1 recurrent, 2 chunkwise), T.
 void BM_LinearAttention(benchmark::State& st) {
@@ -75,8 +69,7 @@ void BM_LinearAttention(benchmark::State& st) {
     benchmark::ClobberMemory();
   }
   static const char* mixers[] = {"linear", "performer64", "performer256"};
-  std::string label = std::string(mixers[mixer]) + "/" + form_name(form);
-  set_counters(st, T, arena, label.c_str());
+  bench::report_throughput(st, std::string(mixers[mixer]) + "/" + form_name(form), T, arena);
 }
 
 // Args: form (0 parallel, 1 recurrent, 2 chunkwise), T. The baseline: retention at the same shapes.
@@ -101,8 +94,7 @@ void BM_Retention(benchmark::State& st) {
     retention_forward(form, a, arena);
     benchmark::ClobberMemory();
   }
-  std::string label = std::string("retention/") + form_name(form);
-  set_counters(st, T, arena, label.c_str());
+  bench::report_throughput(st, std::string("retention/") + form_name(form), T, arena);
 }
 
 void LinearSweep(benchmark::internal::Benchmark* b) {

@@ -2,32 +2,19 @@
 // (d 256, value 512, 4 heads, FFN 512, swish, 4 layers, vocab 256), batch 1.
 #include <benchmark/benchmark.h>
 
+#include <utility>
 #include <vector>
 
+#include "micro_common.h"
 #include "retnet/model/forward.h"
 
 using namespace retnet;
 
 namespace {
 
-const Model& bench_model() {
-  static Model m = [] {
-    Config c;
-    c.embed_dim = 256;
-    c.value_embed_dim = 512;
-    c.heads = 4;
-    c.ffn_dim = 512;
-    c.layers = 4;
-    c.vocab_size = 256;
-    c.activation = Activation::Swish;
-    return Model::init(c, 1);
-  }();
-  return m;
-}
-
 // Args: form (0 parallel, 1 chunkwise, 2 scan, 3 recurrent), T, chunk.
 void BM_ModelForward(benchmark::State& st) {
-  const Model& model = bench_model();
+  const Model& model = bench::issue_benchmark_model();
   const int64_t T = st.range(1);
   static const Form forms[] = {Form::Parallel, Form::Chunkwise,
                                         Form::Scan, Form::Recurrent};
@@ -42,23 +29,18 @@ void BM_ModelForward(benchmark::State& st) {
     forward_logits(model, tokens.data(), 1, T, logits.data(), fo, arena);
     benchmark::ClobberMemory();
   }
-  st.SetLabel(form_name(fo.form));
-  st.counters["tokens_per_s"] =
-      benchmark::Counter(static_cast<double>(T), benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["arena_MiB"] = static_cast<double>(arena.high_water() * 4) / (1 << 20);
+  bench::report_throughput(st, form_name(fo.form), T, "arena_MiB", arena.high_water());
+}
+
+// T = 2048 in each form; chunkwise with chunks of 64 and 128.
+void FormSweep(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"form", "T", "chunk"})->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+  for (const auto& [form, chunk] : {std::pair{0, 0}, {1, 64}, {1, 128}, {2, 0}, {3, 0}})
+    b->Args({form, 2048, chunk});
 }
 
 }  // namespace
 
-BENCHMARK(BM_ModelForward)
-    ->ArgNames({"form", "T", "chunk"})
-    ->Args({0, 2048, 0})
-    ->Args({1, 2048, 64})
-    ->Args({1, 2048, 128})
-    ->Args({2, 2048, 0})
-    ->Args({3, 2048, 0})
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond)
-    ->MinTime(0.5);
+BENCHMARK(BM_ModelForward)->Apply(FormSweep);
 
 BENCHMARK_MAIN();

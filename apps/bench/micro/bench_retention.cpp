@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "../retention_bench_setup.h"
+#include "micro_common.h"
 
 using namespace retnet;
 
@@ -24,10 +25,7 @@ void BM_Retention(benchmark::State& st) {
     benchmark::ClobberMemory();
   }
   static const char* names[] = {"parallel", "chunkwise64", "chunkwise128", "recurrent", "scan"};
-  st.SetLabel(names[st.range(0)]);
-  st.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(setup.T),
-                                                   benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["workspace_MiB"] = static_cast<double>(arena.high_water() * 4) / (1 << 20);
+  bench::report_throughput(st, names[st.range(0)], setup.T, arena);
 }
 
 void HeadSweep(benchmark::internal::Benchmark* b) {

@@ -3,8 +3,10 @@
 // batch 8 x 256, 2 x 1024 and 1 x 4096, with the size of the activation arena.
 #include <benchmark/benchmark.h>
 
+#include <utility>
 #include <vector>
 
+#include "micro_common.h"
 #include "retnet/core/arena.h"
 #include "retnet/core/parallel.h"
 #include "retnet/model/training.h"
@@ -14,19 +16,10 @@ using namespace retnet;
 
 namespace {
 
-Model& bench_model() {
-  static Model m = [] {
-    Config c;
-    c.activation = Activation::Swish;
-    return Model::init(c, 1);
-  }();
-  return m;
-}
-
 // Args: form (0 parallel, 1 chunkwise), B, T.
 void BM_TrainStep(benchmark::State& st) {
   set_num_threads(0);  // all cores, denormals flushed, as the CLI runs
-  Model& model = bench_model();
+  Model& model = bench::issue_benchmark_model();
   const int64_t B = st.range(1), T = st.range(2);
   TrainingOptions to;
   to.form = st.range(0) == 0 ? Form::Parallel : Form::Chunkwise;
@@ -42,24 +35,18 @@ void BM_TrainStep(benchmark::State& st) {
     clip_gradients(grads, 1.0);
     opt.update(model.params(), grads, 1e-4);
   }
-  st.SetLabel(form_name(to.form));
-  st.counters["tokens_per_s"] =
-      benchmark::Counter(static_cast<double>(B * T), benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["arena_MiB"] = static_cast<double>(arena.capacity() * 4) / (1 << 20);
+  bench::report_throughput(st, form_name(to.form), B * T, "arena_MiB", arena.capacity());
+}
+
+// Batches of 8 x 256, 2 x 1024 and 1 x 4096 tokens, each in both forms.
+void BatchSweep(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"form", "B", "T"})->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+  for (const auto& [B, T] : {std::pair{8, 256}, {2, 1024}, {1, 4096}})
+    for (int form = 0; form < 2; ++form) b->Args({form, B, T});
 }
 
 }  // namespace
 
-BENCHMARK(BM_TrainStep)
-    ->ArgNames({"form", "B", "T"})
-    ->Args({0, 8, 256})
-    ->Args({1, 8, 256})
-    ->Args({0, 2, 1024})
-    ->Args({1, 2, 1024})
-    ->Args({0, 1, 4096})
-    ->Args({1, 1, 4096})
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond)
-    ->MinTime(1.0);
+BENCHMARK(BM_TrainStep)->Apply(BatchSweep);
 
 BENCHMARK_MAIN();

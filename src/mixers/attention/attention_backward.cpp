@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "../head_loop.h"
 #include "attention_kernels.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
@@ -22,10 +23,10 @@ namespace {
 using namespace attention_detail;
 
 // One head's operands (rows of T tokens, strides ld*); d_q may be a per-thread partial sum.
-struct GradHead {
-  const float *q, *k, *v, *out, *d_out, *lse;
-  float *d_q, *d_k, *d_v;
-  int64_t ldq, ldk, ldv, ldo, ld_do, ld_lse, ld_dq, ld_dk, ld_dv;
+// One head's rows, and its queries' log-sum-exp (stride ld_lse).
+struct GradHead : detail::HeadGradRows {
+  const float* lse;
+  int64_t ld_lse;
 };
 
 size_t tile_scratch(int64_t tile) { return 2 * tile * tile; }
@@ -87,20 +88,8 @@ void backward_key_tile(const GradHead& g, const float* D, int64_t j0, int64_t Lk
 }
 
 GradHead grad_head(const AttentionGradArgs& a, const Dims& d, int64_t b, int64_t h) {
-  GradHead g;
-  g.q = &a.q.at(b, 0, h, 0);
-  g.k = &a.k.at(b, 0, h, 0);
-  g.v = &a.v.at(b, 0, h, 0);
-  g.out = &a.out.at(b, 0, h, 0);
-  g.d_out = &a.d_out.at(b, 0, h, 0);
-  g.lse = a.logsumexp + b * d.T * d.H + h;
-  g.d_q = &a.d_q.at(b, 0, h, 0);
-  g.d_k = &a.d_k.at(b, 0, h, 0);
-  g.d_v = &a.d_v.at(b, 0, h, 0);
-  g.ldq = a.q.stride[1], g.ldk = a.k.stride[1], g.ldv = a.v.stride[1], g.ldo = a.out.stride[1];
-  g.ld_do = a.d_out.stride[1], g.ld_lse = d.H;
-  g.ld_dq = a.d_q.stride[1], g.ld_dk = a.d_k.stride[1], g.ld_dv = a.d_v.stride[1];
-  return g;
+  return {detail::head_grad_rows(a.q, a.k, a.v, a.out, a.d_out, a.d_q, a.d_k, a.d_v, b, h),
+          a.logsumexp + b * d.T * d.H + h, d.H};
 }
 
 // Heads run in parallel when there are enough of them; otherwise one head at a time with its key

@@ -16,10 +16,11 @@
 namespace retnet {
 namespace {
 
-struct GradHead {
-  const float *pq, *pk, *v, *out, *d_out, *inv;
-  float *d_pq, *d_pk, *d_v;
-  int64_t ldq, ldk, ldv, ldo, ld_do, ld_inv, ld_dq, ld_dk, ld_dv;
+// One head's rows (q and k: the features phi(q), phi(k), and d_q, d_k their gradients), and its
+// tokens' inverse denominators (stride ld_inv).
+struct GradHead : detail::HeadGradRows {
+  const float* inv;
+  int64_t ld_inv;
 };
 
 struct Dims {
@@ -50,16 +51,16 @@ void build_rows(const GradHead& g, int64_t t0, int64_t L, int64_t Dv, float* G, 
 void block_backward(const GradHead& g, int64_t t0, int64_t L, int64_t F, int64_t Dv,
                     const float* G, const float* vaug, float* P, float* dS) {
   const int64_t W = Dv + 1;
-  const float* pq = g.pq + t0 * g.ldq;
-  const float* pk = g.pk + t0 * g.ldk;
+  const float* pq = g.q + t0 * g.ldq;
+  const float* pk = g.k + t0 * g.ldk;
   sgemm(Trans::No, Trans::Yes, L, L, F, 1.f, pq, g.ldq, pk, g.ldk, 0.f, P, L);
   sgemm(Trans::No, Trans::Yes, L, L, W, 1.f, G, W, vaug, W, 0.f, dS, L);
   for (int64_t n = 0; n < L; ++n) {  // causal mask: keys after the query do not count
     std::fill(P + n * L + n + 1, P + (n + 1) * L, 0.f);
     std::fill(dS + n * L + n + 1, dS + (n + 1) * L, 0.f);
   }
-  sgemm(Trans::No, Trans::No, L, F, L, 1.f, dS, L, pk, g.ldk, 1.f, g.d_pq + t0 * g.ld_dq, g.ld_dq);
-  sgemm(Trans::Yes, Trans::No, L, F, L, 1.f, dS, L, pq, g.ldq, 1.f, g.d_pk + t0 * g.ld_dk, g.ld_dk);
+  sgemm(Trans::No, Trans::No, L, F, L, 1.f, dS, L, pk, g.ldk, 1.f, g.d_q + t0 * g.ld_dq, g.ld_dq);
+  sgemm(Trans::Yes, Trans::No, L, F, L, 1.f, dS, L, pq, g.ldq, 1.f, g.d_k + t0 * g.ld_dk, g.ld_dk);
   sgemm(Trans::Yes, Trans::No, L, Dv, L, 1.f, P, L, G, W, 1.f, g.d_v + t0 * g.ld_dv, g.ld_dv);
 }
 
@@ -93,8 +94,8 @@ void chunkwise_backward_head(const GradHead& g, const Dims& d, int64_t C, float*
   for (int64_t t0 = 0; t0 < T; t0 += C) {
     const int64_t L = std::min(C, T - t0);
     build_rows(g, t0, L, Dv, G, vaug);
-    sgemm(Trans::No, Trans::Yes, L, F, W, 1.f, G, W, S, W, 1.f, g.d_pq + t0 * g.ld_dq, g.ld_dq);
-    sgemm(Trans::Yes, Trans::No, F, W, L, 1.f, g.pk + t0 * g.ldk, g.ldk, vaug, W, 1.f, S, W);
+    sgemm(Trans::No, Trans::Yes, L, F, W, 1.f, G, W, S, W, 1.f, g.d_q + t0 * g.ld_dq, g.ld_dq);
+    sgemm(Trans::Yes, Trans::No, F, W, L, 1.f, g.k + t0 * g.ldk, g.ldk, vaug, W, 1.f, S, W);
   }
 
   // Backward sweep, last chunk first: the inside of each chunk, then dPhiK, dV from R.
@@ -105,11 +106,11 @@ void chunkwise_backward_head(const GradHead& g, const Dims& d, int64_t C, float*
     build_rows(g, t0, L, Dv, G, vaug);
     block_backward(g, t0, L, F, Dv, G, vaug, P, dS);
     // dPhiK_c += Vaug_c R^T ; dV_c += PhiK_c R[:, :Dv].
-    sgemm(Trans::No, Trans::Yes, L, F, W, 1.f, vaug, W, R, W, 1.f, g.d_pk + t0 * g.ld_dk, g.ld_dk);
-    sgemm(Trans::No, Trans::No, L, Dv, F, 1.f, g.pk + t0 * g.ldk, g.ldk, R, W, 1.f,
+    sgemm(Trans::No, Trans::Yes, L, F, W, 1.f, vaug, W, R, W, 1.f, g.d_k + t0 * g.ld_dk, g.ld_dk);
+    sgemm(Trans::No, Trans::No, L, Dv, F, 1.f, g.k + t0 * g.ldk, g.ldk, R, W, 1.f,
           g.d_v + t0 * g.ld_dv, g.ld_dv);
     // R entering this chunk: R + PhiQ_c^T G_c.
-    sgemm(Trans::Yes, Trans::No, F, W, L, 1.f, g.pq + t0 * g.ldq, g.ldq, G, W, 1.f, R, W);
+    sgemm(Trans::Yes, Trans::No, F, W, L, 1.f, g.q + t0 * g.ldq, g.ldq, G, W, 1.f, R, W);
   }
 }
 
@@ -146,21 +147,9 @@ Dims check_grad_args(Form form, const CausalLinearGradArgs& a) {
 }
 
 GradHead grad_head(const CausalLinearGradArgs& a, const Dims& d, int64_t b, int64_t h) {
-  GradHead g;
-  g.pq = &a.phi_q.at(b, 0, h, 0);
-  g.pk = &a.phi_k.at(b, 0, h, 0);
-  g.v = &a.v.at(b, 0, h, 0);
-  g.out = &a.out.at(b, 0, h, 0);
-  g.d_out = &a.d_out.at(b, 0, h, 0);
-  g.d_pq = &a.d_phi_q.at(b, 0, h, 0);
-  g.d_pk = &a.d_phi_k.at(b, 0, h, 0);
-  g.d_v = &a.d_v.at(b, 0, h, 0);
-  g.ldq = a.phi_q.stride[1], g.ldk = a.phi_k.stride[1], g.ldv = a.v.stride[1];
-  g.ldo = a.out.stride[1], g.ld_do = a.d_out.stride[1];
-  g.ld_dq = a.d_phi_q.stride[1], g.ld_dk = a.d_phi_k.stride[1], g.ld_dv = a.d_v.stride[1];
-  g.inv = a.inv_denominators + b * d.T * d.H + h;
-  g.ld_inv = d.H;
-  return g;
+  return {detail::head_grad_rows(a.phi_q, a.phi_k, a.v, a.out, a.d_out, a.d_phi_q, a.d_phi_k,
+                                 a.d_v, b, h),
+          a.inv_denominators + b * d.T * d.H + h, d.H};
 }
 
 }  // namespace

@@ -5,7 +5,6 @@
 // every key and value in the state's token cache (rows of k [vd] then v [vd], the kernel's layout).
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "../mixer_layer.h"
 #include "retnet/mixers/aft.h"
@@ -16,22 +15,24 @@ namespace {
 // The layer's own tensors, in the spec's order.
 constexpr size_t kPositionBias = 0;  // pos_bias [aft_max_distance]: w_nm = pos_bias[n - m]
 
+// Saved per token and channel: the softmax's running maximum, its denominator and the ratio
+// (numerator / denominator), in this order.
+SavedSizes<3> saved_sizes(const Config& c, int64_t N) {
+  const size_t n = static_cast<size_t>(N * c.value_embed_dim);
+  return {n, n, n};
+}
 struct Saved {
   float *row_max, *denominator, *ratio;
 };
-Saved carve(float* base, const Config& c, int64_t N) {
-  SavedCarver s(base);
-  Saved r;
-  r.row_max = s.take(N * c.value_embed_dim);
-  r.denominator = s.take(N * c.value_embed_dim);
-  r.ratio = s.take(N * c.value_embed_dim);
-  return r;
+Saved carve(const float* base, const Config& c, int64_t N) {
+  const auto [row_max, denominator, ratio] = carve_saved(base, saved_sizes(c, N));
+  return {row_max, denominator, ratio};
 }
 
 class AftMixer final : public LayerMixer {
  public:
   size_t saved_floats(const Config& c, int64_t B, int64_t T) const override {
-    return 3 * Arena::footprint(static_cast<size_t>(B * T * c.value_embed_dim));
+    return saved_footprint(saved_sizes(c, B * T));
   }
 
   size_t workspace_floats(const Config& c, Form form, int64_t B, int64_t, int64_t,
@@ -50,32 +51,24 @@ class AftMixer final : public LayerMixer {
   const float* forward(const MixerPass& p, Arena& arena) const override {
     const Model& model = *p.model;
     const Config& c = model.config();
-    const int64_t B = p.B, T = p.T, N = B * T, vd = c.value_embed_dim, P = 3 * vd;
+    const int64_t B = p.B, T = p.T, vd = c.value_embed_dim;
     const float* bias = model.param(model.tensors().layers[p.layer].mixer_tensors[kPositionBias]);
     const int64_t L = c.aft_max_distance;
-    const TensorView q = channel_view(p.proj, B, T, P, vd),
-                     k = channel_view(p.proj + vd, B, T, P, vd);
-    const TensorView v = channel_view(p.proj + 2 * vd, B, T, P, vd),
-                     out = channel_view(p.out, B, T, vd, vd);
+    const auto [q, k, v] = channel_qkv(p.proj, B, T, vd);
+    const TensorView out = channel_view(p.out, B, T, vd, vd);
     if (!p.cache) {  // from an empty sequence (training, or a parallel pass without a state)
       AftArgs a;
       a.q = q, a.k = k, a.v = v, a.out = out;
       a.bias = bias, a.L = L;
       if (p.saved) {
-        const Saved sv = carve(p.saved, c, N);
-        a.row_max = sv.row_max;
-        a.denominator = sv.denominator;
-        a.ratio = sv.ratio;
+        const Saved sv = carve(p.saved, c, B * T);
+        a.row_max = sv.row_max, a.denominator = sv.denominator, a.ratio = sv.ratio;
       }
       aft_forward(a, arena);
       return p.out;
     }
-    int64_t* lengths = cache_lengths(arena, p.positions, B);
-    AftCache cache;
-    cache.data = p.cache->block(p.layer, p.first);
-    cache.capacity = p.cache->capacity;
-    cache.length = lengths;
-    if (p.form == Form::Recurrent && T == 1)
+    AftCache cache = pass_cache<AftCache>(p, arena);
+    if (is_decode_step(p))
       aft_step(q, k, v, out, cache, bias, L, arena);
     else
       aft_prefill(q, k, v, out, cache, bias, L, arena);
@@ -83,34 +76,26 @@ class AftMixer final : public LayerMixer {
   }
 
   const float* output(const MixerGrad& gr, float* scratch) const override {
-    const Config& c = gr.model->config();
-    const int64_t N = gr.B * gr.T, vd = c.value_embed_dim, P = 3 * vd;
-    const Saved sv = carve(const_cast<float*>(gr.saved), c, N);
-    sigmoid_gated(gr.proj, P, sv.ratio, scratch, N, vd);
-    return scratch;
+    const Saved sv = carve(gr.saved, gr.model->config(), gr.B * gr.T);
+    return sigmoid_gated_output(gr, sv.ratio, scratch);
   }
 
   void backward(const MixerGrad& gr, Arena& arena) const override {
     const Model& model = *gr.model;
     const Config& c = model.config();
-    const int64_t B = gr.B, T = gr.T, N = B * T, vd = c.value_embed_dim, P = 3 * vd;
-    const Saved sv = carve(const_cast<float*>(gr.saved), c, N);
+    const int64_t B = gr.B, T = gr.T, vd = c.value_embed_dim;
+    const Saved sv = carve(gr.saved, c, B * T);
     const size_t bias_index = model.tensors().layers[gr.layer].mixer_tensors[kPositionBias];
-    std::memset(gr.d_proj, 0, static_cast<size_t>(N * P) * sizeof(float));
+    zero_projection_grad(gr, 3 * vd);
+    const ChannelQkv x = channel_qkv(gr.proj, B, T, vd), dx = channel_qkv(gr.d_proj, B, T, vd);
     AftGradArgs ga;
-    ga.q = channel_view(gr.proj, B, T, P, vd);
-    ga.k = channel_view(gr.proj + vd, B, T, P, vd);
-    ga.v = channel_view(gr.proj + 2 * vd, B, T, P, vd);
+    ga.q = x.q, ga.k = x.k, ga.v = x.v;
+    ga.d_q = dx.q, ga.d_k = dx.k, ga.d_v = dx.v;
     ga.d_out = channel_view(gr.d_out, B, T, vd, vd);
-    ga.d_q = channel_view(gr.d_proj, B, T, P, vd);
-    ga.d_k = channel_view(gr.d_proj + vd, B, T, P, vd);
-    ga.d_v = channel_view(gr.d_proj + 2 * vd, B, T, P, vd);
     ga.bias = model.param(bias_index);
     ga.d_bias = gr.grads->tensor(bias_index);
     ga.L = c.aft_max_distance;
-    ga.row_max = sv.row_max;
-    ga.denominator = sv.denominator;
-    ga.ratio = sv.ratio;
+    ga.row_max = sv.row_max, ga.denominator = sv.denominator, ga.ratio = sv.ratio;
     aft_backward(ga, arena);
   }
 };

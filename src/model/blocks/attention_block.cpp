@@ -4,7 +4,6 @@
 // Training runs the tiled online-softmax kernel; decoding keeps every key and value in the
 // state's token cache (rows of [H, d_k] keys then [H, d_v] values, the kernel's layout).
 #include <algorithm>
-#include <cstring>
 
 #include "../mixer_layer.h"
 #include "retnet/mixers/attention.h"
@@ -12,22 +11,22 @@
 namespace retnet::detail {
 namespace {
 
+// Saved: the output [N, vd] and each head's log-sum-exp of its scores [N, H], in this order.
+SavedSizes<2> saved_sizes(const Config& c, int64_t N) {
+  return {static_cast<size_t>(N * c.value_embed_dim), static_cast<size_t>(N * c.heads)};
+}
 struct Saved {
   float *o, *lse;
 };
-Saved carve(float* base, const Config& c, int64_t N) {
-  SavedCarver s(base);
-  Saved r;
-  r.o = s.take(N * c.value_embed_dim);
-  r.lse = s.take(N * c.heads);
-  return r;
+Saved carve(const float* base, const Config& c, int64_t N) {
+  const auto [o, lse] = carve_saved(base, saved_sizes(c, N));
+  return {o, lse};
 }
 
 class AttentionMixer final : public LayerMixer {
  public:
   size_t saved_floats(const Config& c, int64_t B, int64_t T) const override {
-    const size_t N = static_cast<size_t>(B * T);
-    return Arena::footprint(N * c.value_embed_dim) + Arena::footprint(N * c.heads);
+    return saved_footprint(saved_sizes(c, B * T));
   }
 
   size_t workspace_floats(const Config& c, Form form, int64_t B, int64_t T, int64_t,
@@ -48,64 +47,46 @@ class AttentionMixer final : public LayerMixer {
   const float* forward(const MixerPass& p, Arena& arena) const override {
     const Model& model = *p.model;
     const Config& c = model.config();
-    const int64_t B = p.B, T = p.T, N = B * T, d = c.embed_dim, vd = c.value_embed_dim;
-    const int64_t H = c.heads, dk = c.key_dim(), dv = c.head_value_dim();
-    const int64_t P = c.projection_width();
-    float* q = p.proj;
-    float* k = p.proj + d;
-    float* v = p.proj + 2 * d;
-    rotate_queries_keys(p, q, k, P, H, dk);
+    const int64_t B = p.B, T = p.T, d = c.embed_dim;
+    rotate_queries_keys(p, p.proj, p.proj + d, c.projection_width(), c.heads, c.key_dim());
     Saved sv{};
-    if (p.saved) sv = carve(p.saved, c, N);
+    if (p.saved) sv = carve(p.saved, c, B * T);
     float* o = p.saved ? sv.o : p.out;
-    const TensorView qv = head_view(q, B, T, H, P, dk), kv = head_view(k, B, T, H, P, dk);
-    const TensorView vv = head_view(v, B, T, H, P, dv), ov = head_view(o, B, T, H, vd, dv);
+    const auto [q, k, v] = head_qkv(p.proj, B, T, c);
+    const TensorView out = head_output_view(o, B, T, c);
     if (!p.cache) {  // from an empty sequence (training, or a parallel pass without a state)
       AttentionArgs a;
-      a.q = qv;
-      a.k = kv;
-      a.v = vv;
-      a.out = ov;
+      a.q = q, a.k = k, a.v = v, a.out = out;
       a.logsumexp = p.saved ? sv.lse : nullptr;
       attention_forward(a, arena);
       return o;
     }
-    int64_t* lengths = cache_lengths(arena, p.positions, B);
-    AttentionCache cache;
-    cache.data = p.cache->block(p.layer, p.first);
-    cache.capacity = p.cache->capacity;
-    cache.length = lengths;
-    if (p.form == Form::Recurrent && T == 1)
-      attention_step(qv, kv, vv, ov, cache, arena);
+    AttentionCache cache = pass_cache<AttentionCache>(p, arena);
+    if (is_decode_step(p))
+      attention_step(q, k, v, out, cache, arena);
     else
-      attention_prefill(qv, kv, vv, ov, cache, arena);
+      attention_prefill(q, k, v, out, cache, arena);
     return o;
   }
 
   const float* output(const MixerGrad& gr, float*) const override {
-    return carve(const_cast<float*>(gr.saved), gr.model->config(), gr.B * gr.T).o;
+    return carve(gr.saved, gr.model->config(), gr.B * gr.T).o;
   }
 
   void backward(const MixerGrad& gr, Arena& arena) const override {
     const Model& model = *gr.model;
     const Config& c = model.config();
-    const int64_t B = gr.B, T = gr.T, N = B * T, d = c.embed_dim, vd = c.value_embed_dim;
-    const int64_t H = c.heads, dk = c.key_dim(), dv = c.head_value_dim();
-    const int64_t P = c.projection_width();
-    const Saved sv = carve(const_cast<float*>(gr.saved), c, N);
-    std::memset(gr.d_proj, 0, static_cast<size_t>(N * P) * sizeof(float));
+    const int64_t B = gr.B, T = gr.T, P = c.projection_width();
+    const Saved sv = carve(gr.saved, c, B * T);
+    zero_projection_grad(gr, P);
+    const HeadQkv x = head_qkv(gr.proj, B, T, c), dx = head_qkv(gr.d_proj, B, T, c);
     AttentionGradArgs ga;
-    ga.q = head_view(gr.proj, B, T, H, P, dk);
-    ga.k = head_view(gr.proj + d, B, T, H, P, dk);
-    ga.v = head_view(gr.proj + 2 * d, B, T, H, P, dv);
-    ga.out = head_view(sv.o, B, T, H, vd, dv);
-    ga.d_out = head_view(gr.d_out, B, T, H, vd, dv);
-    ga.d_q = head_view(gr.d_proj, B, T, H, P, dk);
-    ga.d_k = head_view(gr.d_proj + d, B, T, H, P, dk);
-    ga.d_v = head_view(gr.d_proj + 2 * d, B, T, H, P, dv);
+    ga.q = x.q, ga.k = x.k, ga.v = x.v;
+    ga.d_q = dx.q, ga.d_k = dx.k, ga.d_v = dx.v;
+    ga.out = head_output_view(sv.o, B, T, c), ga.d_out = head_output_view(gr.d_out, B, T, c);
     ga.logsumexp = sv.lse;
     attention_backward(ga, arena);
-    rotate_back_query_key_grads(gr, gr.d_proj, gr.d_proj + d, P, H, dk);
+    rotate_back_query_key_grads(gr, gr.d_proj, gr.d_proj + c.embed_dim, P, c.heads, c.key_dim());
   }
 };
 

@@ -37,21 +37,23 @@ void decay_parameters(const Model& m, int64_t layer, float* wu) {
   }
 }
 
+// Saved per token and channel: wkv (the gate's input) and the log denominator, in this order.
+SavedSizes<2> saved_sizes(const Config& c, int64_t N) {
+  const size_t n = static_cast<size_t>(N * c.value_embed_dim);
+  return {n, n};
+}
 struct Saved {
   float *wkv, *log_den;
 };
-Saved carve(float* base, const Config& c, int64_t N) {
-  SavedCarver s(base);
-  Saved r;
-  r.wkv = s.take(N * c.value_embed_dim);
-  r.log_den = s.take(N * c.value_embed_dim);
-  return r;
+Saved carve(const float* base, const Config& c, int64_t N) {
+  const auto [wkv, log_den] = carve_saved(base, saved_sizes(c, N));
+  return {wkv, log_den};
 }
 
 class DecayMixer final : public LayerMixer {
  public:
   size_t saved_floats(const Config& c, int64_t B, int64_t T) const override {
-    return 2 * Arena::footprint(static_cast<size_t>(B * T * c.value_embed_dim));
+    return saved_footprint(saved_sizes(c, B * T));
   }
 
   size_t workspace_floats(const Config& c, Form form, int64_t B, int64_t T, int64_t chunk,
@@ -69,60 +71,45 @@ class DecayMixer final : public LayerMixer {
 
   const float* forward(const MixerPass& p, Arena& arena) const override {
     const Config& c = p.model->config();
-    const int64_t B = p.B, T = p.T, N = B * T, vd = c.value_embed_dim, P = 3 * vd;
+    const int64_t B = p.B, T = p.T, vd = c.value_embed_dim;
     float* wu = arena.alloc(static_cast<size_t>(2 * vd));
     decay_parameters(*p.model, p.layer, wu);
+    const ChannelQkv x = channel_qkv(p.proj, B, T, vd);
     DecayAttentionArgs a;
-    a.r = channel_view(p.proj, B, T, P, vd);
-    a.k = channel_view(p.proj + vd, B, T, P, vd);
-    a.v = channel_view(p.proj + 2 * vd, B, T, P, vd);
+    a.r = x.q, a.k = x.k, a.v = x.v;
     a.out = channel_view(p.out, B, T, vd, vd);
-    a.w = wu;
-    a.u = wu + vd;
-    a.state = p.state;
-    a.state_stride = p.state_stride;
+    a.w = wu, a.u = wu + vd;
+    a.state = p.state, a.state_stride = p.state_stride;
     a.chunk = p.chunk;
     if (p.saved) {
-      const Saved sv = carve(p.saved, c, N);
-      a.saved_wkv = sv.wkv;
-      a.saved_log_denominators = sv.log_den;
+      const Saved sv = carve(p.saved, c, B * T);
+      a.saved_wkv = sv.wkv, a.saved_log_denominators = sv.log_den;
     }
     decay_attention_forward(p.form, a, arena);
     return p.out;
   }
 
   const float* output(const MixerGrad& gr, float* scratch) const override {
-    const Config& c = gr.model->config();
-    const int64_t N = gr.B * gr.T, vd = c.value_embed_dim, P = 3 * vd;
-    const Saved sv = carve(const_cast<float*>(gr.saved), c, N);
-    sigmoid_gated(gr.proj, P, sv.wkv, scratch, N, vd);
-    return scratch;
+    return sigmoid_gated_output(gr, carve(gr.saved, gr.model->config(), gr.B * gr.T).wkv, scratch);
   }
 
   void backward(const MixerGrad& gr, Arena& arena) const override {
     const Model& model = *gr.model;
     const Config& c = model.config();
-    const int64_t B = gr.B, T = gr.T, N = B * T, vd = c.value_embed_dim, P = 3 * vd;
-    const Saved sv = carve(const_cast<float*>(gr.saved), c, N);
+    const int64_t B = gr.B, T = gr.T, vd = c.value_embed_dim;
+    const Saved sv = carve(gr.saved, c, B * T);
     float* wu = arena.alloc(static_cast<size_t>(2 * vd));
     float* dwu = arena.alloc(static_cast<size_t>(2 * vd));
     decay_parameters(model, gr.layer, wu);
     std::memset(dwu, 0, static_cast<size_t>(2 * vd) * sizeof(float));
-    std::memset(gr.d_proj, 0, static_cast<size_t>(N * P) * sizeof(float));
+    zero_projection_grad(gr, 3 * vd);
+    const ChannelQkv x = channel_qkv(gr.proj, B, T, vd), dx = channel_qkv(gr.d_proj, B, T, vd);
     DecayAttentionGradArgs ga;
-    ga.r = channel_view(gr.proj, B, T, P, vd);
-    ga.k = channel_view(gr.proj + vd, B, T, P, vd);
-    ga.v = channel_view(gr.proj + 2 * vd, B, T, P, vd);
+    ga.r = x.q, ga.k = x.k, ga.v = x.v;
+    ga.d_r = dx.q, ga.d_k = dx.k, ga.d_v = dx.v;
     ga.d_out = channel_view(gr.d_out, B, T, vd, vd);
-    ga.d_r = channel_view(gr.d_proj, B, T, P, vd);
-    ga.d_k = channel_view(gr.d_proj + vd, B, T, P, vd);
-    ga.d_v = channel_view(gr.d_proj + 2 * vd, B, T, P, vd);
-    ga.w = wu;
-    ga.u = wu + vd;
-    ga.d_w = dwu;
-    ga.d_u = dwu + vd;
-    ga.wkv = sv.wkv;
-    ga.log_denominators = sv.log_den;
+    ga.w = wu, ga.u = wu + vd, ga.d_w = dwu, ga.d_u = dwu + vd;
+    ga.wkv = sv.wkv, ga.log_denominators = sv.log_den;
     ga.chunk = gr.chunk;
     decay_attention_backward(gr.form, ga, arena);
     if (learns_decay(c) && gr.grads) {

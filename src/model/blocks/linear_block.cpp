@@ -3,7 +3,6 @@
 //   out = normalised causal linear attention(phi(q), phi(k), v)
 // with a constant-size state per head, [F, d_v + 1], for decoding.
 #include <algorithm>
-#include <cstring>
 
 #include "../mixer_layer.h"
 #include "retnet/core/error.h"
@@ -38,26 +37,25 @@ FeatureMap sizing_map(const Config& c) {
   return f;
 }
 
+// Saved: the output [N, vd], the features of q and of k [N, H, F] each, and each head's inverse
+// denominators [N, H], in this order.
+SavedSizes<4> saved_sizes(const Config& c, int64_t N) {
+  const size_t features = static_cast<size_t>(N * c.heads * feature_count(c));
+  return {static_cast<size_t>(N * c.value_embed_dim), features, features,
+          static_cast<size_t>(N * c.heads)};
+}
 struct Saved {
   float *o, *phi_q, *phi_k, *inv_den;
 };
-Saved carve(float* base, const Config& c, int64_t N) {
-  SavedCarver s(base);
-  Saved r;
-  const int64_t HF = c.heads * feature_count(c);
-  r.o = s.take(N * c.value_embed_dim);
-  r.phi_q = s.take(N * HF);
-  r.phi_k = s.take(N * HF);
-  r.inv_den = s.take(N * c.heads);
-  return r;
+Saved carve(const float* base, const Config& c, int64_t N) {
+  const auto [o, phi_q, phi_k, inv_den] = carve_saved(base, saved_sizes(c, N));
+  return {o, phi_q, phi_k, inv_den};
 }
 
 class LinearMixer final : public LayerMixer {
  public:
   size_t saved_floats(const Config& c, int64_t B, int64_t T) const override {
-    const size_t N = static_cast<size_t>(B * T), HF = c.heads * feature_count(c);
-    return Arena::footprint(N * c.value_embed_dim) + 2 * Arena::footprint(N * HF) +
-           Arena::footprint(N * c.heads);
+    return saved_footprint(saved_sizes(c, B * T));
   }
 
   size_t workspace_floats(const Config& c, Form form, int64_t B, int64_t T, int64_t chunk,
@@ -74,24 +72,19 @@ class LinearMixer final : public LayerMixer {
 
   const float* forward(const MixerPass& p, Arena& arena) const override {
     const Config& c = p.model->config();
-    const int64_t B = p.B, T = p.T, N = B * T, d = c.embed_dim, vd = c.value_embed_dim;
-    const int64_t H = c.heads, dk = c.key_dim(), dv = c.head_value_dim();
-    const int64_t P = c.projection_width();
+    const int64_t B = p.B, T = p.T;
     Saved sv{};
-    if (p.saved) sv = carve(p.saved, c, N);
+    if (p.saved) sv = carve(p.saved, c, B * T);
     float* o = p.saved ? sv.o : p.out;
+    const HeadQkv x = head_qkv(p.proj, B, T, c);
     LinearAttentionArgs a;
-    a.q = head_view(p.proj, B, T, H, P, dk);
-    a.k = head_view(p.proj + d, B, T, H, P, dk);
-    a.v = head_view(p.proj + 2 * d, B, T, H, P, dv);
-    a.out = head_view(o, B, T, H, vd, dv);
+    a.q = x.q, a.k = x.k, a.v = x.v;
+    a.out = head_output_view(o, B, T, c);
     a.features = layer_features(*p.model, p.layer);
-    a.state = p.state;
-    a.state_stride = p.state_stride;
+    a.state = p.state, a.state_stride = p.state_stride;
     a.chunk = p.chunk;
     if (p.saved) {
-      a.saved_phi_q = sv.phi_q;
-      a.saved_phi_k = sv.phi_k;
+      a.saved_phi_q = sv.phi_q, a.saved_phi_k = sv.phi_k;
       a.saved_inv_denominators = sv.inv_den;
     }
     linear_attention_forward(p.form, a, arena);
@@ -99,29 +92,21 @@ class LinearMixer final : public LayerMixer {
   }
 
   const float* output(const MixerGrad& gr, float*) const override {
-    return carve(const_cast<float*>(gr.saved), gr.model->config(), gr.B * gr.T).o;
+    return carve(gr.saved, gr.model->config(), gr.B * gr.T).o;
   }
 
   void backward(const MixerGrad& gr, Arena& arena) const override {
     const Config& c = gr.model->config();
-    const int64_t B = gr.B, T = gr.T, N = B * T, d = c.embed_dim, vd = c.value_embed_dim;
-    const int64_t H = c.heads, dk = c.key_dim(), dv = c.head_value_dim();
-    const int64_t P = c.projection_width();
-    const Saved sv = carve(const_cast<float*>(gr.saved), c, N);
-    std::memset(gr.d_proj, 0, static_cast<size_t>(N * P) * sizeof(float));
+    const int64_t B = gr.B, T = gr.T;
+    const Saved sv = carve(gr.saved, c, B * T);
+    zero_projection_grad(gr, c.projection_width());
+    const HeadQkv x = head_qkv(gr.proj, B, T, c), dx = head_qkv(gr.d_proj, B, T, c);
     LinearAttentionGradArgs ga;
-    ga.q = head_view(gr.proj, B, T, H, P, dk);
-    ga.k = head_view(gr.proj + d, B, T, H, P, dk);
-    ga.v = head_view(gr.proj + 2 * d, B, T, H, P, dv);
-    ga.out = head_view(sv.o, B, T, H, vd, dv);
-    ga.d_out = head_view(gr.d_out, B, T, H, vd, dv);
-    ga.d_q = head_view(gr.d_proj, B, T, H, P, dk);
-    ga.d_k = head_view(gr.d_proj + d, B, T, H, P, dk);
-    ga.d_v = head_view(gr.d_proj + 2 * d, B, T, H, P, dv);
+    ga.q = x.q, ga.k = x.k, ga.v = x.v;
+    ga.d_q = dx.q, ga.d_k = dx.k, ga.d_v = dx.v;
+    ga.out = head_output_view(sv.o, B, T, c), ga.d_out = head_output_view(gr.d_out, B, T, c);
     ga.features = layer_features(*gr.model, gr.layer);
-    ga.phi_q = sv.phi_q;
-    ga.phi_k = sv.phi_k;
-    ga.inv_denominators = sv.inv_den;
+    ga.phi_q = sv.phi_q, ga.phi_k = sv.phi_k, ga.inv_denominators = sv.inv_den;
     ga.chunk = gr.chunk;
     linear_attention_backward(gr.form, ga, arena);
   }
