@@ -1,6 +1,7 @@
 #include "retnet/text/tokenizer.h"
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "retnet/core/base64.h"
 #include "retnet/core/error.h"
@@ -102,8 +103,16 @@ std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& model_path) {
     if (fs::exists(spm, ec))
       return make_sentencepiece_tokenizer(read_whole_file(spm.string(), "tokenizer file"),
                                           spm.string());
-    throw Error(fmt::format("'{}' has no tokenizer this engine reads (tokenizer.model); give one "
-                            "with --tokenizer",
+    // No tokenizer file: a byte-level model (vocabulary 256) needs none.
+    const fs::path config = fs::path(model_path) / "config.json";
+    if (fs::exists(config, ec)) {
+      const auto j = nlohmann::json::parse(read_whole_file(config.string(), "model config"),
+                                           nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.contains("vocab_size") && j["vocab_size"] == 256)
+        return make_byte_tokenizer();
+    }
+    throw Error(fmt::format("'{}' has no tokenizer this engine reads (tokenizer.model), and its "
+                            "vocabulary is not the 256 bytes; give one with --tokenizer",
                             model_path));
   }
   SafetensorsFile file = SafetensorsFile::open(model_path);

@@ -64,7 +64,9 @@ def case(name, layout, cfg, T=37, chunks=(8, 11), modes=RETENTION_MODES, optiona
 
 
 # ------------------------------------------------------------------------------------------- CASES
-# Set enabled=False on a case the engine does not support yet (or pass --only).
+# Set enabled=False on a case the engine does not support yet (or pass --only). Disabled today:
+# keys and values shared by groups of heads (num_kv_heads), feature maps, hybrid attention layers;
+# the engine refuses those configs naming the key (see the bad-input cases).
 CASES = [
     # fla-hub/retnet-1.3B-100B's config, shrunk: expand_k 1, expand_v 2, hidden_ratio 2,
     # intermediate_size null (-> 256), fused swish gate, untied head.
@@ -72,18 +74,18 @@ CASES = [
     case("fla-expand-k-0.5", "fla", dict(hidden=64, heads=4, layers=2, expand_k=0.5, expand_v=1,
                                          intermediate_size=96, norm_eps=1e-5)),
     case("fla-expand-k-2", "fla", dict(hidden=32, heads=2, layers=2, expand_k=2, expand_v=2, hidden_ratio=3)),
-    case("fla-gqa-4q-2kv", "fla", dict(hidden=64, heads=4, layers=2, num_kv_heads=2)),
-    case("fla-mqa-4q-1kv", "fla", dict(hidden=64, heads=4, layers=1, num_kv_heads=1)),
-    case("fla-feature-map-relu", "fla", dict(hidden=48, heads=3, layers=2, feature_map="relu")),
-    case("fla-feature-map-swish", "fla", dict(hidden=48, heads=2, layers=2, feature_map="swish")),
+    case("fla-gqa-4q-2kv", "fla", dict(hidden=64, heads=4, layers=2, num_kv_heads=2), enabled=False),
+    case("fla-mqa-4q-1kv", "fla", dict(hidden=64, heads=4, layers=1, num_kv_heads=1), enabled=False),
+    case("fla-feature-map-relu", "fla", dict(hidden=48, heads=3, layers=2, feature_map="relu"), enabled=False),
+    case("fla-feature-map-swish", "fla", dict(hidden=48, heads=2, layers=2, feature_map="swish"), enabled=False),
     case("fla-no-output-gate", "fla", dict(hidden=64, heads=4, layers=2, use_output_gate=False)),
     case("fla-no-elementwise-affine", "fla", dict(hidden=64, heads=4, layers=2, elementwise_affine=False)),
     case("fla-unfused-norm", "fla", dict(hidden=64, heads=4, layers=2, fuse_norm=False)),
     case("fla-tied-head", "fla", dict(hidden=64, heads=4, layers=2, tie_word_embeddings=True)),
     case("fla-hybrid-attn-layer-1", "fla", dict(hidden=64, heads=4, layers=3, attn=HYBRID_1),
-         modes=("parallel", "recurrent"), optional=("chunkwise", "scan")),
+         modes=("parallel", "recurrent"), optional=("chunkwise", "scan"), enabled=False),
     case("fla-hybrid-windows-list", "fla", dict(hidden=64, heads=4, layers=3, vocab=256, attn=HYBRID_WINDOW),
-         modes=("parallel", "recurrent"), optional=("chunkwise", "scan"), generate=True),
+         modes=("parallel", "recurrent"), optional=("chunkwise", "scan"), generate=True, enabled=False),
     case("syncdoth-swish-rel-pos", "syncdoth", dict(d=64, value_dim=128, heads=4, ffn=96, layers=2, vocab=256),
          generate=True),
     case("syncdoth-gelu-no-buffers", "syncdoth", dict(d=32, value_dim=64, heads=2, ffn=64, layers=2,
