@@ -16,13 +16,17 @@ void register_train(CLI::App& app) {
                   "Training text file; its last 10% is the validation split")->required();
   cmd->add_option("--tokenizer", o->tokenizer,
                   "bytes (vocabulary 256), a SentencePiece .model (see `retnet tokenizer train`) "
-                  "or a .safetensors model whose tokenizer to reuse; recorded in the model file")
+                  "or a .safetensors model or model directory whose tokenizer to reuse; recorded in "
+                  "the model file")
       ->capture_default_str();
   cmd->add_option("--token-cache-dir", o->token_cache_dir,
                   "Where the tokenized corpus is cached (default: .cache next to --data)");
   cmd->add_option("--config", o->config_path,
                   "Model config JSON (default: the small model); vocab_size defaults to the "
                   "tokenizer's");
+  cmd->add_option("--init-from", o->init_from,
+                  "Fine-tune: start from this model's weights and config (a .safetensors model "
+                  "or a Hugging Face directory) and its tokenizer, instead of a fresh model");
   cmd->add_option("--out", o->out_dir, "Run directory: model, checkpoints, metrics.jsonl")
       ->capture_default_str();
   cmd->add_option("--steps", o->steps, "Optimizer steps")->check(integer_at_least(1));

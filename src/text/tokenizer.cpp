@@ -68,7 +68,9 @@ std::unique_ptr<Tokenizer> tokenizer_from_serialized(const std::string& kind,
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
   if (spec == "bytes") return make_byte_tokenizer();
-  if (ends_with(spec, ".safetensors")) return load_model_tokenizer(spec);
+  std::error_code ec;
+  if (ends_with(spec, ".safetensors") || std::filesystem::is_directory(spec, ec))
+    return load_model_tokenizer(spec);
   return make_sentencepiece_tokenizer(read_whole_file(spec, "tokenizer file"), spec);
 }
 

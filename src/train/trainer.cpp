@@ -97,6 +97,24 @@ Config model_config(const std::string& path, const Tokenizer& tokenizer,
   return config;
 }
 
+// Fine-tuning: the model to start from, in float32 and owning its weights (a file's mapping is
+// read-only), with the tokenizer's vocabulary.
+Model starting_model(const TrainOptions& o, const Tokenizer& tokenizer,
+                     const std::string& tokenizer_spec) {
+  RETNET_CHECK(o.config_path.empty(),
+               "--config and --init-from exclude each other: a fine-tuned model keeps the config "
+               "of '{}'",
+               o.init_from);
+  const Model loaded = load_model(o.init_from);
+  RETNET_CHECK(loaded.config().vocab_size == tokenizer.vocab_size(),
+               "'{}' has vocab_size {} but the tokenizer '{}' has {} tokens", o.init_from,
+               loaded.config().vocab_size, tokenizer_spec, tokenizer.vocab_size());
+  ParamBuffer params(loaded.params().layout());
+  std::copy(loaded.params().data(), loaded.params().data() + loaded.params().size(),
+            params.data());
+  return Model(loaded.config(), std::move(params));
+}
+
 // Validation loss and bits per byte over the split's first `max_tokens` predictions.
 struct Validation {
   Evaluation eval;
@@ -130,6 +148,7 @@ std::string run_json(const TrainOptions& o, const Tokenizer& tokenizer) {
   j["clip_norm"] = o.optimizer.clip_norm;
   if (tokenizer.kind() != "bytes")
     j["tokenizer"] = fmt::format("{}-{:016x}", tokenizer.kind(), tokenizer_fingerprint(tokenizer));
+  if (!o.init_from.empty()) j["init_from"] = o.init_from;
   return j.dump();
 }
 
@@ -267,12 +286,15 @@ TrainResult train(const TrainOptions& o) {
   // Before the slow part (tokenizing): a second run on the directory fails at once.
   const RunDirectoryLock lock(o.out_dir);
   if (!o.resume) prepare_fresh_run(o.out_dir, o.overwrite);
-  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(o.tokenizer);
-  const Config config = model_config(o.config_path, *tokenizer, o.tokenizer);
+  const bool fine_tune = !o.init_from.empty();
+  const std::string tokenizer_spec = fine_tune && o.tokenizer == "bytes" ? o.init_from : o.tokenizer;
+  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_spec);
+  Model model = fine_tune ? starting_model(o, *tokenizer, tokenizer_spec)
+                          : Model::init(model_config(o.config_path, *tokenizer, o.tokenizer), o.seed);
+  const Config config = model.config();
   const TokenDataset data = load_training_data(o, *tokenizer);
   const auto tokenizer_meta = tokenizer_metadata(*tokenizer);
 
-  Model model = Model::init(config, o.seed);
   AdamWOptions opt_options = o.optimizer;
   opt_options.total_steps = o.steps > 0 ? o.steps : opt_options.total_steps;
   AdamW opt(model.params().layout(), opt_options);

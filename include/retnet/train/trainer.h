@@ -15,6 +15,9 @@ struct TrainOptions {
   std::string token_cache_dir;       // empty: .cache next to the data (train/data.h)
   std::string config_path;           // model config JSON; empty: the default small model; a config
                                      // without vocab_size takes the tokenizer's
+  // Fine-tuning: start from this model's weights and config (a model file or a Hugging Face
+  // directory) instead of a fresh initialisation; its tokenizer unless `tokenizer` names another.
+  std::string init_from;
   std::string out_dir = "runs/retnet";
   int64_t steps = 0;                 // optimizer steps (0: decided by time_budget_s)
   double time_budget_s = 0;          // stop after this many seconds (0: no limit)
