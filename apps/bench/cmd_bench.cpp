@@ -281,6 +281,7 @@ void register_bench(CLI::App& app) {
   dec->callback([o] { run_bench_decode(o->model, o->reps, o->quick, o->threads, o->json); });
   register_bench_family(bench);
   register_bench_paper(bench);
+  register_bench_model(bench);
 }
 
 }  // namespace retnet::cli

@@ -7,19 +7,49 @@ namespace retnet::cli {
 
 void register_init(CLI::App& app) {
   struct Opts {
-    std::string config, out;
+    std::string config, out, format, dtype = "f32";
     uint64_t seed = 0;
   };
   auto o = std::make_shared<Opts>();
-  auto* cmd = app.add_subcommand("init", "Write a randomly initialised model (torchscale's init)");
+  auto* cmd = app.add_subcommand(
+      "init",
+      "Write a randomly initialised model (torchscale's init): a .safetensors file, or with "
+      "--format a Hugging Face directory; the config may be an fla config.json (e.g. "
+      "fla-hub/retnet-1.3B-100B's), which writes an fla directory");
   cmd->add_option("--config", o->config,
-                  "Model config JSON (torchscale RetNetConfig names); default: the small model");
-  cmd->add_option("--out,-o", o->out, "Output .safetensors file")->required();
+                  "Model config JSON (torchscale RetNetConfig names, or a Hugging Face "
+                  "config.json of fla or syncdoth); default: the small model");
+  cmd->add_option("--out,-o", o->out, "Output .safetensors file, or directory with --format")
+      ->required();
+  cmd->add_option("--format", o->format,
+                  "Write a Hugging Face directory in this layout (default for an fla "
+                  "config.json: fla)")
+      ->check(CLI::IsMember({"fla", "syncdoth"}));
+  cmd->add_option("--dtype", o->dtype, "Stored weights of a directory: f32 or bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
   add_checked(cmd, "--seed,-s", o->seed, "Random seed", integer_at_least(0));
   cmd->callback([o] {
-    Config config = o->config.empty() ? Config{} : Config::from_file(o->config);
+    Config config;
+    std::string format = o->format;
+    int64_t bos = -1, eos = -1;
+    if (!o->config.empty()) {
+      const std::string text = read_file(o->config, "config file");
+      if (is_hf_config(text)) {
+        const HfModelConfig hf = parse_hf_config(text, o->config);
+        config = hf.config;
+        bos = hf.bos_id, eos = hf.eos_id;
+        if (format.empty()) format = hf_flavour_name(hf.flavour);
+      } else {
+        config = Config::from_json(text, o->config);
+      }
+    }
     Model model = Model::init(config, o->seed);
-    save_model(model, o->out);
+    if (format.empty())
+      save_model(model, o->out);
+    else
+      save_hf_directory(model, o->out, format == "fla" ? HfFlavour::Fla : HfFlavour::Syncdoth,
+                        o->dtype, {}, bos, eos);
     std::printf("wrote %s: %lld parameters (%s), seed %llu\n", o->out.c_str(),
                 static_cast<long long>(model.parameter_count()),
                 human_bytes(4.0 * model.parameter_count()).c_str(),

@@ -31,6 +31,8 @@ void apply_threads(int threads);
 void register_bench_family(CLI::App* bench);
 // `retnet bench paper` and its hidden `paper-probe` (cmd_bench_paper.cpp).
 void register_bench_paper(CLI::App* bench);
+// `retnet bench model` (cmd_bench_model.cpp): load, RSS, prefill and decode of one model.
+void register_bench_model(CLI::App* bench);
 std::optional<Config> optional_config(const std::string& path);
 
 // Validators for numeric options, to pass to add_option(...)->check(). The value must be a finite

@@ -139,6 +139,11 @@ HfModelConfig parse_syncdoth(json j, const std::string& origin) {
 
 }  // namespace
 
+bool is_hf_config(const std::string& text) {
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && (j.contains("hidden_size") || j.contains("model_type"));
+}
+
 const char* hf_flavour_name(HfFlavour f) { return f == HfFlavour::Fla ? "fla" : "syncdoth"; }
 
 HfModelConfig parse_hf_config(const std::string& text, const std::string& origin) {

@@ -33,6 +33,9 @@ struct HfModelConfig {
 // Translates a config.json's text (`origin` names the file in errors); the flavour comes from its
 // keys (hidden_size: fla; decoder_embed_dim: syncdoth).
 HfModelConfig parse_hf_config(const std::string& json_text, const std::string& origin);
+// Whether a config JSON is a Hugging Face config.json (fla's hidden_size, or a model_type) rather
+// than the engine's own torchscale-named config.
+bool is_hf_config(const std::string& json_text);
 // The config.json of a model in a flavour; throws Error naming the option the flavour cannot
 // express.
 std::string hf_config_json(const Config& config, HfFlavour flavour, int64_t bos_id = -1,

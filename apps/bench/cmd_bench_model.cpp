@@ -1,0 +1,167 @@
+// `retnet bench model`: one model (a file or a Hugging Face directory) as a user meets it: load
+// time and resident memory, prefill speed against the GEMM ceiling, batch-1 decode speed against
+// the memory-bandwidth roofline, both ceilings measured in the same run.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "bench_common.h"
+#include "commands.h"
+#include "retnet/core/gemm.h"
+#include "retnet/core/parallel.h"
+#include "retnet/core/process_memory.h"
+#include "retnet/infer/session.h"
+#include "retnet/model/model_io.h"
+
+namespace retnet::cli {
+namespace {
+
+// STREAM-like read bandwidth: the best of `reps` sums over a buffer far larger than any cache, all
+// threads reading their share (bytes per second).
+double read_bandwidth(int reps) {
+  const size_t n = size_t{256} << 20;  // 1 GiB of floats
+  std::vector<float> buffer(n, 1.f);
+  double best = 1e30, sink = 0;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    double total = 0;
+#pragma omp parallel for reduction(+ : total) schedule(static)
+    for (int64_t i = 0; i < static_cast<int64_t>(n); i += 16) {
+      float s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int j = 0; j < 16; ++j) s += buffer[i + j];
+      total += s;
+    }
+    best = std::min(best, since(t0));
+    sink += total;
+  }
+  if (sink < 0) std::printf("%f", sink);  // keeps the sums alive
+  return static_cast<double>(n * sizeof(float)) / best;
+}
+
+// sgemm at a prefill's shape: T rows through the model's widest projection (FLOPs per second).
+double gemm_ceiling(const Config& c, int64_t T, int reps) {
+  const int64_t K = c.embed_dim, N = c.projection_width();
+  std::vector<float> a(T * K, 0.5f), b(N * K, 0.25f), out(T * N);
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    sgemm(Trans::No, Trans::Yes, T, N, K, 1.f, a.data(), K, b.data(), K, 0.f, out.data(), N);
+    best = std::min(best, since(t0));
+  }
+  return 2.0 * static_cast<double>(T * N * K) / best;
+}
+
+// Bytes a batch-1 decode step reads: every weight matrix once (in the decode precision) and one
+// embedding row; norms and states are small beside them.
+double decode_bytes_per_token(const Model& m, double bytes_per_weight) {
+  const Config& c = m.config();
+  const double matrices = static_cast<double>(c.parameter_count() - c.vocab_size * c.embed_dim);
+  return matrices * bytes_per_weight + 4.0 * static_cast<double>(c.embed_dim);
+}
+
+struct BenchModelOptions {
+  std::string model, weights = "f32", json;
+  std::vector<int64_t> prefill = {512, 4096};
+  int64_t decode = 1000;
+  int reps = 3, threads = 0;
+};
+
+void run(const BenchModelOptions& o) {
+  apply_threads(o.threads);
+  nlohmann::ordered_json out;
+  out["machine"] = machine_json();
+  LoadInfo li;
+  Model model = load_model(o.model, std::nullopt, &li);
+  const Config& c = model.config();
+  const int64_t rss_load = current_rss_bytes();
+  const bool half = o.weights == "f16";
+  model.prepare_decode(half ? DecodePrecision::F16 : DecodePrecision::F32);
+  const int64_t rss_ready = current_rss_bytes();
+  std::printf("model %s: %lld parameters, stored %s (%s)\n", o.model.c_str(),
+              (long long)model.parameter_count(), li.source_dtype.c_str(),
+              human_bytes(double(li.stored_bytes)).c_str());
+  std::printf("load %.3f s, RSS %s after load, %s with the %s decode copy\n", li.load_seconds,
+              human_bytes(double(rss_load)).c_str(), human_bytes(double(rss_ready)).c_str(),
+              o.weights.c_str());
+  out["model"] = {{"path", o.model}, {"parameters", model.parameter_count()},
+                  {"stored_dtype", li.source_dtype}, {"stored_bytes", li.stored_bytes},
+                  {"load_seconds", li.load_seconds}, {"rss_after_load_bytes", rss_load},
+                  {"rss_after_decode_copy_bytes", rss_ready}, {"decode_weights", o.weights}};
+
+  nlohmann::json prefill = nlohmann::json::array();
+  for (int64_t T : o.prefill) {
+    const double ceiling = gemm_ceiling(c, std::min<int64_t>(T, 2048), o.reps);
+    std::vector<double> seconds;
+    const std::vector<int32_t> tokens = bench_tokens(T, c.vocab_size, 7);
+    for (int r = 0; r < o.reps; ++r) {
+      Session s(model);
+      s.add_sequence();
+      const auto t0 = Clock::now();
+      s.prefill(0, tokens.data(), T);
+      seconds.push_back(since(t0));
+    }
+    const double t = summarize(seconds).median;
+    // Matrix FLOPs only (2 per weight per token): the part the GEMM ceiling bounds.
+    const double flops = 2.0 * static_cast<double>(c.parameter_count() - c.vocab_size * c.embed_dim);
+    const double tps = static_cast<double>(T) / t, fraction = tps * flops / ceiling;
+    std::printf("prefill %5lld tokens: %8.1f tokens/s, %5.1f%% of the GEMM ceiling (%.1f GFLOP/s)\n",
+                (long long)T, tps, 100 * fraction, ceiling / 1e9);
+    prefill.push_back({{"tokens", T}, {"tokens_per_s", tps}, {"gemm_gflops", ceiling / 1e9},
+                       {"fraction_of_gemm_ceiling", fraction}});
+  }
+  out["prefill"] = prefill;
+
+  const double bandwidth = read_bandwidth(o.reps);
+  const double bytes = decode_bytes_per_token(model, half ? 2.0 : 4.0);
+  Session s(model);
+  s.add_sequence();
+  const std::vector<int32_t> prompt = bench_tokens(16, c.vocab_size, 3);
+  s.prefill(0, prompt.data(), static_cast<int64_t>(prompt.size()));
+  std::vector<double> step_seconds;
+  for (int64_t i = 0; i < o.decode; ++i) {
+    const int32_t next = static_cast<int32_t>((i * 7919) % c.vocab_size);
+    const auto t0 = Clock::now();
+    s.step(&next);
+    step_seconds.push_back(since(t0));
+  }
+  const double tps = 1.0 / summarize(step_seconds).median, roofline = bandwidth / bytes;
+  const int64_t rss_decoded = current_rss_bytes();
+  std::printf("decode batch 1 (%lld tokens): %.2f tokens/s; roofline %.2f tokens/s (%s per token "
+              "at %.1f GB/s read): %.0f%% of it\n",
+              (long long)o.decode, tps, roofline, human_bytes(bytes).c_str(), bandwidth / 1e9,
+              100 * tps / roofline);
+  std::printf("RSS after decoding: %s (weights in the decode precision: %s)\n",
+              human_bytes(double(rss_decoded)).c_str(), human_bytes(bytes).c_str());
+  out["decode"] = {{"tokens", o.decode}, {"tokens_per_s", tps},
+                   {"read_bandwidth_bytes_per_s", bandwidth}, {"bytes_per_token", bytes},
+                   {"roofline_tokens_per_s", roofline}, {"fraction_of_roofline", tps / roofline},
+                   {"rss_after_decoding_bytes", rss_decoded}};
+  if (!o.json.empty()) write_json(o.json, out);
+}
+
+}  // namespace
+
+void register_bench_model(CLI::App* bench) {
+  auto o = std::make_shared<BenchModelOptions>();
+  auto* cmd = bench->add_subcommand(
+      "model",
+      "One model file or Hugging Face directory: load time and RSS, prefill tokens/s against the "
+      "GEMM ceiling, batch-1 decode tokens/s against the memory-bandwidth roofline (weight bytes "
+      "per token / a STREAM-like read bandwidth), both measured in the same run");
+  cmd->add_option("--model,-m", o->model, "Model .safetensors file or directory")->required();
+  cmd->add_option("--weights", o->weights, "Decode weights: f32 (exact) or f16")
+      ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str();
+  cmd->add_option("--prefill", o->prefill, "Prompt lengths to time")->capture_default_str();
+  add_checked(cmd, "--decode", o->decode, "Tokens to decode", integer_at_least(1));
+  add_checked(cmd, "--reps", o->reps, "Repetitions of the prefills and ceilings (median/best)",
+              integer_at_least(1));
+  add_threads_option(cmd, o->threads);
+  cmd->add_option("--json", o->json, "Also write the results to this JSON file");
+  cmd->callback([o] { run(*o); });
+}
+
+}  // namespace retnet::cli
