@@ -61,13 +61,22 @@ std::unique_ptr<Tokenizer> tokenizer_from_serialized(const std::string& kind,
                                                      const std::string& bytes) {
   if (kind == "bytes") return make_byte_tokenizer();
   if (kind == "sentencepiece") return make_sentencepiece_tokenizer(bytes, "serialized tokenizer");
-  throw Error(
-      fmt::format("unknown tokenizer kind '{}' (this engine knows: bytes, sentencepiece)", kind));
+  if (kind == "hf") return make_hf_tokenizer(bytes, "serialized tokenizer.json");
+  throw Error(fmt::format("unknown tokenizer kind '{}' (this engine knows: bytes, sentencepiece, hf)",
+                          kind));
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
   if (spec == "bytes") return make_byte_tokenizer();
   if (ends_with(spec, ".safetensors")) return load_model_tokenizer(spec);
+  std::error_code ec;
+  if (std::filesystem::is_directory(spec, ec)) {
+    const std::string json = (std::filesystem::path(spec) / "tokenizer.json").string();
+    RETNET_CHECK(std::filesystem::is_regular_file(json, ec),
+                 "tokenizer directory '{}' has no tokenizer.json", spec);
+    return make_hf_tokenizer(read_whole_file(json, "tokenizer file"), json);
+  }
+  if (ends_with(spec, ".json")) return make_hf_tokenizer(read_whole_file(spec, "tokenizer file"), spec);
   return make_sentencepiece_tokenizer(read_whole_file(spec, "tokenizer file"), spec);
 }
 

@@ -1,0 +1,160 @@
+// Normalizers and pre-tokenizers of tokenizer.json (the subset in components.h).
+#include <array>
+
+#include "../unicode_tables.h"
+#include "components.h"
+#include "utf8_iter.h"
+
+namespace retnet::hf {
+namespace {
+
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+
+// Metaspace: spaces become the replacement, which may be prepended; with `split`, a new word
+// starts at each replacement (HF's MergedWithNext).
+void metaspace(const PreTokenizerStep& s, std::string_view word, bool first,
+               std::vector<std::string>& out) {
+  std::string text = replace_all(word, " ", s.replacement);
+  const bool prepend = s.prepend == PreTokenizerStep::kAlways ||
+                       (s.prepend == PreTokenizerStep::kFirst && first);
+  if (prepend && !starts_with(text, s.replacement)) text.insert(0, s.replacement);
+  if (!s.split) {
+    out.push_back(std::move(text));
+    return;
+  }
+  size_t begin = 0;
+  for (size_t at = text.find(s.replacement, 1); at != std::string::npos;
+       at = text.find(s.replacement, at + s.replacement.size())) {
+    if (at > begin) out.push_back(text.substr(begin, at - begin));
+    begin = at;
+  }
+  if (begin < text.size()) out.push_back(text.substr(begin));
+}
+
+void byte_level(const PreTokenizerStep& s, std::string_view word, std::vector<std::string>& out) {
+  std::string prefixed;
+  if (s.add_prefix_space && !starts_with(word, " ")) {
+    prefixed = " " + std::string(word);
+    word = prefixed;
+  }
+  std::vector<std::string> pieces;
+  if (s.use_regex)
+    split_by_pattern(SplitPattern::kGpt2, word, false, pieces);
+  else
+    pieces.emplace_back(word);
+  for (const auto& piece : pieces) {
+    std::string mapped;
+    mapped.reserve(piece.size() * 2);
+    for (char c : piece) mapped += byte_to_unicode(static_cast<unsigned char>(c));
+    out.push_back(std::move(mapped));
+  }
+}
+
+void split_string(const PreTokenizerStep& s, std::string_view word, std::vector<std::string>& out) {
+  size_t gap = 0;
+  if (!s.literal.empty()) {
+    for (size_t at = word.find(s.literal); at != std::string_view::npos;
+         at = word.find(s.literal, gap)) {
+      if (at > gap) out.emplace_back(word.substr(gap, at - gap));
+      if (!s.drop_matches) out.emplace_back(s.literal);
+      gap = at + s.literal.size();
+    }
+  }
+  if (gap < word.size()) out.emplace_back(word.substr(gap));
+}
+
+// Digits: runs of numeric characters (each digit alone with individual_digits) apart from the
+// rest, as HF's char::is_numeric.
+void digits(const PreTokenizerStep& s, std::string_view word, std::vector<std::string>& out) {
+  size_t begin = 0;
+  int kind = -1;  // of the current run: 1 digits, 0 other
+  for (size_t i = 0, len; i < word.size(); i += len) {
+    const int k = (unicode_classes(decode_at(word, i, &len)) & kNumber) ? 1 : 0;
+    if (i > begin && (k != kind || (k == 1 && s.individual_digits))) {
+      out.emplace_back(word.substr(begin, i - begin));
+      begin = i;
+    }
+    kind = k;
+  }
+  if (begin < word.size()) out.emplace_back(word.substr(begin));
+}
+
+std::array<std::string, 256> make_byte_map() {
+  std::array<std::string, 256> map;
+  int n = 0;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    append_utf8(map[b], printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + n++));
+  }
+  return map;
+}
+
+}  // namespace
+
+std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
+  std::string out;
+  out.reserve(s.size());
+  size_t begin = 0;
+  for (size_t at = s.find(from); !from.empty() && at != std::string_view::npos;
+       at = s.find(from, begin)) {
+    out.append(s.substr(begin, at - begin)).append(to);
+    begin = at + from.size();
+  }
+  out.append(s.substr(begin));
+  return out;
+}
+
+const std::string& byte_to_unicode(unsigned char b) {
+  static const std::array<std::string, 256> map = make_byte_map();
+  return map[b];
+}
+
+int unicode_to_byte(char32_t cp) {
+  if ((cp >= '!' && cp <= '~') || (cp >= 0xA1 && cp <= 0xAC) || (cp >= 0xAE && cp <= 0xFF))
+    return static_cast<int>(cp);
+  if (cp < 256 || cp >= 256 + 68) return -1;
+  // The n-th byte outside the printable ranges.
+  int n = static_cast<int>(cp) - 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    if (!printable && n-- == 0) return b;
+  }
+  return -1;
+}
+
+std::string normalize(const std::vector<NormalizerStep>& steps, std::string text) {
+  for (const auto& s : steps) {
+    if (s.kind == NormalizerStep::kPrepend) {
+      if (!text.empty()) text.insert(0, s.text);
+    } else {
+      text = replace_all(text, s.text, s.content);
+    }
+  }
+  return text;
+}
+
+void pre_tokenize(const std::vector<PreTokenizerStep>& steps, std::string_view section,
+                  bool first_section, std::vector<std::string>& words) {
+  words.clear();
+  words.emplace_back(section);
+  std::vector<std::string> next;
+  for (const auto& s : steps) {
+    next.clear();
+    for (size_t w = 0; w < words.size(); ++w) {
+      switch (s.kind) {
+        case PreTokenizerStep::kMetaspace:
+          metaspace(s, words[w], first_section && w == 0, next);
+          break;
+        case PreTokenizerStep::kByteLevel: byte_level(s, words[w], next); break;
+        case PreTokenizerStep::kSplitRegex:
+          split_by_pattern(s.pattern, words[w], s.drop_matches, next);
+          break;
+        case PreTokenizerStep::kSplitString: split_string(s, words[w], next); break;
+        case PreTokenizerStep::kDigits: digits(s, words[w], next); break;
+      }
+    }
+    words.swap(next);
+  }
+}
+
+}  // namespace retnet::hf
