@@ -6,7 +6,7 @@
 //        --workdir /tmp/parity [--full 1]
 // The JavaScript port runs SentencePiece-style BPE over a whole text at once (no pre-tokenizer
 // splits it), about 0.04 MB/s; so that the test stays fast, those two layouts read the first
-// 150 KB of Tiny Shakespeare unless --full 1 is given (which the throughput figures in
+// 100 KB of Tiny Shakespeare unless --full 1 is given (which the throughput figures in
 // docs/tokenizers.md use).
 import { execFileSync, spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -23,7 +23,7 @@ const train = shakespeare.slice(0, 100000);
 const t0 = performance.now();
 const tokenizers = { ...sentencepieceStyle(train, 600), ...byteLevel(train, 600) };
 console.log(`trained 2 vocabularies in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
-const head = args.full ? shakespeare : shakespeare.slice(0, 150000);
+const head = args.full ? shakespeare : shakespeare.slice(0, 100000);
 const inputs = { torture: tortureText(), shakespeare, shakespeare_head: head };
 for (const [name, text] of Object.entries(inputs)) fs.writeFileSync(path.join(args.workdir, `${name}.txt`), text);
 const inputsOf = (tname) => (tname === "llama" || tname === "metaspace"
