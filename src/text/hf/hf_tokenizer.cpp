@@ -165,8 +165,12 @@ class HfTokenizer final : public Tokenizer {
 
  private:
   // Ids of the words seen so far in one encode() call: a word's ids are a range of `ids`.
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
   struct Cache {
-    std::unordered_map<std::string, std::pair<uint32_t, uint32_t>> words;
+    std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, Hash, std::equal_to<>> words;
     std::vector<int32_t> ids;
   };
   static constexpr size_t kMaxCachedWord = 256;
@@ -225,7 +229,7 @@ void HfTokenizer::encode_word(std::string_view word, Cache& cache,
     c_.bpe->encode_word(word, ids);
     return;
   }
-  auto it = cache.words.find(std::string(word));
+  auto it = cache.words.find(word);
   if (it == cache.words.end()) {
     const auto start = static_cast<uint32_t>(cache.ids.size());
     c_.bpe->encode_word(word, cache.ids);

@@ -37,17 +37,19 @@ void byte_level(const PreTokenizerStep& s, std::string_view word, std::vector<st
     prefixed = " " + std::string(word);
     word = prefixed;
   }
-  std::vector<std::string> pieces;
-  if (s.use_regex)
-    split_by_pattern(SplitPattern::kGpt2, word, false, pieces);
-  else
-    pieces.emplace_back(word);
-  for (const auto& piece : pieces) {
+  auto map = [&out](std::string_view piece) {
     std::string mapped;
     mapped.reserve(piece.size() * 2);
     for (char c : piece) mapped += byte_to_unicode(static_cast<unsigned char>(c));
     out.push_back(std::move(mapped));
+  };
+  if (!s.use_regex) {
+    map(word);
+    return;
   }
+  std::vector<std::string> pieces;
+  split_by_pattern(SplitPattern::kGpt2, word, false, pieces);
+  for (const auto& piece : pieces) map(piece);
 }
 
 void split_string(const PreTokenizerStep& s, std::string_view word, std::vector<std::string>& out) {
@@ -140,6 +142,7 @@ void pre_tokenize(const std::vector<PreTokenizerStep>& steps, std::string_view s
   std::vector<std::string> next;
   for (const auto& s : steps) {
     next.clear();
+    next.reserve(words.size() + section.size() / 4);
     for (size_t w = 0; w < words.size(); ++w) {
       switch (s.kind) {
         case PreTokenizerStep::kMetaspace:
