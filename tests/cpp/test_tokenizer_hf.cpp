@@ -9,8 +9,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "cli_runner.h"
 #include "retnet/core/error.h"
 #include "retnet/text/tokenizer.h"
+#include "test_helpers.h"
 
 using namespace retnet;
 using nlohmann::json;
@@ -276,4 +278,27 @@ TEST(TokenizerHf, RefusesWhatItDoesNotRunNamingFileAndKey) {
   j = byte_level_json();
   j["model"]["vocab"]["a"] = "zero";
   expect_error(j, "model.vocab.a");
+}
+
+TEST(TokenizerHf, CliEncodesAndDecodesWithADirectory) {
+  const fs::path dir = test::fresh_temp_dir("hf_cli");
+  std::ofstream(dir / "tokenizer.json") << sentencepiece_json().dump();
+  auto enc = test::run_retnet("tokenizer encode --tokenizer " + dir.string() +
+                              " --text 'ab c\xC3\xA9' --add-bos --stats");
+  ASSERT_EQ(enc.exit_code, 0) << enc.err;
+  EXPECT_EQ(enc.out, "1,264,266,198,172\n");  // <s> ▁ab ▁c <0xC3> <0xA9>
+  EXPECT_NE(enc.err.find("MB/s"), std::string::npos) << enc.err;
+  std::ofstream(dir / "ids.txt") << enc.out;
+  auto dec = test::run_retnet("tokenizer decode --tokenizer " + (dir / "tokenizer.json").string() +
+                              " --file " + (dir / "ids.txt").string());
+  ASSERT_EQ(dec.exit_code, 0) << dec.err;
+  EXPECT_EQ(dec.out, "<s> ab c\xC3\xA9\n");
+  std::ofstream(dir / "bad.json") << R"({"model": {"type": "Unigram", "vocab": []}})";
+  auto bad = test::run_retnet("tokenizer encode --tokenizer " + (dir / "bad.json").string() +
+                              " --text hi");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("model.type"), std::string::npos) << bad.err;
+  auto help = test::run_retnet("tokenizer encode --help");
+  EXPECT_NE(help.out.find("tokenizer.json"), std::string::npos) << help.out;
+  fs::remove_all(dir);
 }
