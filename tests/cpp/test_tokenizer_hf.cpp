@@ -175,6 +175,9 @@ TEST(TokenizerHf, MetaspacePreTokenizerSchemes) {
   EXPECT_EQ(t->decode(t->encode("ab  c")), "ab  c");
   j["pre_tokenizer"]["prepend_scheme"] = "never";
   EXPECT_EQ(pieces(*make(j), "ab"), (std::vector<std::string>{"ab"}));
+  // No prefix, no split: a word whose "▁" follows a one-byte character is cut before it.
+  j["pre_tokenizer"]["split"] = false;
+  EXPECT_EQ(pieces(*make(j), "a b ab"), (std::vector<std::string>{"a", " ", "b", " ab"}));
 }
 
 TEST(TokenizerHf, ByteLevelGpt2Split) {

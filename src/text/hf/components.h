@@ -1,6 +1,7 @@
 #pragma once
 // The parts of a tokenizer.json this engine runs, as parsed by config.cpp: normalizer steps,
 // pre-tokenizer steps and decoder steps (Sequences are flattened).
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,10 +41,13 @@ struct DecoderStep {
 // Applies the normalizer steps to a text.
 std::string normalize(const std::vector<NormalizerStep>& steps, std::string text);
 
-// Words of one section of text (the text between added tokens); `first_section` is true for the
-// text at the start of the input (Metaspace's prepend_scheme "first").
+using Emit = std::function<void(std::string_view)>;
+
+// Passes `emit` the words of one section of text (the text between added tokens), one at a time
+// (a whole corpus is never held as words); `first_section` is true for the text at the start of
+// the input (Metaspace's prepend_scheme "first").
 void pre_tokenize(const std::vector<PreTokenizerStep>& steps, std::string_view section,
-                  bool first_section, std::vector<std::string>& words);
+                  bool first_section, const Emit& emit);
 
 // The byte-level alphabet: byte b as the character GPT-2 shows it (UTF-8), and back.
 const std::string& byte_to_unicode(unsigned char b);

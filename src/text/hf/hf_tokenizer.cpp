@@ -195,31 +195,27 @@ void HfTokenizer::encode_section(std::string_view raw, bool first, Cache& cache,
                                  std::vector<int32_t>& ids) const {
   const std::string text = hf::normalize(c_.normalizer, std::string(raw));
   if (text.empty()) return;
-  std::vector<std::string> words;
+  const std::string& marker = c_.bpe->cut_marker();
+  const hf::Emit encode = [&](std::string_view word) {
+    if (marker.empty()) {
+      encode_word(word, cache, ids);
+      return;
+    }
+    size_t begin = 0;
+    for (size_t at = word.find(marker, 1); at != std::string_view::npos;
+         at = word.find(marker, at + marker.size())) {
+      if (at >= marker.size() && word.compare(at - marker.size(), marker.size(), marker) == 0)
+        continue;  // inside a run of markers
+      encode_word(word.substr(begin, at - begin), cache, ids);
+      begin = at;
+    }
+    encode_word(word.substr(begin), cache, ids);
+  };
   for (const Section& s : split_added(normalized_, text)) {
-    if (s.token) {
+    if (s.token)
       ids.push_back(s.token->id);
-      continue;
-    }
-    if (s.text.empty()) continue;
-    hf::pre_tokenize(c_.pre_tokenizer, s.text, first, words);
-    const std::string& marker = c_.bpe->cut_marker();
-    for (const auto& w : words) {
-      if (marker.empty()) {
-        encode_word(w, cache, ids);
-        continue;
-      }
-      std::string_view word = w;
-      size_t begin = 0;
-      for (size_t at = word.find(marker, 1); at != std::string_view::npos;
-           at = word.find(marker, at + marker.size())) {
-        if (word.compare(at - marker.size(), marker.size(), marker) == 0 && at >= marker.size())
-          continue;  // inside a run of markers
-        encode_word(word.substr(begin, at - begin), cache, ids);
-        begin = at;
-      }
-      encode_word(word.substr(begin), cache, ids);
-    }
+    else if (!s.text.empty())
+      hf::pre_tokenize(c_.pre_tokenizer, s.text, first, encode);
   }
 }
 

@@ -12,73 +12,92 @@ bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.
 
 // Metaspace: spaces become the replacement, which may be prepended; with `split`, a new word
 // starts at each replacement (HF's MergedWithNext).
-void metaspace(const PreTokenizerStep& s, std::string_view word, bool first,
-               std::vector<std::string>& out) {
+void metaspace(const PreTokenizerStep& s, std::string_view word, bool first, const Emit& out) {
   std::string text = replace_all(word, " ", s.replacement);
   const bool prepend = s.prepend == PreTokenizerStep::kAlways ||
                        (s.prepend == PreTokenizerStep::kFirst && first);
   if (prepend && !starts_with(text, s.replacement)) text.insert(0, s.replacement);
   if (!s.split) {
-    out.push_back(std::move(text));
+    out(text);
     return;
   }
+  const std::string_view t = text;
   size_t begin = 0;
-  for (size_t at = text.find(s.replacement, 1); at != std::string::npos;
-       at = text.find(s.replacement, at + s.replacement.size())) {
-    if (at > begin) out.push_back(text.substr(begin, at - begin));
+  for (size_t at = t.find(s.replacement, 1); at != std::string_view::npos;
+       at = t.find(s.replacement, at + s.replacement.size())) {
+    if (at > begin) out(t.substr(begin, at - begin));
     begin = at;
   }
-  if (begin < text.size()) out.push_back(text.substr(begin));
+  if (begin < t.size()) out(t.substr(begin));
 }
 
-void byte_level(const PreTokenizerStep& s, std::string_view word, std::vector<std::string>& out) {
+void byte_level(const PreTokenizerStep& s, std::string_view word, const Emit& out) {
   std::string prefixed;
   if (s.add_prefix_space && !starts_with(word, " ")) {
     prefixed = " " + std::string(word);
     word = prefixed;
   }
-  auto map = [&out](std::string_view piece) {
-    std::string mapped;
-    mapped.reserve(piece.size() * 2);
+  std::string mapped;
+  auto map = [&out, &mapped](std::string_view piece) {
+    mapped.clear();
     for (char c : piece) mapped += byte_to_unicode(static_cast<unsigned char>(c));
-    out.push_back(std::move(mapped));
+    out(mapped);
   };
-  if (!s.use_regex) {
+  if (s.use_regex)
+    split_by_pattern(SplitPattern::kGpt2, word, false, map);
+  else
     map(word);
-    return;
-  }
-  std::vector<std::string> pieces;
-  split_by_pattern(SplitPattern::kGpt2, word, false, pieces);
-  for (const auto& piece : pieces) map(piece);
 }
 
-void split_string(const PreTokenizerStep& s, std::string_view word, std::vector<std::string>& out) {
+void split_string(const PreTokenizerStep& s, std::string_view word, const Emit& out) {
   size_t gap = 0;
   if (!s.literal.empty()) {
     for (size_t at = word.find(s.literal); at != std::string_view::npos;
          at = word.find(s.literal, gap)) {
-      if (at > gap) out.emplace_back(word.substr(gap, at - gap));
-      if (!s.drop_matches) out.emplace_back(s.literal);
+      if (at > gap) out(word.substr(gap, at - gap));
+      if (!s.drop_matches) out(word.substr(at, s.literal.size()));
       gap = at + s.literal.size();
     }
   }
-  if (gap < word.size()) out.emplace_back(word.substr(gap));
+  if (gap < word.size()) out(word.substr(gap));
 }
 
 // Digits: runs of numeric characters (each digit alone with individual_digits) apart from the
 // rest, as HF's char::is_numeric.
-void digits(const PreTokenizerStep& s, std::string_view word, std::vector<std::string>& out) {
+void digits(const PreTokenizerStep& s, std::string_view word, const Emit& out) {
   size_t begin = 0;
   int kind = -1;  // of the current run: 1 digits, 0 other
   for (size_t i = 0, len; i < word.size(); i += len) {
     const int k = (unicode_classes(decode_at(word, i, &len)) & kNumber) ? 1 : 0;
     if (i > begin && (k != kind || (k == 1 && s.individual_digits))) {
-      out.emplace_back(word.substr(begin, i - begin));
+      out(word.substr(begin, i - begin));
       begin = i;
     }
     kind = k;
   }
-  if (begin < word.size()) out.emplace_back(word.substr(begin));
+  if (begin < word.size()) out(word.substr(begin));
+}
+
+// Step k and the steps after it on one word; the first word a step emits keeps `first`.
+void run_steps(const std::vector<PreTokenizerStep>& steps, size_t k, std::string_view word,
+               bool first, const Emit& emit) {
+  if (k == steps.size()) {
+    emit(word);
+    return;
+  }
+  bool first_piece = first;
+  const Emit next = [&](std::string_view piece) {
+    run_steps(steps, k + 1, piece, first_piece, emit);
+    first_piece = false;
+  };
+  const PreTokenizerStep& s = steps[k];
+  switch (s.kind) {
+    case PreTokenizerStep::kMetaspace: metaspace(s, word, first, next); break;
+    case PreTokenizerStep::kByteLevel: byte_level(s, word, next); break;
+    case PreTokenizerStep::kSplitRegex: split_by_pattern(s.pattern, word, s.drop_matches, next); break;
+    case PreTokenizerStep::kSplitString: split_string(s, word, next); break;
+    case PreTokenizerStep::kDigits: digits(s, word, next); break;
+  }
 }
 
 std::array<std::string, 256> make_byte_map() {
@@ -136,28 +155,8 @@ std::string normalize(const std::vector<NormalizerStep>& steps, std::string text
 }
 
 void pre_tokenize(const std::vector<PreTokenizerStep>& steps, std::string_view section,
-                  bool first_section, std::vector<std::string>& words) {
-  words.clear();
-  words.emplace_back(section);
-  std::vector<std::string> next;
-  for (const auto& s : steps) {
-    next.clear();
-    next.reserve(words.size() + section.size() / 4);
-    for (size_t w = 0; w < words.size(); ++w) {
-      switch (s.kind) {
-        case PreTokenizerStep::kMetaspace:
-          metaspace(s, words[w], first_section && w == 0, next);
-          break;
-        case PreTokenizerStep::kByteLevel: byte_level(s, words[w], next); break;
-        case PreTokenizerStep::kSplitRegex:
-          split_by_pattern(s.pattern, words[w], s.drop_matches, next);
-          break;
-        case PreTokenizerStep::kSplitString: split_string(s, words[w], next); break;
-        case PreTokenizerStep::kDigits: digits(s, words[w], next); break;
-      }
-    }
-    words.swap(next);
-  }
+                  bool first_section, const Emit& emit) {
+  run_steps(steps, 0, section, first_section, emit);
 }
 
 }  // namespace retnet::hf

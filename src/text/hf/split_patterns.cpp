@@ -124,7 +124,7 @@ size_t match_split_pattern(SplitPattern pattern, std::string_view text, size_t p
 }
 
 void split_by_pattern(SplitPattern pattern, std::string_view text, bool drop_matches,
-                      std::vector<std::string>& out) {
+                      const std::function<void(std::string_view)>& emit) {
   size_t gap = 0;
   for (size_t pos = 0; pos < text.size();) {
     const size_t n = match_split_pattern(pattern, text, pos);
@@ -132,12 +132,12 @@ void split_by_pattern(SplitPattern pattern, std::string_view text, bool drop_mat
       pos += char_len(text[pos]);
       continue;
     }
-    if (gap < pos) out.emplace_back(text.substr(gap, pos - gap));
-    if (!drop_matches) out.emplace_back(text.substr(pos, n));
+    if (gap < pos) emit(text.substr(gap, pos - gap));
+    if (!drop_matches) emit(text.substr(pos, n));
     pos += n;
     gap = pos;
   }
-  if (gap < text.size()) out.emplace_back(text.substr(gap));
+  if (gap < text.size()) emit(text.substr(gap));
 }
 
 }  // namespace retnet::hf

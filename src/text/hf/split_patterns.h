@@ -4,6 +4,7 @@
 //   GPT-2:   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 //   Llama-3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
 //            ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,9 +20,9 @@ std::optional<SplitPattern> recognise_split_pattern(const std::string& regex);
 // Length in bytes of the match at `pos` of valid UTF-8 `text` (0: no match there).
 size_t match_split_pattern(SplitPattern pattern, std::string_view text, size_t pos);
 
-// Appends to `out` the pieces of `text`: each match and each run of text between matches
+// Passes `emit` the pieces of `text` in order: each match and each run of text between matches
 // (the "Isolated" behaviour); with `drop_matches`, the runs between matches only ("Removed").
 void split_by_pattern(SplitPattern pattern, std::string_view text, bool drop_matches,
-                      std::vector<std::string>& out);
+                      const std::function<void(std::string_view)>& emit);
 
 }  // namespace retnet::hf
