@@ -69,7 +69,9 @@ void parse_post_processor(const Ctx& c, const json& j, const std::string& key, C
   int32_t id = find_token(config, name);
   auto tokens = j.find("special_tokens");
   if (tokens != j.end() && tokens->is_object() && tokens->contains(name)) {
-    const json& ids = (*tokens)[name].value("ids", json::array());
+    const json& entry = (*tokens)[name];
+    if (!entry.is_object()) c.fail(key + ".special_tokens." + name, "expected an object");
+    const json& ids = entry.value("ids", json::array());
     if (ids.is_array() && !ids.empty())
       id = static_cast<int32_t>(c.integer(ids[0], key + ".special_tokens." + name + ".ids[0]"));
   }
