@@ -93,8 +93,8 @@ void register_tokenizer_encode(CLI::App& parent) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (o->add_bos && tokenizer->adds_bos()) ids.insert(ids.begin(), tokenizer->bos_id());
     if (o->stats)
-      std::fprintf(stderr, "encoded %zu bytes into %zu tokens in %.4f s: %.2f MB/s\n",
-                   input.size(), ids.size(), seconds,
+      std::fprintf(stderr, "encoded %zu bytes into %zu tokens in %.4f s: %.2f MB/s\n", input.size(),
+                   ids.size(), seconds,
                    static_cast<double>(input.size()) / 1e6 / std::max(seconds, 1e-9));
     std::string line;
     for (size_t i = 0; i < ids.size(); ++i) line += (i ? "," : "") + std::to_string(ids[i]);
@@ -110,8 +110,8 @@ void register_tokenizer_decode(CLI::App& parent) {
   auto* cmd = parent.add_subcommand("decode", "The text of comma-separated token ids");
   cmd->add_option("--tokenizer", o->tokenizer, kTokenizerHelp)->capture_default_str();
   auto* tokens = cmd->add_option("--tokens", o->tokens, "Token ids, e.g. 5,17,3");
-  auto* file = cmd->add_option("--file,-f", o->file,
-                               "Read the comma-separated token ids from this file");
+  auto* file =
+      cmd->add_option("--file,-f", o->file, "Read the comma-separated token ids from this file");
   tokens->excludes(file);
   cmd->callback([o, tokens, file] {
     RETNET_CHECK(tokens->count() + file->count() == 1, "give --tokens or --file");

@@ -62,8 +62,8 @@ std::unique_ptr<Tokenizer> tokenizer_from_serialized(const std::string& kind,
   if (kind == "bytes") return make_byte_tokenizer();
   if (kind == "sentencepiece") return make_sentencepiece_tokenizer(bytes, "serialized tokenizer");
   if (kind == "hf") return make_hf_tokenizer(bytes, "serialized tokenizer.json");
-  throw Error(fmt::format("unknown tokenizer kind '{}' (this engine knows: bytes, sentencepiece, hf)",
-                          kind));
+  throw Error(fmt::format(
+      "unknown tokenizer kind '{}' (this engine knows: bytes, sentencepiece, hf)", kind));
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
@@ -76,7 +76,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
                  "tokenizer directory '{}' has no tokenizer.json", spec);
     return make_hf_tokenizer(read_whole_file(json, "tokenizer file"), json);
   }
-  if (ends_with(spec, ".json")) return make_hf_tokenizer(read_whole_file(spec, "tokenizer file"), spec);
+  if (ends_with(spec, ".json"))
+    return make_hf_tokenizer(read_whole_file(spec, "tokenizer file"), spec);
   return make_sentencepiece_tokenizer(read_whole_file(spec, "tokenizer file"), spec);
 }
 

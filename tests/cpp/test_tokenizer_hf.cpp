@@ -27,11 +27,11 @@ json sentencepiece_json() {
   json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
   for (int b = 0; b < 256; ++b) vocab[fmt::format("<0x{:02X}>", b)] = 3 + b;
   int id = 259;
-  for (const std::string& t : std::vector<std::string>{kSp, "a", "b", "c", "ab", kSp + "ab",
-                                                       kSp + kSp, kSp + "c"})
+  for (const std::string& t :
+       std::vector<std::string>{kSp, "a", "b", "c", "ab", kSp + "ab", kSp + kSp, kSp + "c"})
     vocab[t] = id++;
   auto special = [](const char* content, int i) {
-    return json{{"id", i}, {"content", content}, {"single_word", false}, {"lstrip", false},
+    return json{{"id", i},         {"content", content},  {"single_word", false}, {"lstrip", false},
                 {"rstrip", false}, {"normalized", false}, {"special", true}};
   };
   return {
@@ -44,8 +44,9 @@ json sentencepiece_json() {
       {"pre_tokenizer", nullptr},
       {"post_processor",
        {{"type", "TemplateProcessing"},
-        {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
-                    {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"single",
+         {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
         {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
       {"decoder",
        {{"type", "Sequence"},
@@ -55,7 +56,10 @@ json sentencepiece_json() {
           {{"type", "Fuse"}},
           {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
       {"model",
-       {{"type", "BPE"}, {"unk_token", "<unk>"}, {"byte_fallback", true}, {"fuse_unk", true},
+       {{"type", "BPE"},
+        {"unk_token", "<unk>"},
+        {"byte_fallback", true},
+        {"fuse_unk", true},
         {"vocab", vocab},
         {"merges", std::vector<std::string>{"a b", kSp + " ab", kSp + " " + kSp, kSp + " c"}}}}};
 }
@@ -83,8 +87,12 @@ json byte_level_json(const std::string& pre = "gpt2") {
           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
   return {{"added_tokens",
            {{{"id", 100}, {"content", "<|endoftext|>"}, {"special", true}, {"normalized", false}},
-            {{"id", 101}, {"content", "<fim>"}, {"special", false}, {"lstrip", true},
-             {"rstrip", true}, {"normalized", false}}}},
+            {{"id", 101},
+             {"content", "<fim>"},
+             {"special", false},
+             {"lstrip", true},
+             {"rstrip", true},
+             {"normalized", false}}}},
           {"normalizer", nullptr},
           {"pre_tokenizer", pre_tokenizer},
           {"post_processor", {{"type", "ByteLevel"}}},
@@ -163,11 +171,13 @@ TEST(TokenizerHf, SpecialTokensBosEosAndTemplate) {
 TEST(TokenizerHf, MetaspacePreTokenizerSchemes) {
   json j = sentencepiece_json();
   j["normalizer"] = nullptr;
-  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", kSp}, {"prepend_scheme", "first"},
-                        {"split", true}};
+  j["pre_tokenizer"] = {
+      {"type", "Metaspace"}, {"replacement", kSp}, {"prepend_scheme", "first"}, {"split", true}};
   j["decoder"] = {{"type", "Sequence"},
-                  {"decoders", {{{"type", "Metaspace"}, {"replacement", kSp}, {"prepend_scheme", "first"}},
-                                {{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}};
+                  {"decoders",
+                   {{{"type", "Metaspace"}, {"replacement", kSp}, {"prepend_scheme", "first"}},
+                    {{"type", "ByteFallback"}},
+                    {{"type", "Fuse"}}}}};
   auto t = make(j);
   EXPECT_EQ(pieces(*t, "ab ab"), (std::vector<std::string>{" ab", " ab"}));
   // "first": no prefix after a special token at the start.

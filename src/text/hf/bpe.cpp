@@ -9,7 +9,7 @@ namespace retnet::hf {
 namespace {
 
 struct Symbol {
-  int32_t id;         // -1: a character outside the vocabulary
+  int32_t id;           // -1: a character outside the vocabulary
   uint32_t start, len;  // bytes of the word
   int32_t prev, next;   // neighbours in the list, -1 at the ends
 };
@@ -44,7 +44,8 @@ Bpe::Bpe(std::unordered_map<std::string, int32_t> vocab,
     if (ia == vocab_.end() || ib == vocab_.end() || im == vocab_.end())
       throw fmt::format("merge {} ('{} {}') names a token that is not in model.vocab", r, a, b);
     // A pair listed twice takes its last rank, as in HF's tokenizers.
-    merges_.insert_or_assign(key(ia->second, ib->second), Merge{static_cast<int32_t>(r), im->second});
+    merges_.insert_or_assign(key(ia->second, ib->second),
+                             Merge{static_cast<int32_t>(r), im->second});
   }
 }
 

@@ -19,11 +19,11 @@ struct NormalizerStep {
 struct PreTokenizerStep {
   enum Kind { kMetaspace, kByteLevel, kSplitRegex, kSplitString, kDigits } kind;
   enum Prepend { kAlways, kFirst, kNever };
-  std::string replacement = "\xE2\x96\x81";  // Metaspace
-  Prepend prepend = kAlways;                  // Metaspace
-  bool split = true;                          // Metaspace: split before each replacement
-  bool add_prefix_space = false;              // ByteLevel
-  bool use_regex = true;                      // ByteLevel: the GPT-2 split first
+  std::string replacement = "\xE2\x96\x81";    // Metaspace
+  Prepend prepend = kAlways;                   // Metaspace
+  bool split = true;                           // Metaspace: split before each replacement
+  bool add_prefix_space = false;               // ByteLevel
+  bool use_regex = true;                       // ByteLevel: the GPT-2 split first
   SplitPattern pattern = SplitPattern::kGpt2;  // Split with a Regex
   std::string literal;                         // Split with a String
   bool drop_matches = false;                   // Split: "Removed" rather than "Isolated"
@@ -32,9 +32,9 @@ struct PreTokenizerStep {
 
 struct DecoderStep {
   enum Kind { kReplace, kByteFallback, kFuse, kStrip, kMetaspace, kByteLevel } kind;
-  std::string text;     // Replace: pattern; Strip: the character; Metaspace: replacement
-  std::string content;  // Replace: what replaces it
-  int start = 0, stop = 0;     // Strip
+  std::string text;         // Replace: pattern; Strip: the character; Metaspace: replacement
+  std::string content;      // Replace: what replaces it
+  int start = 0, stop = 0;  // Strip
   bool strip_first = true;  // Metaspace: drop the first token's leading space
 };
 

@@ -75,7 +75,8 @@ void parse_post_processor(const Ctx& c, const json& j, const std::string& key, C
     if (ids.is_array() && !ids.empty())
       id = static_cast<int32_t>(c.integer(ids[0], key + ".special_tokens." + name + ".ids[0]"));
   }
-  if (id < 0) c.fail(key + ".single[0]", fmt::format("the token '{}' is not in the vocabulary", name));
+  if (id < 0)
+    c.fail(key + ".single[0]", fmt::format("the token '{}' is not in the vocabulary", name));
   config.bos_id = id;
   config.adds_bos = true;
 }

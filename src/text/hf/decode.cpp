@@ -1,6 +1,6 @@
 // Decoders of tokenizer.json: token strings -> text, as HF's decode_chain steps.
-#include "retnet/text/utf8.h"
 #include "components.h"
+#include "retnet/text/utf8.h"
 #include "utf8_iter.h"
 
 namespace retnet::hf {
@@ -12,7 +12,7 @@ int byte_token(const std::string& t) {
   int v = 0;
   for (int i = 3; i < 5; ++i) {
     const char c = t[i];
-    const int d = c >= '0' && c <= '9' ? c - '0'
+    const int d = c >= '0' && c <= '9'   ? c - '0'
                   : c >= 'A' && c <= 'F' ? c - 'A' + 10
                   : c >= 'a' && c <= 'f' ? c - 'a' + 10
                                          : -1;
@@ -76,7 +76,9 @@ std::string run_decoder(const std::vector<DecoderStep>& steps, std::vector<std::
       case DecoderStep::kReplace:
         for (auto& t : tokens) t = replace_all(t, s.text, s.content);
         break;
-      case DecoderStep::kByteFallback: tokens = byte_fallback(std::move(tokens)); break;
+      case DecoderStep::kByteFallback:
+        tokens = byte_fallback(std::move(tokens));
+        break;
       case DecoderStep::kFuse: {
         std::string all;
         for (const auto& t : tokens) all += t;
@@ -93,7 +95,9 @@ std::string run_decoder(const std::vector<DecoderStep>& steps, std::vector<std::
             tokens[i].erase(0, 1);
         }
         break;
-      case DecoderStep::kByteLevel: tokens.assign(1, byte_level(tokens)); break;
+      case DecoderStep::kByteLevel:
+        tokens.assign(1, byte_level(tokens));
+        break;
     }
   }
   std::string text;
@@ -109,8 +113,12 @@ std::string token_surface(const std::vector<DecoderStep>& steps, const std::stri
   std::string t = token;
   for (const auto& s : steps) {
     switch (s.kind) {
-      case DecoderStep::kReplace: t = replace_all(t, s.text, s.content); break;
-      case DecoderStep::kMetaspace: t = replace_all(t, s.text, " "); break;
+      case DecoderStep::kReplace:
+        t = replace_all(t, s.text, s.content);
+        break;
+      case DecoderStep::kMetaspace:
+        t = replace_all(t, s.text, " ");
+        break;
       case DecoderStep::kByteFallback:
         if (const int b = byte_token(t); b >= 0) return std::string(1, static_cast<char>(b));
         break;
@@ -127,7 +135,8 @@ std::string token_surface(const std::vector<DecoderStep>& steps, const std::stri
         break;
       }
       case DecoderStep::kFuse:
-      case DecoderStep::kStrip: break;
+      case DecoderStep::kStrip:
+        break;
     }
   }
   return t;

@@ -25,8 +25,9 @@ class AddedMatcher {
   }
   void finish() {
     for (auto& list : by_first_)
-      std::stable_sort(list.begin(), list.end(),
-                       [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+      std::stable_sort(list.begin(), list.end(), [](const auto& a, const auto& b) {
+        return a.first.size() > b.first.size();
+      });
   }
   bool empty() const { return count_ == 0; }
   // The token at pos and its length, or nullptr.
@@ -87,7 +88,8 @@ std::vector<Section> split_added(const AddedMatcher& m, std::string_view text) {
   if (gap < text.size()) out.push_back({text.substr(gap)});
   for (size_t i = 0; i < out.size(); ++i) {
     if (!out[i].token) continue;
-    if (out[i].token->lstrip && i > 0 && !out[i - 1].token) out[i - 1].text = trim_end(out[i - 1].text);
+    if (out[i].token->lstrip && i > 0 && !out[i - 1].token)
+      out[i - 1].text = trim_end(out[i - 1].text);
     if (out[i].token->rstrip && i + 1 < out.size() && !out[i + 1].token)
       out[i + 1].text = trim_start(out[i + 1].text);
   }
@@ -229,8 +231,9 @@ void HfTokenizer::encode_word(std::string_view word, Cache& cache,
   if (it == cache.words.end()) {
     const auto start = static_cast<uint32_t>(cache.ids.size());
     c_.bpe->encode_word(word, cache.ids);
-    it = cache.words.emplace(std::string(word),
-                             std::make_pair(start, static_cast<uint32_t>(cache.ids.size()) - start))
+    it = cache.words
+             .emplace(std::string(word),
+                      std::make_pair(start, static_cast<uint32_t>(cache.ids.size()) - start))
              .first;
   }
   const auto [start, count] = it->second;

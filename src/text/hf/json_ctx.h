@@ -1,7 +1,6 @@
 #pragma once
 // Reading tokenizer.json values with Errors that name the file and the key.
 #include <nlohmann/json.hpp>
-
 #include <string>
 
 #include "config.h"
@@ -58,7 +57,6 @@ struct Ctx {
     return str(obj, key, "type");
   }
 };
-
 
 // The "model" section (BPE only) and the added tokens and post-processor (config_model.cpp).
 void parse_model(const Ctx& c, const json& root, Config& config);

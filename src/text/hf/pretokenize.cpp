@@ -14,8 +14,8 @@ bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.
 // starts at each replacement (HF's MergedWithNext).
 void metaspace(const PreTokenizerStep& s, std::string_view word, bool first, const Emit& out) {
   std::string text = replace_all(word, " ", s.replacement);
-  const bool prepend = s.prepend == PreTokenizerStep::kAlways ||
-                       (s.prepend == PreTokenizerStep::kFirst && first);
+  const bool prepend =
+      s.prepend == PreTokenizerStep::kAlways || (s.prepend == PreTokenizerStep::kFirst && first);
   if (prepend && !starts_with(text, s.replacement)) text.insert(0, s.replacement);
   if (!s.split) {
     out(text);
@@ -92,11 +92,21 @@ void run_steps(const std::vector<PreTokenizerStep>& steps, size_t k, std::string
   };
   const PreTokenizerStep& s = steps[k];
   switch (s.kind) {
-    case PreTokenizerStep::kMetaspace: metaspace(s, word, first, next); break;
-    case PreTokenizerStep::kByteLevel: byte_level(s, word, next); break;
-    case PreTokenizerStep::kSplitRegex: split_by_pattern(s.pattern, word, s.drop_matches, next); break;
-    case PreTokenizerStep::kSplitString: split_string(s, word, next); break;
-    case PreTokenizerStep::kDigits: digits(s, word, next); break;
+    case PreTokenizerStep::kMetaspace:
+      metaspace(s, word, first, next);
+      break;
+    case PreTokenizerStep::kByteLevel:
+      byte_level(s, word, next);
+      break;
+    case PreTokenizerStep::kSplitRegex:
+      split_by_pattern(s.pattern, word, s.drop_matches, next);
+      break;
+    case PreTokenizerStep::kSplitString:
+      split_string(s, word, next);
+      break;
+    case PreTokenizerStep::kDigits:
+      digits(s, word, next);
+      break;
   }
 }
 

@@ -95,7 +95,9 @@ size_t match_llama3(const Cursor& c, size_t pos) {
   if (!(k0 & kNumber) && !is_crlf(t, pos) && (c.classes_at(pos + len0, &len1) & kLetter))
     return letters(pos + len0) - pos;
   if (k0 & kNumber)
-    return c.run(pos, [](uint8_t x, size_t) { return (x & kNumber) != 0; }, 3) - pos;
+    return c.run(
+               pos, [](uint8_t x, size_t) { return (x & kNumber) != 0; }, 3) -
+           pos;
   // ` ?[^\s\p{L}\p{N}]+[\r\n]*`
   size_t start = t[pos] == ' ' ? pos + 1 : pos;
   if (is_other(c.classes_at(start, &len1)) && len1) {

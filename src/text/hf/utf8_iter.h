@@ -14,7 +14,9 @@ inline char32_t decode_at(std::string_view s, size_t i, size_t* len) {
     *len = 1;
     return b0;
   }
-  auto cont = [&](size_t k) { return static_cast<char32_t>(static_cast<uint8_t>(s[i + k]) & 0x3F); };
+  auto cont = [&](size_t k) {
+    return static_cast<char32_t>(static_cast<uint8_t>(s[i + k]) & 0x3F);
+  };
   if (b0 < 0xE0) {
     *len = 2;
     return (static_cast<char32_t>(b0 & 0x1F) << 6) | cont(1);
