@@ -3,7 +3,8 @@
 # Runs as root, or through sudo when available.
 #
 #   bash scripts/install-deps.sh              # runtime: build and run the engine (the main job)
-#   bash scripts/install-deps.sh test         # + GoogleTest, Google Benchmark, the PyTorch reference
+#   bash scripts/install-deps.sh test         # + GoogleTest, Google Benchmark, the PyTorch reference,
+#                                             #   node and npm (the tokenizer.json parity test)
 #   bash scripts/install-deps.sh bench        # + Google Benchmark, matplotlib (plots)
 #   bash scripts/install-deps.sh test bench   # several groups at once
 #
@@ -15,7 +16,7 @@ RUNTIME=(
   libopenblas-dev libopenblas0-openmp libomp-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev libsentencepiece-dev
 )
-TEST=(libgtest-dev libgmock-dev libbenchmark-dev python3 python3-numpy python3-torch)
+TEST=(libgtest-dev libgmock-dev libbenchmark-dev python3 python3-numpy python3-torch nodejs npm)
 BENCH=(libbenchmark-dev python3-matplotlib)
 
 groups=()
@@ -30,7 +31,7 @@ for g in "${groups[@]}"; do
     runtime) ;;
     test) PACKAGES+=("${TEST[@]}") ;;
     bench) PACKAGES+=("${BENCH[@]}") ;;
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install-deps: unknown group '$g' (expected: runtime, test, bench)" >&2; exit 2 ;;
   esac
 done
@@ -39,6 +40,8 @@ mapfile -t PACKAGES < <(printf '%s\n' "${PACKAGES[@]}" | awk '!seen[$0]++')
 
 missing=()
 for p in "${PACKAGES[@]}"; do
+  # node and npm from another source (NodeSource's nodejs bundles npm) count as present.
+  case "$p" in nodejs) command -v node >/dev/null && continue ;; npm) command -v npm >/dev/null && continue ;; esac
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then

@@ -62,15 +62,26 @@ std::unique_ptr<Tokenizer> tokenizer_from_serialized(const std::string& kind,
                                                      const std::string& bytes) {
   if (kind == "bytes") return make_byte_tokenizer();
   if (kind == "sentencepiece") return make_sentencepiece_tokenizer(bytes, "serialized tokenizer");
-  throw Error(
-      fmt::format("unknown tokenizer kind '{}' (this engine knows: bytes, sentencepiece)", kind));
+  if (kind == "hf") return make_hf_tokenizer(bytes, "serialized tokenizer.json");
+  throw Error(fmt::format(
+      "unknown tokenizer kind '{}' (this engine knows: bytes, sentencepiece, hf)", kind));
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
   if (spec == "bytes") return make_byte_tokenizer();
+  if (ends_with(spec, ".safetensors")) return load_model_tokenizer(spec);
   std::error_code ec;
-  if (ends_with(spec, ".safetensors") || std::filesystem::is_directory(spec, ec))
-    return load_model_tokenizer(spec);
+  if (std::filesystem::is_directory(spec, ec)) {
+    // A model directory (config.json beside the tokenizer files), or a tokenizer's own directory.
+    if (std::filesystem::exists(std::filesystem::path(spec) / "config.json", ec))
+      return load_model_tokenizer(spec);
+    const std::string json = (std::filesystem::path(spec) / "tokenizer.json").string();
+    RETNET_CHECK(std::filesystem::is_regular_file(json, ec),
+                 "tokenizer directory '{}' has no tokenizer.json", spec);
+    return make_hf_tokenizer(read_whole_file(json, "tokenizer file"), json);
+  }
+  if (ends_with(spec, ".json"))
+    return make_hf_tokenizer(read_whole_file(spec, "tokenizer file"), spec);
   return make_sentencepiece_tokenizer(read_whole_file(spec, "tokenizer file"), spec);
 }
 
@@ -101,6 +112,9 @@ std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& model_path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (fs::is_directory(model_path, ec)) {  // a Hugging Face model directory
+    const fs::path json = fs::path(model_path) / "tokenizer.json";
+    if (fs::exists(json, ec))
+      return make_hf_tokenizer(read_whole_file(json.string(), "tokenizer file"), json.string());
     const fs::path spm = fs::path(model_path) / "tokenizer.model";
     if (fs::exists(spm, ec))
       return make_sentencepiece_tokenizer(read_whole_file(spm.string(), "tokenizer file"),
@@ -113,7 +127,7 @@ std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& model_path) {
       if (j.is_object() && j.contains("vocab_size") && j["vocab_size"] == 256)
         return make_byte_tokenizer();
     }
-    throw Error(fmt::format("'{}' has no tokenizer this engine reads (tokenizer.model), and its "
+    throw Error(fmt::format("'{}' has no tokenizer.json or tokenizer.model, and its "
                             "vocabulary is not the 256 bytes; give one with --tokenizer",
                             model_path));
   }

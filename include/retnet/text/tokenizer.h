@@ -1,7 +1,8 @@
 #pragma once
-// Tokenizers: text <-> token ids. Two kinds: byte-level (vocabulary 256, the default: any text,
-// nothing to train) and SentencePiece (tokenizer_sentencepiece.cpp). A model file records the
-// tokenizer it was trained with, so eval and generate tokenize as training did.
+// Tokenizers: text <-> token ids. Three kinds: byte-level (vocabulary 256, the default: any text,
+// nothing to train), SentencePiece (tokenizer_sentencepiece.cpp) and Hugging Face tokenizer.json
+// BPE models (src/text/hf/). A model file records the tokenizer it was trained with, so eval and
+// generate tokenize as training did.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -14,7 +15,7 @@ namespace retnet {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  // "bytes" or "sentencepiece".
+  // "bytes", "sentencepiece" or "hf".
   virtual std::string kind() const = 0;
   virtual int64_t vocab_size() const = 0;
   // Token ids of a text (no BOS/EOS added).
@@ -27,6 +28,11 @@ class Tokenizer {
   virtual std::string decode(const std::vector<int32_t>& ids) const;
   // End-of-sequence id, or -1 if the vocabulary has none.
   virtual int32_t eos_id() const { return -1; }
+  // Beginning-of-sequence id, or -1 if the vocabulary has none.
+  virtual int32_t bos_id() const { return -1; }
+  // Whether the tokenizer's own pipeline puts bos_id() before a text (a tokenizer.json whose
+  // post-processor template starts with it); encode() never adds it.
+  virtual bool adds_bos() const { return false; }
   // What a model file stores to rebuild this tokenizer (see tokenizer_from_serialized).
   virtual std::string serialize() const = 0;
   // Whether encode() takes UTF-8 text only (SentencePiece, which would turn other bytes into
@@ -46,12 +52,19 @@ std::unique_ptr<Tokenizer> make_byte_tokenizer();
 std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::string& model_proto,
                                                         const std::string& origin);
 
+// A Hugging Face `tokenizer.json` (its text) with a BPE model: SentencePiece-style with byte
+// fallback (Llama, Mistral) or byte-level (GPT-2, Llama 3). serialize() gives the JSON text back.
+// Throws Error naming `origin` and the key for malformed JSON or any part it does not support.
+std::unique_ptr<Tokenizer> make_hf_tokenizer(const std::string& json_text,
+                                             const std::string& origin);
+
 // Rebuilds a tokenizer from kind() and serialize(); throws Error on an unknown kind or bad bytes.
 std::unique_ptr<Tokenizer> tokenizer_from_serialized(const std::string& kind,
                                                      const std::string& bytes);
 
-// What a user names on the command line: "bytes", a SentencePiece `.model` file, or a model or
-// checkpoint `.safetensors` file whose tokenizer is reused.
+// What a user names on the command line: "bytes", a SentencePiece `.model` file, a Hugging Face
+// `tokenizer.json` (or a directory holding one), or a model or checkpoint `.safetensors` file
+// whose tokenizer is reused.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec);
 
 // A model file's metadata entries for a tokenizer: "tokenizer" (the kind) and, when serialize()
