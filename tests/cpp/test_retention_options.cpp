@@ -1,6 +1,6 @@
 // The retention options that flash-linear-attention's RetNet uses (half-split rotation, plain
 // retention without score normalisation, a head norm weight, no output gate, a q/k width apart
-// from d): every form agrees with the parallel one, the gradients agree between the training forms
+// from d, keys and values shared by groups of heads, a feature map of q and k): every form agrees with the parallel one, the gradients agree between the training forms
 // and predict the loss change, and the pieces match their definitions.
 #include <cmath>
 
@@ -50,6 +50,24 @@ const OptionSet kOptionSets[] = {
        fla_defaults(c);
        c.key_embed_dim = c.embed_dim / 2;
        c.rope_theta = 500.0;
+     }},
+    {"gqa_4q_2kv", [](Config& c) { c.kv_heads = 2; }},
+    {"mqa_4q_1kv", [](Config& c) { c.kv_heads = 1; }},
+    {"feature_map_relu", [](Config& c) { c.feature_map = QkFeatureMap::Relu; }},
+    {"feature_map_swish", [](Config& c) { c.feature_map = QkFeatureMap::Swish; }},
+    {"fla_gqa_feature_map",
+     [](Config& c) {
+       fla_defaults(c);
+       c.kv_heads = 2;
+       c.key_embed_dim = 2 * c.embed_dim;
+       c.feature_map = QkFeatureMap::Gelu;
+     }},
+    {"fla_mqa_sigmoid_no_gate",
+     [](Config& c) {
+       fla_defaults(c);
+       c.kv_heads = 1;
+       c.output_gate = false;
+       c.feature_map = QkFeatureMap::Sigmoid;
      }},
 };
 
@@ -209,4 +227,69 @@ TEST(RetentionOptions, ConfigRoundTripsAndOtherMixersRefuseThem) {
   EXPECT_THROW(Config::from_json(R"({"rotary": "neox"})"), Error);
   EXPECT_THROW(Config::from_json(R"({"rope_theta": -1})"), Error);
   EXPECT_THROW(Config::from_json(R"({"key_embed_dim": 30, "decoder_retention_heads": 4})"), Error);
+}
+
+TEST(RetentionOptions, KvHeadsAndFeatureMapRoundTripAndAreChecked) {
+  Config c = options_config(kOptionSets[11]);  // fla_gqa_feature_map
+  ASSERT_EQ(std::string(kOptionSets[11].name), "fla_gqa_feature_map");
+  const Config back = Config::from_json(c.to_json());
+  EXPECT_EQ(back.to_json(), c.to_json());
+  EXPECT_EQ(back.kv_heads, 2);
+  EXPECT_EQ(back.feature_map, QkFeatureMap::Gelu);
+  // k_proj and v_proj have a row block per kv head.
+  const Model m = Model::init(c, 1);
+  EXPECT_EQ(m.parameter_count(), c.parameter_count());
+  const auto& L = m.tensors().layers[0];
+  EXPECT_EQ(m.params().layout()[L.q_proj].shape[0], 64);
+  EXPECT_EQ(m.params().layout()[L.k_proj].shape[0], 32);
+  EXPECT_EQ(m.params().layout()[L.v_proj].shape[0], 32);
+  EXPECT_EQ(c.projection_width(), 64 + 32 + 32 + 64);
+  // The decode state stays per query head.
+  EXPECT_EQ(c.state_floats_per_sequence(), c.layers * c.heads * c.key_dim() * (c.head_value_dim() + 1));
+  // Defaults are not written.
+  const std::string plain = options_config(kOptionSets[0]).to_json();
+  EXPECT_EQ(plain.find("kv_heads"), std::string::npos);
+  EXPECT_EQ(plain.find("feature_map"), std::string::npos);
+  EXPECT_EQ(Config::from_json(R"({"feature_map": "silu"})").feature_map, QkFeatureMap::Swish);
+  EXPECT_EQ(Config::from_json(R"({"feature_map": null})").feature_map, QkFeatureMap::None);
+  EXPECT_EQ(Config::from_json(R"({"kv_heads": 4})").kv_groups(), 1);
+  EXPECT_THROW(Config::from_json(R"({"kv_heads": 3})"), Error);
+  EXPECT_THROW(Config::from_json(R"({"kv_heads": 8})"), Error);
+  EXPECT_THROW(Config::from_json(R"({"kv_heads": -1})"), Error);
+  try {
+    Config::from_json(R"({"feature_map": "elu"})");
+    ADD_FAILURE() << "feature_map elu accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("elu"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(Config::from_json(R"({"mixer": "linear", "kv_heads": 2})"), Error);
+  EXPECT_THROW(Config::from_json(R"({"mixer": "attention", "feature_map": "relu"})"), Error);
+}
+
+TEST(RetentionOptions, GroupedHeadsEqualRepeatedKeysAndValues) {
+  // A kv_heads model computes what the full-head model computes with each k_proj, v_proj row block
+  // repeated for its group of query heads.
+  Config cg = options_config(kOptionSets[11]), cf = cg;
+  cf.kv_heads = 0;
+  const Model g = options_model(cg, 3);
+  Model f = Model::init(cf, 4);
+  const int64_t G = cg.kv_groups(), dk = cg.key_dim(), dv = cg.head_value_dim(), d = cg.embed_dim;
+  for (size_t i = 0; i < g.params().layout().size(); ++i) {
+    const auto& t = g.params().layout()[i];
+    const float* src = g.params().tensor(i);
+    float* dst = f.params().tensor(i);
+    const bool k = t.name.find("k_proj") != std::string::npos;
+    if (!k && t.name.find("v_proj") == std::string::npos) {
+      std::copy(src, src + t.numel, dst);
+      continue;
+    }
+    const int64_t dh = k ? dk : dv, rows = t.shape[0];
+    for (int64_t r = 0; r < rows * G; ++r) {
+      const int64_t head = r / dh, src_row = (head / G) * dh + r % dh;
+      std::copy(src + src_row * d, src + (src_row + 1) * d, dst + r * d);
+    }
+  }
+  auto tok = tokens_for(2 * 9, cg.vocab_size);
+  EXPECT_TRUE(close(model_logits(g, tok, 2, Form::Parallel), model_logits(f, tok, 2, Form::Parallel),
+                    1e-5));
 }
