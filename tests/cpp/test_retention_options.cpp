@@ -7,6 +7,7 @@
 #include "retnet/core/error.h"
 #include "retnet/mixers/retention.h"
 #include "retnet/model/forward.h"
+#include "retnet/model/hf_directory.h"
 #include "retnet/model/training.h"
 #include "retnet/ops/rotation.h"
 #include "test_helpers.h"
@@ -292,4 +293,42 @@ TEST(RetentionOptions, GroupedHeadsEqualRepeatedKeysAndValues) {
   auto tok = tokens_for(2 * 9, cg.vocab_size);
   EXPECT_TRUE(close(model_logits(g, tok, 2, Form::Parallel), model_logits(f, tok, 2, Form::Parallel),
                     1e-5));
+}
+
+TEST(RetentionOptions, KvHeadsAndFeatureMapThroughFlaDirectories) {
+  // Exported as fla's num_kv_heads and feature_map, loaded back: the same config and logits.
+  const Config c = options_config(kOptionSets[11]);
+  const Model m = options_model(c, 8);
+  const auto dir = test::fresh_temp_dir("gqa_fla");
+  save_hf_directory(m, dir.string(), HfFlavour::Fla, "f32", {});
+  const Model back = load_hf_directory(dir.string());
+  EXPECT_EQ(back.config().to_json(), c.to_json());
+  auto tok = tokens_for(2 * 11, c.vocab_size);
+  EXPECT_EQ(model_logits(back, tok, 2, Form::Chunkwise, 4), model_logits(m, tok, 2, Form::Chunkwise, 4));
+  std::filesystem::remove_all(dir);
+  // syncdoth has neither option: the export names it.
+  for (const char* key : {"kv_heads", "feature_map"}) {
+    Config s = test::model_config(32, 64, 4, 48, 2, 40);
+    if (std::string(key) == "kv_heads") s.kv_heads = 2; else s.feature_map = QkFeatureMap::Relu;
+    try {
+      hf_config_json(s, HfFlavour::Syncdoth);
+      ADD_FAILURE() << key << " exported to syncdoth";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
+  // fla's null and num_heads mean no groups; an unknown feature map is refused naming key and value.
+  const std::string base = R"({"hidden_size": 32, "num_hidden_layers": 1, "num_heads": 4, "vocab_size": 40)";
+  EXPECT_EQ(parse_hf_config(base + R"(, "num_kv_heads": null})", "c").config.kv_heads, 0);
+  EXPECT_EQ(parse_hf_config(base + R"(, "num_kv_heads": 4})", "c").config.kv_heads, 0);
+  EXPECT_EQ(parse_hf_config(base + R"(, "num_kv_heads": 1})", "c").config.kv_heads, 1);
+  EXPECT_EQ(parse_hf_config(base + R"(, "feature_map": "swish"})", "c").config.feature_map,
+            QkFeatureMap::Swish);
+  try {
+    parse_hf_config(base + R"(, "feature_map": "mish"})", "c");
+    ADD_FAILURE() << "feature_map mish accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'feature_map' = \"mish\""), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parse_hf_config(base + R"(, "num_kv_heads": 3})", "c"), Error);
 }
