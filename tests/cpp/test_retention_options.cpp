@@ -8,6 +8,7 @@
 #include "retnet/mixers/retention.h"
 #include "retnet/model/forward.h"
 #include "retnet/model/hf_directory.h"
+#include "retnet/infer/session.h"
 #include "retnet/model/training.h"
 #include "retnet/ops/rotation.h"
 #include "test_helpers.h"
@@ -331,4 +332,25 @@ TEST(RetentionOptions, KvHeadsAndFeatureMapThroughFlaDirectories) {
     EXPECT_NE(std::string(e.what()).find("'feature_map' = \"mish\""), std::string::npos) << e.what();
   }
   EXPECT_THROW(parse_hf_config(base + R"(, "num_kv_heads": 3})", "c"), Error);
+}
+
+TEST(RetentionOptions, GroupedHeadsDecodeStepByStep) {
+  // A session's prefill and steps (state per query head, packed q|k|v|g weights) reproduce the
+  // parallel form's logits of the whole sequence.
+  for (size_t set : {8, 11}) {  // mqa_4q_1kv, fla_gqa_feature_map
+    Model m = options_model(options_config(kOptionSets[set]), 9);
+    m.prepare_decode(DecodePrecision::F32);
+    const int64_t V = m.config().vocab_size, prompt = 5, steps = 6;
+    const auto tok = tokens_for(prompt + steps, V);
+    const auto ref = model_logits(m, tok, 1, Form::Parallel);
+    Session session(m);
+    session.add_sequence();
+    session.prefill(0, tok.data(), prompt);
+    for (int64_t i = 0; i < steps; ++i) {
+      const std::vector<float> got(session.logits(0), session.logits(0) + V);
+      const std::vector<float> want(ref.begin() + (prompt - 1 + i) * V, ref.begin() + (prompt + i) * V);
+      EXPECT_TRUE(close(got, want, 1e-5)) << kOptionSets[set].name << " step " << i;
+      session.step(&tok[prompt + i]);
+    }
+  }
 }
