@@ -60,9 +60,6 @@ bool get_bool(const json& j, const char* key, bool fallback, const std::string& 
   return j[key].get<bool>();
 }
 
-}  // namespace
-
-namespace {
 // The names of transformers' ACT2FN implemented as retention's feature map (the first of a
 // value's names is the one written).
 const std::pair<const char*, QkFeatureMap> kFeatureMaps[] = {

@@ -41,7 +41,8 @@ struct Saved {
   float *o, *stats, *rstd, *pre = nullptr;
 };
 size_t pre_feature_floats(const Config& c, int64_t N) {
-  return c.feature_map == QkFeatureMap::None ? 0 : static_cast<size_t>(N * (c.qk_width() + c.k_width()));
+  if (c.feature_map == QkFeatureMap::None) return 0;
+  return static_cast<size_t>(N * (c.qk_width() + c.k_width()));
 }
 Saved carve(float* base, const Config& c, int64_t N) {
   SavedCarver s(base);
