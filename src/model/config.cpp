@@ -60,7 +60,29 @@ bool get_bool(const json& j, const char* key, bool fallback, const std::string& 
   return j[key].get<bool>();
 }
 
+// The names of transformers' ACT2FN implemented as retention's feature map (the first of a
+// value's names is the one written).
+const std::pair<const char*, QkFeatureMap> kFeatureMaps[] = {
+    {"none", QkFeatureMap::None},       {"relu", QkFeatureMap::Relu},
+    {"relu2", QkFeatureMap::Relu2},     {"sigmoid", QkFeatureMap::Sigmoid},
+    {"tanh", QkFeatureMap::Tanh},       {"gelu", QkFeatureMap::Gelu},
+    {"gelu_python", QkFeatureMap::Gelu}, {"swish", QkFeatureMap::Swish},
+    {"silu", QkFeatureMap::Swish}};
 }  // namespace
+
+QkFeatureMap parse_qk_feature_map(const std::string& name) {
+  for (const auto& [key, value] : kFeatureMaps)
+    if (name == key) return value;
+  throw Error(fmt::format("feature map \"{}\" is not implemented (one of none, relu, relu2, "
+                          "sigmoid, tanh, gelu, gelu_python, swish, silu)",
+                          name));
+}
+
+const char* qk_feature_map_name(QkFeatureMap f) {
+  for (const auto& [key, value] : kFeatureMaps)
+    if (value == f) return key;
+  return "none";
+}
 
 double Config::embed_scale() const {
   return no_scale_embedding ? 1.0 : std::sqrt(static_cast<double>(embed_dim));
@@ -87,6 +109,10 @@ void Config::validate() const {
   RETNET_CHECK(value_embed_dim % heads == 0,
                "config: decoder_value_embed_dim {} is not divisible by decoder_retention_heads {}",
                value_embed_dim, heads);
+  RETNET_CHECK(kv_heads >= 0 && kv_heads <= heads && heads % kv_head_count() == 0,
+               "config: kv_heads {} must be 0 (= decoder_retention_heads) or divide "
+               "decoder_retention_heads {}",
+               kv_heads, heads);
   RETNET_CHECK(key_dim() % 2 == 0,
                "config: the key dim per head (decoder_embed_dim / heads = {}) must be even for the "
                "rotation",
@@ -125,12 +151,15 @@ void Config::validate() const {
     refuse(head_norm_weight, "head_norm_weight");
     refuse(!output_gate, "output_gate");
     refuse(rotary != RotaryStyle::Torchscale && !mixer->rotates, "rotary");
+    refuse(kv_heads != 0 && kv_heads != heads, "kv_heads");
+    refuse(feature_map != QkFeatureMap::None, "feature_map");
   }
 }
 
 int64_t Config::projection_width() const {
-  const int64_t qk = mixer->per_channel ? value_embed_dim : qk_width();
-  return 2 * qk + value_embed_dim + (gated() ? value_embed_dim : 0);
+  const int64_t gate = gated() ? value_embed_dim : 0;
+  if (mixer->per_channel) return 3 * value_embed_dim + gate;
+  return qk_width() + k_width() + v_width() + gate;
 }
 
 int64_t Config::parameter_count() const {
@@ -216,6 +245,16 @@ Config Config::from_json(const std::string& text, const std::string& origin) {
     c.rope_theta = j["rope_theta"].get<double>();
   }
   c.aft_max_distance = get_int(j, "aft_max_distance", c.aft_max_distance, origin);
+  c.kv_heads = get_int(j, "kv_heads", c.kv_heads, origin);
+  if (j.contains("feature_map") && !j["feature_map"].is_null()) {
+    RETNET_CHECK(j["feature_map"].is_string(), "{}: 'feature_map' must be a string or null, got {}",
+                 origin, j["feature_map"].dump());
+    try {
+      c.feature_map = parse_qk_feature_map(j["feature_map"].get<std::string>());
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: 'feature_map': {}", origin, e.what()));
+    }
+  }
   // torchscale features that change the model and that this engine does not implement.
   auto reject_if = [&](const char* key, bool unsupported_value) {
     if (j.contains(key) && !j[key].is_null())
@@ -251,7 +290,9 @@ Config Config::from_json(const std::string& text, const std::string& origin) {
                                               "head_norm_weight",
                                               "output_gate",
                                               "rotary",
-                                              "rope_theta"};
+                                              "rope_theta",
+                                              "kv_heads",
+                                              "feature_map"};
   for (auto it = j.begin(); it != j.end(); ++it)
     RETNET_CHECK(known.count(it.key()) || kIgnoredTorchscaleFields.count(it.key()),
                  "{}: unknown field '{}'", origin, it.key());
@@ -298,6 +339,8 @@ std::string Config::to_json(int indent) const {
   if (!normalize_scores) j["normalize_scores"] = false;
   if (head_norm_weight) j["head_norm_weight"] = true;
   if (!output_gate) j["output_gate"] = false;
+  if (kv_heads != 0 && kv_heads != heads) j["kv_heads"] = kv_heads;
+  if (feature_map != QkFeatureMap::None) j["feature_map"] = qk_feature_map_name(feature_map);
   return j.dump(indent);
 }
 

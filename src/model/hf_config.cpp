@@ -78,7 +78,6 @@ HfModelConfig parse_fla(const json& j, const std::string& origin) {
                               "without it; remove it if it does not change the model)",
                               origin, it.key(), it.value().dump()));
   refuse_unless_neutral(j, "use_short_conv", origin, "short convolutions are not implemented");
-  refuse_unless_neutral(j, "feature_map", origin, "feature maps on q and k are not implemented");
   refuse_unless_neutral(j, "attn", origin,
                         "hybrid models with softmax-attention layers are not implemented");
   refuse_unless_neutral(j, "attnres_block_size", origin, "attention residuals are not implemented");
@@ -89,11 +88,22 @@ HfModelConfig parse_fla(const json& j, const std::string& origin) {
   c.layers = int_key(j, "num_hidden_layers", origin);
   c.heads = int_key(j, "num_heads", origin);
   c.vocab_size = int_key(j, "vocab_size", origin);
-  if (j.contains("num_kv_heads") && !j["num_kv_heads"].is_null())
-    RETNET_CHECK(j["num_kv_heads"] == j["num_heads"],
-                 "{}: 'num_kv_heads' = {} is not supported: keys and values shared by groups of "
-                 "heads are not implemented (only num_kv_heads = num_heads)",
-                 origin, j["num_kv_heads"].dump());
+  if (j.contains("num_kv_heads") && !j["num_kv_heads"].is_null()) {
+    const int64_t kv = int_key(j, "num_kv_heads", origin);
+    RETNET_CHECK(kv <= c.heads && c.heads % kv == 0,
+                 "{}: 'num_kv_heads' = {} does not divide 'num_heads' = {}", origin, kv, c.heads);
+    c.kv_heads = kv == c.heads ? 0 : kv;
+  }
+  if (j.contains("feature_map") && !j["feature_map"].is_null()) {
+    RETNET_CHECK(j["feature_map"].is_string(), "{}: 'feature_map' must be a name or null, got {}",
+                 origin, j["feature_map"].dump());
+    try {
+      c.feature_map = parse_qk_feature_map(j["feature_map"].get<std::string>());
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: 'feature_map' = {} is not supported: {}", origin,
+                              j["feature_map"].dump(), e.what()));
+    }
+  }
   c.key_embed_dim = expanded(c.embed_dim, number_key(j, "expand_k", 1.0, origin), "expand_k", origin);
   c.value_embed_dim = expanded(c.embed_dim, number_key(j, "expand_v", 2.0, origin), "expand_v", origin);
   if (j.contains("intermediate_size") && !j["intermediate_size"].is_null()) {
@@ -202,7 +212,10 @@ std::string hf_config_json(const Config& c, HfFlavour flavour, int64_t bos, int6
     j["hidden_size"] = c.embed_dim;
     j["num_hidden_layers"] = c.layers;
     j["num_heads"] = c.heads;
-    j["num_kv_heads"] = nullptr;
+    if (c.kv_heads != 0 && c.kv_heads != c.heads)
+      j["num_kv_heads"] = c.kv_heads;
+    else
+      j["num_kv_heads"] = nullptr;
     j["expand_k"] = static_cast<double>(c.qk_width()) / d;
     j["expand_v"] = static_cast<double>(c.value_embed_dim) / d;
     j["intermediate_size"] = c.ffn_dim;
@@ -210,7 +223,10 @@ std::string hf_config_json(const Config& c, HfFlavour flavour, int64_t bos, int6
     j["use_output_gate"] = c.output_gate;
     j["elementwise_affine"] = c.head_norm_weight;
     j["norm_eps"] = c.layernorm_eps;
-    j["feature_map"] = nullptr;
+    if (c.feature_map != QkFeatureMap::None)
+      j["feature_map"] = qk_feature_map_name(c.feature_map);
+    else
+      j["feature_map"] = nullptr;
     j["use_short_conv"] = false;
     j["attn"] = nullptr;
     j["tie_word_embeddings"] = false;
@@ -226,6 +242,9 @@ std::string hf_config_json(const Config& c, HfFlavour flavour, int64_t bos, int6
     refuse(c.head_norm_weight, "head norm weight");
     refuse(!c.output_gate, "retention without output gate");
     refuse(c.qk_width() != c.embed_dim, "q/k width apart from decoder_embed_dim");
+    refuse(c.kv_heads != 0 && c.kv_heads != c.heads, "kv_heads (keys and values shared by groups "
+           "of heads)");
+    refuse(c.feature_map != QkFeatureMap::None, "feature_map (a feature map of q and k)");
     j = nlohmann::ordered_json::parse(c.to_json());
     j.erase("decay");
     j["use_lm_decay"] = c.decay == DecaySchedule::Paper;

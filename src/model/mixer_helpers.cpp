@@ -33,17 +33,17 @@ RotationPairs rotation_pairs(const Model& model) {
 }  // namespace
 
 void rotate_queries_keys(const MixerPass& p, float* q, float* k, int64_t ld, int64_t H,
-                         int64_t dk) {
+                         int64_t dk, int64_t Hk) {
   for (float* x : {q, k})
-    rotate_with_table(x, ld, p.B, p.T, H, dk, p.rotation, p.rotation_stride,
-                      RotationDirection::Forward, rotation_pairs(*p.model));
+    rotate_with_table(x, ld, p.B, p.T, x == k && Hk > 0 ? Hk : H, dk, p.rotation,
+                      p.rotation_stride, RotationDirection::Forward, rotation_pairs(*p.model));
 }
 
 void rotate_back_query_key_grads(const MixerGrad& g, float* d_q, float* d_k, int64_t ld, int64_t H,
-                                 int64_t dk) {
+                                 int64_t dk, int64_t Hk) {
   for (float* x : {d_q, d_k})
-    rotate_with_table(x, ld, g.B, g.T, H, dk, g.rotation, 0, RotationDirection::Inverse,
-                      rotation_pairs(*g.model));
+    rotate_with_table(x, ld, g.B, g.T, x == d_k && Hk > 0 ? Hk : H, dk, g.rotation, 0,
+                      RotationDirection::Inverse, rotation_pairs(*g.model));
 }
 
 ChannelQkv channel_qkv(const float* proj, int64_t B, int64_t T, int64_t C) {

@@ -40,8 +40,9 @@ struct MixerPass {
 };
 
 // Rotates the queries and keys of a pass ([N, H, dk] rows `ld` floats apart) in place, by the
-// pass's table.
-void rotate_queries_keys(const MixerPass& p, float* q, float* k, int64_t ld, int64_t H, int64_t dk);
+// pass's table; the keys have Hk heads (-1: H).
+void rotate_queries_keys(const MixerPass& p, float* q, float* k, int64_t ld, int64_t H, int64_t dk,
+                         int64_t Hk = -1);
 
 // One layer's backward call (training: parallel or chunkwise, from an empty state).
 struct MixerGrad {
@@ -59,9 +60,9 @@ struct MixerGrad {
 };
 
 // The backward of rotate_queries_keys: rotates the queries' and keys' gradients back in place by
-// the forward's table.
+// the forward's table (the keys' Hk heads, -1: H).
 void rotate_back_query_key_grads(const MixerGrad& g, float* d_q, float* d_k, int64_t ld, int64_t H,
-                                 int64_t dk);
+                                 int64_t dk, int64_t Hk = -1);
 
 class LayerMixer {
  public:

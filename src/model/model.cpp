@@ -24,10 +24,13 @@ ParamLayout make_param_layout(const Config& c, ModelTensors* idx) {
     const MixerSpec& m = *c.mixer;
     const std::string s = m.scope;
     // Matrices take weight decay; norms, embeddings and the mixer's own tensors (by its spec) not.
-    const int64_t qk_rows = m.per_channel ? vd : c.qk_width();
-    L.q_proj = layout.add(p + s + ".q_proj.weight", {qk_rows, d}, true);
-    L.k_proj = layout.add(p + s + ".k_proj.weight", {qk_rows, d}, true);
-    L.v_proj = layout.add(p + s + ".v_proj.weight", {vd, d}, true);
+    // kv_heads < heads: k and v have fewer rows (one head per group of query heads).
+    const int64_t q_rows = m.per_channel ? vd : c.qk_width();
+    const int64_t k_rows = m.per_channel ? vd : c.k_width();
+    const int64_t v_rows = m.per_channel ? vd : c.v_width();
+    L.q_proj = layout.add(p + s + ".q_proj.weight", {q_rows, d}, true);
+    L.k_proj = layout.add(p + s + ".k_proj.weight", {k_rows, d}, true);
+    L.v_proj = layout.add(p + s + ".v_proj.weight", {v_rows, d}, true);
     if (c.gated()) L.g_proj = layout.add(p + s + ".g_proj.weight", {vd, d}, true);
     L.out_proj = layout.add(p + s + ".out_proj.weight", {d, vd}, true);
     for (const MixerTensor& t : m.tensors)

@@ -1,12 +1,14 @@
 // The retention options that flash-linear-attention's RetNet uses (half-split rotation, plain
 // retention without score normalisation, a head norm weight, no output gate, a q/k width apart
-// from d): every form agrees with the parallel one, the gradients agree between the training forms
+// from d, keys and values shared by groups of heads, a feature map of q and k): every form agrees with the parallel one, the gradients agree between the training forms
 // and predict the loss change, and the pieces match their definitions.
 #include <cmath>
 
 #include "retnet/core/error.h"
 #include "retnet/mixers/retention.h"
 #include "retnet/model/forward.h"
+#include "retnet/model/hf_directory.h"
+#include "retnet/infer/session.h"
 #include "retnet/model/training.h"
 #include "retnet/ops/rotation.h"
 #include "test_helpers.h"
@@ -50,6 +52,24 @@ const OptionSet kOptionSets[] = {
        fla_defaults(c);
        c.key_embed_dim = c.embed_dim / 2;
        c.rope_theta = 500.0;
+     }},
+    {"gqa_4q_2kv", [](Config& c) { c.kv_heads = 2; }},
+    {"mqa_4q_1kv", [](Config& c) { c.kv_heads = 1; }},
+    {"feature_map_relu", [](Config& c) { c.feature_map = QkFeatureMap::Relu; }},
+    {"feature_map_swish", [](Config& c) { c.feature_map = QkFeatureMap::Swish; }},
+    {"fla_gqa_feature_map",
+     [](Config& c) {
+       fla_defaults(c);
+       c.kv_heads = 2;
+       c.key_embed_dim = 2 * c.embed_dim;
+       c.feature_map = QkFeatureMap::Gelu;
+     }},
+    {"fla_mqa_sigmoid_no_gate",
+     [](Config& c) {
+       fla_defaults(c);
+       c.kv_heads = 1;
+       c.output_gate = false;
+       c.feature_map = QkFeatureMap::Sigmoid;
      }},
 };
 
@@ -209,4 +229,128 @@ TEST(RetentionOptions, ConfigRoundTripsAndOtherMixersRefuseThem) {
   EXPECT_THROW(Config::from_json(R"({"rotary": "neox"})"), Error);
   EXPECT_THROW(Config::from_json(R"({"rope_theta": -1})"), Error);
   EXPECT_THROW(Config::from_json(R"({"key_embed_dim": 30, "decoder_retention_heads": 4})"), Error);
+}
+
+TEST(RetentionOptions, KvHeadsAndFeatureMapRoundTripAndAreChecked) {
+  Config c = options_config(kOptionSets[11]);  // fla_gqa_feature_map
+  ASSERT_EQ(std::string(kOptionSets[11].name), "fla_gqa_feature_map");
+  const Config back = Config::from_json(c.to_json());
+  EXPECT_EQ(back.to_json(), c.to_json());
+  EXPECT_EQ(back.kv_heads, 2);
+  EXPECT_EQ(back.feature_map, QkFeatureMap::Gelu);
+  // k_proj and v_proj have a row block per kv head.
+  const Model m = Model::init(c, 1);
+  EXPECT_EQ(m.parameter_count(), c.parameter_count());
+  const auto& L = m.tensors().layers[0];
+  EXPECT_EQ(m.params().layout()[L.q_proj].shape[0], 64);
+  EXPECT_EQ(m.params().layout()[L.k_proj].shape[0], 32);
+  EXPECT_EQ(m.params().layout()[L.v_proj].shape[0], 32);
+  EXPECT_EQ(c.projection_width(), 64 + 32 + 32 + 64);
+  // The decode state stays per query head.
+  EXPECT_EQ(c.state_floats_per_sequence(), c.layers * c.heads * c.key_dim() * (c.head_value_dim() + 1));
+  // Defaults are not written.
+  const std::string plain = options_config(kOptionSets[0]).to_json();
+  EXPECT_EQ(plain.find("kv_heads"), std::string::npos);
+  EXPECT_EQ(plain.find("feature_map"), std::string::npos);
+  EXPECT_EQ(Config::from_json(R"({"feature_map": "silu"})").feature_map, QkFeatureMap::Swish);
+  EXPECT_EQ(Config::from_json(R"({"feature_map": null})").feature_map, QkFeatureMap::None);
+  EXPECT_EQ(Config::from_json(R"({"kv_heads": 4})").kv_groups(), 1);
+  EXPECT_THROW(Config::from_json(R"({"kv_heads": 3})"), Error);
+  EXPECT_THROW(Config::from_json(R"({"kv_heads": 8})"), Error);
+  EXPECT_THROW(Config::from_json(R"({"kv_heads": -1})"), Error);
+  try {
+    Config::from_json(R"({"feature_map": "elu"})");
+    ADD_FAILURE() << "feature_map elu accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("elu"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(Config::from_json(R"({"mixer": "linear", "kv_heads": 2})"), Error);
+  EXPECT_THROW(Config::from_json(R"({"mixer": "attention", "feature_map": "relu"})"), Error);
+}
+
+TEST(RetentionOptions, GroupedHeadsEqualRepeatedKeysAndValues) {
+  // A kv_heads model computes what the full-head model computes with each k_proj, v_proj row block
+  // repeated for its group of query heads.
+  Config cg = options_config(kOptionSets[11]), cf = cg;
+  cf.kv_heads = 0;
+  const Model g = options_model(cg, 3);
+  Model f = Model::init(cf, 4);
+  const int64_t G = cg.kv_groups(), dk = cg.key_dim(), dv = cg.head_value_dim(), d = cg.embed_dim;
+  for (size_t i = 0; i < g.params().layout().size(); ++i) {
+    const auto& t = g.params().layout()[i];
+    const float* src = g.params().tensor(i);
+    float* dst = f.params().tensor(i);
+    const bool k = t.name.find("k_proj") != std::string::npos;
+    if (!k && t.name.find("v_proj") == std::string::npos) {
+      std::copy(src, src + t.numel, dst);
+      continue;
+    }
+    const int64_t dh = k ? dk : dv, rows = t.shape[0];
+    for (int64_t r = 0; r < rows * G; ++r) {
+      const int64_t head = r / dh, src_row = (head / G) * dh + r % dh;
+      std::copy(src + src_row * d, src + (src_row + 1) * d, dst + r * d);
+    }
+  }
+  auto tok = tokens_for(2 * 9, cg.vocab_size);
+  EXPECT_TRUE(close(model_logits(g, tok, 2, Form::Parallel), model_logits(f, tok, 2, Form::Parallel),
+                    1e-5));
+}
+
+TEST(RetentionOptions, KvHeadsAndFeatureMapThroughFlaDirectories) {
+  // Exported as fla's num_kv_heads and feature_map, loaded back: the same config and logits.
+  const Config c = options_config(kOptionSets[11]);
+  const Model m = options_model(c, 8);
+  const auto dir = test::fresh_temp_dir("gqa_fla");
+  save_hf_directory(m, dir.string(), HfFlavour::Fla, "f32", {});
+  const Model back = load_hf_directory(dir.string());
+  EXPECT_EQ(back.config().to_json(), c.to_json());
+  auto tok = tokens_for(2 * 11, c.vocab_size);
+  EXPECT_EQ(model_logits(back, tok, 2, Form::Chunkwise, 4), model_logits(m, tok, 2, Form::Chunkwise, 4));
+  std::filesystem::remove_all(dir);
+  // syncdoth has neither option: the export names it.
+  for (const char* key : {"kv_heads", "feature_map"}) {
+    Config s = test::model_config(32, 64, 4, 48, 2, 40);
+    if (std::string(key) == "kv_heads") s.kv_heads = 2; else s.feature_map = QkFeatureMap::Relu;
+    try {
+      hf_config_json(s, HfFlavour::Syncdoth);
+      ADD_FAILURE() << key << " exported to syncdoth";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
+  // fla's null and num_heads mean no groups; an unknown feature map is refused naming key and value.
+  const std::string base = R"({"hidden_size": 32, "num_hidden_layers": 1, "num_heads": 4, "vocab_size": 40)";
+  EXPECT_EQ(parse_hf_config(base + R"(, "num_kv_heads": null})", "c").config.kv_heads, 0);
+  EXPECT_EQ(parse_hf_config(base + R"(, "num_kv_heads": 4})", "c").config.kv_heads, 0);
+  EXPECT_EQ(parse_hf_config(base + R"(, "num_kv_heads": 1})", "c").config.kv_heads, 1);
+  EXPECT_EQ(parse_hf_config(base + R"(, "feature_map": "swish"})", "c").config.feature_map,
+            QkFeatureMap::Swish);
+  try {
+    parse_hf_config(base + R"(, "feature_map": "mish"})", "c");
+    ADD_FAILURE() << "feature_map mish accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'feature_map' = \"mish\""), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parse_hf_config(base + R"(, "num_kv_heads": 3})", "c"), Error);
+}
+
+TEST(RetentionOptions, GroupedHeadsDecodeStepByStep) {
+  // A session's prefill and steps (state per query head, packed q|k|v|g weights) reproduce the
+  // parallel form's logits of the whole sequence.
+  for (size_t set : {8, 11}) {  // mqa_4q_1kv, fla_gqa_feature_map
+    Model m = options_model(options_config(kOptionSets[set]), 9);
+    m.prepare_decode(DecodePrecision::F32);
+    const int64_t V = m.config().vocab_size, prompt = 5, steps = 6;
+    const auto tok = tokens_for(prompt + steps, V);
+    const auto ref = model_logits(m, tok, 1, Form::Parallel);
+    Session session(m);
+    session.add_sequence();
+    session.prefill(0, tok.data(), prompt);
+    for (int64_t i = 0; i < steps; ++i) {
+      const std::vector<float> got(session.logits(0), session.logits(0) + V);
+      const std::vector<float> want(ref.begin() + (prompt - 1 + i) * V, ref.begin() + (prompt + i) * V);
+      EXPECT_TRUE(close(got, want, 1e-5)) << kOptionSets[set].name << " step " << i;
+      session.step(&tok[prompt + i]);
+    }
+  }
 }

@@ -65,8 +65,7 @@ def case(name, layout, cfg, T=37, chunks=(8, 11), modes=RETENTION_MODES, optiona
 
 # ------------------------------------------------------------------------------------------- CASES
 # Set enabled=False on a case the engine does not support yet (or pass --only). Disabled today:
-# keys and values shared by groups of heads (num_kv_heads), feature maps, hybrid attention layers;
-# the engine refuses those configs naming the key (see the bad-input cases).
+# hybrid attention layers; the engine refuses those configs naming the key (see the bad-input cases).
 CASES = [
     # fla-hub/retnet-1.3B-100B's config, shrunk: expand_k 1, expand_v 2, hidden_ratio 2,
     # intermediate_size null (-> 256), fused swish gate, untied head.
@@ -74,10 +73,10 @@ CASES = [
     case("fla-expand-k-0.5", "fla", dict(hidden=64, heads=4, layers=2, expand_k=0.5, expand_v=1,
                                          intermediate_size=96, norm_eps=1e-5)),
     case("fla-expand-k-2", "fla", dict(hidden=32, heads=2, layers=2, expand_k=2, expand_v=2, hidden_ratio=3)),
-    case("fla-gqa-4q-2kv", "fla", dict(hidden=64, heads=4, layers=2, num_kv_heads=2), enabled=False),
-    case("fla-mqa-4q-1kv", "fla", dict(hidden=64, heads=4, layers=1, num_kv_heads=1), enabled=False),
-    case("fla-feature-map-relu", "fla", dict(hidden=48, heads=3, layers=2, feature_map="relu"), enabled=False),
-    case("fla-feature-map-swish", "fla", dict(hidden=48, heads=2, layers=2, feature_map="swish"), enabled=False),
+    case("fla-gqa-4q-2kv", "fla", dict(hidden=64, heads=4, layers=2, num_kv_heads=2)),
+    case("fla-mqa-4q-1kv", "fla", dict(hidden=64, heads=4, layers=1, num_kv_heads=1)),
+    case("fla-feature-map-relu", "fla", dict(hidden=48, heads=3, layers=2, feature_map="relu")),
+    case("fla-feature-map-swish", "fla", dict(hidden=48, heads=2, layers=2, feature_map="swish")),
     case("fla-no-output-gate", "fla", dict(hidden=64, heads=4, layers=2, use_output_gate=False)),
     case("fla-no-elementwise-affine", "fla", dict(hidden=64, heads=4, layers=2, elementwise_affine=False)),
     case("fla-unfused-norm", "fla", dict(hidden=64, heads=4, layers=2, fuse_norm=False)),
@@ -289,6 +288,12 @@ def bad_inputs(workdir):
     d = fresh()
     edit_config(d, attnres_block_size=2)
     yield "attnres_block_size 2", d, ["attnres_block_size"]
+    d = fresh()
+    edit_config(d, feature_map="elu")
+    yield "feature_map elu (not an ACT2FN name)", d, ["feature_map"]
+    d = fresh()
+    edit_config(d, num_kv_heads=3)
+    yield "num_kv_heads 3 of 2 heads", d, ["num_kv_heads"]
     d = fresh()
     edit_config(d, hidden_act="relu")
     yield "hidden_act relu", d, ["hidden_act"]

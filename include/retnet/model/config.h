@@ -19,6 +19,13 @@ enum class DecaySchedule { Torchscale, Paper };
 // x[i] with x[i + d_k/2] and uses theta_i = rope_theta^(-2i / d_k).
 enum class RotaryStyle { Torchscale, HalfSplit };
 
+// An elementwise map of retention's queries and keys before the rotation (fla's "feature_map", a
+// transformers ACT2FN name): none, relu, relu^2, sigmoid, tanh, erf gelu, swish (alias silu).
+// (Not linear attention's FeatureMap of mixers/feature_maps.h.)
+enum class QkFeatureMap { None, Relu, Relu2, Sigmoid, Tanh, Gelu, Swish };
+QkFeatureMap parse_qk_feature_map(const std::string& name);  // Error naming an unknown name
+const char* qk_feature_map_name(QkFeatureMap f);
+
 struct Config {
   int64_t embed_dim = 256;        // decoder_embed_dim (d)
   int64_t value_embed_dim = 512;  // decoder_value_embed_dim
@@ -42,10 +49,18 @@ struct Config {
   bool normalize_scores = true;    // "normalize_scores": torchscale's three normalisations
   bool head_norm_weight = false;   // "head_norm_weight": the head norm has a [d_v] weight
   bool output_gate = true;         // "output_gate": swish(g) gates the head norm's output
+  // "kv_heads": heads of k and v (0: heads), each shared by heads / kv_heads query heads (fla's
+  // num_kv_heads: query head h reads kv head h / (heads / kv_heads)).
+  int64_t kv_heads = 0;
+  QkFeatureMap feature_map = QkFeatureMap::None;  // "feature_map": applied to q and k
 
   int64_t qk_width() const { return key_embed_dim > 0 ? key_embed_dim : embed_dim; }
   int64_t key_dim() const { return qk_width() / heads; }              // d_k
   int64_t head_value_dim() const { return value_embed_dim / heads; }  // d_v
+  int64_t kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
+  int64_t kv_groups() const { return heads / kv_head_count(); }  // query heads per kv head
+  int64_t k_width() const { return qk_width() / kv_groups(); }    // rows of k_proj
+  int64_t v_width() const { return value_embed_dim / kv_groups(); }  // rows of v_proj
   double embed_scale() const;
   // gamma_h: 1 - 2^(-5-h) (torchscale), or the paper's 1 - exp(linspace(log 1/32, log 1/512, H)).
   double gamma(int64_t head) const;

@@ -1,13 +1,15 @@
 // Retention as a block's mixer (torchscale's MultiScaleRetention):
 //   out = swish(g) * headnorm(retention(rot(q), rot(k / sqrt(d_k)), v))
 // and, through config options, flash-linear-attention's MultiScaleRetention: half-split rotation,
-// no score normalisation, a head norm weight shared by the heads, no gate, q/k width != d.
+// no score normalisation, a head norm weight shared by the heads, no gate, q/k width != d, keys
+// and values shared by groups of heads (kv_heads), a feature map of q and k.
 // (Scaling k rather than q by d_k^-1/2 is the same function: every score is q . k.)
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "../mixer_layer.h"
+#include "retention_heads.h"
 #include "retnet/core/parallel.h"
 #include "retnet/mixers/retention.h"
 #include "retnet/ops/activation.h"
@@ -20,19 +22,35 @@ float key_scale(const Config& c) {
   return static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.key_dim())));
 }
 
-// The saved activations: retention's output o and its row statistics, the head norm's rstd. The
-// head norm's output is not saved: the backward recomputes it from o (one cheap pass, the same
-// float operations, so the same values), which keeps N x value_dim floats per layer out of a
-// training step's peak memory.
-struct Saved {
-  float *o, *stats, *rstd;
+// Where q, k, v and g start in a projection row [P]: q [qk_width], k and v of the kv heads
+// (qk_width / groups, value_embed_dim / groups; the full widths without kv_heads), g [vd].
+struct Columns {
+  int64_t d, dkv, vkv, P;
+  explicit Columns(const Config& c)
+      : d(c.qk_width()), dkv(c.k_width()), vkv(c.v_width()), P(c.projection_width()) {}
+  int64_t k() const { return d; }
+  int64_t v() const { return d + dkv; }
+  int64_t g() const { return d + dkv + vkv; }
 };
+
+// The saved activations: retention's output o and its row statistics, the head norm's rstd, and
+// with a feature map the q and k before it ([N, qk_width + k_width]). The head norm's output is not
+// saved: the backward recomputes it from o (one cheap pass, the same float operations, so the same
+// values), which keeps N x value_dim floats per layer out of a training step's peak memory.
+struct Saved {
+  float *o, *stats, *rstd, *pre = nullptr;
+};
+size_t pre_feature_floats(const Config& c, int64_t N) {
+  if (c.feature_map == QkFeatureMap::None) return 0;
+  return static_cast<size_t>(N * (c.qk_width() + c.k_width()));
+}
 Saved carve(float* base, const Config& c, int64_t N) {
   SavedCarver s(base);
   Saved r;
   r.o = s.take(N * c.value_embed_dim);
   r.stats = s.take(N * c.heads * 2);
   r.rstd = s.take(N * c.heads);
+  if (c.feature_map != QkFeatureMap::None) r.pre = s.take(pre_feature_floats(c, N));
   return r;
 }
 
@@ -56,23 +74,71 @@ void head_norm(const Model& m, int64_t layer, const float* o, float* on, float* 
 void gate_output(const Config& c, const float* proj, const float* on, float* out, int64_t N) {
   const int64_t vd = c.value_embed_dim;
   if (c.gated())
-    gated_activation_forward(Activation::Swish, proj + 2 * c.qk_width() + vd,
-                             c.projection_width(), on, vd, out, vd, N, vd);
+    gated_activation_forward(Activation::Swish, proj + Columns(c).g(), c.projection_width(), on,
+                             vd, out, vd, N, vd);
   else if (out != on)
     std::memcpy(out, on, static_cast<size_t>(N * vd) * sizeof(float));
+}
+
+// Extra arena floats of grouped keys and values: the full-head k and v (forward), and their
+// gradients too (backward); 0 without kv_heads.
+size_t grouped_kv_floats(const Config& c, int64_t N) {
+  if (c.kv_groups() == 1) return 0;
+  return Arena::footprint(static_cast<size_t>(N * c.qk_width())) +
+         Arena::footprint(static_cast<size_t>(N * c.value_embed_dim));
+}
+
+// k and v as retention reads them, [N, H, dk] and [N, H, dv] rows ldk and ldv floats apart: the
+// projection's own columns, or (kv_heads) copies of every kv head for its query heads.
+struct FullKv {
+  float *k, *v;
+  int64_t ldk, ldv;
+};
+FullKv full_kv(const Config& c, const float* proj, int64_t N, Arena& arena) {
+  const Columns col(c);
+  const int64_t G = c.kv_groups(), Hkv = c.kv_head_count();
+  if (G == 1)
+    return {const_cast<float*>(proj) + col.k(), const_cast<float*>(proj) + col.v(), col.P, col.P};
+  FullKv r{arena.alloc(static_cast<size_t>(N * col.d)),
+           arena.alloc(static_cast<size_t>(N * c.value_embed_dim)), col.d, c.value_embed_dim};
+  expand_kv_heads(proj + col.k(), col.P, r.k, N, Hkv, G, c.key_dim());
+  expand_kv_heads(proj + col.v(), col.P, r.v, N, Hkv, G, c.head_value_dim());
+  return r;
+}
+
+// The feature map, the key scale and the rotation of q and k in the projection rows, in fla's
+// order (map, then rotate); with a feature map the values before it go to `pre` (training).
+void transform_queries_keys(const MixerPass& p, float* pre) {
+  const Config& c = p.model->config();
+  const Columns col(c);
+  const int64_t N = p.B * p.T, qk = col.d + col.dkv;
+  if (c.feature_map != QkFeatureMap::None) {
+    if (pre)
+      for (int64_t n = 0; n < N; ++n)
+        std::memcpy(pre + n * qk, p.proj + n * col.P, static_cast<size_t>(qk) * sizeof(float));
+    apply_qk_feature_map(c.feature_map, p.proj, col.P, N, qk);
+  }
+  float* k = p.proj + col.k();
+  const float s = key_scale(c);
+  parallel_for_if(N * col.dkv > 65536, N, [&](int64_t n) {
+    for (int64_t i = 0; i < col.dkv; ++i) k[n * col.P + i] *= s;
+  });
+  rotate_queries_keys(p, p.proj, k, col.P, c.heads, c.key_dim(), c.kv_head_count());
 }
 
 class RetentionMixer final : public LayerMixer {
  public:
   size_t saved_floats(const Config& c, int64_t B, int64_t T) const override {
     const size_t N = static_cast<size_t>(B * T), vd = c.value_embed_dim, H = c.heads;
-    return Arena::footprint(N * vd) + Arena::footprint(N * H * 2) + Arena::footprint(N * H);
+    return Arena::footprint(N * vd) + Arena::footprint(N * H * 2) + Arena::footprint(N * H) +
+           Arena::footprint(pre_feature_floats(c, B * T));
   }
 
   size_t workspace_floats(const Config& c, Form form, int64_t B, int64_t T, int64_t chunk,
                           int64_t scan_tile) const override {
     // o (inference) or the head norm's output (training, o being saved) in the arena.
     return Arena::footprint(static_cast<size_t>(B * T * c.value_embed_dim)) +
+           grouped_kv_floats(c, B * T) +
            retention_workspace_floats(form, B, T, c.heads, c.key_dim(), c.head_value_dim(), chunk,
                                       scan_tile);
   }
@@ -80,34 +146,28 @@ class RetentionMixer final : public LayerMixer {
   size_t backward_workspace_floats(const Config& c, Form form, int64_t B, int64_t T,
                                    int64_t chunk) const override {
     const size_t N = static_cast<size_t>(B * T);
-    return 2 * Arena::footprint(N * c.value_embed_dim) +
+    return 2 * Arena::footprint(N * c.value_embed_dim) + 2 * grouped_kv_floats(c, B * T) +
            retention_backward_workspace_floats(form, T, c.key_dim(), c.head_value_dim(), chunk);
   }
 
   const float* forward(const MixerPass& p, Arena& arena) const override {
     const Model& model = *p.model;
     const Config& c = model.config();
-    const int64_t B = p.B, T = p.T, N = B * T, d = c.qk_width(), vd = c.value_embed_dim;
+    const int64_t B = p.B, T = p.T, N = B * T, vd = c.value_embed_dim;
     const int64_t H = c.heads, dk = c.key_dim(), dv = c.head_value_dim();
     const int64_t P = c.projection_width();
-    float* q = p.proj;
-    float* k = p.proj + d;
-    float* v = p.proj + 2 * d;
-    const float s = key_scale(c);
-    parallel_for_if(N * d > 65536, N, [&](int64_t n) {
-      for (int64_t i = 0; i < d; ++i) k[n * P + i] *= s;
-    });
-    rotate_queries_keys(p, q, k, P, H, dk);
-
     Saved sv{};
     if (p.saved) sv = carve(p.saved, c, N);
+    transform_queries_keys(p, sv.pre);
+    const FullKv kv = full_kv(c, p.proj, N, arena);
+
     float* o = p.saved ? sv.o : arena.alloc(static_cast<size_t>(N * vd));
     // Inference normalises o in place; training keeps o for the backward.
     float* on = p.saved ? arena.alloc(static_cast<size_t>(N * vd)) : o;
     RetentionArgs ra;
-    ra.q = head_view(q, B, T, H, P, dk);
-    ra.k = head_view(k, B, T, H, P, dk);
-    ra.v = head_view(v, B, T, H, P, dv);
+    ra.q = head_view(p.proj, B, T, H, P, dk);
+    ra.k = head_view(kv.k, B, T, H, kv.ldk, dk);
+    ra.v = head_view(kv.v, B, T, H, kv.ldv, dv);
     ra.out = head_view(o, B, T, H, vd, dv);
     ra.gammas = model.gammas().data();
     ra.state = p.state;
@@ -135,18 +195,17 @@ class RetentionMixer final : public LayerMixer {
   void backward(const MixerGrad& gr, Arena& arena) const override {
     const Model& model = *gr.model;
     const Config& c = model.config();
-    const int64_t B = gr.B, T = gr.T, N = B * T, d = c.qk_width(), vd = c.value_embed_dim;
+    const Columns col(c);
+    const int64_t B = gr.B, T = gr.T, N = B * T, vd = c.value_embed_dim, P = col.P;
     const int64_t H = c.heads, dk = c.key_dim(), dv = c.head_value_dim();
-    const int64_t P = c.projection_width();
     const Saved sv = carve(const_cast<float*>(gr.saved), c, N);
     float* don = arena.alloc(static_cast<size_t>(N * vd));
     float* d_o = arena.alloc(static_cast<size_t>(N * vd));
     if (c.gated()) {
-      const float* gate = gr.proj + 2 * d + vd;
       float* on = d_o;  // the head norm's output, recomputed; d_o is only needed after the gate
       head_norm(model, gr.layer, sv.o, on, nullptr, N);
-      gated_activation_backward(Activation::Swish, gate, P, on, vd, gr.d_out, vd,
-                                gr.d_proj + 2 * d + vd, P, don, vd, N, vd);
+      gated_activation_backward(Activation::Swish, gr.proj + col.g(), P, on, vd, gr.d_out, vd,
+                                gr.d_proj + col.g(), P, don, vd, N, vd);
     } else {
       std::memcpy(don, gr.d_out, static_cast<size_t>(N * vd) * sizeof(float));
     }
@@ -155,25 +214,41 @@ class RetentionMixer final : public LayerMixer {
     rmsnorm_backward(sv.o, dv, head_norm_weight(model, gr.layer), sv.rstd, don, dv, d_o, dv,
                      w_index == kNoTensor ? nullptr : gr.grads->tensor(w_index), N * H, dv);
     for (int64_t n = 0; n < N; ++n)
-      std::memset(gr.d_proj + n * P, 0, static_cast<size_t>(2 * d + vd) * sizeof(float));
+      std::memset(gr.d_proj + n * P, 0, static_cast<size_t>(col.g()) * sizeof(float));
+    const FullKv kv = full_kv(c, gr.proj, N, arena);
+    // The full-head gradients of k and v: the projection's own columns, or buffers summed into
+    // each kv head's columns below.
+    FullKv dkv{gr.d_proj + col.k(), gr.d_proj + col.v(), P, P};
+    if (c.kv_groups() > 1) {
+      dkv = {arena.alloc(static_cast<size_t>(N * col.d)), arena.alloc(static_cast<size_t>(N * vd)),
+             col.d, vd};
+      std::memset(dkv.k, 0, static_cast<size_t>(N * col.d) * sizeof(float));
+      std::memset(dkv.v, 0, static_cast<size_t>(N * vd) * sizeof(float));
+    }
     RetentionGradArgs ga;
     ga.q = head_view(gr.proj, B, T, H, P, dk);
-    ga.k = head_view(gr.proj + d, B, T, H, P, dk);
-    ga.v = head_view(gr.proj + 2 * d, B, T, H, P, dv);
+    ga.k = head_view(kv.k, B, T, H, kv.ldk, dk);
+    ga.v = head_view(kv.v, B, T, H, kv.ldv, dv);
     ga.out = head_view(sv.o, B, T, H, vd, dv);
     ga.d_out = head_view(d_o, B, T, H, vd, dv);
     ga.d_q = head_view(gr.d_proj, B, T, H, P, dk);
-    ga.d_k = head_view(gr.d_proj + d, B, T, H, P, dk);
-    ga.d_v = head_view(gr.d_proj + 2 * d, B, T, H, P, dv);
+    ga.d_k = head_view(dkv.k, B, T, H, dkv.ldk, dk);
+    ga.d_v = head_view(dkv.v, B, T, H, dkv.ldv, dv);
     ga.row_stats = sv.stats;
     ga.gammas = model.gammas().data();
     ga.chunk = gr.chunk;
     retention_backward(gr.form, ga, arena);
-    rotate_back_query_key_grads(gr, gr.d_proj, gr.d_proj + d, P, H, dk);
+    const int64_t Hkv = c.kv_head_count(), G = c.kv_groups();
+    if (G > 1) {
+      reduce_kv_heads(dkv.k, gr.d_proj + col.k(), P, N, Hkv, G, dk);
+      reduce_kv_heads(dkv.v, gr.d_proj + col.v(), P, N, Hkv, G, dv);
+    }
+    rotate_back_query_key_grads(gr, gr.d_proj, gr.d_proj + col.k(), P, H, dk, Hkv);
     const float s = key_scale(c);
-    parallel_for_if(N * d > 65536, N, [&](int64_t n) {
-      for (int64_t i = 0; i < d; ++i) gr.d_proj[n * P + d + i] *= s;
+    parallel_for_if(N * col.dkv > 65536, N, [&](int64_t n) {
+      for (int64_t i = 0; i < col.dkv; ++i) gr.d_proj[n * P + col.k() + i] *= s;
     });
+    qk_feature_map_backward(c.feature_map, sv.pre, gr.d_proj, P, N, col.d + col.dkv);
   }
 };
 
