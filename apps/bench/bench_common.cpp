@@ -103,15 +103,6 @@ State synthetic_state(const Model& m, int64_t batch, int64_t position, int64_t r
   return s;
 }
 
-int64_t meminfo_bytes(const char* field) {
-  std::ifstream in("/proc/meminfo");
-  std::string line;
-  const std::string key = std::string(field) + ":";
-  while (std::getline(in, line))
-    if (line.rfind(key, 0) == 0) return 1024 * std::atoll(line.c_str() + key.size());
-  return 0;
-}
-
 nlohmann::json machine_json() {
   return {{"cpu", cpu_model()},
           {"cores", sysconf(_SC_NPROCESSORS_ONLN)},

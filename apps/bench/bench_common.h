@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "retnet/core/process_memory.h"
 #include "retnet/model/config.h"
 #include "retnet/model/forward.h"
 
@@ -43,9 +44,7 @@ State synthetic_state(const Model& m, int64_t batch, int64_t position, int64_t r
 
 // The machine: CPU model, online cores, total memory, BLAS core.
 nlohmann::json machine_json();
-// MemTotal / MemAvailable of /proc/meminfo in bytes (0 if unreadable).
-int64_t meminfo_bytes(const char* field);
-// peak_rss_bytes(), current_rss_bytes(): retnet/core/process_memory.h.
+// peak_rss_bytes(), current_rss_bytes(), meminfo_bytes(): retnet/core/process_memory.h.
 // The git commit of the source tree: `git rev-parse HEAD` in the source directory at run time if
 // that works ("+dirty" appended when the tree has changes), else the commit CMake saw at configure
 // time, else "unknown".

@@ -21,8 +21,7 @@ void register_eval(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* cmd =
       app.add_subcommand("eval", "Loss, perplexity and bits per byte of a model on a text file");
-  cmd->add_option("--model,-m", o->model, "Model .safetensors file, or a Hugging Face directory (fla, syncdoth)")->required();
-  cmd->add_option("--config-json", o->config, "Config JSON for a file that has none");
+  add_model_options(cmd, o->model, o->config);
   cmd->add_option("--data", o->data, "Text file")->required();
   cmd->add_option("--tokenizer", o->tokenizer,
                   "Override the model file's tokenizer (for files that record none, such as "

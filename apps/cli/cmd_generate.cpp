@@ -224,8 +224,7 @@ void register_generate(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "generate",
       "Generate text: chunkwise prefill of the prompt, then O(1)-per-token recurrent decoding");
-  cmd->add_option("--model,-m", a->model, "Model .safetensors file, or a Hugging Face directory (fla, syncdoth)")->required();
-  cmd->add_option("--config-json", a->config, "Config JSON for a file that has none");
+  add_model_options(cmd, a->model, a->config);
   auto* p = cmd->add_option("--prompt,-p", a->prompt, "Prompt text");
   cmd->add_option("--prompt-file,-f", a->prompt_file, "Read the prompt from a file");
   cmd->add_option("--prompts-file", a->prompts_file,

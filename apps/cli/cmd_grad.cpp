@@ -16,8 +16,7 @@ void register_grad(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand(
       "grad", "Mean next-token cross-entropy of a token sequence and its gradient (.safetensors)");
-  cmd->add_option("--model,-m", o->model, "Model .safetensors file, or a Hugging Face directory (fla, syncdoth)")->required();
-  cmd->add_option("--config-json", o->config, "Config JSON for a file that has none");
+  add_model_options(cmd, o->model, o->config);
   cmd->add_option("--tokens", o->tokens,
                   "Comma-separated token ids; position t is trained to predict token t+1")
       ->required();

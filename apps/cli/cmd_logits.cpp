@@ -14,10 +14,7 @@ void register_logits(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand(
       "logits", "Logits for every position of a token sequence, as float32 .npy [T, vocab]");
-  cmd->add_option("--model,-m", o->model, "Model .safetensors file, or a Hugging Face directory (fla, syncdoth)")->required();
-  cmd->add_option("--config-json", o->config,
-                  "Config JSON (torchscale names) for a file that has none, e.g. a torchscale "
-                  "export");
+  add_model_options(cmd, o->model, o->config);
   cmd->add_option("--tokens", o->tokens, "Comma-separated token ids, e.g. 5,17,3")->required();
   cmd->add_option("--mode", o->mode, "Form; each mixer has parallel and recurrent, chunkwise all but attention and aft, scan retention only")
       ->check(CLI::IsMember({"parallel", "recurrent", "chunkwise", "scan"}))

@@ -34,6 +34,9 @@ void register_bench_paper(CLI::App* bench);
 // `retnet bench model` (cmd_bench_model.cpp): load, RSS, prefill and decode of one model.
 void register_bench_model(CLI::App* bench);
 std::optional<Config> optional_config(const std::string& path);
+// --model,-m (required: a model file or a Hugging Face directory) and --config-json (the config
+// of a file that has none, such as a torchscale export).
+void add_model_options(CLI::App* cmd, std::string& model, std::string& config_json);
 
 // Validators for numeric options, to pass to add_option(...)->check(). The value must be a finite
 // number in range (CLI11's Range and PositiveNumber let NaN through); CLI11 names the option:

@@ -34,6 +34,15 @@ std::vector<int32_t> parse_token_list(const std::string& text) {
 void apply_threads(int threads) { set_num_threads(threads); }
 
 
+void add_model_options(CLI::App* cmd, std::string& model, std::string& config_json) {
+  cmd->add_option("--model,-m", model,
+                  "Model .safetensors file, or a Hugging Face directory (fla, syncdoth)")
+      ->required();
+  cmd->add_option("--config-json", config_json,
+                  "Config JSON (torchscale names) for a file that has none, e.g. a torchscale "
+                  "export");
+}
+
 std::optional<Config> optional_config(const std::string& path) {
   if (path.empty()) return std::nullopt;
   return Config::from_file(path);

@@ -9,15 +9,17 @@
 namespace retnet {
 namespace {
 
-// A field of /proc/self/status in bytes (0 if absent).
-int64_t status_bytes(const char* field) {
-  std::ifstream in("/proc/self/status");
+// A "Field:  N kB" line of a /proc file in bytes (0 if absent).
+int64_t proc_field_bytes(const char* path, const char* field) {
+  std::ifstream in(path);
   std::string line;
   const std::string key = std::string(field) + ":";
   while (std::getline(in, line))
     if (line.rfind(key, 0) == 0) return 1024 * std::atoll(line.c_str() + key.size());
   return 0;
 }
+
+int64_t status_bytes(const char* field) { return proc_field_bytes("/proc/self/status", field); }
 
 }  // namespace
 
@@ -31,5 +33,7 @@ int64_t peak_rss_bytes() {
 }
 
 int64_t current_rss_bytes() { return status_bytes("VmRSS"); }
+
+int64_t meminfo_bytes(const char* field) { return proc_field_bytes("/proc/meminfo", field); }
 
 }  // namespace retnet

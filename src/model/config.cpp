@@ -6,6 +6,7 @@
 
 #include "retnet/core/error.h"
 #include "retnet/core/read_file.h"
+#include "json_fields.h"
 
 namespace retnet {
 namespace {
@@ -44,21 +45,15 @@ const std::set<std::string> kIgnoredTorchscaleFields = {"dropout",
                                                         "torch_dtype",
                                                         "transformers_version"};
 
-int64_t get_int(const json& j, const char* key, int64_t fallback, const std::string& origin) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  const auto& v = j[key];
-  RETNET_CHECK(v.is_number_integer() ||
-                   (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()),
-               "{}: '{}' must be an integer, got {}", origin, key, v.dump());
-  return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
-}
+using detail::json_bool;
+using detail::json_choice;
+using detail::json_int;
+using detail::json_number;
 
-bool get_bool(const json& j, const char* key, bool fallback, const std::string& origin) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  RETNET_CHECK(j[key].is_boolean(), "{}: '{}' must be true or false, got {}", origin, key,
-               j[key].dump());
-  return j[key].get<bool>();
-}
+constexpr std::pair<const char*, DecaySchedule> kDecays[] = {
+    {"torchscale", DecaySchedule::Torchscale}, {"paper", DecaySchedule::Paper}};
+constexpr std::pair<const char*, RotaryStyle> kRotaries[] = {
+    {"torchscale", RotaryStyle::Torchscale}, {"half_split", RotaryStyle::HalfSplit}};
 
 // The names of transformers' ACT2FN implemented as retention's feature map (the first of a
 // value's names is the one written).
@@ -194,30 +189,20 @@ Config Config::from_json(const std::string& text, const std::string& origin) {
   }
   RETNET_CHECK(j.is_object(), "{}: expected a JSON object, got {}", origin, j.dump().substr(0, 80));
   Config c;
-  c.embed_dim = get_int(j, "decoder_embed_dim", c.embed_dim, origin);
-  c.value_embed_dim = get_int(j, "decoder_value_embed_dim", c.value_embed_dim, origin);
-  c.heads = get_int(j, "decoder_retention_heads", c.heads, origin);
-  c.ffn_dim = get_int(j, "decoder_ffn_embed_dim", c.ffn_dim, origin);
-  c.layers = get_int(j, "decoder_layers", c.layers, origin);
-  c.vocab_size = get_int(j, "vocab_size", c.vocab_size, origin);
-  c.recurrent_chunk_size = get_int(j, "recurrent_chunk_size", c.recurrent_chunk_size, origin);
-  c.no_scale_embedding = get_bool(j, "no_scale_embedding", c.no_scale_embedding, origin);
-  if (j.contains("layernorm_eps")) {
-    RETNET_CHECK(j["layernorm_eps"].is_number(), "{}: 'layernorm_eps' must be a number, got {}",
-                 origin, j["layernorm_eps"].dump());
-    c.layernorm_eps = j["layernorm_eps"].get<double>();
-  }
+  c.embed_dim = json_int(j, "decoder_embed_dim", c.embed_dim, origin);
+  c.value_embed_dim = json_int(j, "decoder_value_embed_dim", c.value_embed_dim, origin);
+  c.heads = json_int(j, "decoder_retention_heads", c.heads, origin);
+  c.ffn_dim = json_int(j, "decoder_ffn_embed_dim", c.ffn_dim, origin);
+  c.layers = json_int(j, "decoder_layers", c.layers, origin);
+  c.vocab_size = json_int(j, "vocab_size", c.vocab_size, origin);
+  c.recurrent_chunk_size = json_int(j, "recurrent_chunk_size", c.recurrent_chunk_size, origin);
+  c.no_scale_embedding = json_bool(j, "no_scale_embedding", c.no_scale_embedding, origin);
+  c.layernorm_eps = json_number(j, "layernorm_eps", c.layernorm_eps, origin);
   if (j.contains("activation_fn")) {
     RETNET_CHECK(j["activation_fn"].is_string(), "{}: 'activation_fn' must be a string", origin);
     c.activation = parse_activation(j["activation_fn"].get<std::string>());
   }
-  if (j.contains("decay")) {
-    std::string d = j["decay"].is_string() ? j["decay"].get<std::string>() : "";
-    RETNET_CHECK(d == "torchscale" || d == "paper",
-                 "{}: 'decay' must be \"torchscale\" or \"paper\", got {}", origin,
-                 j["decay"].dump());
-    c.decay = d == "paper" ? DecaySchedule::Paper : DecaySchedule::Torchscale;
-  }
+  c.decay = json_choice(j, "decay", c.decay, kDecays, origin);
   if (j.contains("mixer")) {
     RETNET_CHECK(j["mixer"].is_string(), "{}: 'mixer' must be one of {}, got {}", origin,
                  mixer_names(), j["mixer"].dump());
@@ -227,25 +212,15 @@ Config Config::from_json(const std::string& text, const std::string& origin) {
       throw Error(fmt::format("{}: {}", origin, e.what()));
     }
   }
-  c.performer_features = get_int(j, "performer_features", c.performer_features, origin);
-  c.key_embed_dim = get_int(j, "key_embed_dim", c.key_embed_dim, origin);
-  c.normalize_scores = get_bool(j, "normalize_scores", c.normalize_scores, origin);
-  c.head_norm_weight = get_bool(j, "head_norm_weight", c.head_norm_weight, origin);
-  c.output_gate = get_bool(j, "output_gate", c.output_gate, origin);
-  if (j.contains("rotary")) {
-    std::string r = j["rotary"].is_string() ? j["rotary"].get<std::string>() : "";
-    RETNET_CHECK(r == "torchscale" || r == "half_split",
-                 "{}: 'rotary' must be \"torchscale\" or \"half_split\", got {}", origin,
-                 j["rotary"].dump());
-    c.rotary = r == "half_split" ? RotaryStyle::HalfSplit : RotaryStyle::Torchscale;
-  }
-  if (j.contains("rope_theta")) {
-    RETNET_CHECK(j["rope_theta"].is_number(), "{}: 'rope_theta' must be a number, got {}", origin,
-                 j["rope_theta"].dump());
-    c.rope_theta = j["rope_theta"].get<double>();
-  }
-  c.aft_max_distance = get_int(j, "aft_max_distance", c.aft_max_distance, origin);
-  c.kv_heads = get_int(j, "kv_heads", c.kv_heads, origin);
+  c.performer_features = json_int(j, "performer_features", c.performer_features, origin);
+  c.key_embed_dim = json_int(j, "key_embed_dim", c.key_embed_dim, origin);
+  c.normalize_scores = json_bool(j, "normalize_scores", c.normalize_scores, origin);
+  c.head_norm_weight = json_bool(j, "head_norm_weight", c.head_norm_weight, origin);
+  c.output_gate = json_bool(j, "output_gate", c.output_gate, origin);
+  c.rotary = json_choice(j, "rotary", c.rotary, kRotaries, origin);
+  c.rope_theta = json_number(j, "rope_theta", c.rope_theta, origin);
+  c.aft_max_distance = json_int(j, "aft_max_distance", c.aft_max_distance, origin);
+  c.kv_heads = json_int(j, "kv_heads", c.kv_heads, origin);
   if (j.contains("feature_map") && !j["feature_map"].is_null()) {
     RETNET_CHECK(j["feature_map"].is_string(), "{}: 'feature_map' must be a string or null, got {}",
                  origin, j["feature_map"].dump());
@@ -258,7 +233,7 @@ Config Config::from_json(const std::string& text, const std::string& origin) {
   // torchscale features that change the model and that this engine does not implement.
   auto reject_if = [&](const char* key, bool unsupported_value) {
     if (j.contains(key) && !j[key].is_null())
-      RETNET_CHECK(get_bool(j, key, !unsupported_value, origin) != unsupported_value,
+      RETNET_CHECK(json_bool(j, key, !unsupported_value, origin) != unsupported_value,
                    "{}: '{}' = {} is not supported by this engine", origin, key, j[key].dump());
   };
   reject_if("deepnorm", true);
@@ -297,7 +272,7 @@ Config Config::from_json(const std::string& text, const std::string& origin) {
     RETNET_CHECK(known.count(it.key()) || kIgnoredTorchscaleFields.count(it.key()),
                  "{}: unknown field '{}'", origin, it.key());
   if (j.contains("moe_freq")) {
-    RETNET_CHECK(get_int(j, "moe_freq", 0, origin) == 0,
+    RETNET_CHECK(json_int(j, "moe_freq", 0, origin) == 0,
                  "{}: mixture of experts (moe_freq) is "
                  "not supported",
                  origin);

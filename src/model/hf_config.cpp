@@ -5,6 +5,7 @@
 
 #include "retnet/core/error.h"
 #include "retnet/model/hf_directory.h"
+#include "json_fields.h"
 
 namespace retnet {
 namespace {
@@ -33,18 +34,8 @@ int64_t int_key(const json& j, const char* key, const std::string& origin) {
   return j[key].get<int64_t>();
 }
 
-double number_key(const json& j, const char* key, double fallback, const std::string& origin) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  RETNET_CHECK(j[key].is_number(), "{}: '{}' must be a number, got {}", origin, key, j[key].dump());
-  return j[key].get<double>();
-}
-
-bool bool_key(const json& j, const char* key, bool fallback, const std::string& origin) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  RETNET_CHECK(j[key].is_boolean(), "{}: '{}' must be true or false, got {}", origin, key,
-               j[key].dump());
-  return j[key].get<bool>();
-}
+using detail::json_bool;
+using detail::json_number;
 
 int64_t optional_id(const json& j, const char* key) {
   if (!j.contains(key) || !j[key].is_number_integer()) return -1;
@@ -104,12 +95,12 @@ HfModelConfig parse_fla(const json& j, const std::string& origin) {
                               j["feature_map"].dump(), e.what()));
     }
   }
-  c.key_embed_dim = expanded(c.embed_dim, number_key(j, "expand_k", 1.0, origin), "expand_k", origin);
-  c.value_embed_dim = expanded(c.embed_dim, number_key(j, "expand_v", 2.0, origin), "expand_v", origin);
+  c.key_embed_dim = expanded(c.embed_dim, json_number(j, "expand_k", 1.0, origin), "expand_k", origin);
+  c.value_embed_dim = expanded(c.embed_dim, json_number(j, "expand_v", 2.0, origin), "expand_v", origin);
   if (j.contains("intermediate_size") && !j["intermediate_size"].is_null()) {
     c.ffn_dim = int_key(j, "intermediate_size", origin);
   } else {
-    const double ratio = number_key(j, "hidden_ratio", 4.0, origin);  // GatedMLP's default
+    const double ratio = json_number(j, "hidden_ratio", 4.0, origin);  // GatedMLP's default
     const int64_t n = static_cast<int64_t>(static_cast<double>(c.embed_dim) * ratio * 2 / 3);
     c.ffn_dim = 256 * ((n + 255) / 256);
   }
@@ -120,26 +111,26 @@ HfModelConfig parse_fla(const json& j, const std::string& origin) {
                "{}: 'hidden_act' = \"{}\" is not supported (the engine implements swish)", origin,
                act);
   c.activation = Activation::Swish;
-  c.layernorm_eps = number_key(j, "norm_eps", 1e-6, origin);
-  c.head_norm_weight = bool_key(j, "elementwise_affine", true, origin);
-  c.output_gate = bool_key(j, "use_output_gate", true, origin);
+  c.layernorm_eps = json_number(j, "norm_eps", 1e-6, origin);
+  c.head_norm_weight = json_bool(j, "elementwise_affine", true, origin);
+  c.output_gate = json_bool(j, "use_output_gate", true, origin);
   c.rotary = RotaryStyle::HalfSplit;
   c.rope_theta = 10000.0;
   c.normalize_scores = false;
   c.decay = DecaySchedule::Torchscale;
   c.no_scale_embedding = true;
   if (c.key_embed_dim == c.embed_dim) c.key_embed_dim = 0;
-  h.tied_embeddings = bool_key(j, "tie_word_embeddings", false, origin);
+  h.tied_embeddings = json_bool(j, "tie_word_embeddings", false, origin);
   return h;
 }
 
 HfModelConfig parse_syncdoth(json j, const std::string& origin) {
   HfModelConfig h;
   h.flavour = HfFlavour::Syncdoth;
-  RETNET_CHECK(bool_key(j, "use_glu", true, origin),
+  RETNET_CHECK(json_bool(j, "use_glu", true, origin),
                "{}: 'use_glu' = false is not supported (the engine's FFN is the gated one)", origin);
-  const bool lm_decay = bool_key(j, "use_lm_decay", false, origin);
-  h.tied_embeddings = bool_key(j, "tie_word_embeddings", false, origin);
+  const bool lm_decay = json_bool(j, "use_lm_decay", false, origin);
+  h.tied_embeddings = json_bool(j, "tie_word_embeddings", false, origin);
   for (const char* key : {"use_glu", "use_lm_decay"}) j.erase(key);
   for (const std::string& key : kRuntimeKeys) j.erase(key);
   if (lm_decay) j["decay"] = "paper";

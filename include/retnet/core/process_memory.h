@@ -1,5 +1,6 @@
 #pragma once
-// This process's resident memory, for the statistics commands and benchmarks print.
+// This process's resident memory and the machine's, for the statistics commands and benchmarks
+// print.
 #include <cstdint>
 
 namespace retnet {
@@ -8,5 +9,7 @@ namespace retnet {
 int64_t peak_rss_bytes();
 // Current resident set size (VmRSS of /proc/self/status), bytes; 0 if unreadable.
 int64_t current_rss_bytes();
+// A field of /proc/meminfo (MemTotal, MemAvailable) in bytes; 0 if unreadable.
+int64_t meminfo_bytes(const char* field);
 
 }  // namespace retnet
