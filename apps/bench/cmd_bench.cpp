@@ -266,19 +266,15 @@ void register_bench(CLI::App& app) {
     int reps = 5, threads = 0;
     bool quick = false;
   };
-  auto o = std::make_shared<Opts>();
-  auto* dec = bench->add_subcommand(
-      "decode",
+  auto [o, dec] = add_bench_subcommand<Opts>(
+      bench, "decode",
       "Decode latency by position, decode throughput by batch against the machine's ceiling "
       "for it (the weight products at the kernel's in-cache speed), prefill chunkwise vs "
       "parallel");
   dec->add_option("--model,-m", o->model, "Model file (default: the default config, initialised)");
-  add_checked(dec, "--reps", o->reps, "Repetitions per figure (median reported)",
-              integer_at_least(1));
   dec->add_flag("--quick", o->quick, "Fewer positions, batches and lengths (a smoke test)");
-  add_threads_option(dec, o->threads);
-  dec->add_option("--json", o->json, "Also write the results to this JSON file");
-  dec->callback([o] { run_bench_decode(o->model, o->reps, o->quick, o->threads, o->json); });
+  add_bench_run_options(dec, o->reps, o->threads, o->json);
+  dec->callback([o = o] { run_bench_decode(o->model, o->reps, o->quick, o->threads, o->json); });
   register_bench_family(bench);
   register_bench_paper(bench);
   register_bench_model(bench);

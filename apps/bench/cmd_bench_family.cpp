@@ -211,25 +211,21 @@ void run_bench_family(const FamilyOptions& o) {
 }  // namespace
 
 void register_bench_family(CLI::App* bench) {
-  auto o = std::make_shared<FamilyOptions>();
-  auto* cmd = bench->add_subcommand(
-      "family",
+  auto [o, cmd] = add_bench_subcommand<FamilyOptions>(
+      bench, "family",
       "Every mixer at the default model's size: training tokens/s, decode latency and memory by "
       "position, validation loss after the same training time");
   cmd->add_option("--mixers", o->mixers, "Comma-separated mixers to run")->capture_default_str();
   add_checked(cmd, "--train-minutes", o->train_minutes,
               "Training time per mixer for the validation loss (0: skip)", number_at_least(0));
   cmd->add_option("--data", o->data, "Training text (the bundled corpus)")->capture_default_str();
-  add_checked(cmd, "--reps", o->reps, "Repetitions per figure (median reported)",
-              integer_at_least(1));
   cmd->add_flag("--quick", o->quick,
                 "Positions 128 and 1k only, one repetition (a smoke test; pair with a small "
                 "--train-minutes)");
-  add_threads_option(cmd, o->threads);
-  cmd->add_option("--json", o->json, "Also write the results to this JSON file");
+  add_bench_run_options(cmd, o->reps, o->threads, o->json);
   cmd->add_option("--work-dir", o->work_dir,
                   "Keep the training runs here (default: a temporary directory, removed)");
-  cmd->callback([o] { run_bench_family(*o); });
+  cmd->callback([o = o] { run_bench_family(*o); });
 }
 
 }  // namespace retnet::cli

@@ -145,9 +145,8 @@ void run(const BenchModelOptions& o) {
 }  // namespace
 
 void register_bench_model(CLI::App* bench) {
-  auto o = std::make_shared<BenchModelOptions>();
-  auto* cmd = bench->add_subcommand(
-      "model",
+  auto [o, cmd] = add_bench_subcommand<BenchModelOptions>(
+      bench, "model",
       "One model file or Hugging Face directory: load time and RSS, prefill tokens/s against the "
       "GEMM ceiling, batch-1 decode tokens/s against the memory-bandwidth roofline (weight bytes "
       "per token / a STREAM-like read bandwidth), both measured in the same run");
@@ -157,11 +156,8 @@ void register_bench_model(CLI::App* bench) {
       ->capture_default_str();
   cmd->add_option("--prefill", o->prefill, "Prompt lengths to time")->capture_default_str();
   add_checked(cmd, "--decode", o->decode, "Tokens to decode", integer_at_least(1));
-  add_checked(cmd, "--reps", o->reps, "Repetitions of the prefills and ceilings (median/best)",
-              integer_at_least(1));
-  add_threads_option(cmd, o->threads);
-  cmd->add_option("--json", o->json, "Also write the results to this JSON file");
-  cmd->callback([o] { run(*o); });
+  add_bench_run_options(cmd, o->reps, o->threads, o->json);
+  cmd->callback([o = o] { run(*o); });
 }
 
 }  // namespace retnet::cli

@@ -562,9 +562,8 @@ void run_bench_paper(const PaperOptions& o) {
 }  // namespace
 
 void register_bench_paper(CLI::App* bench) {
-  auto o = std::make_shared<PaperOptions>();
-  auto* cmd = bench->add_subcommand(
-      "paper",
+  auto [o, cmd] = add_bench_subcommand<PaperOptions>(
+      bench, "paper",
       "The RetNet paper's headline claims against a softmax transformer of the same size: "
       "inference memory by length, decode latency and throughput by batch, training speed and "
       "memory by length, the heads sweep; results.json and plots in --out");
@@ -582,7 +581,7 @@ void register_bench_paper(CLI::App* bench) {
       ->check(number_at_least(0));
   cmd->add_flag("--no-plot", o->no_plot,
                 "Do not plot (plots need /usr/bin/python3 with python3-matplotlib and plot_paper.py, found in share/retnet/ beside the executable or one level up, or $RETNET_PLOT_SCRIPT)");
-  cmd->callback([o] { run_bench_paper(*o); });
+  cmd->callback([o = o] { run_bench_paper(*o); });
 
   // One measurement in a fresh process, one JSON line on stdout (see run_probe).
   struct ProbeOptions {

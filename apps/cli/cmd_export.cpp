@@ -40,14 +40,9 @@ void register_export(CLI::App& app) {
   cmd->add_option("model", o->model, "Model .safetensors file or Hugging Face directory")
       ->required();
   cmd->add_option("--config-json", o->config, "Config JSON for a file that has none (torchscale)");
-  cmd->add_option("--format", o->format, "Layout of the directory")
-      ->required()
-      ->check(CLI::IsMember({"fla", "syncdoth"}));
+  add_directory_options(cmd, o->format, o->dtype, "Layout of the directory")->required();
   cmd->add_option("--out,-o", o->out, "Output directory (created; files replaced atomically)")
       ->required();
-  cmd->add_option("--dtype", o->dtype, "Stored weights: f32 (exact) or bf16")
-      ->check(CLI::IsMember({"f32", "bf16"}))
-      ->capture_default_str();
   cmd->callback([o] {
     LoadInfo li;
     const Model model = load_model(o->model, optional_config(o->config), &li);

@@ -8,24 +8,12 @@
 namespace retnet::cli {
 
 void register_grad(CLI::App& app) {
-  struct Opts {
-    std::string model, config, tokens, form = "parallel", out;
-    int64_t chunk = 0;
-    int threads = 0;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<SequenceCommandOptions>();
   auto* cmd = app.add_subcommand(
       "grad", "Mean next-token cross-entropy of a token sequence and its gradient (.safetensors)");
-  add_model_options(cmd, o->model, o->config);
-  cmd->add_option("--tokens", o->tokens,
-                  "Comma-separated token ids; position t is trained to predict token t+1")
-      ->required();
-  add_checked(cmd, "--form", o->form, "Training form", CLI::IsMember({"parallel", "chunkwise"}));
-  cmd->add_option("--chunk", o->chunk, "Chunk size of the chunkwise form (default: the config's)")
-      ->check(integer_at_least(0));
-  cmd->add_option("--out,-o", o->out, "Output .safetensors with one gradient per parameter")
-      ->required();
-  add_threads_option(cmd, o->threads);
+  add_sequence_options(cmd, *o, "--form", {"parallel", "chunkwise"},
+                       "Comma-separated token ids; position t is trained to predict token t+1",
+                       "Output .safetensors with one gradient per parameter");
   cmd->callback([o] {
     apply_threads(o->threads);
     Model model = load_model(o->model, optional_config(o->config));

@@ -21,13 +21,9 @@ void register_init(CLI::App& app) {
                   "config.json of fla or syncdoth); default: the small model");
   cmd->add_option("--out,-o", o->out, "Output .safetensors file, or directory with --format")
       ->required();
-  cmd->add_option("--format", o->format,
-                  "Write a Hugging Face directory in this layout (default for an fla "
-                  "config.json: fla)")
-      ->check(CLI::IsMember({"fla", "syncdoth"}));
-  cmd->add_option("--dtype", o->dtype, "Stored weights of a directory: f32 or bf16")
-      ->check(CLI::IsMember({"f32", "bf16"}))
-      ->capture_default_str();
+  add_directory_options(cmd, o->format, o->dtype,
+                        "Write a Hugging Face directory in this layout (default for an fla "
+                        "config.json: fla)");
   add_checked(cmd, "--seed,-s", o->seed, "Random seed", integer_at_least(0));
   cmd->callback([o] {
     Config config;

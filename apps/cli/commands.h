@@ -3,8 +3,10 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "retnet/retnet.h"
@@ -33,10 +35,37 @@ void register_bench_family(CLI::App* bench);
 void register_bench_paper(CLI::App* bench);
 // `retnet bench model` (cmd_bench_model.cpp): load, RSS, prefill and decode of one model.
 void register_bench_model(CLI::App* bench);
+// A `retnet bench` subcommand and the options its callback will read (shared, so the callback
+// keeps them alive).
+template <typename Options>
+std::pair<std::shared_ptr<Options>, CLI::App*> add_bench_subcommand(CLI::App* bench,
+                                                                   const std::string& name,
+                                                                   const std::string& about) {
+  return {std::make_shared<Options>(), bench->add_subcommand(name, about)};
+}
+// --reps (median of that many), --threads and --json FILE (results also written there).
+void add_bench_run_options(CLI::App* cmd, int& reps, int& threads, std::string& json);
 std::optional<Config> optional_config(const std::string& path);
 // --model,-m (required: a model file or a Hugging Face directory) and --config-json (the config
 // of a file that has none, such as a torchscale export).
 void add_model_options(CLI::App* cmd, std::string& model, std::string& config_json);
+
+// --format fla|syncdoth (a Hugging Face directory's layout) and --dtype f32|bf16 (its stored
+// weights), for `init` and `export`.
+CLI::Option* add_directory_options(CLI::App* cmd, std::string& format, std::string& dtype,
+                                   const std::string& format_help);
+
+// What `logits` and `grad` take: a model, one token sequence, a form and its chunk, an output
+// file, threads.
+struct SequenceCommandOptions {
+  std::string model, config, tokens, form = "parallel", out;
+  int64_t chunk = 0;
+  int threads = 0;
+};
+// Registers them; `forms` are the forms --form (or --mode, its name in `logits`) accepts.
+void add_sequence_options(CLI::App* cmd, SequenceCommandOptions& o, const std::string& form_flag,
+                          const std::vector<std::string>& forms, const std::string& tokens_help,
+                          const std::string& out_help);
 
 // Validators for numeric options, to pass to add_option(...)->check(). The value must be a finite
 // number in range (CLI11's Range and PositiveNumber let NaN through); CLI11 names the option:

@@ -43,6 +43,37 @@ void add_model_options(CLI::App* cmd, std::string& model, std::string& config_js
                   "export");
 }
 
+CLI::Option* add_directory_options(CLI::App* cmd, std::string& format, std::string& dtype,
+                                   const std::string& format_help) {
+  cmd->add_option("--dtype", dtype, "Stored weights of the directory: f32 (exact) or bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+  return cmd->add_option("--format", format, format_help)
+      ->check(CLI::IsMember({"fla", "syncdoth"}));
+}
+
+void add_sequence_options(CLI::App* cmd, SequenceCommandOptions& o, const std::string& form_flag,
+                          const std::vector<std::string>& forms, const std::string& tokens_help,
+                          const std::string& out_help) {
+  add_model_options(cmd, o.model, o.config);
+  cmd->add_option("--tokens", o.tokens, tokens_help)->required();
+  add_checked(cmd, form_flag, o.form,
+              "Form; each mixer has parallel and recurrent, chunkwise all but attention and aft, "
+              "scan retention only",
+              CLI::IsMember(forms));
+  cmd->add_option("--chunk", o.chunk, "Chunk size of the chunkwise form (default: the config's)")
+      ->check(integer_at_least(0));
+  cmd->add_option("--out,-o", o.out, out_help)->required();
+  add_threads_option(cmd, o.threads);
+}
+
+void add_bench_run_options(CLI::App* cmd, int& reps, int& threads, std::string& json) {
+  add_checked(cmd, "--reps", reps, "Repetitions per figure (median reported)",
+              integer_at_least(1));
+  add_threads_option(cmd, threads);
+  cmd->add_option("--json", json, "Also write the results to this JSON file");
+}
+
 std::optional<Config> optional_config(const std::string& path) {
   if (path.empty()) return std::nullopt;
   return Config::from_file(path);

@@ -221,15 +221,7 @@ Config Config::from_json(const std::string& text, const std::string& origin) {
   c.rope_theta = json_number(j, "rope_theta", c.rope_theta, origin);
   c.aft_max_distance = json_int(j, "aft_max_distance", c.aft_max_distance, origin);
   c.kv_heads = json_int(j, "kv_heads", c.kv_heads, origin);
-  if (j.contains("feature_map") && !j["feature_map"].is_null()) {
-    RETNET_CHECK(j["feature_map"].is_string(), "{}: 'feature_map' must be a string or null, got {}",
-                 origin, j["feature_map"].dump());
-    try {
-      c.feature_map = parse_qk_feature_map(j["feature_map"].get<std::string>());
-    } catch (const Error& e) {
-      throw Error(fmt::format("{}: 'feature_map': {}", origin, e.what()));
-    }
-  }
+  c.feature_map = detail::json_feature_map(j, "feature_map", c.feature_map, origin);
   // torchscale features that change the model and that this engine does not implement.
   auto reject_if = [&](const char* key, bool unsupported_value) {
     if (j.contains(key) && !j[key].is_null())

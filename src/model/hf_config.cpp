@@ -85,16 +85,7 @@ HfModelConfig parse_fla(const json& j, const std::string& origin) {
                  "{}: 'num_kv_heads' = {} does not divide 'num_heads' = {}", origin, kv, c.heads);
     c.kv_heads = kv == c.heads ? 0 : kv;
   }
-  if (j.contains("feature_map") && !j["feature_map"].is_null()) {
-    RETNET_CHECK(j["feature_map"].is_string(), "{}: 'feature_map' must be a name or null, got {}",
-                 origin, j["feature_map"].dump());
-    try {
-      c.feature_map = parse_qk_feature_map(j["feature_map"].get<std::string>());
-    } catch (const Error& e) {
-      throw Error(fmt::format("{}: 'feature_map' = {} is not supported: {}", origin,
-                              j["feature_map"].dump(), e.what()));
-    }
-  }
+  c.feature_map = detail::json_feature_map(j, "feature_map", c.feature_map, origin);
   c.key_embed_dim = expanded(c.embed_dim, json_number(j, "expand_k", 1.0, origin), "expand_k", origin);
   c.value_embed_dim = expanded(c.embed_dim, json_number(j, "expand_v", 2.0, origin), "expand_v", origin);
   if (j.contains("intermediate_size") && !j["intermediate_size"].is_null()) {

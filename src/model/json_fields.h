@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "retnet/core/error.h"
+#include "retnet/model/config.h"
 
 namespace retnet::detail {
 
@@ -23,20 +24,37 @@ inline int64_t json_int(const nlohmann::json& j, const char* key, int64_t fallba
   return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
 }
 
+// A value of JSON type `is` (e.g. &nlohmann::json::is_boolean), described as `what` in errors.
+template <typename T>
+T json_typed(const nlohmann::json& j, const char* key, T fallback, const std::string& origin,
+             bool (nlohmann::json::*is)() const noexcept, const char* what) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  RETNET_CHECK((j[key].*is)(), "{}: '{}' must be {}, got {}", origin, key, what, j[key].dump());
+  return j[key].get<T>();
+}
+
 inline bool json_bool(const nlohmann::json& j, const char* key, bool fallback,
                       const std::string& origin) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  RETNET_CHECK(j[key].is_boolean(), "{}: '{}' must be true or false, got {}", origin, key,
-               j[key].dump());
-  return j[key].get<bool>();
+  return json_typed(j, key, fallback, origin, &nlohmann::json::is_boolean, "true or false");
 }
 
 inline double json_number(const nlohmann::json& j, const char* key, double fallback,
                           const std::string& origin) {
+  return json_typed(j, key, fallback, origin, &nlohmann::json::is_number, "a number");
+}
+
+// Retention's feature map on q and k, by one of its names (Config's parse_qk_feature_map).
+inline QkFeatureMap json_feature_map(const nlohmann::json& j, const char* key,
+                                     QkFeatureMap fallback, const std::string& origin) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
-  RETNET_CHECK(j[key].is_number(), "{}: '{}' must be a number, got {}", origin, key,
+  RETNET_CHECK(j[key].is_string(), "{}: '{}' must be a name or null, got {}", origin, key,
                j[key].dump());
-  return j[key].get<double>();
+  try {
+    return parse_qk_feature_map(j[key].get<std::string>());
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: '{}' = {} is not supported: {}", origin, key, j[key].dump(),
+                            e.what()));
+  }
 }
 
 // One of a fixed set of names, e.g. {{"torchscale", Torchscale}, {"paper", Paper}}.

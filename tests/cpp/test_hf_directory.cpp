@@ -7,6 +7,7 @@
 #include "retnet/core/half.h"
 #include "retnet/retnet.h"
 #include "test_helpers.h"
+#include "train_fixture.h"
 
 using namespace retnet;
 namespace fs = std::filesystem;
@@ -133,35 +134,25 @@ TEST(HfDirectory, ExportRefusesWhatTheLayoutCannotExpress) {
 }
 
 TEST(HfDirectory, FineTuningAnImportedModelLowersTheLoss) {
-  const fs::path dir = test::fresh_temp_dir("hf_finetune");
+  const test::TrainFixture fx("hf_finetune");
   const Model start = Model::init(fla_style_config(), 5);
-  save_hf_directory(start, (dir / "fla").string(), HfFlavour::Fla, "f32", {});
+  save_hf_directory(start, (fx.dir / "fla").string(), HfFlavour::Fla, "f32", {});
+  TrainOptions o = fx.options("run");
+  o.config_path.clear();
+  o.init_from = (fx.dir / "fla").string();
+  o.steps = 15;
+  o.optimizer.warmup_steps = 3;
+  const TrainResult r = train(o);
+  // Held-out text under the starting weights and the fine-tuned ones.
+  const Model tuned = load_model((fx.dir / "run" / "model.safetensors").string());
+  EXPECT_EQ(tuned.config().to_json(), start.config().to_json());
   std::ifstream in(std::string(RETNET_TEST_DATA) + "/../../data/tinyshakespeare.txt",
                    std::ios::binary);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::ofstream(dir / "data.txt", std::ios::binary) << text.substr(0, 40000);
-  TrainOptions o;
-  o.data = (dir / "data.txt").string();
-  o.init_from = (dir / "fla").string();
-  o.out_dir = (dir / "run").string();
-  o.steps = 15;
-  o.batch = 4;
-  o.seq = 48;
-  o.optimizer.warmup_steps = 3;
-  o.eval_interval = 1000;
-  o.eval_tokens = 4096;
-  o.quiet = true;
-  const TrainResult r = train(o);
-  // The same validation tokens under the starting weights and the fine-tuned ones.
-  const auto tokenizer = make_byte_tokenizer();
-  const Model tuned = load_model((dir / "run" / "model.safetensors").string());
-  EXPECT_EQ(tuned.config().to_json(), start.config().to_json());
-  const std::string val = text.substr(36000, 4000);
-  const std::vector<int32_t> ids = tokenizer->encode(val);
+  const std::vector<int32_t> ids = make_byte_tokenizer()->encode(text.substr(60000, 4000));
   const std::span<const int32_t> inputs(ids.data(), ids.size() - 1),
       targets(ids.data() + 1, ids.size() - 1);
   const double before = ModelRunner(start).loss(inputs, targets, 1);
   const double after = ModelRunner(tuned).loss(inputs, targets, 1);
   EXPECT_LT(after, before - 0.2) << "train loss " << r.final_train_loss;
-  fs::remove_all(dir);
 }

@@ -12,43 +12,14 @@
 #include "retnet/train/optimizer.h"
 #include "retnet/train/trainer.h"
 #include "test_helpers.h"
+#include "train_fixture.h"
 
 using namespace retnet;
 namespace fs = std::filesystem;
 
 namespace {
 
-fs::path scratch(const std::string& name) { return retnet::test::fresh_temp_dir("train_" + name); }
-
-// A small slice of the bundled corpus and a tiny config.
-struct TrainFixture {
-  fs::path dir;
-  std::string data, config;
-  explicit TrainFixture(const std::string& name) : dir(scratch(name)) {
-    std::ifstream in(std::string(RETNET_TEST_DATA) + "/../../data/tinyshakespeare.txt", std::ios::binary);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    data = (dir / "data.txt").string();
-    std::ofstream(data, std::ios::binary) << text.substr(0, 50000);
-    config = (dir / "config.json").string();
-    std::ofstream(config) << R"({"decoder_embed_dim": 32, "decoder_value_embed_dim": 64,
-      "decoder_retention_heads": 2, "decoder_ffn_embed_dim": 64, "decoder_layers": 2})";
-  }
-  ~TrainFixture() { fs::remove_all(dir); }
-  TrainOptions options(const std::string& out) const {
-    TrainOptions o;
-    o.data = data;
-    o.config_path = config;
-    o.out_dir = (dir / out).string();
-    o.steps = 20;
-    o.batch = 4;
-    o.seq = 48;
-    o.optimizer.warmup_steps = 5;
-    o.eval_interval = 1000;
-    o.eval_tokens = 2048;
-    o.quiet = true;
-    return o;
-  }
-};
+using retnet::test::TrainFixture;
 
 std::vector<double> train_losses(const std::string& out_dir) {
   std::vector<double> losses;
@@ -172,7 +143,7 @@ TEST(Train, DamagedCheckpointFallsBackToThePreviousOne) {
 TEST(TrainSlow, ShortRunOnTheBundledCorpusLearns) {
   TrainOptions o;
   o.data = std::string(RETNET_TEST_DATA) + "/../../data/tinyshakespeare.txt";
-  fs::path dir = scratch("learns");
+  fs::path dir = retnet::test::fresh_temp_dir("train_learns");
   o.out_dir = dir.string();
   o.steps = 60;
   o.optimizer.warmup_steps = 10;
