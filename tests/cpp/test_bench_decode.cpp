@@ -73,3 +73,35 @@ TEST(BenchDecode, QuickRunWritesEveryFigure) {
 
   EXPECT_EQ(state_files_left(), before) << "bench decode left its position states behind";
 }
+
+// `retnet bench model` on a small fla directory: every figure present, finite and positive, the
+// roofline consistent with its parts.
+TEST(BenchModel, SmallDirectoryWritesEveryFigure) {
+  const fs::path dir = fs::temp_directory_path() / ("retnet_bench_model_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << R"({"model_type": "retnet", "hidden_size": 64,
+    "num_hidden_layers": 2, "num_heads": 2, "vocab_size": 256})";
+  auto init = retnet::test::run_retnet("init --config " + (dir / "config.json").string() +
+                                       " --out " + (dir / "fla").string() + " --dtype bf16");
+  ASSERT_EQ(init.exit_code, 0) << init.err;
+  const std::string out = (dir / "r.json").string();
+  auto r = retnet::test::run_retnet("bench model -m " + (dir / "fla").string() +
+                                        " --prefill 8 --prefill 40 --decode 6 --reps 1 --json " + out,
+                                    120);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(out);
+  const json j = json::parse(in);
+  EXPECT_EQ(j["model"]["stored_dtype"], "BF16");
+  for (const char* key : {"load_seconds", "rss_after_load_bytes", "stored_bytes"})
+    EXPECT_GT(j["model"][key].get<double>(), 0) << key;
+  ASSERT_EQ(j["prefill"].size(), 2u);
+  for (const auto& p : j["prefill"])
+    EXPECT_TRUE(p["tokens_per_s"].get<double>() > 0 && p["gemm_gflops"].get<double>() > 0);
+  const json& d = j["decode"];
+  EXPECT_GT(d["tokens_per_s"].get<double>(), 0);
+  EXPECT_NEAR(d["roofline_tokens_per_s"].get<double>(),
+              d["read_bandwidth_bytes_per_s"].get<double>() / d["bytes_per_token"].get<double>(),
+              1e-6 * d["roofline_tokens_per_s"].get<double>());
+  fs::remove_all(dir);
+}
