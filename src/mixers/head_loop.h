@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "retnet/core/arena.h"
 #include "retnet/core/tensor.h"
@@ -15,6 +16,21 @@ namespace retnet::detail {
 inline bool is_head_view(const TensorView& t, int64_t B, int64_t T, int64_t H, int64_t last) {
   return t.ndim == 4 && t.shape[0] == B && t.shape[1] == T && t.shape[2] == H &&
          t.shape[3] == last && t.stride[3] == 1;
+}
+
+// One head of one sequence in a forward kernel's views: where the q, k, v and out rows start,
+// and their row strides. The kernels add what else they read.
+struct HeadRows {
+  const float *q, *k, *v;
+  float* out;
+  int64_t ldq, ldk, ldv, ldo;
+};
+
+// Head h of sequence b in the [B, T, H, *] views of q, k, v and out.
+inline HeadRows head_rows(const TensorView& q, const TensorView& k, const TensorView& v,
+                          const TensorView& out, int64_t b, int64_t h) {
+  return {&q.at(b, 0, h, 0), &k.at(b, 0, h, 0), &v.at(b, 0, h, 0), &out.at(b, 0, h, 0),
+          q.stride[1],       k.stride[1],       v.stride[1],       out.stride[1]};
 }
 
 // One head of one sequence in a backward kernel's [B, T, H, *] views: where each operand's and
@@ -34,6 +50,29 @@ inline HeadGradRows head_grad_rows(const TensorView& q, const TensorView& k, con
   auto ld = [](const TensorView& t) { return t.stride[1]; };
   return {row(q), row(k), row(v), row(out), row(d_out), row(d_q), row(d_k), row(d_v),
           ld(q),  ld(k),  ld(v),  ld(out),  ld(d_out),  ld(d_q),  ld(d_k),  ld(d_v)};
+}
+
+// For the backward of a normalised linear-attention head (o_t = scale_t A_t[:Dv] with values
+// augmented by a constant 1): rows [L, Dv + 1] of G = [s_t dO_t, c_t (dO_t . o_t)] and of
+// Vaug = [v_t, 1] for tokens [t0, t0 + L), where scales(t) gives {s_t, c_t}.
+template <typename Scales>
+void augmented_grad_rows(const HeadGradRows& g, int64_t t0, int64_t L, int64_t Dv, float* G,
+                         float* vaug, Scales scales) {
+  const int64_t W = Dv + 1;
+  for (int64_t j = 0; j < L; ++j) {
+    const int64_t t = t0 + j;
+    const float* dO = g.d_out + t * g.ld_do;
+    const float* o = g.out + t * g.ldo;
+    const auto [s, c_dot] = scales(t);
+    float dot = 0.f;
+    for (int64_t c = 0; c < Dv; ++c) {
+      G[j * W + c] = s * dO[c];
+      dot += dO[c] * o[c];
+    }
+    G[j * W + Dv] = c_dot * dot;
+    std::memcpy(vaug + j * W, g.v + t * g.ldv, Dv * sizeof(float));
+    vaug[j * W + Dv] = 1.f;
+  }
 }
 
 // Runs fn(b, h, scratch, next_is_mine) for every head, each task with `scratch_per_head` floats of

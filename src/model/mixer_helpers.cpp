@@ -72,6 +72,12 @@ void zero_projection_grad(const MixerGrad& g, int64_t P) {
   std::memset(g.d_proj, 0, static_cast<size_t>(g.B * g.T * P) * sizeof(float));
 }
 
+ChannelGrad channel_grad(const MixerGrad& g, int64_t C) {
+  zero_projection_grad(g, 3 * C);
+  return {channel_qkv(g.proj, g.B, g.T, C), channel_qkv(g.d_proj, g.B, g.T, C),
+          channel_view(g.d_out, g.B, g.T, C, C)};
+}
+
 int64_t* cache_lengths(Arena& arena, const int64_t* positions, int64_t B) {
   int64_t* lengths = reinterpret_cast<int64_t*>(arena.alloc(static_cast<size_t>(2 * B)));
   for (int64_t b = 0; b < B; ++b) lengths[b] = positions ? positions[b] : 0;

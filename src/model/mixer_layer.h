@@ -161,6 +161,15 @@ std::array<float*, K> carve_saved(const float* base, const SavedSizes<K>& sizes)
   return carve_saved(const_cast<float*>(base), sizes);
 }
 
+// A mixer whose saved buffer is the regions `sizes(c, N)` lists for N = B * T tokens.
+template <auto sizes>
+class SavedRegionsMixer : public LayerMixer {
+ public:
+  size_t saved_floats(const Config& c, int64_t B, int64_t T) const override {
+    return saved_footprint(sizes(c, B * T));
+  }
+};
+
 // The q (or r), k and v of a projection row, as [B, T, C] views: a channel-wise mixer's
 // projection [N, 3 C] (q | k | v), or its gradient.
 struct ChannelQkv {
@@ -184,6 +193,20 @@ const float* sigmoid_gated_output(const MixerGrad& g, const float* x, float* scr
 
 // Zeroes the gradient of the projection rows, [N, P], before a kernel accumulates into it.
 void zero_projection_grad(const MixerGrad& g, int64_t P);
+
+// A channel-wise mixer's backward operands as [B, T, C] views: q (or r), k, v of the projection
+// and of its gradient, which this zeroes first, and the gradient of the mixer's output.
+struct ChannelGrad {
+  ChannelQkv x, dx;
+  TensorView d_out;
+};
+ChannelGrad channel_grad(const MixerGrad& g, int64_t C);
+
+// Earlier tokens a token attends to, on average over T tokens: T / 2 in the parallel form
+// (training and prefill), T for a step.
+inline double mean_context(int64_t T, Form form) {
+  return form == Form::Parallel ? static_cast<double>(T) / 2.0 : T;
+}
 
 // The key/value cache of a pass's sequences (AftCache, AttentionCache): the layer's blocks of the
 // pass's cache, with lengths from the pass's positions in the arena.

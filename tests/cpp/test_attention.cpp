@@ -200,10 +200,7 @@ void backward_ref(const std::vector<double>& q, const std::vector<double>& k,
     }
     for (int64_t j = 0; j <= n; ++j) {
       const double ds = p[j] * (dp[j] - D) * scale;
-      for (int64_t i = 0; i < Dk; ++i) {
-        dq[n * Dk + i] += ds * k[j * Dk + i];
-        dk[j * Dk + i] += ds * q[n * Dk + i];
-      }
+      retnet::test::add_score_gradient(ds, &q[n * Dk], &k[j * Dk], &dq[n * Dk], &dk[j * Dk], Dk);
     }
   }
 }

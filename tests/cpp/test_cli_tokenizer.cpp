@@ -23,11 +23,11 @@ class TokenizerCli : public ::testing::Test {
  protected:
   void SetUp() override {
     dir = test::fresh_temp_dir("tok_cli");
-    data = (dir / "data.txt").string();
-    std::ofstream(data, std::ios::binary) << test::corpus_prefix(60000);
-    config = (dir / "tiny.json").string();  // no vocab_size: it comes from the tokenizer
-    std::ofstream(config) << R"({"decoder_embed_dim": 32, "decoder_value_embed_dim": 64,
-      "decoder_retention_heads": 2, "decoder_ffn_embed_dim": 64, "decoder_layers": 2})";
+    data = test::write_file(dir / "data.txt", test::corpus_prefix(60000));
+    // No vocab_size: it comes from the tokenizer.
+    config = test::write_file(dir / "tiny.json",
+                              R"({"decoder_embed_dim": 32, "decoder_value_embed_dim": 64,
+      "decoder_retention_heads": 2, "decoder_ffn_embed_dim": 64, "decoder_layers": 2})");
   }
   void TearDown() override { fs::remove_all(dir); }
   std::string train_args(const std::string& tokenizer, const std::string& out) const {

@@ -23,8 +23,7 @@ class Data : public ::testing::Test {
   void SetUp() override {
     dir = test::fresh_temp_dir("data");
     text = test::corpus_prefix(100000);
-    data = (dir / "corpus.txt").string();
-    std::ofstream(data, std::ios::binary) << text;
+    data = test::write_file(dir / "corpus.txt", text);
     tokenizer = load_tokenizer(test::test_tokenizer_path());
     options.quiet = true;
   }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <initializer_list>
 #include <iomanip>
@@ -68,6 +69,12 @@ inline std::filesystem::path fresh_temp_dir(const std::string& stem) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
+}
+
+// Writes `content` to the file at `path` as it is; returns the path.
+inline std::string write_file(const std::filesystem::path& path, const std::string& content) {
+  std::ofstream(path, std::ios::binary) << content;
+  return path.string();
 }
 
 // A key/value cache (AttentionCache, AftCache) for B sequences that owns its lengths; the storage
@@ -224,6 +231,30 @@ template <typename Fn>
   for (auto* g : grads)
     for (float& x : *g) x *= 0.5f;
   return result;
+}
+
+// Calls `backward` once, then checks as second_call_doubles; `arena` (the one backward uses) is
+// reset before each call.
+template <typename Fn>
+::testing::AssertionResult accumulates_over_two_calls(
+    Arena& arena, Fn backward, const std::vector<float>& watched,
+    std::initializer_list<std::vector<float>*> grads) {
+  auto run = [&] {
+    arena.reset();
+    backward();
+  };
+  run();
+  return second_call_doubles(run, watched, grads);
+}
+
+// A reference backward's share of one score's gradient ds = dL/d(q_n . k_m) over Dk entries:
+// dq_n += ds k_m and dk_m += ds q_n.
+inline void add_score_gradient(double ds, const double* q_n, const double* k_m, double* dq_n,
+                               double* dk_m, int64_t Dk) {
+  for (int64_t i = 0; i < Dk; ++i) {
+    dq_n[i] += ds * k_m[i];
+    dk_m[i] += ds * q_n[i];
+  }
 }
 
 // Gradients against a reference that may be identically zero (one token: the output does not

@@ -182,12 +182,8 @@ void check_gradients(const OwnedMap& features, const Shape& shape, double qk_sca
       ga.features = map;
       ga.phi_q = phi_q.data(), ga.phi_k = phi_k.data(), ga.inv_denominators = inv.data();
       ga.chunk = chunk;
-      auto backward = [&] {
-        arena.reset();
-        linear_attention_backward(form, ga, arena);
-      };
-      backward();
-      ASSERT_TRUE(retnet::test::second_call_doubles(backward, dq, {&dq, &dk, &dv}));
+      ASSERT_TRUE(retnet::test::accumulates_over_two_calls(
+          arena, [&] { linear_attention_backward(form, ga, arena); }, dq, {&dq, &dk, &dv}));
       check_gradient(dq, eq, "dq");
       check_gradient(dk, ek, "dk");
       check_gradient(dv, ev, "dv");

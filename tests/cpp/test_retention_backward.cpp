@@ -62,10 +62,7 @@ void backward_ref(const std::vector<double>& q, const std::vector<double>& k,
         dv[m * Dv + j] += alpha * d_out[n * Dv + j] * score[m];
       }
       ds *= std::pow(gamma, double(n - m));
-      for (int64_t i = 0; i < Dk; ++i) {
-        dq[n * Dk + i] += ds * k[m * Dk + i];
-        dk[m * Dk + i] += ds * q[n * Dk + i];
-      }
+      retnet::test::add_score_gradient(ds, &q[n * Dk], &k[m * Dk], &dq[n * Dk], &dk[m * Dk], Dk);
     }
   }
 }
@@ -143,12 +140,8 @@ TEST(RetentionBackward, BothFormsMatchTheReference) {
           ga.row_stats = stats.data();
           ga.gammas = gammas.data();
           ga.chunk = chunk;
-          auto backward = [&] {
-            arena.reset();
-            retention_backward(form, ga, arena);
-          };
-          backward();
-          ASSERT_TRUE(retnet::test::second_call_doubles(backward, dv, {&dq, &dk, &dv}));
+          ASSERT_TRUE(retnet::test::accumulates_over_two_calls(
+              arena, [&] { retention_backward(form, ga, arena); }, dv, {&dq, &dk, &dv}));
           SCOPED_TRACE(::testing::Message() << form_name(form) << " chunk " << chunk << " T " << T << " scale " << scale);
           // Where the true gradient is identically 0 (one clamped token: the output does not depend
           // on q and k), only float rounding of the cancelling terms remains: check it absolutely.

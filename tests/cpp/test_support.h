@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "retnet/model/forward.h"
+#include "retnet/model/training.h"
+#include "test_helpers.h"
 
 namespace retnet::test {
 
@@ -20,6 +22,23 @@ inline std::vector<float> model_logits(const Model& m, const std::vector<int32_t
   Arena arena;
   forward_logits(m, tok.data(), B, T, out.data(), o, arena);
   return out;
+}
+
+// Checks that the chunkwise form (chunk C) gives the parallel form's loss and
+// gradients on tokens and targets [B, T]; the parallel form's gradients are left in `gp`.
+inline void expect_chunkwise_gradients_match(const Model& m, const std::vector<int32_t>& tok,
+                                             const std::vector<int32_t>& tgt, int64_t B,
+                                             int64_t T, int64_t C, ParamBuffer& gp) {
+  Arena arena;
+  ParamBuffer gc(m.params().layout());
+  TrainingOptions chunk;
+  chunk.form = Form::Chunkwise;
+  chunk.chunk = C;
+  const double lp = loss_and_gradients(m, tok.data(), tgt.data(), B, T, {}, arena, &gp);
+  const double lc = loss_and_gradients(m, tok.data(), tgt.data(), B, T, chunk, arena, &gc);
+  EXPECT_NEAR(lp, lc, 1e-5 * lp);
+  EXPECT_TRUE(close(std::vector<float>(gc.data(), gc.data() + gc.size()),
+                    std::vector<float>(gp.data(), gp.data() + gp.size()), 1e-5));
 }
 
 }  // namespace retnet::test

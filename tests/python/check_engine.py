@@ -20,14 +20,11 @@ torchscale's names.
 --self-test runs 1 and 3 on fake_engine.py (the reference behind the same CLI) and checks that the
 harness notices spoiled logits, NaN logits and a crash. Every comparison fails on NaN or Inf.
 Exit code 0 when everything passes."""
-import argparse
 import itertools
 import json
 import os
 import sys
-import tempfile
 
-import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -105,9 +102,8 @@ def compare_forms(checks, engine, workdir, cases=CASES, modes=MODES):
             if p.returncode != 0 or not os.path.exists(out):
                 checks.fail(f"{label}: engine failed: {harness.describe(p)}")
                 continue
-            got = harness.read_npy(out)
-            if got.dtype != np.float32:
-                checks.fail(f"{label}: output {got.dtype}, expected float32")
+            got = harness.read_float32(checks, label, out)
+            if got is None:
                 continue
             checks.close(label, ref, got, 1e-5)
 
@@ -237,17 +233,9 @@ def self_test(checks, workdir):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--retnet", help="path to the engine's CLI binary")
-    ap.add_argument("--workdir", help="where models and outputs are written (default: a new temp dir)")
-    ap.add_argument("--self-test", action="store_true", help="run the harness on fake_engine.py instead")
-    ap.add_argument("--timeout", type=float, default=300, help="seconds per engine call")
-    args = ap.parse_args()
-    if not args.self_test and not args.retnet:
-        ap.error("give --retnet PATH, or --self-test")
-    workdir = args.workdir or tempfile.mkdtemp(prefix="retnet_check_engine_")
-    os.makedirs(workdir, exist_ok=True)
-    print(f"workdir: {workdir}")
+    args = harness.parse_check_args(__doc__, "where models and outputs are written (default: a new temp dir)",
+                                    "run the harness on fake_engine.py instead", "retnet_check_engine_")
+    workdir = args.workdir
     torch.set_num_threads(min(4, torch.get_num_threads()))
     checks = harness.Checks()
     if args.self_test:

@@ -26,13 +26,11 @@ The CLI contract assumed (see CONTRACT below):
 fla's own naive_retention when its source is at hand), the file writer and loader, and runs the
 harness on fake_fla_engine.py: it must pass, and must notice spoiled logits, a NaN and a refused mode.
 Exit code 0 when everything passes."""
-import argparse
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 import torch
@@ -156,9 +154,8 @@ def check_case(checks, engine, workdir, c, i):
                 else:
                     checks.fail(f"{label}: engine failed: {harness.describe(p)}")
                 continue
-            got = harness.read_npy(out)
-            if got.dtype != np.float32:
-                checks.fail(f"{label}: output {got.dtype}, expected float32")
+            got = harness.read_float32(checks, label, out)
+            if got is None:
                 continue
             if checks.close(label, ref, got, TOL):
                 outputs[(dtype, shards, mode, chunk)] = got
@@ -228,12 +225,14 @@ def bad_inputs(workdir):
         with open(os.path.join(d, D.SHARD_INDEX), "w") as f:
             json.dump(idx, f)
 
-    def edit_config(d, **changes):
+    def edited(**changes):  # a fresh directory with `changes` made to its config.json
+        d = fresh()
         with open(os.path.join(d, "config.json")) as f:
             c = json.load(f)
         c.update(changes)
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(c, f)
+        return d
 
     shard1, shard2 = D.shard_names(2)
     d = fresh()
@@ -255,9 +254,7 @@ def bad_inputs(workdir):
     yield "tensor missing (one file)", d, ["model.layers.1.mlp.down_proj.weight"]
     d = fresh(W_=dict(W, **{"model.layers.1.attn.q_proj.weight": torch.zeros(32, 24, dtype=torch.float64)}))
     yield "q_proj shape [32,24] contradicts the config", d, ["model.layers.1.attn.q_proj.weight"]
-    d = fresh()
-    edit_config(d, intermediate_size=128)
-    yield "config intermediate_size 128, tensors 256", d, ["intermediate_size", "gate_proj", "up_proj", "down_proj"]
+    yield "config intermediate_size 128, tensors 256", edited(intermediate_size=128), ["intermediate_size", "gate_proj", "up_proj", "down_proj"]
     d = fresh(shards=1)
     held, _ = harness.read_safetensors(os.path.join(d, D.SINGLE))
     held["model.layers.0.mlp.up_proj.weight"] = held["model.layers.0.mlp.up_proj.weight"].astype(np.int32)
@@ -282,24 +279,12 @@ def bad_inputs(workdir):
     with open(os.path.join(d, D.SHARD_INDEX), "w") as f:
         f.write('{"metadata": {"total_size": 10}, "weight_map": {')
     yield "malformed shard index", d, [D.SHARD_INDEX]
-    d = fresh()
-    edit_config(d, use_short_conv=True)
-    yield "use_short_conv true", d, ["use_short_conv"]
-    d = fresh()
-    edit_config(d, attnres_block_size=2)
-    yield "attnres_block_size 2", d, ["attnres_block_size"]
-    d = fresh()
-    edit_config(d, feature_map="elu")
-    yield "feature_map elu (not an ACT2FN name)", d, ["feature_map"]
-    d = fresh()
-    edit_config(d, num_kv_heads=3)
-    yield "num_kv_heads 3 of 2 heads", d, ["num_kv_heads"]
-    d = fresh()
-    edit_config(d, hidden_act="relu")
-    yield "hidden_act relu", d, ["hidden_act"]
-    d = fresh()
-    edit_config(d, attn={"layers": [5], "num_heads": 2})
-    yield "attn.layers names layer 5 of 2", d, ["attn", "layers"]
+    yield "use_short_conv true", edited(use_short_conv=True), ["use_short_conv"]
+    yield "attnres_block_size 2", edited(attnres_block_size=2), ["attnres_block_size"]
+    yield "feature_map elu (not an ACT2FN name)", edited(feature_map="elu"), ["feature_map"]
+    yield "num_kv_heads 3 of 2 heads", edited(num_kv_heads=3), ["num_kv_heads"]
+    yield "hidden_act relu", edited(hidden_act="relu"), ["hidden_act"]
+    yield "attn.layers names layer 5 of 2", edited(attn={"layers": [5], "num_heads": 2}), ["attn", "layers"]
     scfg = D.syncdoth_config(d=32, value_dim=64, heads=2, ffn=64, layers=1, vocab=64)
     SW = D.init_syncdoth_weights(scfg, 6)
     d = fresh(shards=1, cfg_=dict(scfg, deepnorm=True), W_=SW)
@@ -508,18 +493,11 @@ def self_test(checks, workdir):
 
 # ------------------------------------------------------------------------------------------- main
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--retnet", help="path to the engine's CLI binary")
-    ap.add_argument("--workdir", help="where model directories and outputs are written (default: a new temp dir)")
-    ap.add_argument("--self-test", action="store_true", help="check the reference and the harness (fake engine)")
-    ap.add_argument("--only", help="run only the cases whose name contains this (also 'bad', 'none')")
-    ap.add_argument("--timeout", type=float, default=300, help="seconds per engine call")
-    args = ap.parse_args()
-    if not args.self_test and not args.retnet:
-        ap.error("give --retnet PATH, or --self-test")
-    workdir = args.workdir or tempfile.mkdtemp(prefix="retnet_check_fla_")
-    os.makedirs(workdir, exist_ok=True)
-    print(f"workdir: {workdir}")
+    only = (("--only",), {"help": "run only the cases whose name contains this (also 'bad', 'none')"})
+    args = harness.parse_check_args(
+        __doc__, "where model directories and outputs are written (default: a new temp dir)",
+        "check the reference and the harness (fake engine)", "retnet_check_fla_", extra=[only])
+    workdir = args.workdir
     torch.set_num_threads(min(4, torch.get_num_threads()))
     checks = harness.Checks()
     if args.self_test:

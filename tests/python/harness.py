@@ -5,11 +5,13 @@ A comparison is `rel = max|actual - expected| / max|expected|` (absolute when ex
 zero), per tensor. It is +inf, and the check fails saying where, when the shapes differ or when
 any element of either side is NaN or infinite: np.max propagates NaN, but Python's max(), `e > worst`
 and `err <= tol` do not fail on it, and numpy broadcasting would compare [T, V] with [1, T, V]."""
+import argparse
 import json
 import math
 import os
 import struct
 import subprocess
+import tempfile
 
 import numpy as np
 
@@ -267,3 +269,32 @@ def describe(p):
 
 def tokens_arg(tokens):
     return ",".join(str(int(t)) for t in tokens)
+
+
+def parse_check_args(doc, workdir_help, self_test_help, prefix, extra=()):
+    """The command line of an engine check: --retnet, --workdir, --self-test, the `extra` options
+    ((args, kwargs) pairs for add_argument) and --timeout. Returns the parsed arguments with
+    args.workdir made: the given folder, or a new temp dir named `prefix`..."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--retnet", help="path to the engine's CLI binary")
+    ap.add_argument("--workdir", help=workdir_help)
+    ap.add_argument("--self-test", action="store_true", help=self_test_help)
+    for a, kw in extra:
+        ap.add_argument(*a, **kw)
+    ap.add_argument("--timeout", type=float, default=300, help="seconds per engine call")
+    args = ap.parse_args()
+    if not args.self_test and not args.retnet:
+        ap.error("give --retnet PATH, or --self-test")
+    args.workdir = args.workdir or tempfile.mkdtemp(prefix=prefix)
+    os.makedirs(args.workdir, exist_ok=True)
+    print(f"workdir: {args.workdir}")
+    return args
+
+
+def read_float32(checks, label, path):
+    """The .npy array at path; None, with a failure recorded, when it is not float32."""
+    got = read_npy(path)
+    if got.dtype != np.float32:
+        checks.fail(f"{label}: output {got.dtype}, expected float32")
+        return None
+    return got

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 
+#include "../head_loop.h"
 #include "aft_kernels.h"
 #include "retnet/core/error.h"
 
@@ -23,15 +24,10 @@ constexpr int64_t kDecodeBlock = 256;
 
 // One sequence: queries [Tq, C] at absolute positions pos0 .. pos0 + Tq - 1; keys and values
 // [pos0 + Tq, C] from position 0 (row strides ld*); saved buffers [Tq, C] (row stride C) or null.
-struct SequenceOperands {
-  const float* q;
-  const float* k;
-  const float* v;
-  float* out;
+struct SequenceOperands : detail::HeadRows {
   float* row_max;
   float* denominator;
   float* ratio;
-  int64_t ldq, ldk, ldv, ldo;
   int64_t pos0;
 };
 
@@ -192,18 +188,12 @@ void aft_forward(const AftArgs& a, Arena& arena) {
   // The tile sizes the scratch; a smaller T does not shrink it, so the workspace stays valid.
   run_query_tiles(d, a.tile, a.bias, a.L, arena, [&](int64_t b) {
     const int64_t saved = b * d.T * d.C;
-    return SequenceOperands{&a.q.at(b, 0, 0),
-                            &a.k.at(b, 0, 0),
-                            &a.v.at(b, 0, 0),
-                            &a.out.at(b, 0, 0),
-                            saving ? a.row_max + saved : nullptr,
+    const detail::HeadRows rows{&a.q.at(b, 0, 0), &a.k.at(b, 0, 0), &a.v.at(b, 0, 0),
+                                &a.out.at(b, 0, 0), a.q.stride[1],    a.k.stride[1],
+                                a.v.stride[1],      a.out.stride[1]};
+    return SequenceOperands{rows, saving ? a.row_max + saved : nullptr,
                             saving ? a.denominator + saved : nullptr,
-                            saving ? a.ratio + saved : nullptr,
-                            a.q.stride[1],
-                            a.k.stride[1],
-                            a.v.stride[1],
-                            a.out.stride[1],
-                            0};
+                            saving ? a.ratio + saved : nullptr, 0};
   });
 }
 
@@ -278,9 +268,9 @@ void aft_prefill(const TensorView& q, const TensorView& k, const TensorView& v,
   const int64_t row = aft_cache_floats(d.C, 1);
   run_query_tiles(d, tile, bias, L, arena, [&](int64_t b) {
     const float* block = cache_block(cache, d.C, b);
-    return SequenceOperands{
-        &q.at(b, 0, 0), block, block + d.C, &out.at(b, 0, 0), nullptr,        nullptr, nullptr,
-        q.stride[1],    row,   row,         out.stride[1],    cache.length[b]};
+    const detail::HeadRows rows{&q.at(b, 0, 0), block, block + d.C, &out.at(b, 0, 0),
+                                q.stride[1],    row,   row,         out.stride[1]};
+    return SequenceOperands{rows, nullptr, nullptr, nullptr, cache.length[b]};
   });
   for (int64_t b = 0; b < d.B; ++b) cache.length[b] += d.T;
 }

@@ -23,13 +23,9 @@ constexpr int64_t kDecodeBlock = 256;
 
 // One head of one sequence: queries [Tq, Dk] at absolute positions pos0 .. pos0 + Tq - 1; keys
 // [pos0 + Tq, Dk] and values [pos0 + Tq, Dv] from position 0 (row strides ld*).
-struct HeadOperands {
-  const float* q;
-  const float* k;
-  const float* v;
-  float* out;
+struct HeadOperands : detail::HeadRows {
   float* lse;  // per query, stride ld_lse; or nullptr
-  int64_t ldq, ldk, ldv, ldo, ld_lse;
+  int64_t ld_lse;
   int64_t pos0;
 };
 
@@ -239,17 +235,8 @@ void attention_forward(const AttentionArgs& a, Arena& arena) {
   if (d.B == 0 || d.T == 0 || d.H == 0) return;
   const int64_t tile = std::min(a.tile, d.T);
   run_query_tiles(d, tile, arena, [&](int64_t b, int64_t h) {
-    return HeadOperands{&a.q.at(b, 0, h, 0),
-                        &a.k.at(b, 0, h, 0),
-                        &a.v.at(b, 0, h, 0),
-                        &a.out.at(b, 0, h, 0),
-                        a.logsumexp ? a.logsumexp + b * d.T * d.H + h : nullptr,
-                        a.q.stride[1],
-                        a.k.stride[1],
-                        a.v.stride[1],
-                        a.out.stride[1],
-                        d.H,
-                        0};
+    return HeadOperands{detail::head_rows(a.q, a.k, a.v, a.out, b, h),
+                        a.logsumexp ? a.logsumexp + b * d.T * d.H + h : nullptr, d.H, 0};
   });
 }
 
@@ -325,17 +312,10 @@ void attention_prefill(const TensorView& q, const TensorView& k, const TensorVie
   append_to_cache(k, v, cache, d);
   const int64_t row = cache_row(d);
   run_query_tiles(d, std::min(tile, d.T), arena, [&](int64_t b, int64_t h) {
-    return HeadOperands{&q.at(b, 0, h, 0),
-                        cache_keys(cache, d, b, h),
-                        cache_values(cache, d, b, h),
-                        &out.at(b, 0, h, 0),
-                        nullptr,
-                        q.stride[1],
-                        row,
-                        row,
-                        out.stride[1],
-                        0,
-                        cache.length[b]};
+    const detail::HeadRows rows{&q.at(b, 0, h, 0), cache_keys(cache, d, b, h),
+                                cache_values(cache, d, b, h), &out.at(b, 0, h, 0),
+                                q.stride[1], row, row, out.stride[1]};
+    return HeadOperands{rows, nullptr, 0, cache.length[b]};
   });
   for (int64_t b = 0; b < d.B; ++b) cache.length[b] += d.T;
 }

@@ -19,10 +19,7 @@ using Dims = detail::ChannelDims;
 
 Dims check_args(Form form, const DecayAttentionArgs& a) {
   const Dims d = detail::channel_dims(a.k, "decay attention");
-  detail::check_channel_view(a.r, d.B, d.T, d.C, "r");
-  detail::check_channel_view(a.k, d.B, d.T, d.C, "k");
-  detail::check_channel_view(a.v, d.B, d.T, d.C, "v");
-  detail::check_channel_view(a.out, d.B, d.T, d.C, "out");
+  detail::check_channel_views(d, {{&a.r, "r"}, {&a.k, "k"}, {&a.v, "v"}, {&a.out, "out"}});
   RETNET_CHECK(a.w != nullptr && a.u != nullptr, "decay attention needs the decay w and bonus u");
   RETNET_CHECK(form != Form::Scan, "decay attention has no scan form");
   RETNET_CHECK(form == Form::Parallel || a.state != nullptr,
@@ -62,6 +59,23 @@ struct RowSink {
   }
 };
 
+// Adds the chunk's tokens j < n, decayed to token n - 1 and scaled by e^-ref: with
+// e = exp(k_j - ref - (n - 1 - j) w), num += e v_j and den += e (K, V: packed [n][kCb] rows).
+void add_decayed_tokens(const float* K, const float* V, int64_t n, const float* w,
+                        const float* ref, float* num, float* den) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float* Kj = K + j * kCb;
+    const float* Vj = V + j * kCb;
+    const float decay = static_cast<float>(n - 1 - j);
+#pragma omp simd
+    for (int64_t c = 0; c < kCb; ++c) {
+      const float e = fast_exp_nonpositive((Kj[c] - ref[c]) - decay * w[c]);
+      num[c] += e * Vj[c];
+      den[c] += e;
+    }
+  }
+}
+
 // ---- the pairwise form over one chunk [t0, t0 + L), the state entering it as one more term ------
 // K, V: [L][kCb] packed rows. a, bs, p: this block's state (kCb lanes, padded lanes empty); with
 // update, they become the state after the chunk.
@@ -84,17 +98,7 @@ void pairwise_chunk(const RowSink& sink, int64_t t0, int64_t L, const float* K, 
       num[c] = e * a[c];
       den[c] = e * bs[c];
     }
-    for (int64_t j = 0; j < i; ++j) {
-      const float* Kj = K + j * kCb;
-      const float* Vj = V + j * kCb;
-      const float decay = static_cast<float>(i - 1 - j);
-#pragma omp simd
-      for (int64_t c = 0; c < kCb; ++c) {
-        const float e = fast_exp_nonpositive((Kj[c] - M[c]) - decay * w[c]);
-        num[c] += e * Vj[c];
-        den[c] += e;
-      }
-    }
+    add_decayed_tokens(K, V, i, w, M, num, den);
     const float* Vi = V + i * kCb;
 #pragma omp simd
     for (int64_t c = 0; c < kCb; ++c) {
@@ -114,17 +118,7 @@ void pairwise_chunk(const RowSink& sink, int64_t t0, int64_t L, const float* K, 
     a[c] *= e;
     bs[c] *= e;
   }
-  for (int64_t j = 0; j < L; ++j) {
-    const float* Kj = K + j * kCb;
-    const float* Vj = V + j * kCb;
-    const float decay = static_cast<float>(L - 1 - j);
-#pragma omp simd
-    for (int64_t c = 0; c < kCb; ++c) {
-      const float e = fast_exp_nonpositive((Kj[c] - R[c]) - decay * w[c]);
-      a[c] += e * Vj[c];
-      bs[c] += e;
-    }
-  }
+  add_decayed_tokens(K, V, L, w, R, a, bs);
 #pragma omp simd
   for (int64_t c = 0; c < kCb; ++c) p[c] = R[c];
 }

@@ -38,10 +38,12 @@ Dims check_grad_args(Form form, const DecayAttentionGradArgs& a) {
                "decay attention backward needs w, u and their gradient buffers d_w, d_u");
   RETNET_CHECK(a.chunk >= 1, "decay attention: chunk size must be at least 1, got {}", a.chunk);
   const Dims d = detail::channel_dims(a.k, "decay attention backward");
-  const std::pair<const TensorView*, const char*> views[] = {{&a.r, "r"},         {&a.v, "v"},
-                                                             {&a.d_out, "d_out"}, {&a.d_r, "d_r"},
-                                                             {&a.d_k, "d_k"},     {&a.d_v, "d_v"}};
-  for (const auto& [t, name] : views) detail::check_channel_view(*t, d.B, d.T, d.C, name);
+  detail::check_channel_views(d, {{&a.r, "r"},
+                                  {&a.v, "v"},
+                                  {&a.d_out, "d_out"},
+                                  {&a.d_r, "d_r"},
+                                  {&a.d_k, "d_k"},
+                                  {&a.d_v, "d_v"}});
   return d;
 }
 
@@ -82,16 +84,24 @@ void load_chunk(const DecayAttentionGradArgs& a, const Dims& d, int64_t b, int64
   std::fill(rows.dV, rows.dV + L * kCb, 0.f);
 }
 
+// Calls fn(Kj, Vj, dKj, dVj, decay) for the chunk's rows j < n, with decay = n - 1 - j: the
+// steps from token j to token n - 1.
+template <typename Fn>
+void for_each_earlier_row(const ChunkRows& rows, int64_t n, Fn fn) {
+  for (int64_t j = 0; j < n; ++j) {
+    fn(rows.K + j * kCb, rows.V + j * kCb, rows.dK + j * kCb, rows.dV + j * kCb,
+       static_cast<float>(n - 1 - j));
+  }
+}
+
 // The pairs (n, m) inside one chunk.
 void chunk_pairs(const ChunkRows& rows, int64_t L, const float* w, const float* u, float* dw,
                  float* du) {
   for (int64_t i = 0; i < L; ++i) {
     const float *Ki = rows.K + i * kCb, *Vi = rows.V + i * kCb, *Gi = rows.G + i * kCb;
     const float *Yi = rows.Y + i * kCb, *Li = rows.Ld + i * kCb;
-    for (int64_t j = 0; j < i; ++j) {
-      const float *Kj = rows.K + j * kCb, *Vj = rows.V + j * kCb;
-      float *dKj = rows.dK + j * kCb, *dVj = rows.dV + j * kCb;
-      const float decay = static_cast<float>(i - 1 - j);
+    for_each_earlier_row(rows, i, [&](const float* Kj, const float* Vj, float* dKj, float* dVj,
+                                      float decay) {
 #pragma omp simd
       for (int64_t c = 0; c < kCb; ++c) {
         const float t = fast_exp_nonpositive((Kj[c] - Li[c]) - decay * w[c]) * Gi[c];
@@ -100,7 +110,7 @@ void chunk_pairs(const ChunkRows& rows, int64_t L, const float* w, const float* 
         dKj[c] += beta;
         dw[c] -= decay * beta;
       }
-    }
+    });
     float *dKi = rows.dK + i * kCb, *dVi = rows.dV + i * kCb;
 #pragma omp simd
     for (int64_t c = 0; c < kCb; ++c) {
@@ -126,10 +136,8 @@ struct Carried {
 // Pairs with m in this chunk [s, s + L) and n >= s + L, from the carried sums; then the sums moved
 // to the boundary s, this chunk's rows included.
 void cross_chunk(const ChunkRows& rows, int64_t L, const float* w, Carried& f, float* dw) {
-  for (int64_t j = 0; j < L; ++j) {
-    const float *Kj = rows.K + j * kCb, *Vj = rows.V + j * kCb;
-    float *dKj = rows.dK + j * kCb, *dVj = rows.dV + j * kCb;
-    const float decay = static_cast<float>(L - 1 - j);
+  for_each_earlier_row(rows, L, [&](const float* Kj, const float* Vj, float* dKj, float* dVj,
+                                    float decay) {
 #pragma omp simd
     for (int64_t c = 0; c < kCb; ++c) {
       const float e = fast_exp_nonpositive((Kj[c] + f.rho[c]) - decay * w[c]);
@@ -138,7 +146,7 @@ void cross_chunk(const ChunkRows& rows, int64_t L, const float* w, Carried& f, f
       dKj[c] += beta;
       dw[c] -= decay * beta + e * (Vj[c] * f.Q1[c] - f.P1[c]);
     }
-  }
+  });
   const float fL = static_cast<float>(L);
   alignas(64) float top[kCb];
 #pragma omp simd

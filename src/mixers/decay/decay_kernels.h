@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 
 #include "retnet/core/arena.h"
 #include "retnet/core/error.h"
@@ -40,6 +42,12 @@ inline void check_channel_view(const TensorView& t, int64_t B, int64_t T, int64_
                "decay attention: {} is [{}, {}, {}] (ndim {}, last stride {}), expected [{}, {}, "
                "{}] with unit stride in the last dim",
                name, t.shape[0], t.shape[1], t.shape[2], t.ndim, t.stride[2], B, T, C);
+}
+
+// Checks each named view against check_channel_view, in order.
+inline void check_channel_views(
+    const ChannelDims& d, std::initializer_list<std::pair<const TensorView*, const char*>> views) {
+  for (const auto& [t, name] : views) check_channel_view(*t, d.B, d.T, d.C, name);
 }
 
 inline int64_t channel_blocks(int64_t C) { return (C + kCb - 1) / kCb; }

@@ -33,34 +33,20 @@ Dims dims_of(const CausalLinearArgs& a) {
   return d;
 }
 
-// Per-(sequence, head) pointers into the strided views.
-struct HeadBlock {
-  const float* pq;  // [T, F], row stride ldq
-  const float* pk;  // [T, F], row stride ldk
-  const float* v;   // [T, Dv], row stride ldv
-  float* out;       // [T, Dv], row stride ldo
-  int64_t ldq, ldk, ldv, ldo;
+// Per-(sequence, head) pointers into the strided views: q, k rows are phi(q), phi(k) ([T, F]),
+// v, out rows [T, Dv].
+struct HeadBlock : detail::HeadRows {
   float* state;    // [F, Dv + 1] or nullptr
   float* inv_den;  // per token, stride H; or nullptr
   int64_t ld_inv;
 };
 
 HeadBlock head_block(const CausalLinearArgs& a, const Dims& d, int64_t b, int64_t h) {
-  HeadBlock hb;
-  hb.pq = &a.phi_q.at(b, 0, h, 0);
-  hb.pk = &a.phi_k.at(b, 0, h, 0);
-  hb.v = &a.v.at(b, 0, h, 0);
-  hb.out = &a.out.at(b, 0, h, 0);
-  hb.ldq = a.phi_q.stride[1];
-  hb.ldk = a.phi_k.stride[1];
-  hb.ldv = a.v.stride[1];
-  hb.ldo = a.out.stride[1];
-  hb.state = a.state ? a.state + b * a.state_stride +
-                           h * linear_attention_state_floats_per_head(d.F, d.Dv)
-                     : nullptr;
-  hb.inv_den = a.inv_denominators ? a.inv_denominators + b * d.T * d.H + h : nullptr;
-  hb.ld_inv = d.H;
-  return hb;
+  float* state = a.state ? a.state + b * a.state_stride +
+                               h * linear_attention_state_floats_per_head(d.F, d.Dv)
+                         : nullptr;
+  return {detail::head_rows(a.phi_q, a.phi_k, a.v, a.out, b, h), state,
+          a.inv_denominators ? a.inv_denominators + b * d.T * d.H + h : nullptr, d.H};
 }
 
 // out = aug[:Dv] / den, or 0 where den = 0 (every feature product zero; see the header).
@@ -79,7 +65,7 @@ void parallel_head(const HeadBlock& hb, const Dims& d, float* scratch) {
   const int64_t T = d.T;
   float* P = scratch;     // [T, T]
   float* rows = P + T * T;  // [T] row sums: the denominators
-  sgemm(Trans::No, Trans::Yes, T, T, d.F, 1.f, hb.pq, hb.ldq, hb.pk, hb.ldk, 0.f, P, T);
+  sgemm(Trans::No, Trans::Yes, T, T, d.F, 1.f, hb.q, hb.ldq, hb.k, hb.ldk, 0.f, P, T);
   for (int64_t n = 0; n < T; ++n) {
     float* p = P + n * T;
     float s = 0.f;
@@ -102,8 +88,8 @@ void recurrent_head(const HeadBlock& hb, const Dims& d, float* scratch) {
   float* aug = vaug + W;  // [Dv + 1]
   float* S = hb.state;    // [F, Dv + 1]
   for (int64_t t = 0; t < d.T; ++t) {
-    const float* pq = hb.pq + t * hb.ldq;
-    const float* pk = hb.pk + t * hb.ldk;
+    const float* pq = hb.q + t * hb.ldq;
+    const float* pk = hb.k + t * hb.ldk;
     std::memcpy(vaug, hb.v + t * hb.ldv, d.Dv * sizeof(float));
     vaug[d.Dv] = 1.f;
     std::fill(aug, aug + W, 0.f);
@@ -133,8 +119,8 @@ void chunkwise_head(const HeadBlock& hb, const Dims& d, int64_t C, float* scratc
   float* S = hb.state;        // [F, Dv + 1]
   for (int64_t t0 = 0; t0 < d.T; t0 += C) {
     const int64_t L = std::min(C, d.T - t0);  // the last chunk may be short: no padding
-    const float* pq = hb.pq + t0 * hb.ldq;
-    const float* pk = hb.pk + t0 * hb.ldk;
+    const float* pq = hb.q + t0 * hb.ldq;
+    const float* pk = hb.k + t0 * hb.ldk;
     for (int64_t i = 0; i < L; ++i) {
       std::memcpy(vaug + i * W, hb.v + (t0 + i) * hb.ldv, Dv * sizeof(float));
       vaug[i * W + Dv] = 1.f;

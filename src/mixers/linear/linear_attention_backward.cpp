@@ -7,6 +7,7 @@
 // dV = mask(PhiQ PhiK^T)^T G[:, :Dv].
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "../head_loop.h"
 #include "retnet/core/error.h"
@@ -29,21 +30,10 @@ struct Dims {
 
 // G rows [L, Dv + 1] and Vaug rows [L, Dv + 1] for tokens [t0, t0 + L).
 void build_rows(const GradHead& g, int64_t t0, int64_t L, int64_t Dv, float* G, float* vaug) {
-  const int64_t W = Dv + 1;
-  for (int64_t j = 0; j < L; ++j) {
-    const int64_t t = t0 + j;
-    const float* dO = g.d_out + t * g.ld_do;
-    const float* o = g.out + t * g.ldo;
+  detail::augmented_grad_rows(g, t0, L, Dv, G, vaug, [&](int64_t t) {
     const float inv = g.inv[t * g.ld_inv];
-    float dot = 0.f;
-    for (int64_t c = 0; c < Dv; ++c) {
-      G[j * W + c] = inv * dO[c];
-      dot += dO[c] * o[c];
-    }
-    G[j * W + Dv] = -inv * dot;
-    std::memcpy(vaug + j * W, g.v + t * g.ldv, Dv * sizeof(float));
-    vaug[j * W + Dv] = 1.f;
-  }
+    return std::pair{inv, -inv};
+  });
 }
 
 // Inside one block of L tokens at t0: scores, their gradient, and the block's share of the

@@ -20,12 +20,7 @@ namespace {
 constexpr size_t kScanBudgetFloats = size_t{64} << 20;
 
 // Per-(sequence, head) pointers into the strided views.
-struct HeadBlock {
-  const float* q;
-  const float* k;
-  const float* v;
-  float* out;
-  int64_t ldq, ldk, ldv, ldo;
+struct HeadBlock : detail::HeadRows {
   float* state;  // [Dk, Dv+1]
   float* stats;  // per token (alpha, beta) for the backward pass, stride H * 2; or nullptr
   int64_t ld_stats;
@@ -51,24 +46,14 @@ Dims dims_of(const RetentionArgs& a) {
 }
 
 HeadBlock head_block(const RetentionArgs& a, const Dims& d, int64_t b, int64_t h) {
-  HeadBlock hb;
-  hb.q = &a.q.at(b, 0, h, 0);
-  hb.k = &a.k.at(b, 0, h, 0);
-  hb.v = &a.v.at(b, 0, h, 0);
-  hb.out = &a.out.at(b, 0, h, 0);
-  hb.ldq = a.q.stride[1];
-  hb.ldk = a.k.stride[1];
-  hb.ldv = a.v.stride[1];
-  hb.ldo = a.out.stride[1];
-  hb.state = a.state
-                 ? a.state + b * a.state_stride + h * retention_state_floats_per_head(d.Dk, d.Dv)
-                 : nullptr;
-  hb.stats = a.row_stats ? a.row_stats + (b * d.T * d.H + h) * 2 : nullptr;
-  hb.ld_stats = d.H * 2;
-  hb.gamma = a.gammas[h];
-  hb.normalize = a.normalize_scores;
-  hb.pos0 = a.positions ? a.positions[b] : 0;
-  return hb;
+  return {detail::head_rows(a.q, a.k, a.v, a.out, b, h),
+          a.state ? a.state + b * a.state_stride + h * retention_state_floats_per_head(d.Dk, d.Dv)
+                  : nullptr,
+          a.row_stats ? a.row_stats + (b * d.T * d.H + h) * 2 : nullptr,
+          d.H * 2,
+          a.gammas[h],
+          a.normalize_scores,
+          a.positions ? a.positions[b] : 0};
 }
 
 // gp[i] = gamma^i for i in [0, n): formed as exp(i log gamma) in double, so it underflows to 0 for

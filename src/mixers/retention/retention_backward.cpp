@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "../head_loop.h"
 #include "retnet/core/error.h"
@@ -20,10 +21,11 @@
 namespace retnet {
 namespace {
 
-struct GradHead {
-  const float *q, *k, *v, *out, *d_out, *stats;
-  float *d_q, *d_k, *d_v;
-  int64_t ldq, ldk, ldv, ldo, ld_do, ld_stats, ld_dq, ld_dk, ld_dv;
+// One head's rows (see detail::HeadGradRows), its per-token (alpha, beta) (stride ld_stats) and
+// its decay.
+struct GradHead : detail::HeadGradRows {
+  const float* stats;
+  int64_t ld_stats;
   double gamma;
 };
 
@@ -34,21 +36,9 @@ void decay_powers(double gamma, int64_t n, float* gp) {
 
 // G rows [L, Dv+1] and Vaug rows [L, Dv+1] for tokens [t0, t0 + L).
 void build_rows(const GradHead& g, int64_t t0, int64_t L, int64_t Dv, float* G, float* vaug) {
-  const int64_t W = Dv + 1;
-  for (int64_t j = 0; j < L; ++j) {
-    const int64_t t = t0 + j;
-    const float* dO = g.d_out + t * g.ld_do;
-    const float* o = g.out + t * g.ldo;
-    const float alpha = g.stats[t * g.ld_stats], beta = g.stats[t * g.ld_stats + 1];
-    float dot = 0.f;
-    for (int64_t c = 0; c < Dv; ++c) {
-      G[j * W + c] = alpha * dO[c];
-      dot += dO[c] * o[c];
-    }
-    G[j * W + Dv] = beta * dot;
-    std::memcpy(vaug + j * W, g.v + t * g.ldv, Dv * sizeof(float));
-    vaug[j * W + Dv] = 1.f;
-  }
+  detail::augmented_grad_rows(g, t0, L, Dv, G, vaug, [&](int64_t t) {
+    return std::pair{g.stats[t * g.ld_stats], g.stats[t * g.ld_stats + 1]};
+  });
 }
 
 // Inside one block of L tokens at t0: scores, their gradient, and the block's share of dQ, dK, dV.
@@ -145,22 +135,8 @@ void chunkwise_backward_head(const GradHead& g, int64_t T, int64_t Dk, int64_t D
 }
 
 GradHead grad_head(const RetentionGradArgs& a, int64_t T, int64_t H, int64_t b, int64_t h) {
-  GradHead g;
-  g.q = &a.q.at(b, 0, h, 0);
-  g.k = &a.k.at(b, 0, h, 0);
-  g.v = &a.v.at(b, 0, h, 0);
-  g.out = &a.out.at(b, 0, h, 0);
-  g.d_out = &a.d_out.at(b, 0, h, 0);
-  g.d_q = &a.d_q.at(b, 0, h, 0);
-  g.d_k = &a.d_k.at(b, 0, h, 0);
-  g.d_v = &a.d_v.at(b, 0, h, 0);
-  g.ldq = a.q.stride[1], g.ldk = a.k.stride[1], g.ldv = a.v.stride[1], g.ldo = a.out.stride[1];
-  g.ld_do = a.d_out.stride[1], g.ld_dq = a.d_q.stride[1], g.ld_dk = a.d_k.stride[1];
-  g.ld_dv = a.d_v.stride[1];
-  g.stats = a.row_stats + (b * T * H + h) * 2;
-  g.ld_stats = H * 2;
-  g.gamma = a.gammas[h];
-  return g;
+  return {detail::head_grad_rows(a.q, a.k, a.v, a.out, a.d_out, a.d_q, a.d_k, a.d_v, b, h),
+          a.row_stats + (b * T * H + h) * 2, H * 2, a.gammas[h]};
 }
 
 }  // namespace

@@ -29,12 +29,8 @@ Saved carve(const float* base, const Config& c, int64_t N) {
   return {row_max, denominator, ratio};
 }
 
-class AftMixer final : public LayerMixer {
+class AftMixer final : public SavedRegionsMixer<saved_sizes> {
  public:
-  size_t saved_floats(const Config& c, int64_t B, int64_t T) const override {
-    return saved_footprint(saved_sizes(c, B * T));
-  }
-
   size_t workspace_floats(const Config& c, Form form, int64_t B, int64_t, int64_t,
                           int64_t) const override {
     const size_t lengths = cache_lengths_floats(B);
@@ -86,12 +82,11 @@ class AftMixer final : public LayerMixer {
     const int64_t B = gr.B, T = gr.T, vd = c.value_embed_dim;
     const Saved sv = carve(gr.saved, c, B * T);
     const size_t bias_index = model.tensors().layers[gr.layer].mixer_tensors[kPositionBias];
-    zero_projection_grad(gr, 3 * vd);
-    const ChannelQkv x = channel_qkv(gr.proj, B, T, vd), dx = channel_qkv(gr.d_proj, B, T, vd);
+    const ChannelGrad g = channel_grad(gr, vd);
     AftGradArgs ga;
-    ga.q = x.q, ga.k = x.k, ga.v = x.v;
-    ga.d_q = dx.q, ga.d_k = dx.k, ga.d_v = dx.v;
-    ga.d_out = channel_view(gr.d_out, B, T, vd, vd);
+    ga.q = g.x.q, ga.k = g.x.k, ga.v = g.x.v;
+    ga.d_q = g.dx.q, ga.d_k = g.dx.k, ga.d_v = g.dx.v;
+    ga.d_out = g.d_out;
     ga.bias = model.param(bias_index);
     ga.d_bias = gr.grads->tensor(bias_index);
     ga.L = c.aft_max_distance;
@@ -109,8 +104,7 @@ int64_t aft_cache_floats(const Config& c) { return 2 * c.value_embed_dim; }
 
 // Per channel and earlier token: an exponential, and multiply-adds into numerator and denominator.
 double aft_core_flops(const Config& c, int64_t T, Form form, int64_t) {
-  const double context = form == Form::Parallel ? static_cast<double>(T) / 2.0 : T;
-  return 4.0 * context * static_cast<double>(c.value_embed_dim);
+  return 4.0 * mean_context(T, form) * static_cast<double>(c.value_embed_dim);
 }
 
 }  // namespace

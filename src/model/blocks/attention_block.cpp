@@ -23,12 +23,8 @@ Saved carve(const float* base, const Config& c, int64_t N) {
   return {o, lse};
 }
 
-class AttentionMixer final : public LayerMixer {
+class AttentionMixer final : public SavedRegionsMixer<saved_sizes> {
  public:
-  size_t saved_floats(const Config& c, int64_t B, int64_t T) const override {
-    return saved_footprint(saved_sizes(c, B * T));
-  }
-
   size_t workspace_floats(const Config& c, Form form, int64_t B, int64_t T, int64_t,
                           int64_t) const override {
     const size_t lengths = cache_lengths_floats(B);
@@ -93,10 +89,9 @@ class AttentionMixer final : public LayerMixer {
 // Every token's keys [H, d_k] and values [H, d_v].
 int64_t attention_cache_floats(const Config& c) { return c.embed_dim + c.value_embed_dim; }
 
-// Scores and values over the earlier tokens: T / 2 on average in the parallel form, T for a step.
+// Scores and values over the earlier tokens (mean_context).
 double attention_core_flops(const Config& c, int64_t T, Form form, int64_t) {
-  const double context = form == Form::Parallel ? static_cast<double>(T) / 2.0 : T;
-  return 2.0 * context * static_cast<double>(c.embed_dim + c.value_embed_dim);
+  return 2.0 * mean_context(T, form) * static_cast<double>(c.embed_dim + c.value_embed_dim);
 }
 
 }  // namespace

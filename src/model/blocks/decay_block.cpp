@@ -50,12 +50,8 @@ Saved carve(const float* base, const Config& c, int64_t N) {
   return {wkv, log_den};
 }
 
-class DecayMixer final : public LayerMixer {
+class DecayMixer final : public SavedRegionsMixer<saved_sizes> {
  public:
-  size_t saved_floats(const Config& c, int64_t B, int64_t T) const override {
-    return saved_footprint(saved_sizes(c, B * T));
-  }
-
   size_t workspace_floats(const Config& c, Form form, int64_t B, int64_t T, int64_t chunk,
                           int64_t) const override {
     return Arena::footprint(static_cast<size_t>(2 * c.value_embed_dim)) +
@@ -102,12 +98,11 @@ class DecayMixer final : public LayerMixer {
     float* dwu = arena.alloc(static_cast<size_t>(2 * vd));
     decay_parameters(model, gr.layer, wu);
     std::memset(dwu, 0, static_cast<size_t>(2 * vd) * sizeof(float));
-    zero_projection_grad(gr, 3 * vd);
-    const ChannelQkv x = channel_qkv(gr.proj, B, T, vd), dx = channel_qkv(gr.d_proj, B, T, vd);
+    const ChannelGrad g = channel_grad(gr, vd);
     DecayAttentionGradArgs ga;
-    ga.r = x.q, ga.k = x.k, ga.v = x.v;
-    ga.d_r = dx.q, ga.d_k = dx.k, ga.d_v = dx.v;
-    ga.d_out = channel_view(gr.d_out, B, T, vd, vd);
+    ga.r = g.x.q, ga.k = g.x.k, ga.v = g.x.v;
+    ga.d_r = g.dx.q, ga.d_k = g.dx.k, ga.d_v = g.dx.v;
+    ga.d_out = g.d_out;
     ga.w = wu, ga.u = wu + vd, ga.d_w = dwu, ga.d_u = dwu + vd;
     ga.wkv = sv.wkv, ga.log_denominators = sv.log_den;
     ga.chunk = gr.chunk;

@@ -52,12 +52,8 @@ Saved carve(const float* base, const Config& c, int64_t N) {
   return {o, phi_q, phi_k, inv_den};
 }
 
-class LinearMixer final : public LayerMixer {
+class LinearMixer final : public SavedRegionsMixer<saved_sizes> {
  public:
-  size_t saved_floats(const Config& c, int64_t B, int64_t T) const override {
-    return saved_footprint(saved_sizes(c, B * T));
-  }
-
   size_t workspace_floats(const Config& c, Form form, int64_t B, int64_t T, int64_t chunk,
                           int64_t) const override {
     return linear_attention_workspace_floats(form, sizing_map(c), B, T, c.heads,

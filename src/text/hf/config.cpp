@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "json_ctx.h"
+#include "json_sequence.h"
 
 namespace retnet::hf {
 namespace {
@@ -65,10 +66,10 @@ void parse_pre_tokenizer(const Ctx& c, const json& j, const std::string& key,
   const std::string type = c.type(j, key);
   PreTokenizerStep s{};
   if (type == "Sequence") {
-    const json& list = c.member(j, key, "pretokenizers");
-    if (!list.is_array()) c.fail(key + ".pretokenizers", "expected an array");
-    for (size_t i = 0; i < list.size(); ++i)
-      parse_pre_tokenizer(c, list[i], fmt::format("{}.pretokenizers[{}]", key, i), out);
+    for_each_in_sequence(c, j, key, "pretokenizers",
+                         [&](const json& item, const std::string& item_key) {
+                           parse_pre_tokenizer(c, item, item_key, out);
+                         });
     return;
   } else if (type == "Metaspace") {
     s.kind = PreTokenizerStep::kMetaspace;
@@ -101,10 +102,9 @@ void parse_decoder(const Ctx& c, const json& j, const std::string& key,
   const std::string type = c.type(j, key);
   DecoderStep s{};
   if (type == "Sequence") {
-    const json& list = c.member(j, key, "decoders");
-    if (!list.is_array()) c.fail(key + ".decoders", "expected an array");
-    for (size_t i = 0; i < list.size(); ++i)
-      parse_decoder(c, list[i], fmt::format("{}.decoders[{}]", key, i), out);
+    for_each_in_sequence(c, j, key, "decoders", [&](const json& item, const std::string& item_key) {
+      parse_decoder(c, item, item_key, out);
+    });
     return;
   } else if (type == "Replace") {
     s = {DecoderStep::kReplace, c.pattern(j, key), c.str(j, key, "content")};

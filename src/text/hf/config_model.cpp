@@ -1,5 +1,6 @@
 // tokenizer.json's "model" (BPE), "added_tokens" and "post_processor" sections.
 #include "json_ctx.h"
+#include "json_sequence.h"
 
 namespace retnet::hf {
 namespace {
@@ -51,10 +52,10 @@ void parse_post_processor(const Ctx& c, const json& j, const std::string& key, C
   const std::string type = c.type(j, key);
   if (type == "ByteLevel") return;  // offsets only
   if (type == "Sequence") {
-    const json& list = c.member(j, key, "processors");
-    if (!list.is_array()) c.fail(key + ".processors", "expected an array");
-    for (size_t i = 0; i < list.size(); ++i)
-      parse_post_processor(c, list[i], fmt::format("{}.processors[{}]", key, i), config);
+    for_each_in_sequence(c, j, key, "processors",
+                         [&](const json& item, const std::string& item_key) {
+                           parse_post_processor(c, item, item_key, config);
+                         });
     return;
   }
   if (type != "TemplateProcessing")

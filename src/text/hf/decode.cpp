@@ -53,18 +53,21 @@ std::string strip(const DecoderStep& s, const std::string& t) {
   return t.substr(begin, end - begin);
 }
 
+// Appends token t with its byte-level characters turned back to bytes (others kept as they are).
+void append_byte_level(const std::string& t, std::string& bytes) {
+  for (size_t i = 0, len; i < t.size(); i += len) {
+    const int b = unicode_to_byte(decode_at(t, i, &len));
+    if (b >= 0)
+      bytes += static_cast<char>(b);
+    else
+      bytes.append(t, i, len);
+  }
+}
+
 // Byte-level characters back to bytes (others kept as they are), then lossy UTF-8.
 std::string byte_level(const std::vector<std::string>& tokens) {
   std::string bytes;
-  for (const auto& t : tokens) {
-    for (size_t i = 0, len; i < t.size(); i += len) {
-      const int b = unicode_to_byte(decode_at(t, i, &len));
-      if (b >= 0)
-        bytes += static_cast<char>(b);
-      else
-        bytes.append(t, i, len);
-    }
-  }
+  for (const auto& t : tokens) append_byte_level(t, bytes);
   return utf8_sanitize(bytes);
 }
 
@@ -124,13 +127,7 @@ std::string token_surface(const std::vector<DecoderStep>& steps, const std::stri
         break;
       case DecoderStep::kByteLevel: {
         std::string bytes;
-        for (size_t i = 0, len; i < t.size(); i += len) {
-          const int b = unicode_to_byte(decode_at(t, i, &len));
-          if (b >= 0)
-            bytes += static_cast<char>(b);
-          else
-            bytes.append(t, i, len);
-        }
+        append_byte_level(t, bytes);
         t = std::move(bytes);
         break;
       }
