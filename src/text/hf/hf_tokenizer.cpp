@@ -23,11 +23,13 @@ class AddedMatcher {
     by_first_[static_cast<uint8_t>(content[0])].push_back({content, token});
     ++count_;
   }
+  // Longest first, ties in the file's order. An insertion sort: the lists are a few entries, and
+  // std::stable_sort's temporary buffer trips ASan's alloc-dealloc check with GCC 12's libstdc++.
   void finish() {
     for (auto& list : by_first_)
-      std::stable_sort(list.begin(), list.end(), [](const auto& a, const auto& b) {
-        return a.first.size() > b.first.size();
-      });
+      for (size_t i = 1; i < list.size(); ++i)
+        for (size_t j = i; j > 0 && list[j - 1].first.size() < list[j].first.size(); --j)
+          std::swap(list[j - 1], list[j]);
   }
   bool empty() const { return count_ == 0; }
   // The token at pos and its length, or nullptr.
