@@ -25,13 +25,16 @@ struct GenerateArgs {
   int64_t seed = -1;
   std::vector<std::string> stop;
   int threads = 0;
-  bool stats = false, json = false, ignore_eos = false;
+  bool stats = false, json = false, ignore_eos = false, no_bos = false;
 };
 
 std::vector<int32_t> encode_prompt(const Tokenizer& tok, const std::string& text,
                                    const GenerateArgs& a, const std::string& where) {
   require_utf8(text, where);
   std::vector<int32_t> ids = tok.encode(text);
+  // As Hugging Face tokenizes a prompt (add_special_tokens): the BOS its tokenizer.json puts first,
+  // unless the text continues a saved state.
+  if (tok.adds_bos() && !a.no_bos && a.state_in.empty()) ids.insert(ids.begin(), tok.bos_id());
   RETNET_CHECK(static_cast<int64_t>(ids.size()) <= a.max_prompt_tokens,
                "{} has {} tokens, more than --max-prompt-tokens {} (raise it to feed a longer "
                "prompt: prefill runs in bounded memory)",
@@ -244,6 +247,9 @@ void register_generate(CLI::App& app) {
               integer_at_least(-1));
   cmd->add_option("--stop", a->stop, "Stop before this string (repeatable)");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past the end-of-sequence token");
+  cmd->add_flag("--no-bos", a->no_bos,
+                "Do not put the beginning-of-sequence token before a prompt (it is put there when "
+                "the model's tokenizer.json adds it, as Hugging Face does)");
   cmd->add_option("--state-in", a->state_in,
                   "Continue from a saved state (the prompt, possibly empty, is fed on top)");
   cmd->add_option("--state-out", a->state_out,

@@ -11,6 +11,8 @@
 
 #include "cli_runner.h"
 #include "retnet/core/error.h"
+#include "retnet/model/hf_directory.h"
+#include "retnet/model/model.h"
 #include "retnet/text/tokenizer.h"
 #include "test_helpers.h"
 
@@ -313,5 +315,24 @@ TEST(TokenizerHf, CliEncodesAndDecodesWithADirectory) {
   EXPECT_NE(bad.err.find("model.type"), std::string::npos) << bad.err;
   auto help = test::run_retnet("tokenizer encode --help");
   EXPECT_NE(help.out.find("tokenizer.json"), std::string::npos) << help.out;
+  fs::remove_all(dir);
+}
+
+// `retnet generate` on a directory tokenizes a prompt as Hugging Face does: the BOS the
+// tokenizer.json's template puts first, then the text; --no-bos and --state-in leave it out.
+TEST(TokenizerHf, GenerateFromADirectoryPutsTheTemplateBosFirst) {
+  const fs::path dir = test::fresh_temp_dir("hf_bos");
+  const Model model = Model::init(test::model_config(16, 32, 2, 32, 1, 267), 5);
+  save_hf_directory(model, dir.string(), HfFlavour::Syncdoth, "f32",
+                    {{"tokenizer.json", sentencepiece_json().dump()}}, 1, 2);
+  const int64_t text_tokens = static_cast<int64_t>(make(sentencepiece_json())->encode("ab c").size());
+  auto prompt_tokens = [&](const std::string& extra) {
+    const auto r = test::run_retnet("generate -m " + dir.string() +
+                                    " -p 'ab c' -n 0 --json " + extra);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return json::parse(r.out).at("prompt_tokens").get<int64_t>();
+  };
+  EXPECT_EQ(prompt_tokens(""), text_tokens + 1);
+  EXPECT_EQ(prompt_tokens("--no-bos"), text_tokens);
   fs::remove_all(dir);
 }
