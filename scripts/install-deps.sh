@@ -4,6 +4,7 @@
 #
 #   bash scripts/install-deps.sh              # runtime: build and run the engine (the main job)
 #   bash scripts/install-deps.sh test         # + GoogleTest, Google Benchmark, the PyTorch reference,
+#                                             #   pybind11 and pytest (the Python package),
 #                                             #   node and npm (the tokenizer.json parity test)
 #   bash scripts/install-deps.sh bench        # + Google Benchmark, matplotlib (plots)
 #   bash scripts/install-deps.sh test bench   # several groups at once
@@ -16,7 +17,8 @@ RUNTIME=(
   libopenblas-dev libopenblas0-openmp libomp-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev libsentencepiece-dev
 )
-TEST=(libgtest-dev libgmock-dev libbenchmark-dev python3 python3-numpy python3-torch nodejs npm)
+TEST=(libgtest-dev libgmock-dev libbenchmark-dev python3 python3-numpy python3-torch nodejs npm
+      python3-dev pybind11-dev python3-pybind11 python3-pytest python3-venv python3-setuptools python3-wheel)
 BENCH=(libbenchmark-dev python3-matplotlib)
 
 groups=()
@@ -31,7 +33,7 @@ for g in "${groups[@]}"; do
     runtime) ;;
     test) PACKAGES+=("${TEST[@]}") ;;
     bench) PACKAGES+=("${BENCH[@]}") ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install-deps: unknown group '$g' (expected: runtime, test, bench)" >&2; exit 2 ;;
   esac
 done

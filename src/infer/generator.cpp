@@ -109,6 +109,7 @@ std::vector<SequenceResult> generate(Session& session, const Tokenizer& tokenize
     for (int64_t i = 0; i < n; ++i) finish(i, "length");
 
   for (int64_t produced = 0; produced < options.max_tokens && !owner.empty(); ++produced) {
+    if (options.before_step) options.before_step();
     auto ts = std::chrono::steady_clock::now();
     // Sample every sequence; those that end leave the batch (the last one stays in the session).
     for (int64_t slot = 0; slot < static_cast<int64_t>(owner.size());) {

@@ -16,6 +16,11 @@ Session::~Session() = default;
 
 int64_t Session::position(int64_t b) const { return state_->positions.at(b); }
 
+float* Session::state_data(int64_t b) {
+  check_index(b);
+  return state_->sequence(b);
+}
+
 Session::Session(const Model& model, const SessionOptions& options)
     : model_(model),
       options_(options),

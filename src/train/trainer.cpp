@@ -8,6 +8,8 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
@@ -265,13 +267,12 @@ Error diverged(const std::string& what, int64_t step, int64_t saved_step, const 
 }
 
 // Validation: a metrics line, a log line, and the result's validation figures.
-void log_validation(const Validation& v, int64_t step, bool quiet, bool tty, MetricsLog& metrics,
-                    TrainResult& result) {
-  metrics.append(nlohmann::json{{"step", step},
-                                {"val_loss", v.eval.loss},
-                                {"val_bits_per_byte", v.bits_per_byte},
-                                {"val_tokens", v.eval.tokens}}
-                     .dump());
+void log_validation(const Validation& v, int64_t step, bool quiet, bool tty,
+                    const std::function<void(const nlohmann::json&)>& record, TrainResult& result) {
+  record(nlohmann::json{{"step", step},
+                        {"val_loss", v.eval.loss},
+                        {"val_bits_per_byte", v.bits_per_byte},
+                        {"val_tokens", v.eval.tokens}});
   if (!quiet)
     std::fprintf(stderr, "%sstep %lld | val loss %.4f | val ppl %.3f | %.4f bits/byte\n",
                  tty ? "\r\033[K" : "", (long long)step, v.eval.loss, std::exp(v.eval.loss),
@@ -310,6 +311,15 @@ TrainResult train(const TrainOptions& o) {
   if (!o.quiet) print_run_header(o, model, *tokenizer, data, peak);
 
   MetricsLog metrics((fs::path(o.out_dir) / "metrics.jsonl").string(), o.resume, start);
+  // Every metrics line goes to the file and to the caller's callback, which may ask to stop.
+  bool stop_requested = false;
+  auto record = [&](const nlohmann::json& line) {
+    metrics.append(line.dump());
+    if (!o.on_metrics) return;
+    std::map<std::string, double> figures;
+    for (const auto& [key, value] : line.items()) figures[key] = value.get<double>();
+    if (!o.on_metrics(figures)) stop_requested = true;
+  };
   const bool tty = isatty(STDERR_FILENO);
   SignalGuard signals;
   ParamBuffer grads(model.params().layout());
@@ -327,7 +337,7 @@ TrainResult train(const TrainOptions& o) {
   };
   auto run_eval = [&](int64_t step) {
     log_validation(validate(model, data.val, data.val_bytes, B, T, o.eval_tokens, to, arena), step,
-                   o.quiet, tty, metrics, result);
+                   o.quiet, tty, record, result);
   };
 
   int64_t step = start;
@@ -355,9 +365,8 @@ TrainResult train(const TrainOptions& o) {
     ++window_steps;
     result.final_train_loss = loss;
     const double tps = tokens_per_step / (ms / 1e3);
-    metrics.append(nlohmann::json{{"step", step + 1}, {"loss", loss}, {"lr", lr},
-                                  {"grad_norm", gnorm}, {"ms", ms}, {"tokens_per_s", tps}}
-                       .dump());
+    record(nlohmann::json{{"step", step + 1}, {"loss", loss}, {"lr", lr},
+                          {"grad_norm", gnorm}, {"ms", ms}, {"tokens_per_s", tps}});
     // With only a time budget, fix the schedule's length from the speed of steps 6-10 (the first
     // ones pay for allocation and warm-up).
     if (total == 0 && step + 1 - start == 5) t_probe = Clock::now();
@@ -376,7 +385,7 @@ TrainResult train(const TrainOptions& o) {
     }
     if ((step + 1) % o.eval_interval == 0 && !last) run_eval(step + 1);
     if ((step + 1) % o.checkpoint_interval == 0 && !last) save(step + 1);
-    if (g_signal.load() != 0) {
+    if (g_signal.load() != 0 || stop_requested) {
       ++step;
       result.interrupted = true;
       break;
@@ -390,7 +399,12 @@ TrainResult train(const TrainOptions& o) {
   save(step);
   result.steps = step;
   if (result.interrupted) {
-    if (!o.quiet)
+    if (!o.quiet && stop_requested)
+      std::fprintf(stderr,
+                   "stopped by the metrics callback at step %lld: checkpoint written; continue "
+                   "with --resume\n",
+                   (long long)step);
+    else if (!o.quiet)
       std::fprintf(
           stderr, "stopped by signal %d at step %lld: checkpoint written; continue with --resume\n",
           g_signal.load(), (long long)step);

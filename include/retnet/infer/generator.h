@@ -22,6 +22,9 @@ struct GenerateOptions {
   // Random stream of each sequence (empty: sequence i draws from stream i). A sequence decoded
   // alone with stream i gives the same text as sequence i of a batch.
   std::vector<uint64_t> streams;
+  // Called before every decode step; it may throw to end the generation there (a binding checks
+  // for Ctrl-C this way).
+  std::function<void()> before_step;
 };
 
 struct SequenceResult {

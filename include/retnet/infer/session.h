@@ -85,6 +85,10 @@ class Session {
                                                    model_.config().cache_floats_per_token() *
                                                    static_cast<int64_t>(sizeof(float));
   }
+  // Sequence b's constant-size state in place (state_bytes_per_sequence() bytes; empty for the
+  // mixers that keep every token): a binding shows it without a copy, and what is written there
+  // is what the next step reads.
+  float* state_data(int64_t b);
   uint64_t model_fingerprint() const { return fingerprint_; }
   // The thread count steps run with (after resolving "automatic").
   int decode_threads() const { return decode_threads_; }

@@ -2,6 +2,8 @@
 // `retnet train` as a library call: trains a RetNet language model on a text file with AdamW,
 // logging, validation, checkpoints and exact resume.
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 
 #include "retnet/core/form.h"
@@ -33,6 +35,11 @@ struct TrainOptions {
   int64_t eval_tokens = 1 << 17;     // validation tokens per evaluation (0: the whole split)
   int keep_checkpoints = 3;
   bool quiet = false;
+  // Called with each metrics line's figures (a step's: step, loss, lr, grad_norm, ms,
+  // tokens_per_s; a validation's: step, val_loss, val_bits_per_byte, val_tokens). Returning false
+  // stops the run after the current step as a signal does: a checkpoint is written, --resume
+  // continues it.
+  std::function<bool(const std::map<std::string, double>&)> on_metrics;
 };
 
 struct TrainResult {

@@ -1,0 +1,235 @@
+// retnet.Model: load, init, save, config, logits of every form, loss and gradients, and a model
+// built from named arrays (a PyTorch state_dict) without files.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <map>
+#include <optional>
+
+#include "binding.h"
+
+namespace retnet::python {
+namespace {
+
+using ModelPtr = std::shared_ptr<PyModel>;
+
+// The config as a Python dict (torchscale's names), through its JSON.
+py::dict config_dict(const Config& config) {
+  return py::module_::import("json").attr("loads")(config.to_json());
+}
+
+Config config_from_object(const py::handle& config) {
+  if (config.is_none()) return Config{};
+  if (py::isinstance<py::str>(config)) return Config::from_file(config.cast<std::string>());
+  RETNET_CHECK(py::isinstance<py::dict>(config),
+               "config must be a dict (torchscale names) or a JSON file's path");
+  const std::string text = py::module_::import("json").attr("dumps")(config).cast<std::string>();
+  Config c = Config::from_json(text, "the config dict");
+  c.validate();
+  return c;
+}
+
+ModelPtr load(const std::string& path, const py::object& dtype, const py::object& config) {
+  if (!dtype.is_none()) {
+    const std::string d = dtype.cast<std::string>();
+    RETNET_CHECK(d == "f32" || d == "float32",
+                 "dtype '{}': models load as float32 (dtype f32) in this version", d);
+  }
+  std::optional<Config> c;
+  if (!config.is_none()) c = config_from_object(config);
+  std::shared_ptr<Tokenizer> tokenizer;
+  Model model = [&] {
+    py::gil_scoped_release release;
+    Model loaded = load_model(path, c);
+    tokenizer = load_model_tokenizer(path);
+    return loaded;
+  }();
+  return std::make_shared<PyModel>(std::move(model), std::move(tokenizer));
+}
+
+// The default tokenizer of a fresh model: byte-level when the vocabulary holds the 256 bytes.
+std::shared_ptr<Tokenizer> fresh_tokenizer(const Config& config, const py::object& tokenizer) {
+  if (!tokenizer.is_none()) {
+    auto t = tokenizer.cast<std::shared_ptr<Tokenizer>>();
+    RETNET_CHECK(t->vocab_size() <= config.vocab_size,
+                 "the tokenizer has {} tokens but the config's vocab_size is {}", t->vocab_size(),
+                 config.vocab_size);
+    return t;
+  }
+  if (config.vocab_size >= 256) return make_byte_tokenizer();
+  return nullptr;
+}
+
+ModelPtr init(const py::object& config, uint64_t seed, const py::object& tokenizer) {
+  const Config c = config_from_object(config);
+  auto t = fresh_tokenizer(c, tokenizer);
+  Model model = [&] {
+    py::gil_scoped_release release;
+    return Model::init(c, seed);
+  }();
+  return std::make_shared<PyModel>(std::move(model), std::move(t));
+}
+
+// Every tensor of the config's layout, by name, from arrays; no other names allowed.
+ModelPtr from_arrays(const py::object& config, const py::dict& tensors, const py::object& tokenizer) {
+  const Config c = config_from_object(config);
+  ParamBuffer params(make_param_layout(c));
+  const ParamLayout& layout = params.layout();
+  for (auto item : tensors) {
+    const std::string name = py::str(item.first);
+    RETNET_CHECK(layout.find(name) != nullptr,
+                 "tensor '{}' is not a parameter of this config (names are torchscale's, e.g. "
+                 "layers.0.retention.q_proj.weight)",
+                 name);
+  }
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const ParamEntry& e = layout[i];
+    RETNET_CHECK(tensors.contains(e.name), "tensor '{}' is missing", e.name);
+    auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(
+        tensors[py::str(e.name)]);
+    RETNET_CHECK(a, "tensor '{}' is not an array of numbers", e.name);
+    std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
+    RETNET_CHECK(shape == e.shape, "tensor '{}' has shape [{}], expected [{}]", e.name,
+                 fmt::join(shape, ", "), fmt::join(e.shape, ", "));
+    const float* src = a.data();
+    for (size_t k = 0; k < e.numel; ++k)
+      RETNET_CHECK(std::isfinite(src[k]), "tensor '{}' holds a non-finite value at index {}",
+                   e.name, k);
+    std::copy(src, src + e.numel, params.tensor(i));
+  }
+  auto t = fresh_tokenizer(c, tokenizer);
+  return std::make_shared<PyModel>(Model(c, std::move(params)), std::move(t));
+}
+
+ModelRunner& runner(PyModel& m) {
+  if (!m.runner) m.runner = std::make_unique<ModelRunner>(m.model);
+  return *m.runner;
+}
+
+int64_t chunk_of(const py::object& chunk) {
+  if (chunk.is_none()) return 0;
+  const int64_t c = chunk.cast<int64_t>();
+  RETNET_CHECK(c >= 1, "chunk must be >= 1 (or None: the config's), got {}", c);
+  return c;
+}
+
+py::array_t<float> logits(PyModel& m, const py::handle& tokens, const std::string& form,
+                          const py::object& chunk) {
+  const Form f = parse_form(form);
+  const int64_t c = chunk_of(chunk);
+  TokenBatch tb = token_batch(tokens, m.model.config().vocab_size, "tokens");
+  RETNET_CHECK(tb.length >= 1, "tokens is empty");
+  const int64_t V = m.model.config().vocab_size;
+  py::array_t<float> out({tb.batch, tb.length, V});
+  float* dst = out.mutable_data();
+  {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(m.mutex);
+    runner(m).logits(tb.ids, tb.batch, dst, f, c);
+  }
+  return out;
+}
+
+// Inputs are every token but the last of each row, targets every token but the first.
+double loss_and_grads(PyModel& m, const py::handle& tokens, const std::string& form,
+                      const py::object& chunk, ParamBuffer* grads) {
+  const Form f = parse_form(form);
+  const int64_t c = chunk_of(chunk);
+  TokenBatch tb = token_batch(tokens, m.model.config().vocab_size, "tokens");
+  RETNET_CHECK(tb.length >= 2, "tokens needs at least 2 per row (inputs and next-token targets)");
+  const int64_t T = tb.length - 1;
+  std::vector<int32_t> inputs, targets;
+  for (int64_t b = 0; b < tb.batch; ++b) {
+    const int32_t* row = tb.ids.data() + b * tb.length;
+    inputs.insert(inputs.end(), row, row + T);
+    targets.insert(targets.end(), row + 1, row + 1 + T);
+  }
+  py::gil_scoped_release release;
+  std::lock_guard<std::mutex> lock(m.mutex);
+  return runner(m).loss(inputs, targets, tb.batch, f, c, grads);
+}
+
+// Copies of the tensors of a buffer with the model's layout, by name.
+py::dict named_arrays(const ParamBuffer& buffer) {
+  py::dict out;
+  const ParamLayout& layout = buffer.layout();
+  for (size_t i = 0; i < layout.size(); ++i) {
+    py::array_t<float> a(std::vector<py::ssize_t>(layout[i].shape.begin(), layout[i].shape.end()));
+    std::copy(buffer.tensor(i), buffer.tensor(i) + layout[i].numel, a.mutable_data());
+    out[py::str(layout[i].name)] = a;
+  }
+  return out;
+}
+
+}  // namespace
+
+void bind_model(py::module_& m) {
+  py::class_<PyModel, ModelPtr>(m, "Model",
+                                "A RetNet (or other token-mixer) language model: its config, "
+                                "parameters and tokenizer. Get one with retnet.load or retnet.init.")
+      .def_property_readonly(
+          "config", [](const PyModel& p) { return config_dict(p.model.config()); },
+          "The config as a dict with torchscale's field names.")
+      .def_property_readonly("num_parameters",
+                             [](const PyModel& p) { return p.model.parameter_count(); })
+      .def_property_readonly(
+          "state_bytes", [](const PyModel& p) { return p.model.state_bytes_per_sequence(); },
+          "Bytes of one sequence's constant-size decoding state.")
+      .def_property_readonly("vocab_size",
+                             [](const PyModel& p) { return p.model.config().vocab_size; })
+      .def_property_readonly(
+          "tokenizer", [](const PyModel& p) { return p.tokenizer; },
+          "The model's tokenizer (the one its file records), or None.")
+      .def(
+          "save",
+          [](PyModel& p, const std::string& path) {
+            std::map<std::string, std::string> meta;
+            if (p.tokenizer) meta = tokenizer_metadata(*p.tokenizer);
+            py::gil_scoped_release release;
+            save_model(p.model, path, meta);
+          },
+          py::arg("path"), "Writes the model (.safetensors with its config and tokenizer).")
+      .def("logits", &logits, py::arg("tokens"), py::arg("form") = "parallel",
+           py::arg("chunk") = py::none(),
+           "Logits [B, T, vocab] (float32) of tokens [T] or [B, T] in a form: \"parallel\", "
+           "\"recurrent\", \"chunkwise\" (chunk: its size, None: the config's) or \"scan\".")
+      .def(
+          "loss",
+          [](PyModel& p, const py::handle& tokens, const std::string& form,
+             const py::object& chunk) { return loss_and_grads(p, tokens, form, chunk, nullptr); },
+          py::arg("tokens"), py::arg("form") = "parallel", py::arg("chunk") = py::none(),
+          "Mean next-token cross-entropy (nats per token) of tokens [T] or [B, T].")
+      .def(
+          "grad",
+          [](PyModel& p, const py::handle& tokens, const std::string& form,
+             const py::object& chunk) {
+            ParamBuffer grads(p.model.params().layout());
+            const double loss = loss_and_grads(p, tokens, form, chunk, &grads);
+            return py::make_tuple(loss, named_arrays(grads));
+          },
+          py::arg("tokens"), py::arg("form") = "parallel", py::arg("chunk") = py::none(),
+          "(loss, {parameter name: gradient array}) of the mean next-token loss.")
+      .def(
+          "state_dict", [](const PyModel& p) { return named_arrays(p.model.params()); },
+          "Copies of the parameters by torchscale name.")
+      .def("__repr__", [](const PyModel& p) {
+        const Config& c = p.model.config();
+        return fmt::format("<retnet.Model {} layers, d={}, vocab={}, {} parameters>", c.layers,
+                           c.embed_dim, c.vocab_size, p.model.parameter_count());
+      });
+
+  m.def("load", &load, py::arg("path"), py::arg("dtype") = py::none(),
+        py::arg("config") = py::none(),
+        "Loads a model: a .safetensors file or a Hugging Face directory (fla, syncdoth). config "
+        "(a dict or JSON path) supplies the config of a file without one (a torchscale export).");
+  m.def("init", &init, py::arg("config") = py::none(), py::arg("seed") = 0,
+        py::arg("tokenizer") = py::none(),
+        "A freshly initialised model (torchscale's initialisation) of a config dict (None: the "
+        "default small model); its tokenizer is byte-level unless one is given.");
+  m.def("from_arrays", &from_arrays, py::arg("config"), py::arg("tensors"),
+        py::arg("tokenizer") = py::none(),
+        "A model of a config from arrays named as torchscale's state_dict, with no file.");
+}
+
+}  // namespace retnet::python
