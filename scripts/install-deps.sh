@@ -7,6 +7,7 @@
 #                                             #   pybind11 and pytest (the Python package),
 #                                             #   node and npm (the tokenizer.json parity test)
 #   bash scripts/install-deps.sh bench        # + Google Benchmark, matplotlib (plots)
+#   bash scripts/install-deps.sh python       # + pybind11, venv, pip (the Python package)
 #   bash scripts/install-deps.sh test bench   # several groups at once
 #
 # Every group includes runtime. Groups can also be given as one string ("test bench").
@@ -17,8 +18,11 @@ RUNTIME=(
   libopenblas-dev libopenblas0-openmp libomp-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev libsentencepiece-dev
 )
+# The Python package (python/): headers, pybind11, and what an offline pip install into a venv uses.
+PYTHON=(python3 python3-dev python3-numpy pybind11-dev python3-pybind11 python3-venv python3-pip
+        python3-setuptools python3-wheel)
 TEST=(libgtest-dev libgmock-dev libbenchmark-dev python3 python3-numpy python3-torch nodejs npm
-      python3-dev pybind11-dev python3-pybind11 python3-pytest python3-venv python3-setuptools python3-wheel)
+      "${PYTHON[@]}" python3-pytest)
 BENCH=(libbenchmark-dev python3-matplotlib)
 
 groups=()
@@ -32,9 +36,10 @@ for g in "${groups[@]}"; do
   case "$g" in
     runtime) ;;
     test) PACKAGES+=("${TEST[@]}") ;;
+    python) PACKAGES+=("${PYTHON[@]}") ;;
     bench) PACKAGES+=("${BENCH[@]}") ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "install-deps: unknown group '$g' (expected: runtime, test, bench)" >&2; exit 2 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "install-deps: unknown group '$g' (expected: runtime, test, bench, python)" >&2; exit 2 ;;
   esac
 done
 # Drop duplicates (libbenchmark-dev is in two groups), keeping the order.

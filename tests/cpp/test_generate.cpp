@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 #include "retnet/core/error.h"
 #include "retnet/infer/generator.h"
@@ -240,6 +241,48 @@ TEST(Generate, StateFileRejectsDamageAndOtherModels) {
   write(bytes);
   EXPECT_NO_THROW(s.load(path, 0));
   fs::remove(path);
+}
+
+// A binding stops a generation by throwing from before_step (Ctrl-C); the session stays usable.
+TEST(Generate, BeforeStepRunsPerStepAndCanStopTheGeneration) {
+  Model m = Model::init(small_config(), 7);
+  auto tok = make_byte_tokenizer();
+  GenerateOptions go;
+  go.max_tokens = 20;
+  go.stop_at_eos = false;
+  int calls = 0;
+  go.before_step = [&] {
+    if (++calls == 5) throw std::runtime_error("interrupted");
+  };
+  Session s(m);
+  s.add_sequence();
+  EXPECT_THROW(generate(s, *tok, {text_ids("Hello")}, go), std::runtime_error);
+  EXPECT_EQ(calls, 5);
+  EXPECT_EQ(s.position(0), 5 + 4);  // the prompt and the 4 steps before the throw
+  calls = -100;
+  s.reset_sequence(0);
+  EXPECT_EQ(generate(s, *tok, {text_ids("Hello")}, go)[0].generated_tokens, 20);
+  EXPECT_EQ(calls, -80);
+}
+
+// state_data is the sequence's state in place: a step changes what it points at.
+TEST(Generate, StateDataIsTheLiveState) {
+  Model m = Model::init(small_config(), 7);
+  Session s(m, {.capacity = 2});
+  s.add_sequence();
+  s.add_sequence();
+  const auto prompt = text_ids("Hello");
+  s.prefill(0, prompt.data(), static_cast<int64_t>(prompt.size()));
+  const int64_t floats = s.state_bytes_per_sequence() / static_cast<int64_t>(sizeof(float));
+  std::vector<float> before(s.state_data(0), s.state_data(0) + floats);
+  EXPECT_TRUE(std::any_of(before.begin(), before.end(), [](float x) { return x != 0; }));
+  const int32_t next[2] = {65, 66};
+  s.step(next);
+  EXPECT_FALSE(std::equal(before.begin(), before.end(), s.state_data(0)));
+  std::copy(s.state_data(0), s.state_data(0) + floats, s.state_data(1));
+  s.fork(0, 0);
+  EXPECT_TRUE(std::equal(s.state_data(0), s.state_data(0) + floats, s.state_data(1)));
+  EXPECT_THROW(s.state_data(2), Error);
 }
 
 TEST(TextReleaser, ReleasesCompleteCharactersOnly) {

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "retnet/train/checkpoint.h"
@@ -111,6 +112,30 @@ TEST(Train, ResumeAfterSigtermIsExact) {
   auto resumed = train_losses(out), straight = train_losses(full.out_dir);
   ASSERT_EQ(resumed.size(), straight.size());
   for (size_t i = 0; i < straight.size(); ++i) ASSERT_EQ(resumed[i], straight[i]) << "step " << i + 1;
+}
+
+// The metrics callback sees every step's figures; returning false stops the run as a signal does:
+// a checkpoint of the last step, and a resume that ends where a straight run ends.
+TEST(Train, MetricsCallbackCanStopTheRun) {
+  TrainFixture s("callback");
+  TrainOptions o = s.options("run");
+  std::vector<double> losses;
+  o.on_metrics = [&](const std::map<std::string, double>& m) {
+    if (m.count("loss")) losses.push_back(m.at("loss"));
+    return m.at("step") < 3;
+  };
+  TrainResult r = train(o);
+  EXPECT_TRUE(r.interrupted);
+  EXPECT_EQ(r.steps, 3);
+  ASSERT_EQ(losses.size(), 3u);
+  EXPECT_EQ(train_losses(o.out_dir), losses);
+  EXPECT_FALSE(fs::exists(fs::path(o.out_dir) / "model.safetensors"));
+  o.on_metrics = nullptr;
+  o.resume = true;
+  r = train(o);
+  EXPECT_FALSE(r.interrupted);
+  EXPECT_EQ(r.steps, 20);
+  EXPECT_TRUE(fs::exists(fs::path(o.out_dir) / "model.safetensors"));
 }
 
 TEST(Train, DamagedCheckpointFallsBackToThePreviousOne) {
