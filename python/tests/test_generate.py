@@ -56,13 +56,14 @@ def test_gil_is_released_during_generate():
 
     t = threading.Thread(target=counter)
     t.start()
-    start = time.perf_counter()
-    m.generate("Hello", max_tokens=300, seed=1, ignore_eos=True)
-    elapsed = time.perf_counter() - start
+    time.sleep(0.01)
+    before = count
+    m.generate("Hello", max_tokens=500, seed=1, ignore_eos=True)
+    during = count - before
     stop.set()
     t.join()
-    # With the GIL held the counter would not advance at all while the engine computes.
-    assert elapsed > 0.05 and count > 0.3 * elapsed / 0.0011
+    # With the GIL held through the call the counter could not advance while it runs (0 or 1).
+    assert during >= 10, during
 
 
 @pytest.mark.parametrize("stream", [False, True])
