@@ -22,6 +22,19 @@ class CMakeBuild(build_ext):
 
     def build_extension(self, ext):
         target = Path(self.get_ext_fullpath(ext.name)).resolve()
+        reuse = os.environ.get("RETNET_CMAKE_BUILD_DIR")
+        if reuse:
+            # An engine build directory configured with RETNET_BUILD_PYTHON=ON (e.g. the test
+            # suite's): build the module there, incrementally, instead of compiling the engine again.
+            built_dir = Path(reuse).resolve()
+            subprocess.check_call(["cmake", "--build", str(built_dir), "--target", "_retnet"])
+            cache = (built_dir / "CMakeCache.txt").read_text()
+            staging = next((Path(line.split("=", 1)[1]) for line in cache.splitlines()
+                            if line.startswith("RETNET_PYTHON_OUTPUT_DIR:")), built_dir / "python")
+            built = next((staging / "retnet").glob("_retnet*.so"))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(built, target)
+            return
         build = Path(self.build_temp).resolve() / "cmake"
         staging = build / "package"
         configure = ["cmake", "-S", str(ENGINE), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
