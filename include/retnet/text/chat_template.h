@@ -14,7 +14,8 @@ namespace retnet {
 // What one render may spend; exceeding any is an Error naming the template and the limit.
 struct ChatTemplateLimits {
   int64_t max_output_bytes = 16 << 20;  // also the largest string or list built on the way
-  int64_t max_steps = 20'000'000;       // evaluated nodes plus bytes and items copied
+  int64_t max_steps = 10'000'000;       // nodes evaluated, items and 64-byte blocks copied,
+                                        // 10 per loop iteration: about a second at most
   int max_depth = 64;                   // nested macro calls
 };
 

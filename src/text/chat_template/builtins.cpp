@@ -100,6 +100,7 @@ std::string replace(Evaluator& ev, const std::string& s, const std::string& from
     out.append(s, i, j - i);
     out += to;
     ev.check_size(out.size(), "a string");
+    ev.charge_bytes(j - i + to.size());
     i = j + from.size();
     ++done;
   }
@@ -209,6 +210,7 @@ Value apply_filter(Evaluator& ev, const std::string& name, const Value& in, Call
     const Value sort = arg(1, "sort_keys");
     std::string s = to_json(in, indent.is_int() ? static_cast<int>(std::clamp<int64_t>(indent.as_int(), 0, 64)) : 0, sort.truthy());
     ev.check_size(s.size(), "tojson's output");
+    ev.charge_bytes(s.size());
     return Value::string(std::move(s));
   }
   if (name == "join") {
@@ -219,8 +221,10 @@ Value apply_filter(Evaluator& ev, const std::string& name, const Value& in, Call
     for (const auto& item : as_list(in, "join")) {
       if (!first) out += sep.is_string() ? sep.str() : "";
       first = false;
-      out += (attribute.is_string() ? attribute_of(item, attribute.str()) : item).to_display();
+      const std::string piece = (attribute.is_string() ? attribute_of(item, attribute.str()) : item).to_display();
+      out += piece;
       ev.check_size(out.size(), "join's output");
+      ev.charge_bytes(piece.size());
     }
     return Value::string(std::move(out));
   }
@@ -340,6 +344,7 @@ Value apply_filter(Evaluator& ev, const std::string& name, const Value& in, Call
       first_line = false;
       i = j + 1;
       ev.check_size(out.size(), "indent's output");
+      ev.charge_bytes(line.size() + pad.size());
     }
     return Value::string(std::move(out));
   }
@@ -484,6 +489,7 @@ Value bound_method(const Value& self, const std::string& name) {
           first = false;
           out += item.str();
           ev.check_size(out.size(), "join's output");
+          ev.charge_bytes(item.str().size());
         }
         return Value::string(std::move(out));
       });
@@ -519,7 +525,8 @@ std::vector<std::pair<std::string, Value>> global_functions(const std::string& o
     const int64_t step = p.size() == 3 ? p[2].as_int() : 1;
     RETNET_CHECK(step != 0, "range() step must not be zero");
     const double count = std::max(0.0, std::ceil((static_cast<double>(stop) - static_cast<double>(start)) / static_cast<double>(step)));
-    ev.check_size(static_cast<size_t>(std::min(count, 1e18)), "range()");
+    ev.check_items(static_cast<size_t>(std::min(count, 1e18)), "range()");
+    ev.charge(static_cast<int64_t>(count));
     Array out;
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(Value::integer(i));
     return Value::array(std::move(out));

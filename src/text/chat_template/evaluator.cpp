@@ -79,11 +79,19 @@ void Evaluator::charge(int64_t units) {
                                    program_.origin, program_.limits.max_steps));
 }
 
+void Evaluator::charge_bytes(size_t bytes) { charge(static_cast<int64_t>(bytes / 64) + 1); }
+
 void Evaluator::check_size(size_t size, const char* what) {
   if (static_cast<int64_t>(size) > program_.limits.max_output_bytes)
     throw LocatedError(fmt::format("chat template {}: {} of {} would exceed the limit of {}",
                                    program_.origin, what, size, program_.limits.max_output_bytes));
-  charge(static_cast<int64_t>(size));
+}
+
+void Evaluator::check_items(size_t items, const char* what) {
+  const int64_t limit = std::max<int64_t>(1, program_.limits.max_output_bytes / 16);
+  if (static_cast<int64_t>(items) > limit)
+    throw LocatedError(fmt::format("chat template {}: {} of {} items would exceed the limit of {}",
+                                   program_.origin, what, items, limit));
 }
 
 void Evaluator::fail(int line, int column, const std::string& what) const {
@@ -92,6 +100,7 @@ void Evaluator::fail(int line, int column, const std::string& what) const {
 
 void Evaluator::emit(const std::string& text) {
   check_size(out_->size() + text.size(), "the output");
+  charge_bytes(static_cast<int64_t>(text.size()));
   out_->append(text);
 }
 
@@ -194,28 +203,29 @@ void Evaluator::exec_for(const Stmt& s) {
   auto saved = scope_;
   ++loop_depth_;
   const auto n = static_cast<int64_t>(items.size());
+  // One loop object for the whole loop, advanced in place, as Jinja's LoopContext is.
+  auto loop = std::make_shared<Object>();
+  for (const char* key : {"index", "index0", "revindex", "revindex0", "first", "last", "length", "previtem", "nextitem"})
+    loop->entries.emplace_back(key, Value());
+  const Value loop_value = Value::object(loop);
   try {
     for (int64_t i = 0; i < n; ++i) {
+      charge(10);  // scope, bindings, loop variables: a loop that does nothing still costs
       // A fresh scope each iteration: a "set" in one does not leak into the next.
       scope_ = std::make_shared<Scope>();
       scope_->parent = saved;
       bind_targets(*scope_, s.targets, items[static_cast<size_t>(i)]);
-      auto loop = std::make_shared<Object>();
-      loop->entries = {{"index", Value::integer(i + 1)},
-                       {"index0", Value::integer(i)},
-                       {"revindex", Value::integer(n - i)},
-                       {"revindex0", Value::integer(n - i - 1)},
-                       {"first", Value::boolean(i == 0)},
-                       {"last", Value::boolean(i == n - 1)},
-                       {"length", Value::integer(n)},
-                       {"previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : Value()},
-                       {"nextitem", i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value()}};
-      const Value current = Value::integer(i);
-      loop->entries.emplace_back("cycle", Value::callable("loop.cycle", [current](Evaluator&, CallArgs& a) {
-        RETNET_CHECK(!a.positional.empty(), "loop.cycle() needs at least one value");
-        return a.positional[static_cast<size_t>(current.as_int()) % a.positional.size()];
-      }));
-      scope_->set("loop", Value::object(std::move(loop)));
+      auto& e = loop->entries;
+      e[0].second = Value::integer(i + 1);
+      e[1].second = Value::integer(i);
+      e[2].second = Value::integer(n - i);
+      e[3].second = Value::integer(n - i - 1);
+      e[4].second = Value::boolean(i == 0);
+      e[5].second = Value::boolean(i == n - 1);
+      e[6].second = Value::integer(n);
+      e[7].second = i > 0 ? items[static_cast<size_t>(i - 1)] : Value();
+      e[8].second = i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value();
+      scope_->set("loop", loop_value);
       exec(s.body);
       if (flow_ == Flow::Break) { flow_ = Flow::Normal; break; }
       flow_ = Flow::Normal;
@@ -438,7 +448,7 @@ Value Evaluator::eval_slice(const Expr& e, const Value& obj) {
     if (obj.is_array()) items.push_back(obj.items()[static_cast<size_t>(i)]);
     else text += chars[static_cast<size_t>(i)];
   }
-  charge(n);
+  charge_bytes(static_cast<size_t>(n));
   return obj.is_array() ? Value::array(std::move(items)) : Value::string(std::move(text));
 }
 
@@ -477,15 +487,18 @@ Value Evaluator::eval_binary(const Expr& e) {
     std::string s = a.to_display();
     const std::string t = b.to_display();
     check_size(s.size() + t.size(), "a string");
+    charge_bytes(s.size() + t.size());
     return Value::string(s + t);
   }
   if (op == "+") {
     if (a.is_string() && b.is_string()) {
       check_size(a.str().size() + b.str().size(), "a string");
+      charge_bytes(a.str().size() + b.str().size());
       return Value::string(a.str() + b.str());
     }
     if (a.is_array() && b.is_array()) {
-      check_size(a.items().size() + b.items().size(), "a list");
+      check_items(a.items().size() + b.items().size(), "a list");
+      charge(static_cast<int64_t>(a.items().size() + b.items().size()));
       Array items = a.items();
       items.insert(items.end(), b.items().begin(), b.items().end());
       return Value::array(std::move(items));
@@ -496,6 +509,7 @@ Value Evaluator::eval_binary(const Expr& e) {
     const int64_t times = std::max<int64_t>(0, a.is_string() ? b.as_int() : a.as_int());
     RETNET_CHECK(s.empty() || times <= program_.limits.max_output_bytes, "string repeated {} times", times);
     check_size(s.size() * static_cast<size_t>(times), "a string");
+    charge_bytes(s.size() * static_cast<size_t>(times));
     std::string out;
     for (int64_t i = 0; i < times; ++i) out += s;
     return Value::string(std::move(out));

@@ -16,10 +16,17 @@ class Evaluator {
   explicit Evaluator(const Program& program);
   std::string render(const nlohmann::ordered_json& context);
 
-  // Counts `units` of work (nodes, bytes, items) against the step budget.
+  // Counts `units` of work against the step budget: a node evaluated or a list item copied is
+  // one, a loop iteration ten.
   void charge(int64_t units);
-  // A string or list of `size` bytes/items may be built: within the output limit.
+  // Copying bytes is cheap next to evaluating a node: 64 bytes count as one step.
+  void charge_bytes(size_t bytes);
+  // A string or list of `size` bytes/items may be built: within the output limit (charges
+  // nothing; the caller charges what it copies).
   void check_size(size_t size, const char* what);
+  // A list of `items` values may be built: at most max_output_bytes / 16 of them (a value takes
+  // about 90 bytes, so this bounds memory near the output limit's scale).
+  void check_items(size_t items, const char* what);
   // Calls a function value (a builtin, a bound method or a macro).
   Value call(const Value& callee, CallArgs& args);
   const Program& program() const { return program_; }

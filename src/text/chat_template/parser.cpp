@@ -239,16 +239,17 @@ class Parser {
     while (peek_op("**")) left = binary("**", std::move(left), [&] { return parse_unary(); });
     return left;
   }
-  ExprPtr parse_unary() {
+  ExprPtr parse_unary(bool with_filters = true) {
     Nest nest(*this);
     if (peek_op("-") || peek_op("+")) {
       auto u = expr(Expr::Kind::Unary, peek());
       u->name = peek().text;
       ++pos_;
-      u->args.push_back(parse_unary());
-      return parse_filters(std::move(u));
+      u->args.push_back(parse_unary(false));  // Jinja: "-3 | abs" filters -3
+      return with_filters ? parse_filters(std::move(u)) : std::move(u);
     }
-    return parse_filters(parse_postfix(parse_primary()));
+    ExprPtr operand = parse_postfix(parse_primary());
+    return with_filters ? parse_filters(std::move(operand)) : std::move(operand);
   }
 
   ExprPtr parse_primary() {
@@ -373,6 +374,8 @@ class Parser {
         e = std::move(s);
       } else if (peek_op("(")) {
         auto c = expr(Expr::Kind::Call, tok);
+        c->line = e->line;  // errors of a call point at its callee
+        c->column = e->column;
         c->args.push_back(std::move(e));
         parse_call_args(*c);
         e = std::move(c);
