@@ -136,6 +136,14 @@ TEST(ChatTemplate, ScopesNamespacesAndMacros) {
             "hi a|yo b|hi c");
   EXPECT_EQ(render("{% set s = 'x' %}{% macro f() %}{{ s }}{% endmacro %}{% for i in [1] %}{{ f() }}{% endfor %}"), "x");
   EXPECT_NE(error_of("{% set x = 1 %}{% set x.a = 2 %}").find("not a namespace"), std::string::npos);
+  // Self-references are allowed (and freed after the render: the ASan pass checks for leaks).
+  EXPECT_EQ(render("{% set ns = namespace(a=1) %}{% set ns.self = ns %}{% set ns.l = [ns] %}{{ ns.self.self.a }}"
+                   "{% macro m() %}{{ ns.a }}{% endmacro %}{% set ns.m = m %}{{ ns.m() }}"),
+            "11");
+  EXPECT_NE(error_of("{% set ns = namespace() %}{% for i in [1] %}{% macro m() %}x{% endmacro %}{% set ns.m = m %}"
+                     "{% endfor %}{{ ns.m() }}")
+                .find("after the loop that defined it ended"),
+            std::string::npos);
   EXPECT_NE(error_of("{% macro m() %}{% endmacro %}{{ m(nope=1) }}").find("no parameter 'nope'"), std::string::npos);
 }
 

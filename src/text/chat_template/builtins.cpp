@@ -531,9 +531,10 @@ std::vector<std::pair<std::string, Value>> global_functions(const std::string& o
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(Value::integer(i));
     return Value::array(std::move(out));
   }));
-  g.emplace_back("namespace", Value::callable("namespace", [](Evaluator&, CallArgs& a) {
+  g.emplace_back("namespace", Value::callable("namespace", [](Evaluator& ev, CallArgs& a) {
     auto o = std::make_shared<Object>();
     o->is_namespace = true;
+    ev.track_namespace(o);
     for (const auto& p : a.positional) {
       RETNET_CHECK(p.is_object(), "namespace() takes a dict or keyword arguments, got a {}", p.type_name());
       for (const auto& [k, v] : p.obj().entries) o->set(k, v);

@@ -62,6 +62,15 @@ std::string Evaluator::render(const nlohmann::ordered_json& context) {
   for (const auto& [k, v] : context.items()) scope_->set(k, Value::from_json(v));
   std::string out;
   out_ = &out;
+  // Namespaces are the only containers a template can mutate, so the only way to a reference
+  // cycle ({% set ns.self = ns %}); emptying them after the render frees everything.
+  struct ClearNamespaces {
+    std::vector<std::shared_ptr<Object>>& list;
+    ~ClearNamespaces() {
+      for (auto& ns : list) ns->entries.clear();
+      list.clear();
+    }
+  } clear{namespaces_};
   try {
     exec(program_.body);
   } catch (const LocatedError&) {
@@ -71,6 +80,8 @@ std::string Evaluator::render(const nlohmann::ordered_json& context) {
   }
   return out;
 }
+
+void Evaluator::track_namespace(std::shared_ptr<Object> ns) { namespaces_.push_back(std::move(ns)); }
 
 void Evaluator::charge(int64_t units) {
   steps_ += units;
@@ -253,9 +264,12 @@ void Evaluator::exec_set(const Stmt& s) {
 }
 
 Value Evaluator::make_macro(const Stmt& s) {
-  auto defined_in = scope_;
+  // Weak: the macro lives in the scope it captures, and a strong pointer would be a cycle.
+  std::weak_ptr<Scope> defined_in = scope_;
   const Stmt* macro = &s;
   return Value::callable(s.text, [this, macro, defined_in](Evaluator&, CallArgs& args) {
+    auto parent = defined_in.lock();
+    RETNET_CHECK(parent, "macro '{}' was called after the loop that defined it ended", macro->text);
     RETNET_CHECK(args.positional.size() <= macro->params.size(), "macro '{}' takes {} arguments, got {}",
                  macro->text, macro->params.size(), args.positional.size());
     if (++depth_ > program_.limits.max_depth) {
@@ -263,7 +277,7 @@ Value Evaluator::make_macro(const Stmt& s) {
       throw Error(fmt::format("macro calls nested deeper than {} (runaway recursion?)", program_.limits.max_depth));
     }
     auto call_scope = std::make_shared<Scope>();
-    call_scope->parent = defined_in;
+    call_scope->parent = parent;
     for (size_t i = 0; i < macro->params.size(); ++i) {
       const auto& [name, def] = macro->params[i];
       Value v = args.get(i, name);

@@ -30,6 +30,8 @@ class Evaluator {
   // Calls a function value (a builtin, a bound method or a macro).
   Value call(const Value& callee, CallArgs& args);
   const Program& program() const { return program_; }
+  // A namespace() made by this render, emptied when the render ends.
+  void track_namespace(std::shared_ptr<Object> ns);
 
  private:
   struct Scope {
@@ -62,6 +64,7 @@ class Evaluator {
   int64_t steps_ = 0;
   int depth_ = 0;
   int loop_depth_ = 0;
+  std::vector<std::shared_ptr<Object>> namespaces_;
 };
 
 }  // namespace retnet::chat_template_detail
