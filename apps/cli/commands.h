@@ -22,6 +22,7 @@ void register_grad(CLI::App& app);
 void register_train(CLI::App& app);
 void register_eval(CLI::App& app);
 void register_tokenizer(CLI::App& app);
+void register_chat_template(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_bench(CLI::App& app);
 

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   retnet::cli::register_train(app);
   retnet::cli::register_eval(app);
   retnet::cli::register_tokenizer(app);
+  retnet::cli::register_chat_template(app);
   retnet::cli::register_generate(app);
   retnet::cli::register_bench(app);
   try {

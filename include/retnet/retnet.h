@@ -30,6 +30,7 @@
 #include "retnet/model/mixer.h"
 #include "retnet/model/model.h"
 #include "retnet/model/model_io.h"
+#include "retnet/text/chat_template.h"
 #include "retnet/text/tokenizer.h"
 #include "retnet/text/tokenizer_training.h"
 #include "retnet/text/utf8.h"
