@@ -3,7 +3,8 @@
 // every conversation, with and without the generation prompt, must give the same prompt byte for
 // byte, or both must refuse it (raise_exception). Prints both engines' render rates.
 //
-//   node tests/js/chat_template_parity.mjs --retnet build/retnet --workdir /tmp/ct-parity
+//   node tests/js/chat_template_parity.mjs --retnet build/retnet --workdir /tmp/ct-parity \
+//        [--renders 20000]   (renders timed per engine; the test's default 2000 keeps it quick)
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
@@ -78,7 +79,7 @@ for (const [tname, cname] of [["llama3", "multi_turn"], ["qwen25_tools", "tools"
   const [, messages, extra] = conversations.find(([n]) => n === cname);
   const variables = { messages, add_generation_prompt: true, ...special, ...extra, meta };
   const template = new Template(templates[tname]);
-  const n = 20000;
+  const n = Number(args.renders ?? 2000);
   const t0 = performance.now();
   let bytes = 0;
   for (let i = 0; i < n; ++i) bytes += template.render(variables).length;
