@@ -14,7 +14,7 @@ set -euo pipefail
 RUNTIME=(
   build-essential cmake ninja-build pkg-config
   libopenblas-dev libopenblas0-openmp libomp-dev
-  nlohmann-json3-dev libcli11-dev libfmt-dev libsentencepiece-dev
+  nlohmann-json3-dev libcli11-dev libfmt-dev libsentencepiece-dev libcpp-httplib-dev
 )
 TEST=(libgtest-dev libgmock-dev libbenchmark-dev python3 python3-numpy python3-torch nodejs npm)
 BENCH=(libbenchmark-dev python3-matplotlib)
