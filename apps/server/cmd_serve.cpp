@@ -96,9 +96,13 @@ void run_serve(ServeOptions o) {
     sigwait(&signals, &sig);
     std::fprintf(stderr, "retnet serve: %s received: stopping\n",
                  sig == SIGINT ? "SIGINT" : "SIGTERM");
-    api.stop_accepting();
-    http.stop();  // no new connections; listen() returns once the handlers have finished
+    api.stop_accepting();  // new requests get 503
     scheduler.shutdown("the server is shutting down");  // running streams end with an error
+    // Let the streams write their error chunk: httplib stops writing them once stop() is called.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (api.open_streams() > 0 && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    http.stop();  // no new connections; listen() returns once the handlers have finished
   });
   const bool listened = http.listen_after_bind();
   if (signal_thread.joinable()) {

@@ -266,6 +266,7 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
   auto state = std::make_shared<StreamState>();
   const bool include_usage = r.include_usage;
   res.set_header("Cache-Control", "no-cache");
+  open_streams_ += 1;
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, job, ctx, state, with_logprobs, include_usage](size_t, httplib::DataSink& sink) {
@@ -299,8 +300,9 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
         }
         return true;
       },
-      [job](bool success) {
+      [this, job](bool success) {
         if (!success) job->cancelled = true;
+        open_streams_ -= 1;
       });
 }
 

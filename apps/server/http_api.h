@@ -21,6 +21,8 @@ class HttpApi {
   void install(httplib::Server& server);
   // From now on, new requests get 503 (the server is shutting down).
   void stop_accepting() { stopping_ = true; }
+  // Streams still writing to their clients.
+  int64_t open_streams() const { return open_streams_; }
 
  private:
   bool authorized(const httplib::Request& req) const;
@@ -41,6 +43,7 @@ class HttpApi {
   Metrics& metrics_;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> next_id_{1};
+  std::atomic<int64_t> open_streams_{0};
 };
 
 }  // namespace retnet::server
