@@ -7,7 +7,7 @@ checks: OpenAI shapes (chat and completions, streamed and not), greedy and seede
 `retnet generate`, 16 concurrent streams each equal to its solo run, a disconnecting client freeing
 its slot, the prompt cache (cached_tokens, fewer tokens prefilled, the same text as without it),
 bad requests (the right 4xx and a JSON error naming the field, then a good request succeeds), API
-keys, a full queue (429), slot save/restore, and SIGTERM ending a stream with an error chunk and
+keys, a full queue (429), slot save/restore, --timeout, and SIGTERM ending a stream with an error chunk and
 exit status 0. Every wait is bounded."""
 import argparse
 import http.client
@@ -346,6 +346,21 @@ def test_slots_save_restore(retnet, model, workdir):
         s.stop()
 
 
+def test_timeout(retnet, model, workdir):
+    s = Server(retnet, model, workdir, "timeout", "--timeout", "1", "--max-tokens", "100000000")
+    try:
+        t0 = time.time()
+        st, r = s.json("POST", "/v1/completions", {"prompt": "x", "max_tokens": 100000000})
+        check(st == 504 and r["error"]["type"] == "timeout_error" and time.time() - t0 < 10,
+              f"--timeout ends a long request with 504: {st} {r}")
+        events = s.stream("/v1/completions", {"prompt": "x", "max_tokens": 100000000})
+        check("error" in json.loads(events[-2]) and events[-1] == "[DONE]",
+              "--timeout ends a stream with an error chunk")
+        check(wait_idle(s), "a request past --timeout frees its slot")
+    finally:
+        s.stop()
+
+
 def test_sigterm(retnet, model, workdir):
     s = Server(retnet, model, workdir, "sigterm", "--max-tokens", "100000")
     sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
@@ -403,6 +418,7 @@ def main():
     check(main_server.proc.returncode == 0, "main server exits 0 on SIGTERM")
     test_keys_and_queue(a.retnet, model, a.workdir)
     test_slots_save_restore(a.retnet, model, a.workdir)
+    test_timeout(a.retnet, model, a.workdir)
     test_sigterm(a.retnet, model, a.workdir)
     if FAILURES:
         print(f"{len(FAILURES)} failure(s)")
