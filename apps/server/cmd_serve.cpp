@@ -9,8 +9,9 @@ namespace retnet::cli {
 void register_serve(CLI::App& app) {
   auto o = std::make_shared<server::ServeOptions>();
   auto* cmd = app.add_subcommand(
-      "serve", "Serve a model over HTTP with OpenAI's API: continuous batching, a prompt cache of "
-               "recurrent states, metrics");
+      "serve",
+      "Serve a model over HTTP with OpenAI's API: continuous batching, a prompt cache of "
+      "recurrent states, metrics");
   add_model_options(cmd, o->model, o->config);
   cmd->add_option("--alias", o->alias, "Model id clients name (default: the model's file name)");
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();

@@ -96,8 +96,7 @@ void HttpApi::install(httplib::Server& server) {
   server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
     if (!authorized(req)) {
-      send_error(res, 401,
-                 "Incorrect or missing API key: send it as \"Authorization: Bearer KEY\"",
+      send_error(res, 401, "Incorrect or missing API key: send it as \"Authorization: Bearer KEY\"",
                  "invalid_request_error", "invalid_api_key");
       return httplib::Server::HandlerResponse::Handled;
     }
@@ -110,21 +109,21 @@ void HttpApi::install(httplib::Server& server) {
   // Errors httplib answers itself (no route, body too large, bad request line) get a JSON body.
   server.set_error_handler(httplib::Server::HandlerWithResponse(
       [this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    if (res.status == 404)
-      send_error(res, 404, fmt::format("no route for {} {}", req.method, req.path),
-                 "invalid_request_error", "not_found");
-    else if (res.status == 413)
-      send_error(res, 413,
-                 fmt::format("the request body is larger than the server's limit of {} MiB "
-                             "(--max-body-mib)",
-                             options_.max_body_mib),
-                 "invalid_request_error", "body_too_large");
-    else
-      send_error(res, res.status, fmt::format("HTTP error {}", res.status),
-                 res.status >= 500 ? "server_error" : "invalid_request_error");
-    return httplib::Server::HandlerResponse::Handled;
-  }));
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        if (res.status == 404)
+          send_error(res, 404, fmt::format("no route for {} {}", req.method, req.path),
+                     "invalid_request_error", "not_found");
+        else if (res.status == 413)
+          send_error(res, 413,
+                     fmt::format("the request body is larger than the server's limit of {} MiB "
+                                 "(--max-body-mib)",
+                                 options_.max_body_mib),
+                     "invalid_request_error", "body_too_large");
+        else
+          send_error(res, res.status, fmt::format("HTTP error {}", res.status),
+                     res.status >= 500 ? "server_error" : "invalid_request_error");
+        return httplib::Server::HandlerResponse::Handled;
+      }));
   server.set_exception_handler(
       [this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
         try {
@@ -234,8 +233,8 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
     case Scheduler::Admission::ShuttingDown:
       return send_error(res, 503, "the server is shutting down", "server_error", "shutting_down");
   }
-  ResponseContext ctx{fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++),
-                      unix_seconds(), model_id_, chat};
+  ResponseContext ctx{fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++), unix_seconds(),
+                      model_id_, chat};
   const bool with_logprobs = r.top_logprobs >= 0;
 
   if (!r.stream) {
@@ -318,8 +317,7 @@ void HttpApi::tokenize(const httplib::Request& req, httplib::Response& res) {
   } catch (const Error& e) {
     throw HttpError(400, e.what(), "invalid_request_error", "invalid_value", "content");
   }
-  res.set_content(nlohmann::json({{"tokens", tokenizer_.encode(text)}}).dump(),
-                  "application/json");
+  res.set_content(nlohmann::json({{"tokens", tokenizer_.encode(text)}}).dump(), "application/json");
 }
 
 void HttpApi::detokenize(const httplib::Request& req, httplib::Response& res) {
@@ -333,10 +331,10 @@ void HttpApi::detokenize(const httplib::Request& req, httplib::Response& res) {
     const auto& t = (*it)[i];
     if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
         t.get<int64_t>() >= tokenizer_.vocab_size())
-      throw HttpError(400,
-                      fmt::format("'tokens[{}]' must be a token id in [0, {})", i,
-                                  tokenizer_.vocab_size()),
-                      "invalid_request_error", "invalid_value", fmt::format("tokens[{}]", i));
+      throw HttpError(
+          400,
+          fmt::format("'tokens[{}]' must be a token id in [0, {})", i, tokenizer_.vocab_size()),
+          "invalid_request_error", "invalid_value", fmt::format("tokens[{}]", i));
     ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
   }
   res.set_content(nlohmann::json({{"content", utf8_sanitize(tokenizer_.decode(ids))}}).dump(),
@@ -367,8 +365,8 @@ void HttpApi::slot_action(const httplib::Request& req, httplib::Response& res) {
                     "path), saved inside --slot-save-dir",
                     "invalid_request_error", "invalid_value", "filename");
   const std::string path = options_.slot_save_dir + "/" + it->get<std::string>();
-  nlohmann::json out = action == "save" ? scheduler_.save_slot(id, path)
-                                        : scheduler_.restore_slot(id, path);
+  nlohmann::json out =
+      action == "save" ? scheduler_.save_slot(id, path) : scheduler_.restore_slot(id, path);
   out["filename"] = it->get<std::string>();
   res.set_content(out.dump(), "application/json");
 }

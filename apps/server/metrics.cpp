@@ -12,8 +12,7 @@ std::string Metrics::prometheus_text() const {
   };
   add("requests_total", "counter", "Generation requests accepted", requests.load());
   add("requests_rejected_total", "counter", "Requests answered with an error", rejected.load());
-  add("requests_cancelled_total", "counter", "Streams whose client disconnected",
-      cancelled.load());
+  add("requests_cancelled_total", "counter", "Streams whose client disconnected", cancelled.load());
   add("prompt_tokens_total", "counter", "Prompt tokens of requests (cached ones included)",
       prompt_tokens.load());
   add("prompt_tokens_prefilled_total", "counter", "Prompt tokens run through the model",

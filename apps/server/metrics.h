@@ -8,10 +8,10 @@
 namespace retnet::server {
 
 struct Metrics {
-  std::atomic<int64_t> requests{0};        // generation requests accepted into the queue
-  std::atomic<int64_t> rejected{0};        // answered with a 4xx or 5xx error
-  std::atomic<int64_t> cancelled{0};       // clients that went away before their stream ended
-  std::atomic<int64_t> prompt_tokens{0};   // prompt tokens of finished prefills (cached included)
+  std::atomic<int64_t> requests{0};          // generation requests accepted into the queue
+  std::atomic<int64_t> rejected{0};          // answered with a 4xx or 5xx error
+  std::atomic<int64_t> cancelled{0};         // clients that went away before their stream ended
+  std::atomic<int64_t> prompt_tokens{0};     // prompt tokens of finished prefills (cached included)
   std::atomic<int64_t> prefilled_tokens{0};  // prompt tokens actually run through the model
   std::atomic<int64_t> generated_tokens{0};
   std::atomic<int64_t> prompt_microseconds{0};

@@ -1,7 +1,8 @@
 #include "openai_request.h"
 
-#include <cmath>
 #include <fmt/format.h>
+
+#include <cmath>
 
 namespace retnet::server {
 namespace {
@@ -24,7 +25,8 @@ double number_field(const nlohmann::json& body, const char* name, double lo, dou
                     double fallback) {
   const nlohmann::json* v = field(body, name);
   if (!v) return fallback;
-  if (!v->is_number()) throw bad_field(name, fmt::format("must be a number, got {}", type_name(*v)));
+  if (!v->is_number())
+    throw bad_field(name, fmt::format("must be a number, got {}", type_name(*v)));
   const double x = v->get<double>();
   if (!std::isfinite(x) || x < lo || x > hi)
     throw bad_field(name, fmt::format("must be a number in [{}, {}], got {}", lo, hi, x));
@@ -58,8 +60,8 @@ std::vector<std::string> stop_field(const nlohmann::json& body) {
   if (!v) return {};
   if (v->is_string()) return {v->get<std::string>()};
   if (!v->is_array())
-    throw bad_field("stop", fmt::format("must be a string or a list of strings, got {}",
-                                        type_name(*v)));
+    throw bad_field("stop",
+                    fmt::format("must be a string or a list of strings, got {}", type_name(*v)));
   if (v->size() > 16) throw bad_field("stop", "may hold at most 16 strings");
   std::vector<std::string> out;
   for (size_t i = 0; i < v->size(); ++i) {
@@ -76,15 +78,16 @@ std::string content_text(const nlohmann::json& content, const std::string& where
   if (content.is_string()) return content.get<std::string>();
   if (content.is_null()) return "";
   if (!content.is_array())
-    throw bad_field(where, fmt::format("must be a string or a list of text parts, got {}",
-                                       type_name(content)));
+    throw bad_field(
+        where, fmt::format("must be a string or a list of text parts, got {}", type_name(content)));
   std::string text;
   for (size_t i = 0; i < content.size(); ++i) {
     const auto& part = content[i];
     const std::string at = fmt::format("{}[{}]", where, i);
     if (!part.is_object() || part.value("type", nlohmann::json()) != "text" ||
         !part.contains("text") || !part["text"].is_string())
-      throw bad_field(at, "must be {\"type\": \"text\", \"text\": \"...\"} (only text is supported)");
+      throw bad_field(at,
+                      "must be {\"type\": \"text\", \"text\": \"...\"} (only text is supported)");
     text += part["text"].get<std::string>();
   }
   return text;
@@ -121,8 +124,8 @@ void prompt_field(const nlohmann::json& body, const RequestLimits& limits, Compl
     return;
   }
   if (!v->is_array())
-    throw bad_field("prompt", fmt::format("must be a string or a list of token ids, got {}",
-                                          type_name(*v)));
+    throw bad_field("prompt",
+                    fmt::format("must be a string or a list of token ids, got {}", type_name(*v)));
   if (v->size() == 1 && (*v)[0].is_string()) {  // ["text"]: one prompt in a list
     r.prompt_text = (*v)[0].get<std::string>();
     return;
@@ -165,8 +168,8 @@ nlohmann::json parse_json_object(const std::string& body) {
                     "invalid_request_error", "invalid_json");
   }
   if (!j.is_object())
-    throw HttpError(400, fmt::format("the request body must be a JSON object, got {}",
-                                     j.type_name()),
+    throw HttpError(400,
+                    fmt::format("the request body must be a JSON object, got {}", j.type_name()),
                     "invalid_request_error", "invalid_json");
   return j;
 }
@@ -195,9 +198,11 @@ CompletionRequest parse_completion_request(const nlohmann::json& body, bool chat
     r.include_usage = bool_field(*so, "include_usage", false);
   }
   const int64_t n = integer_field(body, "n", INT64_MIN, INT64_MAX, 1);
-  if (n != 1) throw bad_field("n", fmt::format("must be 1 (this server generates one choice), got {}", n));
+  if (n != 1)
+    throw bad_field("n", fmt::format("must be 1 (this server generates one choice), got {}", n));
   // max_completion_tokens is the newer name in the chat API.
-  const char* max_name = field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  const char* max_name =
+      field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   r.max_tokens = integer_field(body, max_name, INT64_MIN, INT64_MAX, limits.max_tokens);
   if (r.max_tokens < 0)
     throw bad_field(max_name, fmt::format("must be >= 0, got {}", r.max_tokens));

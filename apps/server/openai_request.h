@@ -34,7 +34,7 @@ nlohmann::json parse_json_object(const std::string& body);
 struct CompletionRequest {
   bool chat = false;
   bool stream = false, include_usage = false;
-  std::string prompt_text;            // completions: the prompt as text (when not token ids)
+  std::string prompt_text;             // completions: the prompt as text (when not token ids)
   std::vector<int32_t> prompt_tokens;  // completions: the prompt as token ids, if given so
   bool prompt_is_tokens = false;
   std::vector<ChatMessage> messages;  // chat
@@ -47,9 +47,9 @@ struct CompletionRequest {
 };
 
 struct RequestLimits {
-  std::string model_id;         // the only model this server has
-  int64_t max_tokens = 0;       // the most a request may ask for (and the default)
-  int64_t vocab = 0;            // token ids must be below it
+  std::string model_id;    // the only model this server has
+  int64_t max_tokens = 0;  // the most a request may ask for (and the default)
+  int64_t vocab = 0;       // token ids must be below it
 };
 
 CompletionRequest parse_completion_request(const nlohmann::json& body, bool chat,

@@ -8,8 +8,8 @@ int64_t PromptCache::entry_bytes(const Entry& e) {
   const auto& s = e.sequence;
   const size_t floats = s.state.size() + s.cache.size() + s.logits.size();
   const size_t ints = s.recent.size() + e.tokens.size();
-  return static_cast<int64_t>(floats * sizeof(float) + ints * sizeof(int32_t) +
-                              s.text_tail.size() + sizeof(Entry));
+  return static_cast<int64_t>(floats * sizeof(float) + ints * sizeof(int32_t) + s.text_tail.size() +
+                              sizeof(Entry));
 }
 
 const SavedSequence* PromptCache::find_longest_prefix(std::span<const int32_t> tokens,

@@ -56,8 +56,7 @@ Scheduler::Admission Scheduler::submit(const std::shared_ptr<Job>& job) {
   // Queued jobs that idle slots will take at the next loop do not count against --max-queue.
   const int64_t idle = std::count_if(slots_.begin(), slots_.end(),
                                      [](const Slot& s) { return s.phase == Phase::Idle; });
-  if (static_cast<int64_t>(queue_.size()) >= options_.max_queue + idle)
-    return Admission::QueueFull;
+  if (static_cast<int64_t>(queue_.size()) >= options_.max_queue + idle) return Admission::QueueFull;
   queue_.push_back(job);
   metrics_.requests += 1;
   update_gauges_locked();
@@ -200,7 +199,8 @@ void Scheduler::loop() {
       // An engine error ends every running job with its message; the server stays up.
       lock.lock();
       for (Slot& s : slots_)
-        if (s.phase != Phase::Idle) finish(s, "", std::string("inference failed: ") + e.what(), 500);
+        if (s.phase != Phase::Idle)
+          finish(s, "", std::string("inference failed: ") + e.what(), 500);
       continue;
     }
     lock.lock();

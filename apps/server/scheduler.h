@@ -5,7 +5,8 @@
 // block (if a prompt is waiting) and then one batched step in which every generating slot advances
 // one token, so running streams keep flowing while a long prompt is read. A finished prompt's state
 // moves into the decode session (a memcpy); a slot leaves the moment its stream ends, its client
-// disconnects or its deadline passes. HTTP threads only queue jobs; a full queue is refused at once.
+// disconnects or its deadline passes. HTTP threads only queue jobs; a full queue is refused at
+// once.
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -23,12 +24,12 @@
 namespace retnet::server {
 
 struct SchedulerOptions {
-  int64_t slots = 4;               // sequences decoding together (--parallel)
-  int64_t max_queue = 64;          // jobs waiting for a slot before 429
-  int64_t prefill_block = 512;     // prompt tokens per prefill pass between decode steps
-  int64_t cache_bytes = 0;         // prompt cache capacity; 0: no cache
-  int threads = 0;                 // decode threads (0: the session decides)
-  int64_t history = 256;           // recent tokens kept for the repetition penalty
+  int64_t slots = 4;            // sequences decoding together (--parallel)
+  int64_t max_queue = 64;       // jobs waiting for a slot before 429
+  int64_t prefill_block = 512;  // prompt tokens per prefill pass between decode steps
+  int64_t cache_bytes = 0;      // prompt cache capacity; 0: no cache
+  int threads = 0;              // decode threads (0: the session decides)
+  int64_t history = 256;        // recent tokens kept for the repetition penalty
 };
 
 class Scheduler {
@@ -59,7 +60,7 @@ class Scheduler {
     int64_t id = 0;
     Phase phase = Phase::Idle;
     std::shared_ptr<Job> job;
-    int64_t prefilled = 0;   // prompt tokens the prefill session has consumed
+    int64_t prefilled = 0;  // prompt tokens the prefill session has consumed
     int64_t generated = 0;
     int64_t position = 0, state_bytes = 0;  // copies for /slots, updated under the lock
     std::vector<int32_t> fed;               // generated tokens the state has consumed
@@ -94,8 +95,8 @@ class Scheduler {
   std::condition_variable wake_;
   std::deque<std::shared_ptr<Job>> queue_;
   std::vector<Slot> slots_;
-  std::vector<int64_t> decoding_;  // slot ids in decode-session order
-  std::deque<int64_t> prefilling_; // slot ids waiting to prefill, the first one in progress
+  std::vector<int64_t> decoding_;   // slot ids in decode-session order
+  std::deque<int64_t> prefilling_;  // slot ids waiting to prefill, the first one in progress
   bool stopping_ = false;
   std::string stop_reason_;
   std::thread thread_;

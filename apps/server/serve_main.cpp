@@ -1,5 +1,7 @@
 // The server's main loop: loads the model, starts the inference thread and the HTTP server, and
 // shuts them down in order on SIGINT or SIGTERM.
+#include "serve_main.h"
+
 #include <signal.h>
 
 #include <atomic>
@@ -9,10 +11,9 @@
 #include <optional>
 #include <thread>
 
-#include "retnet/retnet.h"
 #include "http_api.h"
+#include "retnet/retnet.h"
 #include "scheduler.h"
-#include "serve_main.h"
 
 namespace retnet::server {
 namespace {
@@ -56,7 +57,9 @@ void run_server(ServeOptions o) {
                  "--slot-save-dir '{}' is not a directory", o.slot_save_dir);
   set_num_threads(o.threads);
   const auto t0 = std::chrono::steady_clock::now();
-  Model model = load_model(o.model, o.config.empty() ? std::nullopt : std::optional<Config>(Config::from_file(o.config)));
+  Model model =
+      load_model(o.model, o.config.empty() ? std::nullopt
+                                           : std::optional<Config>(Config::from_file(o.config)));
   model.prepare_decode(DecodePrecision::F32);
   std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(o.model);
   RETNET_CHECK(tokenizer->vocab_size() <= model.config().vocab_size,
@@ -95,8 +98,10 @@ void run_server(ServeOptions o) {
   std::fflush(stderr);
 
   if (o.api_keys.empty() && o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1")
-    std::fprintf(stderr, "retnet serve: warning: listening on %s without --api-key: anyone who "
-                         "can reach this address can use the server\n", o.host.c_str());
+    std::fprintf(stderr,
+                 "retnet serve: warning: listening on %s without --api-key: anyone who "
+                 "can reach this address can use the server\n",
+                 o.host.c_str());
   std::atomic<bool> by_signal{false};
   std::thread signal_thread([&] {
     int sig = 0;
@@ -105,7 +110,7 @@ void run_server(ServeOptions o) {
     by_signal = true;
     std::fprintf(stderr, "retnet serve: %s received: stopping\n",
                  sig == SIGINT ? "SIGINT" : "SIGTERM");
-    api.stop_accepting();  // new requests get 503
+    api.stop_accepting();                               // new requests get 503
     scheduler.shutdown("the server is shutting down");  // running streams end with an error
     // Let the streams write their error chunk: httplib stops writing them once stop() is called.
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -118,8 +123,8 @@ void run_server(ServeOptions o) {
   if (!by_signal) pthread_kill(signal_thread.native_handle(), SIGUSR1);
   signal_thread.join();
   scheduler.shutdown("the server is shutting down");
-  RETNET_CHECK(listened || by_signal, "the server stopped listening on {}:{} unexpectedly",
-               o.host, o.port);
+  RETNET_CHECK(listened || by_signal, "the server stopped listening on {}:{} unexpectedly", o.host,
+               o.port);
   std::fprintf(stderr, "retnet serve: stopped\n");
 }
 

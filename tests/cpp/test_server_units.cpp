@@ -50,7 +50,7 @@ TEST(ServerPromptCache, EvictsTheLeastRecentlyUsedWithinItsBudget) {
   int64_t n = 0;
   const std::vector<int32_t> first = {1, 5};
   ASSERT_NE(cache.find_longest_prefix(first, &n), nullptr);  // {1} becomes the most recent
-  cache.insert({4}, state_of(1, 1000));                        // evicts {2}
+  cache.insert({4}, state_of(1, 1000));                      // evicts {2}
   EXPECT_EQ(cache.entries(), 3);
   EXPECT_LE(cache.bytes(), cache.capacity_bytes());
   const std::vector<int32_t> second = {2};
@@ -123,8 +123,8 @@ TEST(ServerRequest, ReadsFieldsAndDefaults) {
 }
 
 TEST(ServerRequest, RefusesBodiesThatAreNotJsonObjects) {
-  for (const std::string& body : {std::string("{\"prompt\": "), std::string("[1]"),
-                                 std::string("{\"prompt\": \"\xff\"}")}) {
+  for (const std::string& body :
+       {std::string("{\"prompt\": "), std::string("[1]"), std::string("{\"prompt\": \"\xff\"}")}) {
     try {
       parse_json_object(body);
       ADD_FAILURE() << "accepted " << body;
@@ -135,10 +135,8 @@ TEST(ServerRequest, RefusesBodiesThatAreNotJsonObjects) {
 }
 
 TEST(ServerChatPrompt, DefaultTemplate) {
-  ChatPrompt p = render_chat_prompt({{"system", "Be brief."},
-                                     {"user", "Hi"},
-                                     {"assistant", "Hello."},
-                                     {"user", "Bye"}});
+  ChatPrompt p = render_chat_prompt(
+      {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}});
   EXPECT_EQ(p.text, "Be brief.\n\nUser: Hi\nAssistant: Hello.\nUser: Bye\nAssistant:");
   EXPECT_EQ(p.stop, std::vector<std::string>{"\nUser:"});
   EXPECT_EQ(render_chat_prompt({{"user", "x"}}).text, "User: x\nAssistant:");
