@@ -1,7 +1,7 @@
 """Load test of `retnet serve` over loopback: 1, 4, 16 and 64 concurrent streams.
 
     /usr/bin/python3 scripts/bench_serve.py --retnet build/retnet --model M [--model M2 ...]
-        [--streams 1,4,16,64] [--tokens 128] [--reps 3] [--json out.json]
+        [--streams 1,4,16,64] [--tokens 128] [--reps 3] [--threads N] [--json out.json]
 
 For each model, starts the server (--parallel = the largest stream count), then for each stream
 count runs `reps` rounds of that many concurrent streaming completions (distinct prompts and seeds,
@@ -104,12 +104,12 @@ def run_round(port, n, tokens, round_index):
             "itl_ms_p50": 1e3 * percentile(itl, 50), "itl_ms_p99": 1e3 * percentile(itl, 99)}
 
 
-def baseline(retnet, model, tokens):
+def baseline(retnet, model, tokens, threads):
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         for i in range(16):
             f.write(f"Stream {i} of round 0: once upon a time, \n")
     out = subprocess.run([retnet, "generate", "-m", model, "--prompts-file", f.name, "-n",
-                          str(tokens), "--ignore-eos", "--stats", "-s", "1"],
+                          str(tokens), "--ignore-eos", "--stats", "-s", "1", "-t", str(threads)],
                          capture_output=True, text=True, timeout=600)
     os.unlink(f.name)
     for line in out.stderr.splitlines():
@@ -122,7 +122,7 @@ def bench_model(a, model, counts):
     port = free_port()
     proc = subprocess.Popen([a.retnet, "serve", "-m", model, "--port", str(port), "--parallel",
                              str(max(counts)), "--max-tokens", str(a.tokens),
-                             "--state-cache-mib", "0"],
+                             "--state-cache-mib", "0", "-t", str(a.threads)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 120
@@ -164,6 +164,7 @@ def main():
     ap.add_argument("--streams", default="1,4,16,64")
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=0, help="server and generate threads (0: all)")
     ap.add_argument("--json")
     a = ap.parse_args()
     counts = [int(x) for x in a.streams.split(",")]
@@ -171,10 +172,11 @@ def main():
                 if l.startswith("model name")), platform.processor())
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                             cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-    result = {"commit": commit, "cpu": cpu, "cores": os.cpu_count(), "tokens": a.tokens,
+    result = {"commit": commit, "cpu": cpu, "cores": os.cpu_count(), "threads": a.threads,
+              "load_average": os.getloadavg()[0], "tokens": a.tokens,
               "reps": a.reps, "models": []}
     for model in a.model:
-        base = baseline(a.retnet, model, a.tokens)
+        base = baseline(a.retnet, model, a.tokens, a.threads)
         print(f"{os.path.basename(model)}: retnet generate --prompts-file, batch 16: "
               f"{base:.0f} decode tok/s", flush=True)
         m = bench_model(a, model, counts)
