@@ -5,7 +5,8 @@
 Starts the real binary on free 127.0.0.1 ports with a small model made by `retnet init`, and
 checks: OpenAI shapes (chat and completions, streamed and not), greedy and seeded output equal to
 `retnet generate`, 16 concurrent streams each equal to its solo run, a disconnecting client freeing
-its slot, the prompt cache (cached_tokens, fewer tokens prefilled, the same text as without it),
+its slot, the prompt cache (cached_tokens, fewer tokens prefilled, the same text as without it, each
+chat turn reading only its new text),
 bad requests (the right 4xx and a JSON error naming the field, then a good request succeeds), API
 keys, a full queue (429), slot save/restore, --timeout, and SIGTERM ending a stream with an error chunk and
 exit status 0. Every wait is bounded."""
@@ -256,6 +257,24 @@ def test_prompt_cache(cached, uncached):
           cached.metric("retnet_prompt_cache_tokens_saved_total") >= c, "cache metrics")
 
 
+def test_chat_turns_read_only_new_text(s):
+    """Each turn of a chat restores the previous turn's prompt from the cache (up to its last
+    chunk boundary, chunks of 8 tokens here) and reads only the rest."""
+    messages = [{"role": "system", "content": "You are a terse assistant."}]
+    previous = 0
+    for turn in range(5):
+        messages.append({"role": "user", "content": f"Question number {turn}: why?"})
+        st, r = s.json("POST", "/v1/chat/completions",
+                       {"messages": messages, "max_tokens": 12, "temperature": 0})
+        u = r["usage"]
+        if turn > 0:
+            check(u["prompt_tokens_details"]["cached_tokens"] >= previous - 7,
+                  f"turn {turn}: cached {u['prompt_tokens_details']['cached_tokens']} of the "
+                  f"previous prompt's {previous} tokens")
+        previous = u["prompt_tokens"]
+        messages.append({"role": "assistant", "content": r["choices"][0]["message"]["content"]})
+
+
 def test_bad_requests(s, headers):
     def expect(status, body, param=None, path="/v1/completions", what=""):
         st, data = s.request("POST", path, body, dict(headers, **{"Content-Type":
@@ -411,6 +430,7 @@ def main():
         test_concurrent_streams(main_server)
         test_disconnect(main_server)
         test_prompt_cache(main_server, uncached)
+        test_chat_turns_read_only_new_text(main_server)
         check(wait_idle(main_server), "no slot leaked")
     finally:
         main_server.stop()
