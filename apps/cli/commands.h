@@ -25,6 +25,8 @@ void register_tokenizer(CLI::App& app);
 void register_chat_template(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_bench(CLI::App& app);
+// `retnet serve` (apps/server/cmd_serve.cpp).
+void register_serve(CLI::App& app);
 
 // "5,17,3" -> {5, 17, 3}; throws Error on anything else.
 std::vector<int32_t> parse_token_list(const std::string& text);

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   retnet::cli::register_chat_template(app);
   retnet::cli::register_generate(app);
   retnet::cli::register_bench(app);
+  retnet::cli::register_serve(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,46 @@
+// `retnet serve`: an OpenAI-compatible HTTP server over one model, with continuous batching on
+// one inference thread (scheduler.h), a prompt cache of recurrent states, metrics and limits.
+// This file registers the options; serve_main.cpp runs the server.
+#include "commands.h"
+#include "serve_main.h"
+
+namespace retnet::cli {
+
+void register_serve(CLI::App& app) {
+  auto o = std::make_shared<server::ServeOptions>();
+  auto* cmd = app.add_subcommand(
+      "serve",
+      "Serve a model over HTTP with OpenAI's API: continuous batching, a prompt cache of "
+      "recurrent states, metrics");
+  add_model_options(cmd, o->model, o->config);
+  cmd->add_option("--alias", o->alias, "Model id clients name (default: the model's file name)");
+  cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
+  add_checked(cmd, "--port", o->port, "Port to listen on", integer_within(1, 65535));
+  add_checked(cmd, "--parallel", o->parallel, "Slots: streams decoded together",
+              integer_within(1, 4096));
+  add_threads_option(cmd, o->threads, "Threads (default: all cores; small models decode on one)");
+  cmd->add_option("--api-key", o->api_keys,
+                  "Require 'Authorization: Bearer KEY' on every endpoint but /health "
+                  "(repeatable)");
+  cmd->add_option("--api-key-file", o->api_key_file, "Read API keys from a file, one per line");
+  add_checked(cmd, "--max-prompt-tokens", o->max_prompt_tokens, "Refuse longer prompts",
+              integer_at_least(1));
+  add_checked(cmd, "--max-tokens,-n", o->max_tokens,
+              "Most tokens a request may generate (and the default)", integer_at_least(0));
+  add_checked(cmd, "--max-queue", o->max_queue, "Requests waiting for a slot before 429",
+              integer_at_least(0));
+  add_checked(cmd, "--timeout", o->timeout_s, "Seconds a request may take, queue included",
+              number_above(0));
+  add_checked(cmd, "--state-cache-mib", o->state_cache_mib,
+              "Prompt cache of sequence states, MiB (0: off)", integer_at_least(0));
+  add_checked(cmd, "--max-body-mib", o->max_body_mib, "Largest request body, MiB",
+              integer_within(1, 1024));
+  add_checked(cmd, "--prefill-block", o->prefill_block,
+              "Prompt tokens read between two decode steps (rounded to whole chunks)",
+              integer_at_least(1));
+  cmd->add_option("--slot-save-dir", o->slot_save_dir,
+                  "Enable POST /slots/{id}?action=save|restore with files in this directory");
+  cmd->callback([o] { server::run_server(*o); });
+}
+
+}  // namespace retnet::cli

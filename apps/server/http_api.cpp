@@ -1,0 +1,374 @@
+#include "http_api.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <random>
+#include <regex>
+
+#include "openai_response.h"
+
+namespace retnet::server {
+namespace {
+
+int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Compares without returning early, so that the time taken says nothing about how much of a key
+// matched. The length is not secret.
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    diff |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i]);
+  return diff == 0;
+}
+
+uint64_t random_seed() {
+  static std::mutex mutex;
+  static std::random_device device;
+  std::lock_guard<std::mutex> lock(mutex);
+  return (static_cast<uint64_t>(device()) << 32) ^ device();
+}
+
+std::string sse(const nlohmann::json& j) { return "data: " + j.dump() + "\n\n"; }
+
+// What the inference thread has produced for a job since the last call.
+struct Taken {
+  std::string text;
+  std::vector<TokenLogprob> logprobs;
+  bool finished = false;
+  std::string finish_reason, error;
+  int error_status = 0;
+  Usage usage;
+};
+
+// Waits up to `wait` for output or the end, then takes what there is.
+Taken take_output(Job& job, std::chrono::milliseconds wait) {
+  std::unique_lock<std::mutex> lock(job.mutex);
+  job.changed.wait_for(lock, wait,
+                       [&] { return job.finished || !job.text.empty() || !job.logprobs.empty(); });
+  Taken t;
+  t.text.swap(job.text);
+  t.logprobs.swap(job.logprobs);
+  t.finished = job.finished;
+  t.finish_reason = job.finish_reason;
+  t.error = job.error;
+  t.error_status = job.error_status;
+  t.usage = {job.prompt_tokens, job.cached_tokens, job.completion_tokens};
+  return t;
+}
+
+}  // namespace
+
+HttpApi::HttpApi(const ServeOptions& options, const std::string& model_id, const Model& model,
+                 const Tokenizer& tokenizer, Scheduler& scheduler, Metrics& metrics)
+    : options_(options),
+      model_id_(model_id),
+      model_(model),
+      tokenizer_(tokenizer),
+      scheduler_(scheduler),
+      metrics_(metrics) {}
+
+bool HttpApi::authorized(const httplib::Request& req) const {
+  if (options_.api_keys.empty()) return true;
+  const std::string header = req.get_header_value("Authorization");
+  const std::string prefix = "Bearer ";
+  if (header.compare(0, prefix.size(), prefix) != 0) return false;
+  const std::string given = header.substr(prefix.size());
+  bool ok = false;
+  for (const auto& key : options_.api_keys) ok |= constant_time_equal(given, key);
+  return ok;
+}
+
+void HttpApi::send_error(httplib::Response& res, int status, const std::string& message,
+                         const std::string& type, const std::string& code,
+                         const std::string& param) {
+  metrics_.rejected += 1;
+  res.status = status;
+  res.set_content(error_json(message, type, code, param).dump(), "application/json");
+}
+
+void HttpApi::install(httplib::Server& server) {
+  server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    if (!authorized(req)) {
+      send_error(res, 401, "Incorrect or missing API key: send it as \"Authorization: Bearer KEY\"",
+                 "invalid_request_error", "invalid_api_key");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (stopping_) {
+      send_error(res, 503, "the server is shutting down", "server_error", "shutting_down");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  // Errors httplib answers itself (no route, body too large, bad request line) get a JSON body.
+  server.set_error_handler(httplib::Server::HandlerWithResponse(
+      [this](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        if (res.status == 404)
+          send_error(res, 404, fmt::format("no route for {} {}", req.method, req.path),
+                     "invalid_request_error", "not_found");
+        else if (res.status == 413)
+          send_error(res, 413,
+                     fmt::format("the request body is larger than the server's limit of {} MiB "
+                                 "(--max-body-mib)",
+                                 options_.max_body_mib),
+                     "invalid_request_error", "body_too_large");
+        else
+          send_error(res, res.status, fmt::format("HTTP error {}", res.status),
+                     res.status >= 500 ? "server_error" : "invalid_request_error");
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  server.set_exception_handler(
+      [this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        try {
+          std::rethrow_exception(ep);
+        } catch (const HttpError& e) {
+          send_error(res, e.status, e.what(), e.type, e.code, e.param);
+        } catch (const Error& e) {
+          send_error(res, 400, e.what(), "invalid_request_error");
+        } catch (const std::exception& e) {
+          send_error(res, 500, std::string("internal error: ") + e.what(), "server_error");
+        }
+      });
+
+  server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (stopping_)
+      return send_error(res, 503, "the server is shutting down", "server_error", "shutting_down");
+    res.set_content(R"({"status":"ok"})", "application/json");
+  });
+  server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    nlohmann::json model = {{"id", model_id_},
+                            {"object", "model"},
+                            {"created", unix_seconds()},
+                            {"owned_by", "retnet"},
+                            {"meta",
+                             {{"parameters", model_.parameter_count()},
+                              {"state_bytes", model_.state_bytes_per_sequence()},
+                              {"vocab_size", model_.config().vocab_size}}}};
+    res.set_content(nlohmann::json({{"object", "list"}, {"data", {model}}}).dump(),
+                    "application/json");
+  });
+  server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    completions(req, res, false);
+  });
+  server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    completions(req, res, true);
+  });
+  server.Post("/tokenize",
+              [this](const httplib::Request& req, httplib::Response& res) { tokenize(req, res); });
+  server.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    detokenize(req, res);
+  });
+  server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_.prometheus_text(), "text/plain; version=0.0.4");
+  });
+  server.Get("/slots", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(scheduler_.slots_json().dump(), "application/json");
+  });
+  server.Post(R"(/slots/(\d+))", [this](const httplib::Request& req, httplib::Response& res) {
+    slot_action(req, res);
+  });
+}
+
+std::shared_ptr<Job> HttpApi::make_job(const CompletionRequest& r) const {
+  auto job = std::make_shared<Job>();
+  std::string text;
+  const char* field = r.chat ? "messages" : "prompt";
+  if (r.chat) {
+    ChatPrompt chat = render_chat_prompt(r.messages);
+    text = chat.text;
+    job->stop = chat.stop;
+  } else {
+    text = r.prompt_text;
+  }
+  if (r.prompt_is_tokens) {
+    job->prompt = r.prompt_tokens;
+  } else {
+    try {
+      check_encodable(tokenizer_, text, field);
+    } catch (const Error& e) {
+      throw HttpError(400, e.what(), "invalid_request_error", "invalid_value", field);
+    }
+    job->prompt = tokenizer_.encode(text);
+  }
+  if (job->prompt.empty())
+    throw HttpError(400, fmt::format("'{}' is empty: give some text to continue", field),
+                    "invalid_request_error", "invalid_value", field);
+  if (static_cast<int64_t>(job->prompt.size()) > options_.max_prompt_tokens)
+    throw HttpError(400,
+                    fmt::format("'{}' has {} tokens, more than the server's --max-prompt-tokens {}",
+                                field, job->prompt.size(), options_.max_prompt_tokens),
+                    "invalid_request_error", "context_length_exceeded", field);
+  job->sampling = r.sampling;
+  if (!r.seed_given) job->sampling.seed = random_seed();
+  job->max_tokens = r.max_tokens;
+  job->stop.insert(job->stop.end(), r.stop.begin(), r.stop.end());
+  job->stop_at_eos = !r.ignore_eos;
+  job->top_logprobs = r.top_logprobs;
+  job->deadline =
+      Clock::now() + std::chrono::microseconds(static_cast<int64_t>(options_.timeout_s * 1e6));
+  return job;
+}
+
+void HttpApi::completions(const httplib::Request& req, httplib::Response& res, bool chat) {
+  const nlohmann::json body = parse_json_object(req.body);
+  RequestLimits limits{model_id_, options_.max_tokens, model_.config().vocab_size};
+  const CompletionRequest r = parse_completion_request(body, chat, limits);
+  std::shared_ptr<Job> job = make_job(r);
+  switch (scheduler_.submit(job)) {
+    case Scheduler::Admission::Queued:
+      break;
+    case Scheduler::Admission::QueueFull:
+      return send_error(res, 429,
+                        fmt::format("the server is busy: every slot is taken and {} requests are "
+                                    "waiting (--max-queue); retry later",
+                                    options_.max_queue),
+                        "rate_limit_exceeded", "queue_full");
+    case Scheduler::Admission::ShuttingDown:
+      return send_error(res, 503, "the server is shutting down", "server_error", "shutting_down");
+  }
+  ResponseContext ctx{fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++), unix_seconds(),
+                      model_id_, chat};
+  const bool with_logprobs = r.top_logprobs >= 0;
+
+  if (!r.stream) {
+    std::string text;
+    std::vector<TokenLogprob> logprobs;
+    Taken t;
+    while (!t.finished) {
+      t = take_output(*job, std::chrono::milliseconds(1000));
+      text += t.text;
+      logprobs.insert(logprobs.end(), t.logprobs.begin(), t.logprobs.end());
+    }
+    if (!t.error.empty())
+      return send_error(res, t.error_status, t.error,
+                        t.error_status == 504 ? "timeout_error" : "server_error");
+    int64_t offset = 0;
+    nlohmann::json lp =
+        with_logprobs ? logprobs_json(logprobs, tokenizer_, chat, &offset) : nlohmann::json();
+    res.set_content(completion_json(ctx, text, t.finish_reason, lp, t.usage).dump(),
+                    "application/json");
+    return;
+  }
+
+  // Streaming: one SSE chunk per batch of released text, then the finish chunk, [DONE].
+  struct StreamState {
+    bool first = true, done = false;
+    int64_t offset = 0;
+  };
+  auto state = std::make_shared<StreamState>();
+  const bool include_usage = r.include_usage;
+  res.set_header("Cache-Control", "no-cache");
+  open_streams_ += 1;
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, job, ctx, state, with_logprobs, include_usage](size_t, httplib::DataSink& sink) {
+        if (state->done) return false;
+        Taken t = take_output(*job, std::chrono::milliseconds(500));
+        std::string out;
+        if (!t.text.empty() || !t.logprobs.empty() || (state->first && ctx.chat)) {
+          nlohmann::json lp = with_logprobs
+                                  ? logprobs_json(t.logprobs, tokenizer_, ctx.chat, &state->offset)
+                                  : nlohmann::json();
+          out += sse(chunk_json(ctx, t.text, state->first, nullptr, lp));
+          state->first = false;
+        }
+        if (t.finished) {
+          if (!t.error.empty()) {
+            out += sse(error_json(t.error, "server_error", "generation_ended"));
+          } else {
+            out += sse(chunk_json(ctx, "", false, t.finish_reason, nullptr));
+            if (include_usage) out += sse(usage_chunk_json(ctx, t.usage));
+          }
+          out += "data: [DONE]\n\n";
+        }
+        // A failed write means the client went away: free its slot now.
+        if (!out.empty() && !sink.write(out.data(), out.size())) {
+          job->cancelled = true;
+          return false;
+        }
+        if (t.finished) {
+          state->done = true;
+          sink.done();
+        }
+        return true;
+      },
+      [this, job](bool success) {
+        if (!success) job->cancelled = true;
+        open_streams_ -= 1;
+      });
+}
+
+void HttpApi::tokenize(const httplib::Request& req, httplib::Response& res) {
+  const nlohmann::json body = parse_json_object(req.body);
+  auto it = body.find("content");
+  if (it == body.end() || !it->is_string())
+    throw HttpError(400, "'content' must be a string", "invalid_request_error", "invalid_value",
+                    "content");
+  const std::string text = it->get<std::string>();
+  try {
+    check_encodable(tokenizer_, text, "content");
+  } catch (const Error& e) {
+    throw HttpError(400, e.what(), "invalid_request_error", "invalid_value", "content");
+  }
+  res.set_content(nlohmann::json({{"tokens", tokenizer_.encode(text)}}).dump(), "application/json");
+}
+
+void HttpApi::detokenize(const httplib::Request& req, httplib::Response& res) {
+  const nlohmann::json body = parse_json_object(req.body);
+  auto it = body.find("tokens");
+  if (it == body.end() || !it->is_array())
+    throw HttpError(400, "'tokens' must be a list of token ids", "invalid_request_error",
+                    "invalid_value", "tokens");
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const auto& t = (*it)[i];
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
+        t.get<int64_t>() >= tokenizer_.vocab_size())
+      throw HttpError(
+          400,
+          fmt::format("'tokens[{}]' must be a token id in [0, {})", i, tokenizer_.vocab_size()),
+          "invalid_request_error", "invalid_value", fmt::format("tokens[{}]", i));
+    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  res.set_content(nlohmann::json({{"content", utf8_sanitize(tokenizer_.decode(ids))}}).dump(),
+                  "application/json");
+}
+
+void HttpApi::slot_action(const httplib::Request& req, httplib::Response& res) {
+  if (options_.slot_save_dir.empty())
+    throw HttpError(400, "saving and restoring slots needs the server's --slot-save-dir",
+                    "invalid_request_error", "slot_save_disabled");
+  int64_t id = 0;
+  try {
+    id = std::stoll(req.matches[1].str());
+  } catch (const std::exception&) {
+    throw HttpError(400, "the slot id is not a number", "invalid_request_error", "invalid_value");
+  }
+  const std::string action = req.get_param_value("action");
+  if (action != "save" && action != "restore")
+    throw HttpError(400, "'action' must be save or restore", "invalid_request_error",
+                    "invalid_value", "action");
+  const nlohmann::json body = parse_json_object(req.body);
+  auto it = body.find("filename");
+  // Plain names only: the file stays inside --slot-save-dir.
+  static const std::regex plain_name(R"([A-Za-z0-9_][A-Za-z0-9._-]{0,127})");
+  if (it == body.end() || !it->is_string() || !std::regex_match(it->get<std::string>(), plain_name))
+    throw HttpError(400,
+                    "'filename' must be a plain file name (letters, digits, '.', '_', '-'; no "
+                    "path), saved inside --slot-save-dir",
+                    "invalid_request_error", "invalid_value", "filename");
+  const std::string path = options_.slot_save_dir + "/" + it->get<std::string>();
+  nlohmann::json out =
+      action == "save" ? scheduler_.save_slot(id, path) : scheduler_.restore_slot(id, path);
+  out["filename"] = it->get<std::string>();
+  res.set_content(out.dump(), "application/json");
+}
+
+}  // namespace retnet::server

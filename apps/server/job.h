@@ -1,0 +1,53 @@
+#pragma once
+// One generation request as the inference thread sees it: what to generate (set by an HTTP thread
+// before queueing, then read-only) and what came out (appended by the inference thread, taken by
+// the HTTP thread that streams or collects it). The output side is guarded by `mutex`.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "retnet/retnet.h"
+
+namespace retnet::server {
+
+using Clock = std::chrono::steady_clock;
+
+// Log-probabilities of one generated token under the model's distribution (before sampling's
+// temperature and truncation), with the most likely alternatives when asked for.
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // most likely first
+};
+
+struct Job {
+  // What to do.
+  std::vector<int32_t> prompt;  // never empty
+  SamplingParams sampling;
+  int64_t max_tokens = 0;
+  std::vector<std::string> stop;
+  bool stop_at_eos = true;
+  int top_logprobs = -1;  // -1: no log-probabilities; else how many alternatives per token
+  Clock::time_point deadline;
+
+  // What came out, not yet taken by the HTTP thread.
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::string text;  // released text (whole UTF-8 characters, never a part of a stop string)
+  std::vector<TokenLogprob> logprobs;
+  bool finished = false;
+  std::string finish_reason;  // "stop" or "length" (OpenAI's words), when finished without error
+  std::string error;          // set when the server ended the job (shutdown, timeout)
+  int error_status = 0;       // the HTTP status that error maps to
+  int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
+
+  // Set by the HTTP side when its client went away: the inference thread frees the slot.
+  std::atomic<bool> cancelled{false};
+};
+
+}  // namespace retnet::server

@@ -1,0 +1,245 @@
+#include "openai_request.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace retnet::server {
+namespace {
+
+HttpError bad_field(const std::string& field, const std::string& message) {
+  return HttpError(400, fmt::format("'{}' {}", field, message), "invalid_request_error",
+                   "invalid_value", field);
+}
+
+const char* type_name(const nlohmann::json& v) { return v.type_name(); }
+
+// A field that is absent or null reads as not given.
+const nlohmann::json* field(const nlohmann::json& body, const char* name) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+double number_field(const nlohmann::json& body, const char* name, double lo, double hi,
+                    double fallback) {
+  const nlohmann::json* v = field(body, name);
+  if (!v) return fallback;
+  if (!v->is_number())
+    throw bad_field(name, fmt::format("must be a number, got {}", type_name(*v)));
+  const double x = v->get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi)
+    throw bad_field(name, fmt::format("must be a number in [{}, {}], got {}", lo, hi, x));
+  return x;
+}
+
+int64_t integer_field(const nlohmann::json& body, const char* name, int64_t lo, int64_t hi,
+                      int64_t fallback) {
+  const nlohmann::json* v = field(body, name);
+  if (!v) return fallback;
+  if (!v->is_number_integer())
+    throw bad_field(name, fmt::format("must be an integer, got {}", type_name(*v)));
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    throw bad_field(name, fmt::format("must be at most {}", hi));
+  const int64_t x = v->get<int64_t>();
+  if (x < lo || x > hi)
+    throw bad_field(name, fmt::format("must be an integer in [{}, {}], got {}", lo, hi, x));
+  return x;
+}
+
+bool bool_field(const nlohmann::json& body, const char* name, bool fallback) {
+  const nlohmann::json* v = field(body, name);
+  if (!v) return fallback;
+  if (!v->is_boolean())
+    throw bad_field(name, fmt::format("must be a boolean, got {}", type_name(*v)));
+  return v->get<bool>();
+}
+
+std::vector<std::string> stop_field(const nlohmann::json& body) {
+  const nlohmann::json* v = field(body, "stop");
+  if (!v) return {};
+  if (v->is_string()) return {v->get<std::string>()};
+  if (!v->is_array())
+    throw bad_field("stop",
+                    fmt::format("must be a string or a list of strings, got {}", type_name(*v)));
+  if (v->size() > 16) throw bad_field("stop", "may hold at most 16 strings");
+  std::vector<std::string> out;
+  for (size_t i = 0; i < v->size(); ++i) {
+    if (!(*v)[i].is_string())
+      throw bad_field(fmt::format("stop[{}]", i),
+                      fmt::format("must be a string, got {}", type_name((*v)[i])));
+    out.push_back((*v)[i].get<std::string>());
+  }
+  return out;
+}
+
+// Message content: a string, or a list of {"type": "text", "text": ...} parts.
+std::string content_text(const nlohmann::json& content, const std::string& where) {
+  if (content.is_string()) return content.get<std::string>();
+  if (content.is_null()) return "";
+  if (!content.is_array())
+    throw bad_field(
+        where, fmt::format("must be a string or a list of text parts, got {}", type_name(content)));
+  std::string text;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const auto& part = content[i];
+    const std::string at = fmt::format("{}[{}]", where, i);
+    if (!part.is_object() || part.value("type", nlohmann::json()) != "text" ||
+        !part.contains("text") || !part["text"].is_string())
+      throw bad_field(at,
+                      "must be {\"type\": \"text\", \"text\": \"...\"} (only text is supported)");
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+std::vector<ChatMessage> messages_field(const nlohmann::json& body) {
+  const nlohmann::json* v = field(body, "messages");
+  if (!v) throw bad_field("messages", "is required");
+  if (!v->is_array() || v->empty())
+    throw bad_field("messages", "must be a non-empty list of messages");
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < v->size(); ++i) {
+    const auto& m = (*v)[i];
+    const std::string at = fmt::format("messages[{}]", i);
+    if (!m.is_object()) throw bad_field(at, fmt::format("must be an object, got {}", type_name(m)));
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string())
+      throw bad_field(at + ".role", "must be a string (system, user or assistant)");
+    ChatMessage msg;
+    msg.role = role->get<std::string>();
+    if (msg.role.empty()) throw bad_field(at + ".role", "must not be empty");
+    auto content = m.find("content");
+    msg.content = content_text(content == m.end() ? nlohmann::json() : *content, at + ".content");
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+void prompt_field(const nlohmann::json& body, const RequestLimits& limits, CompletionRequest& r) {
+  const nlohmann::json* v = field(body, "prompt");
+  if (!v) throw bad_field("prompt", "is required");
+  if (v->is_string()) {
+    r.prompt_text = v->get<std::string>();
+    return;
+  }
+  if (!v->is_array())
+    throw bad_field("prompt",
+                    fmt::format("must be a string or a list of token ids, got {}", type_name(*v)));
+  if (v->size() == 1 && (*v)[0].is_string()) {  // ["text"]: one prompt in a list
+    r.prompt_text = (*v)[0].get<std::string>();
+    return;
+  }
+  r.prompt_is_tokens = true;
+  for (size_t i = 0; i < v->size(); ++i) {
+    const auto& t = (*v)[i];
+    if (t.is_string())
+      throw bad_field("prompt", "holds several prompts: send one per request (n = 1 only)");
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= limits.vocab)
+      throw bad_field(fmt::format("prompt[{}]", i),
+                      fmt::format("must be a token id in [0, {})", limits.vocab));
+    r.prompt_tokens.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+}
+
+}  // namespace
+
+nlohmann::json error_json(const std::string& message, const std::string& type,
+                          const std::string& code, const std::string& param) {
+  nlohmann::json e = {{"message", message}, {"type", type}};
+  e["code"] = code.empty() ? nlohmann::json() : nlohmann::json(code);
+  e["param"] = param.empty() ? nlohmann::json() : nlohmann::json(param);
+  return {{"error", e}};
+}
+
+nlohmann::json parse_json_object(const std::string& body) {
+  size_t bad = 0;
+  if (!utf8_valid(body, &bad))
+    throw HttpError(400,
+                    fmt::format("the request body is not valid UTF-8 (bad byte 0x{:02x} at offset "
+                                "{})",
+                                static_cast<unsigned char>(body[bad]), bad),
+                    "invalid_request_error", "invalid_utf8");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(body);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw HttpError(400, fmt::format("the request body is not valid JSON: {}", e.what()),
+                    "invalid_request_error", "invalid_json");
+  }
+  if (!j.is_object())
+    throw HttpError(400,
+                    fmt::format("the request body must be a JSON object, got {}", j.type_name()),
+                    "invalid_request_error", "invalid_json");
+  return j;
+}
+
+CompletionRequest parse_completion_request(const nlohmann::json& body, bool chat,
+                                           const RequestLimits& limits) {
+  CompletionRequest r;
+  r.chat = chat;
+  if (const nlohmann::json* model = field(body, "model")) {
+    if (!model->is_string())
+      throw bad_field("model", fmt::format("must be a string, got {}", type_name(*model)));
+    if (model->get<std::string>() != limits.model_id)
+      throw HttpError(404,
+                      fmt::format("The model '{}' does not exist (this server has '{}')",
+                                  model->get<std::string>(), limits.model_id),
+                      "invalid_request_error", "model_not_found", "model");
+  }
+  if (chat)
+    r.messages = messages_field(body);
+  else
+    prompt_field(body, limits, r);
+  r.stream = bool_field(body, "stream", false);
+  if (const nlohmann::json* so = field(body, "stream_options")) {
+    if (!so->is_object())
+      throw bad_field("stream_options", fmt::format("must be an object, got {}", type_name(*so)));
+    r.include_usage = bool_field(*so, "include_usage", false);
+  }
+  const int64_t n = integer_field(body, "n", INT64_MIN, INT64_MAX, 1);
+  if (n != 1)
+    throw bad_field("n", fmt::format("must be 1 (this server generates one choice), got {}", n));
+  // max_completion_tokens is the newer name in the chat API.
+  const char* max_name =
+      field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  r.max_tokens = integer_field(body, max_name, INT64_MIN, INT64_MAX, limits.max_tokens);
+  if (r.max_tokens < 0)
+    throw bad_field(max_name, fmt::format("must be >= 0, got {}", r.max_tokens));
+  if (r.max_tokens > limits.max_tokens)
+    throw bad_field(max_name, fmt::format("must be at most {} (the server's --max-tokens), got {}",
+                                          limits.max_tokens, r.max_tokens));
+  SamplingParams& s = r.sampling;
+  s.temperature = static_cast<float>(number_field(body, "temperature", 0, 2, s.temperature));
+  s.top_p = static_cast<float>(number_field(body, "top_p", 0, 1, s.top_p));
+  s.top_k = integer_field(body, "top_k", 0, INT64_MAX, s.top_k);
+  s.repeat_penalty =
+      static_cast<float>(number_field(body, "repeat_penalty", 1e-3, 1e3, s.repeat_penalty));
+  s.repeat_last_n = integer_field(body, "repeat_last_n", 0, 256, s.repeat_last_n);
+  r.seed_given = field(body, "seed") != nullptr;
+  s.seed = static_cast<uint64_t>(integer_field(body, "seed", INT64_MIN, INT64_MAX, 0));
+  // Accepted for compatibility; these penalties are not implemented, so only 0 is honest.
+  for (const char* name : {"presence_penalty", "frequency_penalty"})
+    if (number_field(body, name, -2, 2, 0) != 0)
+      throw bad_field(name, "is not supported (only 0); use repeat_penalty");
+  r.stop = stop_field(body);
+  r.ignore_eos = bool_field(body, "ignore_eos", false);
+  if (chat) {
+    if (bool_field(body, "logprobs", false))
+      r.top_logprobs = static_cast<int>(integer_field(body, "top_logprobs", 0, 20, 0));
+    else if (field(body, "top_logprobs"))
+      throw bad_field("top_logprobs", "needs \"logprobs\": true");
+  } else {
+    r.top_logprobs = static_cast<int>(integer_field(body, "logprobs", 0, 20, -1));
+    if (bool_field(body, "echo", false)) throw bad_field("echo", "is not supported (only false)");
+    if (const nlohmann::json* suffix = field(body, "suffix"))
+      if (!suffix->is_string() || !suffix->get<std::string>().empty())
+        throw bad_field("suffix", "is not supported");
+  }
+  if (const nlohmann::json* user = field(body, "user"))
+    if (!user->is_string())
+      throw bad_field("user", fmt::format("must be a string, got {}", type_name(*user)));
+  return r;
+}
+
+}  // namespace retnet::server

@@ -1,0 +1,102 @@
+#include "openai_response.h"
+
+namespace retnet::server {
+namespace {
+
+std::string token_text(const Tokenizer& tokenizer, int32_t token) {
+  return utf8_sanitize(tokenizer.token_bytes(token));
+}
+
+nlohmann::json token_bytes_json(const Tokenizer& tokenizer, int32_t token) {
+  nlohmann::json bytes = nlohmann::json::array();
+  for (unsigned char c : tokenizer.token_bytes(token)) bytes.push_back(static_cast<int>(c));
+  return bytes;
+}
+
+}  // namespace
+
+nlohmann::json usage_json(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+nlohmann::json logprobs_json(const std::vector<TokenLogprob>& logprobs, const Tokenizer& tokenizer,
+                             bool chat, int64_t* text_offset) {
+  if (chat) {
+    nlohmann::json content = nlohmann::json::array();
+    for (const auto& lp : logprobs) {
+      nlohmann::json top = nlohmann::json::array();
+      for (const auto& [id, value] : lp.top)
+        top.push_back({{"token", token_text(tokenizer, id)},
+                       {"logprob", value},
+                       {"bytes", token_bytes_json(tokenizer, id)}});
+      content.push_back({{"token", token_text(tokenizer, lp.token)},
+                         {"logprob", lp.logprob},
+                         {"bytes", token_bytes_json(tokenizer, lp.token)},
+                         {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  nlohmann::json tokens = nlohmann::json::array(), values = nlohmann::json::array(),
+                 tops = nlohmann::json::array(), offsets = nlohmann::json::array();
+  for (const auto& lp : logprobs) {
+    tokens.push_back(token_text(tokenizer, lp.token));
+    values.push_back(lp.logprob);
+    nlohmann::json top = nlohmann::json::object();
+    for (const auto& [id, value] : lp.top) top[token_text(tokenizer, id)] = value;
+    tops.push_back(top);
+    offsets.push_back(*text_offset);
+    *text_offset += static_cast<int64_t>(tokenizer.token_bytes(lp.token).size());
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", values},
+          {"top_logprobs", tops},
+          {"text_offset", offsets}};
+}
+
+nlohmann::json completion_json(const ResponseContext& ctx, const std::string& text,
+                               const std::string& finish_reason, const nlohmann::json& logprobs,
+                               const Usage& usage) {
+  nlohmann::json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", finish_reason}};
+  if (ctx.chat)
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  else
+    choice["text"] = text;
+  return {{"id", ctx.id},
+          {"object", ctx.chat ? "chat.completion" : "text_completion"},
+          {"created", ctx.created},
+          {"model", ctx.model},
+          {"choices", nlohmann::json::array({choice})},
+          {"usage", usage_json(usage)}};
+}
+
+nlohmann::json chunk_json(const ResponseContext& ctx, const std::string& text, bool first,
+                          const nlohmann::json& finish_reason, const nlohmann::json& logprobs) {
+  nlohmann::json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", finish_reason}};
+  if (ctx.chat) {
+    nlohmann::json delta = nlohmann::json::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty() || first) delta["content"] = text;
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = text;
+  }
+  return {{"id", ctx.id},
+          {"object", ctx.chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", ctx.created},
+          {"model", ctx.model},
+          {"choices", nlohmann::json::array({choice})}};
+}
+
+nlohmann::json usage_chunk_json(const ResponseContext& ctx, const Usage& usage) {
+  return {{"id", ctx.id},
+          {"object", ctx.chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", ctx.created},
+          {"model", ctx.model},
+          {"choices", nlohmann::json::array()},
+          {"usage", usage_json(usage)}};
+}
+
+}  // namespace retnet::server

@@ -1,0 +1,44 @@
+#pragma once
+// OpenAI response shapes: chat.completion / text_completion objects, their stream chunks, usage
+// and log-probabilities.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "job.h"
+#include "retnet/retnet.h"
+
+namespace retnet::server {
+
+struct ResponseContext {
+  std::string id;  // "chatcmpl-N" or "cmpl-N"
+  int64_t created = 0;
+  std::string model;
+  bool chat = false;
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
+};
+
+nlohmann::json usage_json(const Usage& usage);
+
+// Log-probabilities in the endpoint's format; `text_offset` (completions) runs across calls.
+nlohmann::json logprobs_json(const std::vector<TokenLogprob>& logprobs, const Tokenizer& tokenizer,
+                             bool chat, int64_t* text_offset);
+
+// The whole (non-streamed) response.
+nlohmann::json completion_json(const ResponseContext& ctx, const std::string& text,
+                               const std::string& finish_reason, const nlohmann::json& logprobs,
+                               const Usage& usage);
+
+// One SSE chunk's object: `text` (for chat, `first` adds the assistant role), a finish reason or
+// null, log-probabilities or null.
+nlohmann::json chunk_json(const ResponseContext& ctx, const std::string& text, bool first,
+                          const nlohmann::json& finish_reason, const nlohmann::json& logprobs);
+
+// The last chunk with stream_options.include_usage: no choices, the usage.
+nlohmann::json usage_chunk_json(const ResponseContext& ctx, const Usage& usage);
+
+}  // namespace retnet::server

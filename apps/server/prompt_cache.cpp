@@ -1,0 +1,51 @@
+#include "prompt_cache.h"
+
+#include <algorithm>
+
+namespace retnet::server {
+
+int64_t PromptCache::entry_bytes(const Entry& e) {
+  const auto& s = e.sequence;
+  const size_t floats = s.state.size() + s.cache.size() + s.logits.size();
+  const size_t ints = s.recent.size() + e.tokens.size();
+  return static_cast<int64_t>(floats * sizeof(float) + ints * sizeof(int32_t) + s.text_tail.size() +
+                              sizeof(Entry));
+}
+
+const SavedSequence* PromptCache::find_longest_prefix(std::span<const int32_t> tokens,
+                                                      int64_t* length) {
+  auto best = lru_.end();
+  for (auto it = lru_.begin(); it != lru_.end(); ++it) {
+    const auto& key = it->tokens;
+    if (key.size() > tokens.size()) continue;
+    if (best != lru_.end() && key.size() <= best->tokens.size()) continue;
+    if (std::equal(key.begin(), key.end(), tokens.begin())) best = it;
+  }
+  if (best == lru_.end()) {
+    *length = 0;
+    return nullptr;
+  }
+  lru_.splice(lru_.begin(), lru_, best);
+  *length = static_cast<int64_t>(lru_.front().tokens.size());
+  return &lru_.front().sequence;
+}
+
+void PromptCache::insert(std::vector<int32_t> tokens, SavedSequence sequence) {
+  for (auto it = lru_.begin(); it != lru_.end(); ++it)
+    if (it->tokens == tokens) {
+      bytes_ -= it->bytes;
+      lru_.erase(it);
+      break;
+    }
+  Entry e{std::move(tokens), std::move(sequence), 0};
+  e.bytes = entry_bytes(e);
+  if (e.bytes > capacity_bytes_) return;
+  while (!lru_.empty() && bytes_ + e.bytes > capacity_bytes_) {
+    bytes_ -= lru_.back().bytes;
+    lru_.pop_back();
+  }
+  bytes_ += e.bytes;
+  lru_.push_front(std::move(e));
+}
+
+}  // namespace retnet::server

@@ -1,0 +1,43 @@
+#pragma once
+// The prompt cache: sequence states (Session::snapshot) keyed by the tokens they consumed, kept in
+// an LRU bounded in bytes. A recurrent model's state has a fixed size whatever the prefix length,
+// so caching a long conversation costs one state, not a KV cache per token.
+#include <cstdint>
+#include <list>
+#include <span>
+#include <vector>
+
+#include "retnet/infer/state_file.h"
+
+namespace retnet::server {
+
+class PromptCache {
+ public:
+  explicit PromptCache(int64_t capacity_bytes) : capacity_bytes_(capacity_bytes) {}
+
+  // The entry with the longest key that is a prefix of `tokens` (the key's length is at most
+  // tokens.size()); null when none. The entry becomes the most recently used. The pointer stays
+  // valid until the next insert.
+  const SavedSequence* find_longest_prefix(std::span<const int32_t> tokens, int64_t* length);
+  // Adds (or refreshes) the state after `tokens`, evicting the least recently used entries to stay
+  // within the capacity. A state larger than the whole capacity is not kept.
+  void insert(std::vector<int32_t> tokens, SavedSequence sequence);
+
+  int64_t bytes() const { return bytes_; }
+  int64_t entries() const { return static_cast<int64_t>(lru_.size()); }
+  int64_t capacity_bytes() const { return capacity_bytes_; }
+
+ private:
+  struct Entry {
+    std::vector<int32_t> tokens;
+    SavedSequence sequence;
+    int64_t bytes = 0;
+  };
+  static int64_t entry_bytes(const Entry& e);
+
+  int64_t capacity_bytes_;
+  int64_t bytes_ = 0;
+  std::list<Entry> lru_;  // most recently used first
+};
+
+}  // namespace retnet::server

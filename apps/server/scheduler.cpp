@@ -1,0 +1,418 @@
+#include "scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace retnet::server {
+namespace {
+
+SessionOptions session_options(int64_t capacity, int64_t block, const SchedulerOptions& o) {
+  SessionOptions so;
+  so.capacity = capacity;
+  so.prefill_block = block;
+  so.history = std::max<int64_t>(o.history, 1);
+  so.decode_threads = std::max(o.threads, 0);
+  return so;
+}
+
+int64_t micros_since(Clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
+}
+
+// The prefill block rounded to whole chunks, so that every block boundary is a chunk boundary and
+// a prompt read in blocks (or restored from the cache at a boundary) runs the very same chunks as
+// one read whole, as `retnet generate` does.
+int64_t aligned_block(int64_t block, int64_t chunk) {
+  return std::max<int64_t>(chunk, block / chunk * chunk);
+}
+
+}  // namespace
+
+Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer,
+                     const SchedulerOptions& options, Metrics& metrics)
+    : model_(model),
+      tokenizer_(tokenizer),
+      options_(options),
+      metrics_(metrics),
+      chunk_(std::max<int64_t>(1, model.config().recurrent_chunk_size)),
+      block_(aligned_block(options.prefill_block, chunk_)),
+      prefill_session_(model, session_options(1, block_, options)),
+      decode_session_(model, session_options(options.slots, 1, options)),
+      cache_(options.cache_bytes) {
+  RETNET_CHECK(options.slots >= 1, "--parallel must be >= 1, got {}", options.slots);
+  RETNET_CHECK(options.max_queue >= 0, "--max-queue must be >= 0, got {}", options.max_queue);
+  prefill_session_.add_sequence();
+  slots_.resize(static_cast<size_t>(options.slots));
+  for (size_t i = 0; i < slots_.size(); ++i) slots_[i].id = static_cast<int64_t>(i);
+  metrics_.slots = options.slots;
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() { shutdown("the server is shutting down"); }
+
+Scheduler::Admission Scheduler::submit(const std::shared_ptr<Job>& job) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stopping_) return Admission::ShuttingDown;
+  // Queued jobs that idle slots will take at the next loop do not count against --max-queue.
+  const int64_t idle = std::count_if(slots_.begin(), slots_.end(),
+                                     [](const Slot& s) { return s.phase == Phase::Idle; });
+  if (static_cast<int64_t>(queue_.size()) >= options_.max_queue + idle) return Admission::QueueFull;
+  queue_.push_back(job);
+  metrics_.requests += 1;
+  update_gauges_locked();
+  wake_.notify_one();
+  return Admission::Queued;
+}
+
+void Scheduler::shutdown(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+    stop_reason_ = reason;
+    wake_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void Scheduler::update_gauges_locked() {
+  int64_t busy = 0, bytes = 0;
+  for (const Slot& s : slots_)
+    if (s.phase != Phase::Idle) {
+      ++busy;
+      bytes += s.state_bytes;
+    }
+  metrics_.busy_slots = busy;
+  metrics_.queue_depth = static_cast<int64_t>(queue_.size());
+  metrics_.state_bytes = bytes;
+  metrics_.cache_bytes = cache_.bytes();
+  metrics_.cache_entries = cache_.entries();
+}
+
+void Scheduler::emit(Slot& slot, const std::string& text, const TokenLogprob* logprob) {
+  Job& job = *slot.job;
+  std::lock_guard<std::mutex> lock(job.mutex);
+  job.text += text;
+  if (logprob) job.logprobs.push_back(*logprob);
+  job.completion_tokens = slot.generated;
+  job.changed.notify_all();
+}
+
+void Scheduler::finish(Slot& slot, const std::string& reason, const std::string& error,
+                       int error_status) {
+  Job& job = *slot.job;
+  std::string tail;
+  if (slot.releaser) tail = slot.releaser->finish(nullptr);
+  {
+    std::lock_guard<std::mutex> lock(job.mutex);
+    job.text += tail;
+    job.finished = true;
+    job.finish_reason = reason;
+    job.error = error;
+    job.error_status = error_status;
+    job.completion_tokens = slot.generated;
+    job.changed.notify_all();
+  }
+  release(slot);
+  slot.job.reset();
+  slot.releaser.reset();
+  slot.phase = Phase::Idle;
+  slot.prefilled = slot.generated = slot.position = slot.state_bytes = 0;
+  slot.fed.clear();
+  update_gauges_locked();
+}
+
+void Scheduler::release(Slot& slot) {
+  if (slot.phase == Phase::Decode) {
+    auto it = std::find(decoding_.begin(), decoding_.end(), slot.id);
+    const int64_t b = it - decoding_.begin();
+    // Keep the finished conversation's state for POST /slots/{id}?action=save.
+    slot.last_state = decode_session_.snapshot(b);
+    slot.last_tokens = slot.job->prompt;
+    slot.last_tokens.insert(slot.last_tokens.end(), slot.fed.begin(), slot.fed.end());
+    decode_session_.remove_sequence(b);
+    decoding_.erase(it);
+  } else if (slot.phase == Phase::Prefill || slot.phase == Phase::Waiting) {
+    auto it = std::find(prefilling_.begin(), prefilling_.end(), slot.id);
+    if (it == prefilling_.begin()) prefill_session_.reset_sequence(0);
+    prefilling_.erase(it);
+  }
+}
+
+bool Scheduler::sweep_locked() {
+  const auto now = Clock::now();
+  for (Slot& s : slots_) {
+    if (s.phase == Phase::Idle) continue;
+    if (s.job->cancelled) {
+      metrics_.cancelled += 1;
+      finish(s, "", "the client disconnected", 499);
+    } else if (now > s.job->deadline) {
+      finish(s, "", "the request ran past the server's --timeout", 504);
+    }
+  }
+  for (Slot& s : slots_) {
+    if (s.phase != Phase::Idle || queue_.empty()) continue;
+    s.job = queue_.front();
+    queue_.pop_front();
+    if (s.job->cancelled) {
+      s.job.reset();
+      continue;
+    }
+    s.phase = Phase::Waiting;
+    s.prefilled = s.generated = 0;
+    s.releaser = std::make_unique<TextReleaser>(&s.job->stop);
+    s.started = Clock::now();
+    prefilling_.push_back(s.id);
+  }
+  // Queued jobs whose client left or whose time ran out never take a slot.
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    Job& job = **it;
+    if (job.cancelled || now > job.deadline) {
+      std::lock_guard<std::mutex> lock(job.mutex);
+      job.finished = true;
+      job.error = job.cancelled ? "the client disconnected"
+                                : "the request waited past the server's --timeout";
+      job.error_status = job.cancelled ? 499 : 504;
+      job.changed.notify_all();
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  update_gauges_locked();
+  return !prefilling_.empty() || !decoding_.empty();
+}
+
+void Scheduler::loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    if (!sweep_locked()) {
+      // Idle: wake on a new job, or now and then to expire queued ones.
+      wake_.wait_for(lock, std::chrono::milliseconds(200));
+      continue;
+    }
+    lock.unlock();
+    try {
+      if (!prefilling_.empty()) prefill_one_block();
+      if (!decoding_.empty()) decode_one_step();
+    } catch (const std::exception& e) {
+      // An engine error ends every running job with its message; the server stays up.
+      lock.lock();
+      for (Slot& s : slots_)
+        if (s.phase != Phase::Idle)
+          finish(s, "", std::string("inference failed: ") + e.what(), 500);
+      continue;
+    }
+    lock.lock();
+  }
+  for (Slot& s : slots_)
+    if (s.phase != Phase::Idle) finish(s, "", stop_reason_, 503);
+  for (auto& job : queue_) {
+    std::lock_guard<std::mutex> job_lock(job->mutex);
+    job->finished = true;
+    job->error = stop_reason_;
+    job->error_status = 503;
+    job->changed.notify_all();
+  }
+  queue_.clear();
+  update_gauges_locked();
+}
+
+// The inference thread alone changes slots, so it reads them without the lock; it takes the
+// lock to change them, as /slots and save read them from HTTP threads.
+void Scheduler::prefill_one_block() {
+  Slot& slot = slots_[static_cast<size_t>(prefilling_.front())];
+  Job& job = *slot.job;
+  const auto t0 = Clock::now();
+  const int64_t T = static_cast<int64_t>(job.prompt.size());
+  if (slot.phase == Phase::Waiting) {
+    prefill_session_.reset_sequence(0);
+    int64_t cached = 0;
+    if (cache_.capacity_bytes() > 0) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (const SavedSequence* hit = cache_.find_longest_prefix(job.prompt, &cached)) {
+        prefill_session_.restore(0, *hit);
+        metrics_.cache_hits += 1;
+        metrics_.cache_tokens_saved += cached;
+      } else {
+        metrics_.cache_misses += 1;
+      }
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    slot.phase = Phase::Prefill;
+    slot.prefilled = cached;
+    std::lock_guard<std::mutex> job_lock(job.mutex);
+    job.prompt_tokens = T;
+    job.cached_tokens = cached;
+  }
+  // Up to the next block boundary; the last block stops at the last chunk boundary first, where a
+  // snapshot serves any later prompt that extends this one (the next turn of a chat).
+  const int64_t last_boundary = T / chunk_ * chunk_;
+  int64_t end = std::min(T, (slot.prefilled / block_ + 1) * block_);
+  if (end == T && last_boundary > slot.prefilled && last_boundary < T) end = last_boundary;
+  const int64_t start = slot.prefilled;
+  if (end > start) prefill_session_.prefill(0, job.prompt.data() + start, end - start);
+  metrics_.prefilled_tokens += end - start;
+  const bool at_boundary = end % block_ == 0 || end == last_boundary;
+  if (cache_.capacity_bytes() > 0 && end > start && end % chunk_ == 0 && at_boundary) {
+    SavedSequence snap = prefill_session_.snapshot(0);
+    std::lock_guard<std::mutex> lock(mutex_);
+    cache_.insert(std::vector<int32_t>(job.prompt.begin(), job.prompt.begin() + end),
+                  std::move(snap));
+  }
+  metrics_.prompt_microseconds += micros_since(t0);
+  std::lock_guard<std::mutex> lock(mutex_);
+  slot.prefilled = slot.position = end;
+  slot.state_bytes = prefill_session_.state_bytes(0);
+  if (end < T) return update_gauges_locked();
+  metrics_.prompt_tokens += T;
+  if (job.max_tokens == 0) return finish(slot, "length");  // nothing to generate
+  prefilling_.pop_front();
+  const int64_t b = decode_session_.add_sequence();
+  decode_session_.restore(b, prefill_session_.snapshot(0));
+  prefill_session_.reset_sequence(0);
+  decoding_.push_back(slot.id);
+  slot.phase = Phase::Decode;
+  update_gauges_locked();
+}
+
+TokenLogprob Scheduler::logprob_of(const float* logits, int32_t token, int top) const {
+  const int64_t V = decode_session_.vocab();
+  float max_logit = logits[0];
+  for (int64_t i = 1; i < V; ++i) max_logit = std::max(max_logit, logits[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < V; ++i) sum += std::exp(static_cast<double>(logits[i] - max_logit));
+  const float log_z = max_logit + static_cast<float>(std::log(sum));
+  TokenLogprob out;
+  out.token = token;
+  out.logprob = logits[token] - log_z;
+  if (top > 0) {
+    std::vector<int32_t> ids(static_cast<size_t>(V));
+    for (int64_t i = 0; i < V; ++i) ids[i] = static_cast<int32_t>(i);
+    const int64_t k = std::min<int64_t>(top, V);
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (int64_t i = 0; i < k; ++i) out.top.emplace_back(ids[i], logits[ids[i]] - log_z);
+  }
+  return out;
+}
+
+void Scheduler::decode_one_step() {
+  const auto t0 = Clock::now();
+  std::vector<int32_t> next;
+  std::vector<int64_t> ended;  // session indices of slots that finish this round
+  std::vector<std::string> reasons;
+  for (size_t b = 0; b < decoding_.size(); ++b) {
+    Slot& slot = slots_[static_cast<size_t>(decoding_[b])];
+    Job& job = *slot.job;
+    const int64_t i = static_cast<int64_t>(b);
+    // Stream 0 for every request: a request gives the text `retnet generate` gives alone.
+    const int32_t token = decode_session_.sample(i, job.sampling, 0);
+    std::optional<TokenLogprob> lp;
+    if (job.top_logprobs >= 0) lp = logprob_of(decode_session_.logits(i), token, job.top_logprobs);
+    const char* reason = nullptr;
+    if (job.stop_at_eos && token == tokenizer_.eos_id()) {
+      reason = "stop";
+    } else {
+      ++slot.generated;
+      metrics_.generated_tokens += 1;
+      emit(slot, slot.releaser->push(tokenizer_.token_bytes(token)), lp ? &*lp : nullptr);
+      if (slot.releaser->stopped())
+        reason = "stop";
+      else if (slot.generated >= job.max_tokens)
+        reason = "length";
+    }
+    next.push_back(token);
+    if (reason) {
+      ended.push_back(i);
+      reasons.emplace_back(reason);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t e = ended.size(); e-- > 0;) {
+      const int64_t b = ended[e];
+      next.erase(next.begin() + b);
+      finish(slots_[static_cast<size_t>(decoding_[static_cast<size_t>(b)])], reasons[e]);
+    }
+  }
+  if (!decoding_.empty()) {
+    decode_session_.step(next.data());
+    metrics_.decode_steps += 1;
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t b = 0; b < decoding_.size(); ++b) {
+      Slot& slot = slots_[static_cast<size_t>(decoding_[b])];
+      slot.fed.push_back(next[b]);
+      slot.position = decode_session_.position(static_cast<int64_t>(b));
+      slot.state_bytes = decode_session_.state_bytes(static_cast<int64_t>(b));
+    }
+    update_gauges_locked();
+  }
+  metrics_.decode_microseconds += micros_since(t0);
+}
+
+nlohmann::json Scheduler::slots_json() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  nlohmann::json out = nlohmann::json::array();
+  for (const Slot& s : slots_) {
+    static const char* names[] = {"idle", "waiting", "prefill", "decode"};
+    nlohmann::json j = {{"id", s.id}, {"state", names[static_cast<int>(s.phase)]}};
+    if (s.phase != Phase::Idle) {
+      j["prompt_tokens"] = static_cast<int64_t>(s.job->prompt.size());
+      j["prefilled_tokens"] = s.prefilled;
+      j["generated_tokens"] = s.generated;
+    }
+    if (s.phase == Phase::Prefill || s.phase == Phase::Decode) {
+      j["position"] = s.position;
+      j["state_bytes"] = s.state_bytes;
+    }
+    j["saved_state"] = s.last_state.has_value();
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+nlohmann::json Scheduler::save_slot(int64_t id, const std::string& path) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  RETNET_CHECK(id >= 0 && id < options_.slots, "slot {} does not exist (the server has {})", id,
+               options_.slots);
+  const Slot& s = slots_[static_cast<size_t>(id)];
+  RETNET_CHECK(s.last_state.has_value(), "slot {} has finished no request yet: nothing to save",
+               id);
+  write_state_file(path, model_, decode_session_.model_fingerprint(), *s.last_state);
+  nlohmann::json tokens = s.last_tokens;
+  write_file_atomically(path + ".tokens.json", tokens.dump());
+  return {{"id_slot", id}, {"n_saved", static_cast<int64_t>(s.last_tokens.size())}};
+}
+
+nlohmann::json Scheduler::restore_slot(int64_t id, const std::string& path) {
+  RETNET_CHECK(id >= 0 && id < options_.slots, "slot {} does not exist (the server has {})", id,
+               options_.slots);
+  SavedSequence state = read_state_file(path, model_, decode_session_.model_fingerprint());
+  const std::string tokens_path = path + ".tokens.json";
+  std::vector<int32_t> tokens;
+  try {
+    tokens = nlohmann::json::parse(read_file(tokens_path, "slot tokens file"))
+                 .get<std::vector<int32_t>>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("slot tokens file '{}' is not a JSON list of token ids: {}",
+                            tokens_path, e.what()));
+  }
+  RETNET_CHECK(static_cast<int64_t>(tokens.size()) == state.position,
+               "slot tokens file '{}' lists {} tokens but the state consumed {}", tokens_path,
+               tokens.size(), state.position);
+  for (int32_t t : tokens)
+    RETNET_CHECK(t >= 0 && t < model_.config().vocab_size,
+                 "slot tokens file '{}' holds token {} outside the vocabulary", tokens_path, t);
+  std::lock_guard<std::mutex> lock(mutex_);
+  Slot& s = slots_[static_cast<size_t>(id)];
+  // A restored state serves the next request that starts with its tokens, through the cache.
+  if (cache_.capacity_bytes() > 0) cache_.insert(tokens, state);
+  s.last_tokens = std::move(tokens);
+  s.last_state = std::move(state);
+  update_gauges_locked();
+  return {{"id_slot", id}, {"n_restored", static_cast<int64_t>(s.last_tokens.size())}};
+}
+
+}  // namespace retnet::server

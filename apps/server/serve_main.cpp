@@ -1,0 +1,131 @@
+// The server's main loop: loads the model, starts the inference thread and the HTTP server, and
+// shuts them down in order on SIGINT or SIGTERM.
+#include "serve_main.h"
+
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <thread>
+
+#include "http_api.h"
+#include "retnet/retnet.h"
+#include "scheduler.h"
+
+namespace retnet::server {
+namespace {
+
+std::vector<std::string> keys_from_file(const std::string& path) {
+  std::vector<std::string> keys;
+  const std::string text = read_file(path, "API key file");
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (!line.empty() && line[0] != '#') keys.push_back(line);
+    start = end + 1;
+  }
+  RETNET_CHECK(!keys.empty(), "API key file '{}' holds no key (one per line)", path);
+  return keys;
+}
+
+}  // namespace
+
+void run_server(ServeOptions o) {
+  // Signals go to one thread that shuts the server down in order; every other thread (HTTP,
+  // inference, OpenMP) inherits the blocked mask. A client that goes away must not kill us.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGUSR1);  // internal: ends the signal thread when listen() fails
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  if (!o.api_key_file.empty()) {
+    auto more = keys_from_file(o.api_key_file);
+    o.api_keys.insert(o.api_keys.end(), more.begin(), more.end());
+  }
+  for (const auto& k : o.api_keys) RETNET_CHECK(!k.empty(), "--api-key must not be empty");
+  if (!o.slot_save_dir.empty())
+    RETNET_CHECK(std::filesystem::is_directory(o.slot_save_dir),
+                 "--slot-save-dir '{}' is not a directory", o.slot_save_dir);
+  set_num_threads(o.threads);
+  const auto t0 = std::chrono::steady_clock::now();
+  Model model =
+      load_model(o.model, o.config.empty() ? std::nullopt
+                                           : std::optional<Config>(Config::from_file(o.config)));
+  model.prepare_decode(DecodePrecision::F32);
+  std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(o.model);
+  RETNET_CHECK(tokenizer->vocab_size() <= model.config().vocab_size,
+               "the tokenizer has {} tokens but the model's vocabulary only {}",
+               tokenizer->vocab_size(), model.config().vocab_size);
+  const std::string model_id =
+      o.alias.empty() ? std::filesystem::path(o.model).filename().string() : o.alias;
+
+  Metrics metrics;
+  SchedulerOptions so;
+  so.slots = o.parallel;
+  so.max_queue = o.max_queue;
+  so.prefill_block = o.prefill_block;
+  so.cache_bytes = o.state_cache_mib * (int64_t{1} << 20);
+  so.threads = std::max(o.threads, 0);
+  Scheduler scheduler(model, *tokenizer, so, metrics);
+  HttpApi api(o, model_id, model, *tokenizer, scheduler, metrics);
+
+  httplib::Server http;
+  // Every admitted request holds a thread while it streams: enough for all slots and the queue.
+  const size_t http_threads = static_cast<size_t>(o.parallel + o.max_queue + 8);
+  http.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
+  http.set_payload_max_length(static_cast<size_t>(o.max_body_mib) << 20);
+  http.set_keep_alive_timeout(2);
+  api.install(http);
+  RETNET_CHECK(http.bind_to_port(o.host, o.port), "cannot listen on {}:{} (in use, or a bad host?)",
+               o.host, o.port);
+  const double load_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr,
+               "retnet serve: model '%s' (%lld parameters, %s state per stream) loaded in %.2f s; "
+               "%lld slots; listening on http://%s:%d\n",
+               model_id.c_str(), static_cast<long long>(model.parameter_count()),
+               fmt::format("{:.2f} KiB", model.state_bytes_per_sequence() / 1024.0).c_str(), load_s,
+               static_cast<long long>(o.parallel), o.host.c_str(), o.port);
+  std::fflush(stderr);
+
+  if (o.api_keys.empty() && o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1")
+    std::fprintf(stderr,
+                 "retnet serve: warning: listening on %s without --api-key: anyone who "
+                 "can reach this address can use the server\n",
+                 o.host.c_str());
+  std::atomic<bool> by_signal{false};
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (sig == SIGUSR1) return;
+    by_signal = true;
+    std::fprintf(stderr, "retnet serve: %s received: stopping\n",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM");
+    api.stop_accepting();                               // new requests get 503
+    scheduler.shutdown("the server is shutting down");  // running streams end with an error
+    // Let the streams write their error chunk: httplib stops writing them once stop() is called.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (api.open_streams() > 0 && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    http.stop();  // no new connections; listen() returns once the handlers have finished
+  });
+  const bool listened = http.listen_after_bind();
+  // listen() ended without a signal (it failed): wake the signal thread so it can be joined.
+  if (!by_signal) pthread_kill(signal_thread.native_handle(), SIGUSR1);
+  signal_thread.join();
+  scheduler.shutdown("the server is shutting down");
+  RETNET_CHECK(listened || by_signal, "the server stopped listening on {}:{} unexpectedly", o.host,
+               o.port);
+  std::fprintf(stderr, "retnet serve: stopped\n");
+}
+
+}  // namespace retnet::server

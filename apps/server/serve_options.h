@@ -1,0 +1,27 @@
+#pragma once
+// Options of `retnet serve`.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace retnet::server {
+
+struct ServeOptions {
+  std::string model, config, alias;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int64_t parallel = 4;
+  int threads = 0;
+  std::vector<std::string> api_keys;
+  std::string api_key_file;
+  int64_t max_prompt_tokens = 8192;
+  int64_t max_tokens = 512;
+  int64_t max_queue = 64;
+  double timeout_s = 600;
+  int64_t state_cache_mib = 64;
+  int64_t max_body_mib = 8;
+  int64_t prefill_block = 512;
+  std::string slot_save_dir;
+};
+
+}  // namespace retnet::server

@@ -1,0 +1,145 @@
+// Pieces of `retnet serve` that need no HTTP: the prompt cache (longest prefix, LRU eviction within
+// its byte budget), the request validation (each bad field named), and the default chat template.
+// The server end to end is tested by tests/server/.
+#include <gtest/gtest.h>
+
+#include "chat_prompt.h"
+#include "openai_request.h"
+#include "prompt_cache.h"
+
+using namespace retnet;
+using namespace retnet::server;
+
+namespace {
+
+SavedSequence state_of(int64_t position, size_t floats) {
+  SavedSequence s;
+  s.position = position;
+  s.state.assign(floats, static_cast<float>(position));
+  return s;
+}
+
+TEST(ServerPromptCache, FindsTheLongestCachedPrefix) {
+  PromptCache cache(1 << 20);
+  cache.insert({1, 2}, state_of(2, 4));
+  cache.insert({1, 2, 3, 4}, state_of(4, 4));
+  cache.insert({1, 9, 9}, state_of(3, 4));
+  int64_t n = -1;
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
+  const SavedSequence* hit = cache.find_longest_prefix(prompt, &n);
+  ASSERT_NE(hit, nullptr);
+  EXPECT_EQ(n, 4);
+  EXPECT_EQ(hit->position, 4);
+  const std::vector<int32_t> shorter = {1, 2, 3};
+  hit = cache.find_longest_prefix(shorter, &n);
+  ASSERT_NE(hit, nullptr);
+  EXPECT_EQ(n, 2);  // {1, 2, 3, 4} is longer than the prompt
+  const std::vector<int32_t> other = {7, 1, 2};
+  EXPECT_EQ(cache.find_longest_prefix(other, &n), nullptr);
+  EXPECT_EQ(n, 0);
+}
+
+TEST(ServerPromptCache, EvictsTheLeastRecentlyUsedWithinItsBudget) {
+  PromptCache probe(1 << 20);
+  probe.insert({1}, state_of(1, 1000));
+  const int64_t one = probe.bytes();
+  PromptCache cache(3 * one);  // room for three entries of this size
+  cache.insert({1}, state_of(1, 1000));
+  cache.insert({2}, state_of(1, 1000));
+  cache.insert({3}, state_of(1, 1000));
+  int64_t n = 0;
+  const std::vector<int32_t> first = {1, 5};
+  ASSERT_NE(cache.find_longest_prefix(first, &n), nullptr);  // {1} becomes the most recent
+  cache.insert({4}, state_of(1, 1000));                      // evicts {2}
+  EXPECT_EQ(cache.entries(), 3);
+  EXPECT_LE(cache.bytes(), cache.capacity_bytes());
+  const std::vector<int32_t> second = {2};
+  EXPECT_EQ(cache.find_longest_prefix(second, &n), nullptr);
+  EXPECT_NE(cache.find_longest_prefix(first, &n), nullptr);
+  // Re-inserting a key replaces it; a state larger than the budget is not kept.
+  cache.insert({1}, state_of(1, 1000));
+  EXPECT_EQ(cache.entries(), 3);
+  cache.insert({9}, state_of(1, 10000));
+  EXPECT_EQ(cache.entries(), 3);
+  const std::vector<int32_t> big = {9};
+  EXPECT_EQ(cache.find_longest_prefix(big, &n), nullptr);
+}
+
+RequestLimits limits() { return {"tiny", 100, 256}; }
+
+// The status and the param of the HttpError a body raises (0 and "" when accepted).
+std::pair<int, std::string> refusal(const std::string& body, bool chat = false) {
+  try {
+    parse_completion_request(parse_json_object(body), chat, limits());
+  } catch (const HttpError& e) {
+    EXPECT_FALSE(std::string(e.what()).empty());
+    return {e.status, e.param};
+  }
+  return {0, ""};
+}
+
+TEST(ServerRequest, NamesTheBadField) {
+  EXPECT_EQ(refusal(R"({"prompt": "x"})").first, 0);
+  EXPECT_EQ(refusal(R"({"prompt": "x", "temperature": "hot"})"),
+            std::make_pair(400, std::string("temperature")));
+  EXPECT_EQ(refusal(R"({"prompt": "x", "temperature": 3})").second, "temperature");
+  EXPECT_EQ(refusal(R"({"prompt": "x", "max_tokens": -1})").second, "max_tokens");
+  EXPECT_EQ(refusal(R"({"prompt": "x", "max_tokens": 101})").second, "max_tokens");
+  EXPECT_EQ(refusal(R"({"prompt": "x", "max_tokens": 1.5})").second, "max_tokens");
+  EXPECT_EQ(refusal(R"({"prompt": "x", "n": 2})").second, "n");
+  EXPECT_EQ(refusal(R"({"prompt": "x", "stop": ["a", 3]})").second, "stop[1]");
+  EXPECT_EQ(refusal(R"({"prompt": [1, 300]})").second, "prompt[1]");
+  EXPECT_EQ(refusal(R"({"prompt": "x", "model": "gpt"})"),
+            std::make_pair(404, std::string("model")));
+  EXPECT_EQ(refusal(R"({"prompt": "x", "stream": 1})").second, "stream");
+  EXPECT_EQ(refusal(R"({"messages": []})", true).second, "messages");
+  EXPECT_EQ(refusal(R"({"messages": [{"role": "user", "content": 1}]})", true).second,
+            "messages[0].content");
+  EXPECT_EQ(refusal(R"({"messages": [{"content": "x"}]})", true).second, "messages[0].role");
+  EXPECT_EQ(refusal(R"({"prompt": "x", "logprobs": 21})").second, "logprobs");
+  EXPECT_EQ(refusal(R"({"prompt": "x"})", true).second, "messages");
+}
+
+TEST(ServerRequest, ReadsFieldsAndDefaults) {
+  auto r = parse_completion_request(
+      parse_json_object(R"({"prompt": ["hi"], "max_tokens": 7, "temperature": 0, "top_k": 3,
+                            "stop": "x", "seed": 5, "logprobs": 2, "stream": true,
+                            "stream_options": {"include_usage": true}})"),
+      false, limits());
+  EXPECT_EQ(r.prompt_text, "hi");
+  EXPECT_EQ(r.max_tokens, 7);
+  EXPECT_EQ(r.sampling.temperature, 0.f);
+  EXPECT_EQ(r.sampling.top_k, 3);
+  EXPECT_EQ(r.stop, std::vector<std::string>{"x"});
+  EXPECT_TRUE(r.seed_given);
+  EXPECT_EQ(r.sampling.seed, 5u);
+  EXPECT_EQ(r.top_logprobs, 2);
+  EXPECT_TRUE(r.stream && r.include_usage);
+  auto d = parse_completion_request(parse_json_object(R"({"prompt": [5, 6]})"), false, limits());
+  EXPECT_TRUE(d.prompt_is_tokens);
+  EXPECT_EQ(d.prompt_tokens, (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(d.max_tokens, 100);  // the server's --max-tokens
+  EXPECT_FALSE(d.seed_given);
+}
+
+TEST(ServerRequest, RefusesBodiesThatAreNotJsonObjects) {
+  for (const std::string& body :
+       {std::string("{\"prompt\": "), std::string("[1]"), std::string("{\"prompt\": \"\xff\"}")}) {
+    try {
+      parse_json_object(body);
+      ADD_FAILURE() << "accepted " << body;
+    } catch (const HttpError& e) {
+      EXPECT_EQ(e.status, 400);
+    }
+  }
+}
+
+TEST(ServerChatPrompt, DefaultTemplate) {
+  ChatPrompt p = render_chat_prompt(
+      {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}});
+  EXPECT_EQ(p.text, "Be brief.\n\nUser: Hi\nAssistant: Hello.\nUser: Bye\nAssistant:");
+  EXPECT_EQ(p.stop, std::vector<std::string>{"\nUser:"});
+  EXPECT_EQ(render_chat_prompt({{"user", "x"}}).text, "User: x\nAssistant:");
+}
+
+}  // namespace

@@ -1,0 +1,450 @@
+"""End-to-end tests of `retnet serve` over loopback, with only Python's standard library.
+
+    /usr/bin/python3 test_server.py --retnet build/retnet --workdir DIR
+
+Starts the real binary on free 127.0.0.1 ports with a small model made by `retnet init`, and
+checks: OpenAI shapes (chat and completions, streamed and not), greedy and seeded output equal to
+`retnet generate`, 16 concurrent streams each equal to its solo run, a disconnecting client freeing
+its slot, the prompt cache (cached_tokens, fewer tokens prefilled, the same text as without it, each
+chat turn reading only its new text),
+bad requests (the right 4xx and a JSON error naming the field, then a good request succeeds), API
+keys, a full queue (429), slot save/restore, --timeout, and SIGTERM ending a stream with an error chunk and
+exit status 0. Every wait is bounded."""
+import argparse
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+FAILURES = []
+
+
+def check(cond, what):
+    if not cond:
+        FAILURES.append(what)
+        print(f"FAIL: {what}", flush=True)
+    return cond
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, retnet, model, workdir, name, *args):
+        self.port = free_port()
+        self.auth = {"Authorization": f"Bearer {args[args.index('--api-key') + 1]}"} \
+            if "--api-key" in args else {}
+        self.log_path = os.path.join(workdir, f"{name}.log")
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [retnet, "serve", "-m", model, "--port", str(self.port), *args],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server {name} exited: {open(self.log_path).read()}")
+            try:
+                if self.request("GET", "/health")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"server {name} did not answer /health within 60 s")
+
+    def request(self, method, path, body=None, headers=None, timeout=60):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        if body is not None and not isinstance(body, (bytes, str)):
+            body = json.dumps(body)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            resp = conn.getresponse()
+            data = resp.read()
+        finally:
+            conn.close()
+        return resp.status, data
+
+    def json(self, method, path, body=None, headers=None):
+        status, data = self.request(method, path, body, headers)
+        return status, json.loads(data)
+
+    def stream(self, path, body, headers=None):
+        """SSE `data:` payloads of a streamed request, [DONE] included."""
+        status, data = self.request("POST", path, dict(body, stream=True), headers)
+        assert status == 200, (status, data)
+        events = []
+        for block in data.decode().split("\n\n"):
+            if block.startswith("data: "):
+                events.append(block[len("data: "):])
+        return events
+
+    def metric(self, name):
+        _, data = self.request("GET", "/metrics", headers=self.auth)
+        for line in data.decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        raise KeyError(name)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def generate(retnet, model, prompt, n, *args):
+    out = subprocess.run([retnet, "generate", "-m", model, "-p", prompt, "-n", str(n), "--json",
+                          *args], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["text"]
+
+
+def stream_text(events, chat):
+    text = ""
+    for e in events:
+        if e == "[DONE]":
+            continue
+        j = json.loads(e)
+        for c in j.get("choices", []):
+            text += c["delta"].get("content", "") if chat else c["text"]
+    return text
+
+
+def test_shapes_and_parity(s, retnet, model):
+    check(s.json("GET", "/v1/models")[1]["data"][0]["id"] == "tiny", "/v1/models lists the alias")
+    prompt = "The quick brown fox jumps over the lazy dog. " * 3
+    want = generate(retnet, model, prompt, 40, "--temp", "0")
+    st, r = s.json("POST", "/v1/completions",
+                   {"model": "tiny", "prompt": prompt, "max_tokens": 40, "temperature": 0})
+    check(st == 200 and r["object"] == "text_completion", f"completion shape: {st} {r}")
+    check(r["choices"][0]["text"] == want, "greedy completion equals retnet generate")
+    check(r["choices"][0]["finish_reason"] == "length", "finish_reason length")
+    u = r["usage"]
+    check(u["completion_tokens"] == 40 and u["total_tokens"] == u["prompt_tokens"] + 40 and
+          "cached_tokens" in u["prompt_tokens_details"], f"usage: {u}")
+    # Seeded sampling: the same text as `retnet generate -s`.
+    want = generate(retnet, model, prompt, 30, "--temp", "0.9", "-s", "1234", "--top-k", "20")
+    st, r = s.json("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 30,
+                                               "temperature": 0.9, "seed": 1234, "top_k": 20})
+    check(r["choices"][0]["text"] == want, "seeded completion equals retnet generate -s")
+    events = s.stream("/v1/completions", {"prompt": prompt, "max_tokens": 30, "temperature": 0.9,
+                                          "seed": 1234, "top_k": 20,
+                                          "stream_options": {"include_usage": True}})
+    check(events[-1] == "[DONE]", "stream ends with [DONE]")
+    check(stream_text(events, False) == want, "streamed completion equals the same request whole")
+    check(json.loads(events[-2])["usage"]["completion_tokens"] == 30, "include_usage chunk")
+    # Chat: the default template, the same text as generate on the rendered prompt.
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}]
+    rendered = "Be brief.\n\nUser: Hi!\nAssistant:"
+    want = generate(retnet, model, rendered, 25, "--temp", "0", "--stop", "\nUser:")
+    st, r = s.json("POST", "/v1/chat/completions",
+                   {"messages": messages, "max_tokens": 25, "temperature": 0})
+    check(st == 200 and r["object"] == "chat.completion" and
+          r["choices"][0]["message"]["role"] == "assistant", f"chat shape: {r}")
+    check(r["choices"][0]["message"]["content"] == want, "greedy chat equals retnet generate")
+    events = s.stream("/v1/chat/completions",
+                      {"messages": messages, "max_tokens": 25, "temperature": 0})
+    first = json.loads(events[0])
+    check(first["object"] == "chat.completion.chunk" and
+          first["choices"][0]["delta"].get("role") == "assistant", "first chat chunk has the role")
+    check(stream_text(events, True) == want, "streamed chat equals retnet generate")
+    # Stop strings end the text before them.
+    text = r["choices"][0]["message"]["content"]
+    ascii_at = [i for i, ch in enumerate(text) if ch.isascii() and ch.isalnum() and i > 0]
+    if check(ascii_at, f"no ASCII letter to stop at in {text!r}"):
+        stop = text[ascii_at[0]]
+        st, r2 = s.json("POST", "/v1/chat/completions", {"messages": messages, "max_tokens": 25,
+                                                         "temperature": 0, "stop": [stop]})
+        check(r2["choices"][0]["message"]["content"] == text[:text.find(stop)] and
+              r2["choices"][0]["finish_reason"] == "stop", f"stop string: {r2}")
+    # Log-probabilities: one per token, the greedy token the most likely.
+    st, r = s.json("POST", "/v1/completions",
+                   {"prompt": prompt, "max_tokens": 5, "temperature": 0, "logprobs": 3})
+    lp = r["choices"][0]["logprobs"]
+    check(len(lp["token_logprobs"]) == 5 and all(v <= 0 for v in lp["token_logprobs"]) and
+          all(v >= max(t.values()) - 1e-6 for t, v in zip(lp["top_logprobs"],
+                                                          lp["token_logprobs"])),
+          f"completion logprobs: {lp}")
+    st, r = s.json("POST", "/v1/chat/completions", {"messages": messages, "max_tokens": 3,
+                                                    "logprobs": True, "top_logprobs": 2})
+    content = r["choices"][0]["logprobs"]["content"]
+    check(len(content) == 3 and len(content[0]["top_logprobs"]) == 2, "chat logprobs")
+    # Tokenize and detokenize.
+    st, r = s.json("POST", "/tokenize", {"content": "héllo"})
+    check(r["tokens"] == list("héllo".encode()), f"tokenize: {r}")
+    st, r = s.json("POST", "/detokenize", {"tokens": list("héllo".encode())})
+    check(r["content"] == "héllo", f"detokenize: {r}")
+
+
+def test_concurrent_streams(s):
+    prompts = [f"Stream number {i} says: " + "abc" * i for i in range(16)]
+    body = lambda i: {"prompt": prompts[i], "max_tokens": 48, "temperature": 0.8, "seed": i}
+    solo = [s.json("POST", "/v1/completions", body(i))[1]["choices"][0]["text"] for i in range(16)]
+    results = [None] * 16
+
+    def run(i):
+        try:
+            results[i] = stream_text(s.stream("/v1/completions", body(i)), False)
+        except Exception as e:  # noqa: BLE001 - reported as a mismatch below
+            results[i] = f"error: {e}"
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    check(all(results[i] == solo[i] for i in range(16)),
+          f"16 concurrent streams equal their solo runs: "
+          f"{[i for i in range(16) if results[i] != solo[i]]}")
+
+
+def wait_idle(s, seconds=15):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        slots = s.json("GET", "/slots", headers=s.auth)[1]
+        if all(x["state"] == "idle" for x in slots) and s.metric("retnet_slots_busy") == 0:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_disconnect(s):
+    before = s.metric("retnet_requests_cancelled_total")
+    sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+    body = json.dumps({"prompt": "Never ending story", "max_tokens": 100000, "stream": True})
+    sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                  f"\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
+    got = b""
+    while got.count(b"data: ") < 3:
+        got += sock.recv(4096)
+    busy = s.metric("retnet_slots_busy")
+    sock.close()
+    check(busy == 1, f"a streaming request holds a slot ({busy})")
+    check(wait_idle(s), "a client that disconnects mid-stream frees its slot")
+    check(s.metric("retnet_requests_cancelled_total") == before + 1, "the cancel is counted")
+
+
+def test_prompt_cache(cached, uncached):
+    base = "Once upon a time, in a land of recurrent states, " * 4
+    follow = base + "a second question arrived."
+    for s in (cached, uncached):
+        st, r = s.json("POST", "/v1/completions", {"prompt": base, "max_tokens": 8,
+                                                   "temperature": 0})
+    prefilled0 = cached.metric("retnet_prompt_tokens_prefilled_total")
+    st, hit = cached.json("POST", "/v1/completions", {"prompt": follow, "max_tokens": 32,
+                                                      "temperature": 0.7, "seed": 9})
+    prefilled = cached.metric("retnet_prompt_tokens_prefilled_total") - prefilled0
+    st, miss = uncached.json("POST", "/v1/completions", {"prompt": follow, "max_tokens": 32,
+                                                         "temperature": 0.7, "seed": 9})
+    n = hit["usage"]["prompt_tokens"]
+    c = hit["usage"]["prompt_tokens_details"]["cached_tokens"]
+    check(c > 0 and prefilled == n - c, f"cache hit: cached {c}, prefilled {prefilled} of {n}")
+    check(miss["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, "no cache: nothing cached")
+    check(hit["choices"][0]["text"] == miss["choices"][0]["text"],
+          "the same text with the prompt cache on and off")
+    check(cached.metric("retnet_prompt_cache_hits_total") >= 1 and
+          cached.metric("retnet_prompt_cache_tokens_saved_total") >= c, "cache metrics")
+
+
+def test_chat_turns_read_only_new_text(s):
+    """Each turn of a chat restores the previous turn's prompt from the cache (up to its last
+    chunk boundary, chunks of 8 tokens here) and reads only the rest."""
+    messages = [{"role": "system", "content": "You are a terse assistant."}]
+    previous = 0
+    for turn in range(5):
+        messages.append({"role": "user", "content": f"Question number {turn}: why?"})
+        st, r = s.json("POST", "/v1/chat/completions",
+                       {"messages": messages, "max_tokens": 12, "temperature": 0})
+        u = r["usage"]
+        if turn > 0:
+            check(u["prompt_tokens_details"]["cached_tokens"] >= previous - 7,
+                  f"turn {turn}: cached {u['prompt_tokens_details']['cached_tokens']} of the "
+                  f"previous prompt's {previous} tokens")
+        previous = u["prompt_tokens"]
+        messages.append({"role": "assistant", "content": r["choices"][0]["message"]["content"]})
+
+
+def test_bad_requests(s, headers):
+    def expect(status, body, param=None, path="/v1/completions", what=""):
+        st, data = s.request("POST", path, body, dict(headers, **{"Content-Type":
+                                                                  "application/json"}))
+        try:
+            err = json.loads(data)["error"]
+        except (ValueError, KeyError):
+            return check(False, f"{what}: no JSON error ({st} {data[:200]!r})")
+        ok = st == status and err.get("message")
+        if param:
+            ok = ok and err.get("param") == param
+        check(ok, f"{what}: expected {status} naming {param}, got {st} {err}")
+
+    good = {"prompt": "hello", "max_tokens": 4}
+    expect(400, b'{"prompt": "x", ', what="malformed JSON")
+    expect(400, b'[1, 2]', what="not an object")
+    expect(400, {"prompt": "x", "temperature": "hot"}, "temperature", what="wrong type")
+    expect(400, {"prompt": "x", "max_tokens": 2.5}, "max_tokens", what="fractional max_tokens")
+    expect(400, {"prompt": "x", "stop": [1]}, "stop[0]", what="bad stop")
+    expect(400, {"prompt": 7}, "prompt", what="prompt of a wrong type")
+    expect(400, {"prompt": ""}, "prompt", what="empty prompt")
+    expect(400, b'{"prompt": "\xff\xfe"}', what="invalid UTF-8")
+    expect(400, {"prompt": "x", "max_tokens": -1}, "max_tokens", what="negative max_tokens")
+    expect(400, {"prompt": "x", "n": 2}, "n", what="n = 2")
+    expect(400, {"messages": "hi"}, "messages", path="/v1/chat/completions", what="bad messages")
+    expect(400, {"messages": [{"role": "user", "content": 5}]}, "messages[0].content",
+           path="/v1/chat/completions", what="bad content")
+    expect(404, {"prompt": "x", "model": "gpt-9"}, "model", what="unknown model")
+    expect(413, b'{"prompt": "' + b"a" * (10 << 20) + b'"}', what="10 MB body")
+    st, r = s.json("POST", "/v1/completions", good, headers)
+    check(st == 200 and r["usage"]["completion_tokens"] == 4, "a good request after bad ones")
+
+
+def test_keys_and_queue(retnet, model, workdir):
+    s = Server(retnet, model, workdir, "keyed", "--api-key", "k1", "--api-key", "secret-two",
+               "--parallel", "1", "--max-queue", "0", "--max-tokens", "100000")
+    try:
+        check(s.request("GET", "/health")[0] == 200, "/health needs no key")
+        for hdr, what in (({}, "missing key"), ({"Authorization": "Bearer nope"}, "wrong key"),
+                          ({"Authorization": "secret-two"}, "no Bearer")):
+            st, data = s.request("GET", "/v1/models", headers=hdr)
+            check(st == 401 and json.loads(data)["error"]["code"] == "invalid_api_key", what)
+            st, data = s.request("POST", "/v1/completions", {"prompt": "x"}, hdr)
+            check(st == 401, f"{what} on completions")
+        ok = {"Authorization": "Bearer secret-two"}
+        check(s.request("GET", "/v1/models", headers=ok)[0] == 200, "right key")
+        test_bad_requests(s, ok)
+        # One slot, no queue: a second request while a stream runs is refused at once.
+        sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+        body = json.dumps({"prompt": "long", "max_tokens": 100000, "stream": True})
+        sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\n"
+                      f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+        got = b""
+        while b"data: " not in got:
+            got += sock.recv(4096)
+        t0 = time.time()
+        st, data = s.request("POST", "/v1/completions", {"prompt": "x"}, ok)
+        check(st == 429 and json.loads(data)["error"]["type"] == "rate_limit_exceeded" and
+              time.time() - t0 < 5, f"a full queue answers 429 at once: {st}")
+        sock.close()
+        check(wait_idle(s), "the slot frees after the disconnect")
+        check(s.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2}, ok)[0] == 200,
+              "a request succeeds after the 429")
+    finally:
+        s.stop()
+    check(s.proc.returncode == 0, f"keyed server exit status {s.proc.returncode}")
+
+
+def test_slots_save_restore(retnet, model, workdir):
+    save_dir = os.path.join(workdir, "slots")
+    os.makedirs(save_dir, exist_ok=True)
+    s = Server(retnet, model, workdir, "slots", "--slot-save-dir", save_dir, "--parallel", "1")
+    try:
+        prompt = "Remember this conversation, please. " * 3
+        s.json("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 6, "temperature": 0})
+        st, r = s.json("POST", "/slots/0?action=save", {"filename": "conv.bin"})
+        check(st == 200 and os.path.exists(os.path.join(save_dir, "conv.bin")), f"save: {r}")
+        for name in ("../escape.bin", "/tmp/x", ".hidden", "a/b"):
+            st, r = s.json("POST", "/slots/0?action=save", {"filename": name})
+            check(st == 400 and r["error"]["param"] == "filename", f"file name {name!r} refused")
+        st, r = s.json("POST", "/slots/5?action=save", {"filename": "x.bin"})
+        check(st == 400, "unknown slot refused")
+        st, r = s.json("POST", "/slots/0?action=restore", {"filename": "conv.bin"})
+        check(st == 200 and r["n_restored"] > 0, f"restore: {r}")
+        st, r = s.json("POST", "/slots/0?action=restore", {"filename": "missing.bin"})
+        check(st == 400, f"restoring a missing file: {st}")
+    finally:
+        s.stop()
+
+
+def test_timeout(retnet, model, workdir):
+    s = Server(retnet, model, workdir, "timeout", "--timeout", "1", "--max-tokens", "100000000")
+    try:
+        t0 = time.time()
+        st, r = s.json("POST", "/v1/completions", {"prompt": "x", "max_tokens": 100000000})
+        check(st == 504 and r["error"]["type"] == "timeout_error" and time.time() - t0 < 10,
+              f"--timeout ends a long request with 504: {st} {r}")
+        events = s.stream("/v1/completions", {"prompt": "x", "max_tokens": 100000000})
+        check("error" in json.loads(events[-2]) and events[-1] == "[DONE]",
+              "--timeout ends a stream with an error chunk")
+        check(wait_idle(s), "a request past --timeout frees its slot")
+    finally:
+        s.stop()
+
+
+def test_sigterm(retnet, model, workdir):
+    s = Server(retnet, model, workdir, "sigterm", "--max-tokens", "100000")
+    sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+    body = json.dumps({"prompt": "endless", "max_tokens": 100000, "stream": True})
+    sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}"
+                  f"\r\n\r\n{body}").encode())
+    got = b""
+    while b"data: " not in got:
+        got += sock.recv(4096)
+    s.proc.send_signal(signal.SIGTERM)
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    sock.close()
+    tail = got.decode(errors="replace")[-2000:]
+    check('"error"' in tail and "data: [DONE]" in tail, "SIGTERM ends a stream with an error chunk")
+    try:
+        s.proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        s.proc.kill()
+    s.log.close()
+    check(s.proc.returncode == 0, f"SIGTERM: exit status {s.proc.returncode}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--retnet", required=True)
+    ap.add_argument("--workdir", required=True)
+    a = ap.parse_args()
+    os.makedirs(a.workdir, exist_ok=True)
+    cfg = os.path.join(a.workdir, "tiny.json")
+    with open(cfg, "w") as f:
+        json.dump({"decoder_embed_dim": 32, "decoder_value_embed_dim": 48,
+                   "decoder_retention_heads": 4, "decoder_ffn_embed_dim": 40,
+                   "decoder_layers": 2, "vocab_size": 256, "recurrent_chunk_size": 8}, f)
+    model = os.path.join(a.workdir, "tiny.safetensors")
+    subprocess.run([a.retnet, "init", "--config", cfg, "-o", model, "-s", "5"], check=True,
+                   capture_output=True, timeout=60)
+    # Small prefill blocks, so that prompts are read in several blocks between decode steps.
+    main_server = Server(a.retnet, model, a.workdir, "main", "--alias", "tiny", "--parallel", "8",
+                         "--max-tokens", "100000", "--prefill-block", "16")
+    uncached = Server(a.retnet, model, a.workdir, "uncached", "--state-cache-mib", "0")
+    try:
+        test_shapes_and_parity(main_server, a.retnet, model)
+        test_concurrent_streams(main_server)
+        test_disconnect(main_server)
+        test_prompt_cache(main_server, uncached)
+        test_chat_turns_read_only_new_text(main_server)
+        check(wait_idle(main_server), "no slot leaked")
+    finally:
+        main_server.stop()
+        uncached.stop()
+    check(main_server.proc.returncode == 0, "main server exits 0 on SIGTERM")
+    test_keys_and_queue(a.retnet, model, a.workdir)
+    test_slots_save_restore(a.retnet, model, a.workdir)
+    test_timeout(a.retnet, model, a.workdir)
+    test_sigterm(a.retnet, model, a.workdir)
+    if FAILURES:
+        print(f"{len(FAILURES)} failure(s)")
+        sys.exit(1)
+    print("server tests: all passed")
+
+
+if __name__ == "__main__":
+    main()
