@@ -192,8 +192,10 @@ Model load_hf_directory(const std::string& dir, HfLoadInfo* info) {
     throw Error(fmt::format("'{}': tensor '{}' is not part of a RetNet with this config ({})",
                             shards.file_of[name], name, config_path));
   }
+  // The model first: `config` refers into li, which the move empties.
+  Model model(config, std::move(params));
   if (info) *info = std::move(li);
-  return Model(config, std::move(params));
+  return model;
 }
 
 void save_hf_directory(const Model& model, const std::string& dir, HfFlavour flavour,

@@ -145,7 +145,9 @@ TEST(HybridFla, AttnLayersLoadAndExportBack) {
   EXPECT_EQ(j["attn"]["layers"], nlohmann::json::array({1}));
   EXPECT_EQ(j["attn"]["num_kv_heads"], 2);
   EXPECT_EQ(j["attn"]["qkv_bias"], true);
-  const Model back = load_hf_directory((dir / "out").string());
+  HfLoadInfo info;  // loading with its info (which takes the parsed config) keeps the layers
+  const Model back = load_hf_directory((dir / "out").string(), &info);
+  EXPECT_TRUE(info.hf.config.hybrid());
   EXPECT_EQ(back.config().to_json(), m.config().to_json());
   ASSERT_EQ(back.params().size(), m.params().size());
   EXPECT_EQ(0, std::memcmp(back.params().data(), m.params().data(), m.params().size() * 4));
