@@ -39,6 +39,9 @@ struct MixerCase {
   Config config;
 };
 
+// Test names and messages show a case by its name, not its bytes.
+void PrintTo(const MixerCase& c, std::ostream* os) { *os << c.name; }
+
 // tiny_config's model with the given "mixer" list (and other fields).
 Config hybrid_config(const std::string& fields) {
   return Config::from_json(R"({"decoder_embed_dim": 16, "decoder_value_embed_dim": 24,

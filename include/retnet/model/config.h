@@ -117,8 +117,10 @@ struct Config {
   void validate() const;
   int64_t parameter_count() const;
   // Whether the mixer's output is gated by a projection g (its spec, and output_gate).
+  // Of a single-mixer config (a hybrid model's: layer(l).gated()).
   bool gated() const { return mixer->gated && output_gate; }
-  // Rows of a layer's input projection (q | k | v (| g); see MixerSpec).
+  // Rows of a layer's input projection (q | k | v (| g); see MixerSpec). Of a single-mixer
+  // config: a hybrid model's layers each have their own (layer(l).projection_width()).
   int64_t projection_width() const;
   // Constant-size recurrent state of one sequence, all layers (the mixer's spec per layer;
   // retention: per head a d_k x (d_v + 1) block, the state and the decayed key sum); 0 for the
