@@ -84,7 +84,10 @@ State synthetic_state(const Model& m, int64_t batch, int64_t position, int64_t r
   Philox rng(11);
   for (size_t i = 0; i < kTile; ++i) tile[i] = static_cast<float>(0.01 * rng.normal(0, i));
   // A decay-attention state: a, b >= 0 with b > 0 (a non-empty state), p = 0.
-  if (m.config().mixer->per_channel)
+  bool per_channel = false;
+  for (int64_t l = 0; l < m.config().layers; ++l)
+    per_channel |= m.config().layer_mixer(l).per_channel;
+  if (per_channel)
     for (auto& v : tile) v = std::fabs(v) + 0.01f;
   auto fill = [&](float* p, size_t n, float scale) {
     for (size_t i = 0; i < n; i += kTile) {

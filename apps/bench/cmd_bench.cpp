@@ -97,8 +97,12 @@ double batch_throughput(const Model& m, int64_t B, int64_t steps) {
 // projection, FFN, logits): nearly all of a batched step's arithmetic.
 int64_t product_macs_per_token(const Config& c) {
   const int64_t d = c.embed_dim;
-  return c.layers * (c.projection_width() * d + d * c.value_embed_dim + 3 * c.ffn_dim * d) +
-         c.vocab_size * d;
+  int64_t macs = c.vocab_size * d;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const Config lc = c.layer(l);  // a hybrid model's layers differ in width
+    macs += lc.projection_width() * d + d * lc.value_embed_dim + 3 * c.ffn_dim * d;
+  }
+  return macs;
 }
 
 // GFLOP/s of the packed kernel on 64 rows of the model's input projection with its weights in
@@ -106,7 +110,7 @@ int64_t product_macs_per_token(const Config& c) {
 // must also stream its weights and update its state (64 rows, the table's largest batch, run a
 // little faster than 16: more of them go through the full six-row tiles).
 double packed_kernel_gflops(const Config& c, int calls) {
-  const int64_t M = 64, N = c.projection_width(), K = c.embed_dim;
+  const int64_t M = 64, N = c.max_projection_width(), K = c.embed_dim;
   std::vector<float> weights(static_cast<size_t>(N * K), 0.01f);
   std::vector<float> packed(packed_weight_elements(N, K)), A(static_cast<size_t>(M * K), 0.5f);
   std::vector<float> C(static_cast<size_t>(M * N));
@@ -139,9 +143,10 @@ void run_bench_decode(const std::string& model_path, int reps, bool quick, int t
   Model m = model_path.empty() ? Model::init(Config{}, 1) : load_model(model_path);
   m.prepare_decode(DecodePrecision::F32);
   const Config& c = m.config();
-  std::printf("model: %s, %lld parameters, state %s per sequence\n", c.to_json().c_str(),
-              (long long)m.parameter_count(),
-              human_bytes(double(m.state_bytes_per_sequence())).c_str());
+  std::printf("model: %s, %lld parameters, state %s per sequence + %s per token cached\n",
+              c.to_json().c_str(), (long long)m.parameter_count(),
+              human_bytes(double(m.state_bytes_per_sequence())).c_str(),
+              human_bytes(4.0 * c.cache_floats_per_token()).c_str());
   std::printf(
       "machine: %s, %ld cores; %d threads; BLAS core %s; medians of %d repetitions "
       "[min, max]\n\n",
@@ -153,6 +158,7 @@ void run_bench_decode(const std::string& model_path, int reps, bool quick, int t
                         {"config", nlohmann::json::parse(c.to_json())},
                         {"parameters", m.parameter_count()},
                         {"state_bytes", m.state_bytes_per_sequence()},
+                        {"cache_bytes_per_token", 4 * c.cache_floats_per_token()},
                         {"repetitions", reps}};
 
   // 1. Latency by position: the state does not grow, so neither does the step. Each repetition
@@ -229,23 +235,29 @@ void run_bench_decode(const std::string& model_path, int reps, bool quick, int t
                            {"kernel_gflops_64_rows", to_json(ks)},
                            {"tokens_per_s", ceiling}};
 
-  // 3. Prefill: the chunkwise form against the parallel form.
+  // 3. Prefill: the chunkwise form against the parallel form (where every layer has it).
+  const bool chunkwise = c.has_form(Form::Chunkwise);
   const std::vector<int64_t> lengths =
       quick ? std::vector<int64_t>{512} : std::vector<int64_t>{512, 2048, 8192};
   std::printf("\nprefill tokens/s (one sequence, last-token logits)\n");
   std::printf("%10s %14s %14s %12s\n", "T", "parallel", "chunkwise", "chunkwise/parallel");
   for (int64_t T : lengths) {
     std::vector<double> par, chk;
-    prefill_speed(m, Form::Chunkwise, T);  // warm-up
+    prefill_speed(m, chunkwise ? Form::Chunkwise : Form::Parallel, T);  // warm-up
     for (int i = 0; i < reps; ++i) {
       par.push_back(prefill_speed(m, Form::Parallel, T));
-      chk.push_back(prefill_speed(m, Form::Chunkwise, T));
+      if (chunkwise) chk.push_back(prefill_speed(m, Form::Chunkwise, T));
     }
-    Summary sp = summarize(par), sc = summarize(chk);
+    Summary sp = summarize(par);
+    out["prefill_tokens_per_s"][std::to_string(T)] = {{"parallel", to_json(sp)}};
+    if (!chunkwise) {
+      std::printf("%10lld %14.0f %14s %12s\n", (long long)T, sp.median, "(none)", "");
+      continue;
+    }
+    Summary sc = summarize(chk);
     std::printf("%10lld %14.0f %14.0f %12.2fx\n", (long long)T, sp.median, sc.median,
                 sc.median / sp.median);
-    out["prefill_tokens_per_s"][std::to_string(T)] = {{"parallel", to_json(sp)},
-                                                      {"chunkwise", to_json(sc)}};
+    out["prefill_tokens_per_s"][std::to_string(T)]["chunkwise"] = to_json(sc);
   }
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);

@@ -46,7 +46,7 @@ double read_bandwidth(int reps) {
 
 // sgemm at a prefill's shape: T rows through the model's widest projection (FLOPs per second).
 double gemm_ceiling(const Config& c, int64_t T, int reps) {
-  const int64_t K = c.embed_dim, N = c.projection_width();
+  const int64_t K = c.embed_dim, N = c.max_projection_width();
   std::vector<float> a(T * K, 0.5f), b(N * K, 0.25f), out(T * N);
   double best = 1e30;
   for (int r = 0; r < std::max(reps, 3); ++r) {

@@ -12,12 +12,16 @@ void register_info(CLI::App& app) {
   struct Opts {
     std::string model, config;
     bool json = false;
+    int64_t length = 1024;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("info", "Show a model's config, size and recurrent state size");
   cmd->add_option("model", o->model, "Model .safetensors file, or a Hugging Face directory (fla, syncdoth)")->required();
   cmd->add_option("--config-json", o->config, "Config JSON for a file that has none (torchscale)");
   cmd->add_flag("--json", o->json, "Print one JSON object");
+  cmd->add_option("--length", o->length,
+                  "Tokens a sequence has consumed, for its state size (default 1024)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   cmd->callback([o] {
     LoadInfo li;
     Model model = load_model(o->model, optional_config(o->config), &li);
@@ -30,6 +34,8 @@ void register_info(CLI::App& app) {
     const Config& c = model.config();
     const int64_t params = model.parameter_count();
     const int64_t state = model.state_bytes_per_sequence();
+    // A sequence's whole state at --length tokens: the constant part and the caches' rows.
+    const int64_t state_at_length = state + o->length * c.cache_floats_per_token() * 4;
     // A directory may lack a tokenizer this engine reads: say so instead of failing.
     std::unique_ptr<Tokenizer> tokenizer;
     std::string tokenizer_problem;
@@ -48,9 +54,16 @@ void register_info(CLI::App& app) {
       j["file_bytes"] = file_bytes;
       j["stored_dtype"] = li.source_dtype;
       j["weight_files"] = li.weight_files;
-      j["mixer"] = c.mixer->name;
+      j["mixer"] = c.mixer_description();
+      if (c.hybrid()) {
+        std::vector<std::string> names;
+        for (int64_t l = 0; l < c.layers; ++l) names.push_back(c.layer_mixer(l).name);
+        j["layer_mixers"] = names;
+      }
       j["state_bytes_per_sequence"] = state;
       j["cache_bytes_per_token"] = c.cache_floats_per_token() * 4;
+      j["state_length"] = o->length;
+      j["state_bytes_at_length"] = state_at_length;
       j["source"] = source;
       if (tokenizer)
         j["tokenizer"] = {{"kind", tokenizer->kind()}, {"vocab_size", tokenizer->vocab_size()}};
@@ -88,8 +101,16 @@ void register_info(CLI::App& app) {
       std::printf("tokenizer:    none (%s)\n", tokenizer_problem.c_str());
     if (li.bos_id >= 0 || li.eos_id >= 0)
       std::printf("bos / eos:    %lld / %lld\n", (long long)li.bos_id, (long long)li.eos_id);
-    std::printf("mixer:        %s (%s)\n", c.mixer->name, c.mixer->summary);
-    if (c.mixer->decays_by_head) {
+    if (c.hybrid()) {
+      std::printf("mixer:        %s; per layer:", c.mixer_description().c_str());
+      for (int64_t l = 0; l < c.layers; ++l) std::printf(" %s", c.layer_mixer(l).name);
+      std::printf("\n");
+    } else {
+      std::printf("mixer:        %s (%s)\n", c.mixer->name, c.mixer->summary);
+    }
+    bool decays = false;
+    for (int64_t l = 0; l < c.layers; ++l) decays |= c.layer_mixer(l).decays_by_head;
+    if (decays) {
       std::printf("decay gamma:  ");
       for (double g : model.gammas()) std::printf("%.8f ", g);
       std::printf("\n");
@@ -97,11 +118,19 @@ void register_info(CLI::App& app) {
     std::printf("parameters:   %lld (%s as float32; stored %s in %s)\n", (long long)params,
                 human_bytes(4.0 * params).c_str(), human_bytes(double(li.stored_bytes)).c_str(),
                 li.source_dtype.c_str());
-    if (c.cache_floats_per_token() > 0)
+    if (c.cache_floats_per_token() > 0 && state > 0)
+      std::printf(
+          "state:        %s per sequence constant (%lld floats) plus a cache of %s per token "
+          "(the attention layers' keys and values): %s at %lld tokens\n",
+          human_bytes(double(state)).c_str(), (long long)c.state_floats_per_sequence(),
+          human_bytes(4.0 * c.cache_floats_per_token()).c_str(),
+          human_bytes(double(state_at_length)).c_str(), (long long)o->length);
+    else if (c.cache_floats_per_token() > 0)
       std::printf(
           "state:        a cache of %s per token per sequence (every earlier key and "
-          "value): grows with the sequence\n",
-          human_bytes(4.0 * c.cache_floats_per_token()).c_str());
+          "value): grows with the sequence; %s at %lld tokens\n",
+          human_bytes(4.0 * c.cache_floats_per_token()).c_str(),
+          human_bytes(double(state_at_length)).c_str(), (long long)o->length);
     else
       std::printf("state:        %s per sequence (%lld floats), constant in sequence length\n",
                   human_bytes(double(state)).c_str(), (long long)c.state_floats_per_sequence());

@@ -47,7 +47,7 @@ Session::Session(const Model& model, const SessionOptions& options)
   for (auto& r : recent_) r.reserve(static_cast<size_t>(options.history) + 1);
   // Size the arena for the larger of a prefill block and a full-batch step, once.
   ForwardOptions prefill;
-  prefill.form = model.config().mixer->prefill_form();
+  prefill.form = model.config().prefill_form();
   prefill.chunk = options.prefill_chunk;
   prefill.last_logits_only = true;
   ForwardOptions step;
@@ -102,7 +102,7 @@ void Session::prefill(int64_t b, const int32_t* tokens, int64_t T) {
   check_index(b);
   RETNET_CHECK(T >= 0, "prefill of {} tokens", T);
   ForwardOptions fo;
-  fo.form = model_.config().mixer->prefill_form();
+  fo.form = model_.config().prefill_form();
   fo.chunk = options_.prefill_chunk;
   fo.last_logits_only = true;
   float* out = logits_.data() + b * vocab();

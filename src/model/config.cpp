@@ -1,5 +1,6 @@
 #include "retnet/model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -63,6 +64,95 @@ const std::pair<const char*, QkFeatureMap> kFeatureMaps[] = {
     {"tanh", QkFeatureMap::Tanh},       {"gelu", QkFeatureMap::Gelu},
     {"gelu_python", QkFeatureMap::Gelu}, {"swish", QkFeatureMap::Swish},
     {"silu", QkFeatureMap::Swish}};
+// The attention options' fields of a JSON object into `a` (the others are left to the caller).
+const char* const kAttentionKeys[] = {"heads",      "kv_heads", "value_dim",
+                                      "rope_theta", "qkv_bias", "window_size"};
+void read_attention_fields(const json& v, AttentionOptions& a, const std::string& where) {
+  a.heads = json_int(v, "heads", a.heads, where);
+  a.kv_heads = json_int(v, "kv_heads", a.kv_heads, where);
+  a.value_dim = json_int(v, "value_dim", a.value_dim, where);
+  a.rope_theta = json_number(v, "rope_theta", a.rope_theta, where);
+  a.qkv_bias = json_bool(v, "qkv_bias", a.qkv_bias, where);
+  a.window_size = json_int(v, "window_size", a.window_size, where);
+}
+
+bool is_attention_key(const std::string& key) {
+  for (const char* k : kAttentionKeys)
+    if (key == k) return true;
+  return false;
+}
+
+AttentionOptions read_attention_options(const json& v, const std::string& origin) {
+  RETNET_CHECK(v.is_object(), "{}: 'attention' must be an object, got {}", origin, v.dump());
+  for (auto it = v.begin(); it != v.end(); ++it)
+    RETNET_CHECK(is_attention_key(it.key()), "{}: unknown field 'attention.{}'", origin, it.key());
+  AttentionOptions a;
+  read_attention_fields(v, a, origin + ": attention");
+  return a;
+}
+
+nlohmann::ordered_json attention_json(const AttentionOptions& a) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  if (a.heads) j["heads"] = a.heads;
+  if (a.kv_heads) j["kv_heads"] = a.kv_heads;
+  if (a.value_dim) j["value_dim"] = a.value_dim;
+  if (a.rope_theta) j["rope_theta"] = a.rope_theta;
+  if (a.qkv_bias) j["qkv_bias"] = true;
+  if (a.window_size) j["window_size"] = a.window_size;
+  return j;
+}
+
+// "mixer": one name, or a list of one entry per layer: a name, or an object {"mixer": name, ...}
+// with an attention layer's own options (the others from the config's "attention"). A list whose
+// entries are all alike is that one mixer.
+void read_mixers(const json& v, Config& c, const std::string& origin) {
+  auto find = [&](const json& name, const std::string& where) -> const MixerSpec* {
+    RETNET_CHECK(name.is_string(), "{}: '{}' must be one of {}, got {}", origin, where,
+                 mixer_names(), name.dump());
+    try {
+      return &find_mixer(name.get<std::string>());
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: '{}': {}", origin, where, e.what()));
+    }
+  };
+  if (!v.is_array()) {
+    c.mixer = find(v, "mixer");
+    return;
+  }
+  RETNET_CHECK(!v.empty(), "{}: 'mixer' is an empty list (one mixer per layer)", origin);
+  std::vector<Config::LayerSpec> list;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string where = fmt::format("mixer[{}]", i);
+    Config::LayerSpec spec{nullptr, c.attention};
+    if (v[i].is_object()) {
+      RETNET_CHECK(v[i].contains("mixer"), "{}: '{}' needs a \"mixer\" name", origin, where);
+      spec.mixer = find(v[i]["mixer"], where + ".mixer");
+      for (auto it = v[i].begin(); it != v[i].end(); ++it)
+        RETNET_CHECK(it.key() == "mixer" || (is_attention_key(it.key()) &&
+                                             spec.mixer->adapt_layer_config != nullptr),
+                     "{}: '{}.{}' is not a setting of a {} layer", origin, where, it.key(),
+                     spec.mixer->name);
+      read_attention_fields(v[i], spec.attention, origin + ": " + where);
+    } else {
+      spec.mixer = find(v[i], where);
+    }
+    list.push_back(spec);
+  }
+  c.mixer = list[0].mixer;
+  const bool alike =
+      std::all_of(list.begin(), list.end(), [&](const auto& e) { return e == list[0]; });
+  if (alike) {
+    c.attention = list[0].attention;
+    c.layer_specs.clear();
+    // decoder_layers must then agree with the list (validate names both for a hybrid list).
+    RETNET_CHECK(static_cast<int64_t>(v.size()) == c.layers,
+                 "{}: 'mixer' lists {} mixers for decoder_layers = {} (one per layer)", origin,
+                 v.size(), c.layers);
+  } else {
+    c.layer_specs = std::move(list);
+  }
+}
+
 }  // namespace
 
 QkFeatureMap parse_qk_feature_map(const std::string& name) {
@@ -90,6 +180,106 @@ double Config::gamma(int64_t h) const {
   return 1.0 - std::exp(x);
 }
 
+namespace {
+
+// The widths one layer's block needs consistent (heads divide them, an even key dim).
+void check_layer_widths(const Config& c) {
+  RETNET_CHECK(c.heads > 0 && c.value_embed_dim > 0, "config: heads ({}) and value width ({}) "
+               "must be positive", c.heads, c.value_embed_dim);
+  RETNET_CHECK(c.qk_width() % c.heads == 0,
+               "config: the query/key width {} (key_embed_dim, else decoder_embed_dim) is not "
+               "divisible by decoder_retention_heads {}",
+               c.qk_width(), c.heads);
+  RETNET_CHECK(c.value_embed_dim % c.heads == 0,
+               "config: decoder_value_embed_dim {} is not divisible by decoder_retention_heads {}",
+               c.value_embed_dim, c.heads);
+  RETNET_CHECK(c.kv_heads >= 0 && c.kv_heads <= c.heads && c.heads % c.kv_head_count() == 0,
+               "config: kv_heads {} must be 0 (= decoder_retention_heads) or divide "
+               "decoder_retention_heads {}",
+               c.kv_heads, c.heads);
+  RETNET_CHECK(c.key_dim() % 2 == 0,
+               "config: the key dim per head (decoder_embed_dim / heads = {}) must be even for the "
+               "rotation",
+               c.key_dim());
+  RETNET_CHECK(c.key_dim() <= 1024, "config: key dim per head {} exceeds the supported 1024",
+               c.key_dim());
+}
+
+bool is_attention_layer(const MixerSpec& m) { return m.adapt_layer_config != nullptr; }
+
+void check_attention_options(const Config& c);
+
+}  // namespace
+
+Config Config::layer(int64_t l) const {
+  Config c = *this;
+  c.mixer = &layer_mixer(l);
+  if (hybrid()) c.attention = layer_specs[static_cast<size_t>(l)].attention;
+  c.layer_specs.clear();
+  if (hybrid() && c.mixer != &default_mixer()) {
+    // Retention's options belong to the retention layers of a hybrid model.
+    const Config neutral;
+    c.key_embed_dim = 0;
+    c.normalize_scores = neutral.normalize_scores;
+    c.head_norm_weight = neutral.head_norm_weight;
+    c.output_gate = neutral.output_gate;
+    c.kv_heads = 0;
+    c.feature_map = QkFeatureMap::None;
+    if (!c.mixer->rotates) c.rotary = RotaryStyle::Torchscale;
+  }
+  if (c.mixer->adapt_layer_config) c.mixer->adapt_layer_config(c);
+  return c;
+}
+
+bool Config::has_form(Form form) const {
+  for (int64_t l = 0; l < layers; ++l)
+    if (!layer_mixer(l).has_form(form)) return false;
+  return true;
+}
+
+bool Config::keeps_tokens() const {
+  for (int64_t l = 0; l < layers; ++l)
+    if (layer_mixer(l).keeps_tokens) return true;
+  return false;
+}
+
+std::string Config::mixer_description() const {
+  if (!hybrid()) return mixer->name;
+  std::vector<std::pair<const MixerSpec*, int64_t>> counts;
+  for (const LayerSpec& spec : layer_specs) {
+    const MixerSpec* m = spec.mixer;
+    auto it = std::find_if(counts.begin(), counts.end(), [&](auto& e) { return e.first == m; });
+    if (it == counts.end())
+      counts.emplace_back(m, 1);
+    else
+      ++it->second;
+  }
+  std::string s = "hybrid (";
+  for (size_t i = 0; i < counts.size(); ++i)
+    s += fmt::format("{}{} x{}", i ? ", " : "", counts[i].first->name, counts[i].second);
+  return s + ")";
+}
+
+namespace {
+template <class F>
+int64_t max_over_layers(const Config& c, F f) {
+  if (!c.hybrid()) return f(c);
+  int64_t m = 0;
+  for (int64_t l = 0; l < c.layers; ++l) m = std::max(m, f(c.layer(l)));
+  return m;
+}
+}  // namespace
+
+int64_t Config::max_projection_width() const {
+  return max_over_layers(*this, [](const Config& c) { return c.projection_width(); });
+}
+int64_t Config::max_value_dim() const {
+  return max_over_layers(*this, [](const Config& c) { return c.value_embed_dim; });
+}
+int64_t Config::max_key_dim() const {
+  return max_over_layers(*this, [](const Config& c) { return c.key_dim(); });
+}
+
 void Config::validate() const {
   RETNET_CHECK(embed_dim > 0 && value_embed_dim > 0 && heads > 0 && ffn_dim > 0 && layers > 0 &&
                    vocab_size > 0,
@@ -97,28 +287,12 @@ void Config::validate() const {
                "decoder_retention_heads ({}), decoder_ffn_embed_dim ({}), decoder_layers ({}) and "
                "vocab_size ({}) must all be positive",
                embed_dim, value_embed_dim, heads, ffn_dim, layers, vocab_size);
-  RETNET_CHECK(qk_width() % heads == 0,
-               "config: the query/key width {} (key_embed_dim, else decoder_embed_dim) is not "
-               "divisible by decoder_retention_heads {}",
-               qk_width(), heads);
-  RETNET_CHECK(value_embed_dim % heads == 0,
-               "config: decoder_value_embed_dim {} is not divisible by decoder_retention_heads {}",
-               value_embed_dim, heads);
-  RETNET_CHECK(kv_heads >= 0 && kv_heads <= heads && heads % kv_head_count() == 0,
-               "config: kv_heads {} must be 0 (= decoder_retention_heads) or divide "
-               "decoder_retention_heads {}",
-               kv_heads, heads);
-  RETNET_CHECK(key_dim() % 2 == 0,
-               "config: the key dim per head (decoder_embed_dim / heads = {}) must be even for the "
-               "rotation",
-               key_dim());
-  RETNET_CHECK(key_dim() <= 1024, "config: key dim per head {} exceeds the supported 1024",
-               key_dim());
   RETNET_CHECK(embed_dim <= (1 << 20) && value_embed_dim <= (1 << 20) && ffn_dim <= (1 << 22) &&
                    layers <= 4096 && vocab_size <= (1 << 24),
                "config: dimensions are implausibly large");
-  RETNET_CHECK(parameter_count() < (int64_t{1} << 36), "config: {} parameters is too many",
-               parameter_count());
+  RETNET_CHECK(!hybrid() || static_cast<int64_t>(layer_specs.size()) == layers,
+               "config: 'mixer' lists {} mixers for decoder_layers = {} (one per layer)",
+               layer_specs.size(), layers);
   // The norms compute in float32: an eps that is inf there (1e300) zeroes every feature, and one
   // of 1 or more swamps mean(x^2) of any sane residual.
   RETNET_CHECK(layernorm_eps >= 0 && layernorm_eps < 1,
@@ -134,22 +308,89 @@ void Config::validate() const {
                "config: key_embed_dim must be in [0, 1048576], got {}", key_embed_dim);
   RETNET_CHECK(std::isfinite(rope_theta) && rope_theta > 1,
                "config: rope_theta must be a finite number > 1, got {}", rope_theta);
-  // The retention options below change only retention's block; other mixers refuse them rather
-  // than silently ignoring them.
-  if (mixer != &default_mixer()) {
+  bool any_retention = false, any_attention = false;
+  for (int64_t l = 0; l < layers; ++l) {
+    any_retention |= &layer_mixer(l) == &default_mixer();
+    any_attention |= is_attention_layer(layer_mixer(l));
+  }
+  // The retention options below change only retention's block; a model without retention layers
+  // refuses them rather than silently ignoring them.
+  if (!any_retention) {
     auto refuse = [&](bool set, const char* key) {
       RETNET_CHECK(!set, "config: '{}' applies to the retention mixer only (mixer: {})", key,
-                   mixer->name);
+                   mixer_description());
     };
     refuse(key_embed_dim != 0 && key_embed_dim != embed_dim, "key_embed_dim");
     refuse(!normalize_scores, "normalize_scores");
     refuse(head_norm_weight, "head_norm_weight");
     refuse(!output_gate, "output_gate");
-    refuse(rotary != RotaryStyle::Torchscale && !mixer->rotates, "rotary");
+    bool any_rotates = false;
+    for (int64_t l = 0; l < layers; ++l) any_rotates |= layer_mixer(l).rotates;
+    refuse(rotary != RotaryStyle::Torchscale && !any_rotates, "rotary");
     refuse(kv_heads != 0 && kv_heads != heads, "kv_heads");
     refuse(feature_map != QkFeatureMap::None, "feature_map");
   }
+  RETNET_CHECK(any_attention || attention == AttentionOptions{},
+               "config: 'attention' applies to attention layers only (mixer: {})",
+               mixer_description());
+  int64_t cache_row = 0;  // the cache floats per token of every layer that keeps tokens
+  for (int64_t l = 0; l < layers; ++l) {
+    if (l > 0 && !hybrid()) break;  // the layers of a single-mixer model are alike
+    const Config c = layer(l);
+    try {
+      if (is_attention_layer(*c.mixer)) check_attention_options(c);
+      check_layer_widths(c);
+    } catch (const Error& e) {
+      if (!hybrid()) throw;
+      throw Error(fmt::format("config: layer {} ({}): {}", l, c.mixer->name,
+                              std::string(e.what()).substr(std::string("config: ").size())));
+    }
+    if (!hybrid()) continue;
+    RETNET_CHECK(!keeps_tokens() || c.mixer->keeps_tokens || c.mixer->has_form(Form::Chunkwise),
+                 "config: layer {} ({}) has no chunkwise form, which a hybrid model with a token "
+                 "cache needs to continue its state in a prefill",
+                 l, c.mixer->name);
+    if (c.mixer->cache_floats_per_token_per_layer) {
+      const int64_t row = c.mixer->cache_floats_per_token_per_layer(c);
+      RETNET_CHECK(cache_row == 0 || row == cache_row,
+                   "config: layer {} ({}) caches {} floats per token, an earlier layer {}; the "
+                   "layers that keep tokens must cache alike",
+                   l, c.mixer->name, row, cache_row);
+      cache_row = row;
+    }
+  }
+  RETNET_CHECK(parameter_count() < (int64_t{1} << 36), "config: {} parameters is too many",
+               parameter_count());
 }
+
+namespace {
+// The attention options of an attention layer's config (Config::layer applied them).
+void check_attention_options(const Config& c) {
+  const AttentionOptions& a = c.attention;
+  RETNET_CHECK(a.heads >= 0 && a.kv_heads >= 0 && a.value_dim >= 0 && a.window_size >= 0 &&
+                   a.value_dim <= (1 << 20) && a.heads <= 4096,
+               "config: attention.heads ({}), attention.kv_heads ({}), attention.value_dim ({}) "
+               "and attention.window_size ({}) must be >= 0 (0: the model's)",
+               a.heads, a.kv_heads, a.value_dim, a.window_size);
+  RETNET_CHECK(a.rope_theta == 0 || (std::isfinite(a.rope_theta) && a.rope_theta > 1),
+               "config: attention.rope_theta must be 0 (the model's) or a finite number > 1, got {}",
+               a.rope_theta);
+  RETNET_CHECK(a.rope_theta == 0 || c.rotary == RotaryStyle::HalfSplit,
+               "config: attention.rope_theta = {} applies to the half-split rotation only "
+               "(rotary: \"half_split\")",
+               a.rope_theta);
+  RETNET_CHECK(c.embed_dim % c.heads == 0,
+               "config: attention.heads {} (0: decoder_retention_heads) does not divide "
+               "decoder_embed_dim {}",
+               c.heads, c.embed_dim);
+  RETNET_CHECK(c.heads % c.kv_head_count() == 0,
+               "config: attention.kv_heads {} does not divide the attention heads {}", c.kv_heads,
+               c.heads);
+  RETNET_CHECK(c.value_embed_dim % c.heads == 0,
+               "config: attention.value_dim {} is not divisible by the attention heads {}",
+               c.value_embed_dim, c.heads);
+}
+}  // namespace
 
 int64_t Config::projection_width() const {
   const int64_t gate = gated() ? value_embed_dim : 0;
@@ -158,6 +399,15 @@ int64_t Config::projection_width() const {
 }
 
 int64_t Config::parameter_count() const {
+  if (hybrid()) {
+    int64_t total = 0;
+    for (int64_t l = 0; l < layers; ++l) {
+      Config c = layer(l);
+      c.layers = 1;
+      total += c.parameter_count() - 2 * vocab_size * embed_dim - embed_dim;
+    }
+    return 2 * vocab_size * embed_dim + total + embed_dim;
+  }
   const int64_t d = embed_dim, vd = value_embed_dim;
   int64_t own = 0;  // the mixer's own tensors besides its projections
   for (const MixerTensor& t : mixer->tensors) {
@@ -171,10 +421,27 @@ int64_t Config::parameter_count() const {
 }
 
 int64_t Config::state_floats_per_sequence() const {
+  if (hybrid()) {
+    int64_t total = 0;
+    for (int64_t l = 0; l < layers; ++l) {
+      const Config c = layer(l);
+      if (c.mixer->state_floats_per_layer) total += c.mixer->state_floats_per_layer(c);
+    }
+    return total;
+  }
   return mixer->state_floats_per_layer ? layers * mixer->state_floats_per_layer(*this) : 0;
 }
 
 int64_t Config::cache_floats_per_token() const {
+  if (hybrid()) {
+    int64_t total = 0;
+    for (int64_t l = 0; l < layers; ++l) {
+      const Config c = layer(l);
+      if (c.mixer->cache_floats_per_token_per_layer)
+        total += c.mixer->cache_floats_per_token_per_layer(c);
+    }
+    return total;
+  }
   return mixer->cache_floats_per_token_per_layer
              ? layers * mixer->cache_floats_per_token_per_layer(*this)
              : 0;
@@ -203,15 +470,9 @@ Config Config::from_json(const std::string& text, const std::string& origin) {
     c.activation = parse_activation(j["activation_fn"].get<std::string>());
   }
   c.decay = json_choice(j, "decay", c.decay, kDecays, origin);
-  if (j.contains("mixer")) {
-    RETNET_CHECK(j["mixer"].is_string(), "{}: 'mixer' must be one of {}, got {}", origin,
-                 mixer_names(), j["mixer"].dump());
-    try {
-      c.mixer = &find_mixer(j["mixer"].get<std::string>());
-    } catch (const Error& e) {
-      throw Error(fmt::format("{}: {}", origin, e.what()));
-    }
-  }
+  if (j.contains("attention") && !j["attention"].is_null())
+    c.attention = read_attention_options(j["attention"], origin);
+  if (j.contains("mixer")) read_mixers(j["mixer"], c, origin);
   c.performer_features = json_int(j, "performer_features", c.performer_features, origin);
   c.key_embed_dim = json_int(j, "key_embed_dim", c.key_embed_dim, origin);
   c.normalize_scores = json_bool(j, "normalize_scores", c.normalize_scores, origin);
@@ -250,6 +511,7 @@ Config Config::from_json(const std::string& text, const std::string& origin) {
                                               "share_decoder_input_output_embed",
                                               "decoder_normalize_before",
                                               "mixer",
+                                              "attention",
                                               "performer_features",
                                               "aft_max_distance",
                                               "key_embed_dim",
@@ -291,12 +553,28 @@ std::string Config::to_json(int indent) const {
   j["recurrent_chunk_size"] = recurrent_chunk_size;
   j["decay"] = decay == DecaySchedule::Paper ? "paper" : "torchscale";
   // Written only when they matter, so retention configs stay torchscale's.
-  if (mixer != &default_mixer()) j["mixer"] = mixer->name;
+  if (hybrid()) {
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const LayerSpec& spec : layer_specs) {
+      if (spec.mixer->adapt_layer_config == nullptr || spec.attention == attention) {
+        list.push_back(spec.mixer->name);
+        continue;
+      }
+      nlohmann::ordered_json e = {{"mixer", spec.mixer->name}};
+      e.update(attention_json(spec.attention));
+      list.push_back(e);
+    }
+    j["mixer"] = list;
+  } else if (mixer != &default_mixer()) {
+    j["mixer"] = mixer->name;
+  }
   const std::pair<const char*, int64_t> mixer_fields[] = {
       {"performer_features", performer_features}, {"aft_max_distance", aft_max_distance}};
-  for (const char* key : mixer->config_keys)
-    for (const auto& [name, value] : mixer_fields)
-      if (std::string_view(key) == name) j[name] = value;
+  for (int64_t l = 0; l < layers; ++l)
+    for (const char* key : layer_mixer(l).config_keys)
+      for (const auto& [name, value] : mixer_fields)
+        if (std::string_view(key) == name) j[name] = value;
+  if (!(attention == AttentionOptions{})) j["attention"] = attention_json(attention);
   // Likewise the retention options, written only where they differ from torchscale's.
   if (key_embed_dim != 0 && key_embed_dim != embed_dim) j["key_embed_dim"] = key_embed_dim;
   if (rotary == RotaryStyle::HalfSplit) {

@@ -47,8 +47,18 @@ size_t forward_workspace_floats(const Config& c, int64_t B, int64_t T,
                                 const ForwardOptions& options) {
   const int64_t steps_T = options.form == Form::Recurrent ? 1 : T;
   size_t total = detail::activation_floats(c, B, steps_T, false);
-  total += detail::layer_mixer(c).workspace_floats(c, options.form, B, steps_T,
-                                                         chunk_of(c, options), options.scan_tile);
+  size_t mixer = 0;  // the largest layer's scratch (each layer rewinds it)
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const Config lc = c.layer(l);
+    // The layer's form with a state and without one (a hybrid's parallel prefill differs).
+    for (bool has_state : {false, true}) {
+      const Form form = detail::layer_form(c, lc, options.form, has_state);
+      mixer = std::max(mixer, detail::layer_mixer(lc).workspace_floats(
+                                  lc, form, B, steps_T, chunk_of(c, options), options.scan_tile));
+    }
+    if (!c.hybrid()) break;
+  }
+  total += mixer;
   if (options.form == Form::Recurrent)
     total += Arena::footprint(static_cast<size_t>(B)) + Arena::footprint(B * c.vocab_size);
   return total;
@@ -57,7 +67,7 @@ size_t forward_workspace_floats(const Config& c, int64_t B, int64_t T,
 namespace {
 
 void check_form(const Config& c, Form form) {
-  RETNET_CHECK(c.mixer->has_form(form), "the {} mixer has no {} form", c.mixer->name,
+  RETNET_CHECK(c.has_form(form), "the {} mixer has no {} form", c.mixer_description(),
                form_name(form));
 }
 
@@ -68,7 +78,7 @@ void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_
   const Config& c = model.config();
   check_form(c, options.form);
   // The parallel form of the mixers with a constant-size state neither reads nor writes one.
-  if (options.form == Form::Parallel && (!state || !c.mixer->keeps_tokens)) {
+  if (options.form == Form::Parallel && (!state || !c.keeps_tokens())) {
     RETNET_CHECK(B >= 1 && T >= 1, "forward needs at least one token per sequence (B = {}, T = {})",
                  B, T);
     RETNET_CHECK(state == nullptr || std::all_of(state->positions.begin(), state->positions.end(),
@@ -98,14 +108,14 @@ void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_
   RETNET_CHECK(state.batch == B && state.floats_per_sequence == c.state_floats_per_sequence(),
                "state holds {} sequences of {} floats; this pass needs {} of {}", state.batch,
                state.floats_per_sequence, B, c.state_floats_per_sequence());
-  const bool cached = c.mixer->keeps_tokens;
+  const bool cached = c.keeps_tokens();
   if (options.form == Form::Parallel && !cached)
     for (int64_t b = 0; b < B; ++b)
       RETNET_CHECK(state.positions[b] == 0,
                    "the parallel form starts from an empty state; use chunkwise to continue one");
-  RETNET_CHECK(!cached || (state.cache &&
-                           state.cache->floats_per_token * c.layers == c.cache_floats_per_token()),
-               "the {} mixer needs a state with its token cache", c.mixer->name);
+  RETNET_CHECK(!cached || (state.cache && state.cache->floats_per_token * state.cache->layers ==
+                                              c.cache_floats_per_token()),
+               "the {} mixer needs a state with its token cache", c.mixer_description());
   check_tokens(tokens, B * T, c.vocab_size);
   if (cached) {
     int64_t longest = 0;

@@ -1,4 +1,5 @@
 // config.json of flash-linear-attention's and syncdoth's RetNets <-> the engine's Config.
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -57,6 +58,50 @@ int64_t expanded(int64_t hidden, double ratio, const char* key, const std::strin
   return static_cast<int64_t>(w);
 }
 
+// fla's "attn": {"layers": [...], "num_heads", "num_kv_heads", "qkv_bias", "rope_theta",
+// "window_size"} (or a list of such objects) makes those layers softmax attention over head dim
+// hidden / num_heads, with q, o: hidden x hidden and k, v: num_kv_heads * head dim x hidden.
+void read_fla_attention_layers(const json& attn, Config& c, const std::string& origin) {
+  RETNET_CHECK(attn.is_object() || attn.is_array(),
+               "{}: 'attn' = {} must be null, an object or a list of objects", origin, attn.dump());
+  const json specs = attn.is_array() ? attn : json::array({attn});
+  c.layer_specs.assign(static_cast<size_t>(c.layers), {&default_mixer(), c.attention});
+  std::vector<bool> taken(static_cast<size_t>(c.layers), false);
+  static const std::set<std::string> known = {"layers",   "num_heads",  "num_kv_heads", "qkv_bias",
+                                              "qk_norm",  "rope_theta", "window_size"};
+  for (const json& s : specs) {
+    RETNET_CHECK(s.is_object() && s.contains("layers") && s["layers"].is_array() &&
+                     s.contains("num_heads"),
+                 "{}: 'attn' entry {} needs 'layers' (a list) and 'num_heads'", origin, s.dump());
+    for (auto it = s.begin(); it != s.end(); ++it)
+      RETNET_CHECK(known.count(it.key()) || is_neutral(it.value()),
+                   "{}: 'attn.{}' = {} is not supported", origin, it.key(), it.value().dump());
+    refuse_unless_neutral(s, "qk_norm", origin + ": attn", "q/k norms are not implemented");
+    AttentionOptions a;
+    a.heads = int_key(s, "num_heads", origin + ": attn");
+    if (s.contains("num_kv_heads") && !s["num_kv_heads"].is_null()) {
+      const int64_t kv = int_key(s, "num_kv_heads", origin + ": attn");
+      a.kv_heads = kv == a.heads ? 0 : kv;
+    }
+    a.value_dim = c.embed_dim;
+    a.qkv_bias = json_bool(s, "qkv_bias", false, origin + ": attn");
+    const double theta = json_number(s, "rope_theta", 10000.0, origin + ": attn");
+    a.rope_theta = theta == c.rope_theta ? 0 : theta;
+    a.window_size = detail::json_int(s, "window_size", 0, origin + ": attn");
+    RETNET_CHECK(!s.contains("window_size") || s["window_size"].is_null() || a.window_size > 0,
+                 "{}: 'attn.window_size' = {} must be null or positive", origin,
+                 s["window_size"].dump());
+    for (const json& l : s["layers"]) {
+      RETNET_CHECK(l.is_number_integer() && l.get<int64_t>() >= 0 && l.get<int64_t>() < c.layers &&
+                       !taken[l.get<size_t>()],
+                   "{}: 'attn.layers' entry {} is not a layer in [0, {}) or is repeated", origin,
+                   l.dump(), c.layers);
+      taken[l.get<size_t>()] = true;
+      c.layer_specs[l.get<size_t>()] = {&find_mixer("attention"), a};
+    }
+  }
+}
+
 HfModelConfig parse_fla(const json& j, const std::string& origin) {
   static const std::set<std::string> known = {
       "hidden_size", "num_hidden_layers", "num_heads", "num_kv_heads", "expand_k", "expand_v",
@@ -69,8 +114,6 @@ HfModelConfig parse_fla(const json& j, const std::string& origin) {
                               "without it; remove it if it does not change the model)",
                               origin, it.key(), it.value().dump()));
   refuse_unless_neutral(j, "use_short_conv", origin, "short convolutions are not implemented");
-  refuse_unless_neutral(j, "attn", origin,
-                        "hybrid models with softmax-attention layers are not implemented");
   refuse_unless_neutral(j, "attnres_block_size", origin, "attention residuals are not implemented");
   HfModelConfig h;
   h.flavour = HfFlavour::Fla;
@@ -111,6 +154,7 @@ HfModelConfig parse_fla(const json& j, const std::string& origin) {
   c.decay = DecaySchedule::Torchscale;
   c.no_scale_embedding = true;
   if (c.key_embed_dim == c.embed_dim) c.key_embed_dim = 0;
+  if (j.contains("attn") && !is_neutral(j["attn"])) read_fla_attention_layers(j["attn"], c, origin);
   h.tied_embeddings = json_bool(j, "tie_word_embeddings", false, origin);
   return h;
 }
@@ -127,6 +171,40 @@ HfModelConfig parse_syncdoth(json j, const std::string& origin) {
   if (lm_decay) j["decay"] = "paper";
   h.config = Config::from_json(j.dump(), origin);
   return h;
+}
+
+// The "attn" of a hybrid model (null without attention layers): one object per distinct set of
+// attention options, a list where there are several.
+template <class Refuse>
+nlohmann::ordered_json fla_attention_json(const Config& c, Refuse refuse) {
+  std::vector<std::pair<AttentionOptions, std::vector<int64_t>>> groups;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    if (&c.layer_mixer(l) == &default_mixer()) continue;
+    const Config lc = c.layer(l);
+    refuse(lc.value_embed_dim != c.embed_dim,
+           "attention value width apart from hidden_size (attention.value_dim)");
+    const AttentionOptions& a = lc.attention;
+    auto it = std::find_if(groups.begin(), groups.end(), [&](auto& g) { return g.first == a; });
+    if (it == groups.end()) groups.push_back({a, {l}});
+    else it->second.push_back(l);
+  }
+  if (groups.empty()) return nullptr;
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const auto& [a, layers] : groups) {
+    const Config lc = c.layer(layers[0]);
+    nlohmann::ordered_json s;
+    s["layers"] = layers;
+    s["num_heads"] = lc.heads;
+    s["num_kv_heads"] = lc.kv_head_count();
+    s["qkv_bias"] = a.qkv_bias;
+    s["rope_theta"] = lc.rope_theta;
+    if (a.window_size > 0)
+      s["window_size"] = a.window_size;
+    else
+      s["window_size"] = nullptr;
+    list.push_back(s);
+  }
+  return list.size() == 1 ? list[0] : list;
 }
 
 }  // namespace
@@ -172,9 +250,16 @@ HfModelConfig parse_hf_config(const std::string& text, const std::string& origin
 
 std::string hf_config_json(const Config& c, HfFlavour flavour, int64_t bos, int64_t eos,
                            int64_t pad) {
-  RETNET_CHECK(c.mixer == &default_mixer(),
-               "the {} layout holds retention models only (this model's mixer: {})",
-               hf_flavour_name(flavour), c.mixer->name);
+  // fla's hybrid models add attention layers; nothing else mixes tokens in either layout.
+  const MixerSpec& attention = find_mixer("attention");
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const MixerSpec& m = c.layer_mixer(l);
+    RETNET_CHECK(&m == &default_mixer() || (flavour == HfFlavour::Fla && c.hybrid() && &m == &attention),
+                 "the {} layout holds retention models{} only (layer {}'s mixer: {})",
+                 hf_flavour_name(flavour),
+                 flavour == HfFlavour::Fla ? " and their hybrids with attention layers" : "", l,
+                 m.name);
+  }
   auto refuse = [&](bool cannot, const char* option) {
     RETNET_CHECK(!cannot, "the {} layout cannot express this model's {}",
                  hf_flavour_name(flavour), option);
@@ -210,7 +295,7 @@ std::string hf_config_json(const Config& c, HfFlavour flavour, int64_t bos, int6
     else
       j["feature_map"] = nullptr;
     j["use_short_conv"] = false;
-    j["attn"] = nullptr;
+    j["attn"] = fla_attention_json(c, refuse);
     j["tie_word_embeddings"] = false;
     j["vocab_size"] = c.vocab_size;
     // expand_k and expand_v must give the widths back through int(hidden * ratio).

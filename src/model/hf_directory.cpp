@@ -31,6 +31,15 @@ const std::pair<const char*, const char*> kFlaLayerNames[] = {
     {"ffn.gate.weight", "mlp.up_proj.weight"},
     {"ffn.fc2.weight", "mlp.down_proj.weight"},
     {"final_layer_norm.weight", "mlp_norm.weight"},
+    // A hybrid model's softmax-attention layers (fla's "attn").
+    {"attention.q_proj.weight", "attn.q_proj.weight"},
+    {"attention.k_proj.weight", "attn.k_proj.weight"},
+    {"attention.v_proj.weight", "attn.v_proj.weight"},
+    {"attention.out_proj.weight", "attn.o_proj.weight"},
+    {"attention.q_proj.bias", "attn.q_proj.bias"},
+    {"attention.k_proj.bias", "attn.k_proj.bias"},
+    {"attention.v_proj.bias", "attn.v_proj.bias"},
+    {"attention_layer_norm.weight", "attn_norm.weight"},
 };
 
 std::string shape_str(const std::vector<int64_t>& s) {
@@ -183,8 +192,10 @@ Model load_hf_directory(const std::string& dir, HfLoadInfo* info) {
     throw Error(fmt::format("'{}': tensor '{}' is not part of a RetNet with this config ({})",
                             shards.file_of[name], name, config_path));
   }
+  // The model first: `config` refers into li, which the move empties.
+  Model model(config, std::move(params));
   if (info) *info = std::move(li);
-  return Model(config, std::move(params));
+  return model;
 }
 
 void save_hf_directory(const Model& model, const std::string& dir, HfFlavour flavour,

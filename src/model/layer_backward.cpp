@@ -7,6 +7,7 @@
 #include "retnet/core/gemm.h"
 #include "retnet/ops/activation.h"
 #include "retnet/ops/rmsnorm.h"
+#include "retnet/ops/rotation.h"
 
 namespace retnet::detail {
 namespace {
@@ -22,7 +23,8 @@ struct GradScratch {
 };
 
 GradScratch allocate_grad_scratch(Arena& arena, const Config& c, int64_t N) {
-  const size_t d = c.embed_dim, vd = c.value_embed_dim, P = c.projection_width(), F = c.ffn_dim;
+  const size_t d = c.embed_dim, vd = c.max_value_dim(), P = c.max_projection_width();
+  const size_t F = c.ffn_dim;
   GradScratch g;
   g.dxn = arena.alloc(N * d);
   g.dproj = arena.alloc(N * P);
@@ -36,7 +38,8 @@ GradScratch allocate_grad_scratch(Arena& arena, const Config& c, int64_t N) {
 }  // namespace
 
 size_t backward_layers_scratch_floats(const Config& c, int64_t N) {
-  const size_t d = c.embed_dim, vd = c.value_embed_dim, P = c.projection_width(), F = c.ffn_dim;
+  const size_t d = c.embed_dim, vd = c.max_value_dim(), P = c.max_projection_width();
+  const size_t F = c.ffn_dim;
   auto fp = [](size_t n) { return Arena::footprint(n); };
   return fp(N * d) + fp(N * P) + 2 * fp(N * vd) + fp(N * 2 * F) + fp(N * F);
 }
@@ -46,12 +49,22 @@ void backward_layers(const Model& model, const int32_t* tokens, int64_t B, int64
                      ParamBuffer& grads) {
   const Config& c = model.config();
   const ModelTensors& w = model.tensors();
-  const int64_t N = B * T, d = c.embed_dim, vd = c.value_embed_dim;
-  const int64_t F = c.ffn_dim, P = c.projection_width();
+  const int64_t N = B * T, d = c.embed_dim, F = c.ffn_dim;
   auto grad = [&](size_t index) { return grads.tensor(index); };
   GradScratch g = allocate_grad_scratch(arena, c, N);
+  // The rotation table the forward left: the last rotating layer's; recomputed (positions from 0)
+  // where a hybrid model's layers rotate by other tables.
+  const std::vector<double>* table_thetas = nullptr;
+  for (int64_t l = 0; l < c.layers; ++l)
+    if (model.layer_config(l).mixer->rotates) table_thetas = &model.layer_thetas(l);
   for (int64_t l = c.layers - 1; l >= 0; --l) {
     const LayerTensors& L = w.layers[l];
+    const Config& lc = model.layer_config(l);
+    const int64_t vd = lc.value_embed_dim, P = lc.projection_width();
+    if (lc.mixer->rotates && table_thetas != &model.layer_thetas(l)) {
+      table_thetas = &model.layer_thetas(l);
+      rotation_table(*table_thetas, B, T, nullptr, acts.rotation);
+    }
     const LayerActivations& a = acts.layers[l];
     // FFN: x_out = x_mid + fc2(h), h = act(fc1 xn2) * gate xn2.
     sgemm(Trans::No, Trans::No, N, F, d, 1.f, dx, d, model.param(L.fc2), F, 0.f, g.dh, F);
@@ -70,7 +83,7 @@ void backward_layers(const Model& model, const int32_t* tokens, int64_t B, int64
                  .proj = a.proj, .saved = a.saved, .rotation = acts.rotation, .d_out = g.dgo,
                  .d_proj = g.dproj};
     mg.grads = &grads;
-    const LayerMixer& mixer = layer_mixer(c);
+    const LayerMixer& mixer = layer_mixer(lc);
     const float* go = mixer.output(mg, g.go);
     sgemm(Trans::Yes, Trans::No, d, vd, N, 1.f, dx, d, go, vd, 1.f, grad(L.out_proj), vd);
     sgemm(Trans::No, Trans::No, N, vd, d, 1.f, dx, d, model.param(L.out_proj), vd, 0.f, g.dgo,

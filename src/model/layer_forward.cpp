@@ -30,26 +30,39 @@ void project(const Model& model, size_t w, int64_t M, int64_t N, int64_t K, cons
 }
 
 
+Form layer_form(const Config& model_config, const Config& layer, Form form, bool has_state) {
+  if (form == Form::Parallel && has_state && !layer.mixer->keeps_tokens &&
+      model_config.keeps_tokens())
+    return Form::Chunkwise;
+  return form;
+}
+
 size_t activation_floats(const Config& c, int64_t B, int64_t T, bool training) {
-  const size_t N = static_cast<size_t>(B * T), d = c.embed_dim, vd = c.value_embed_dim;
-  const size_t P = c.projection_width(), F = c.ffn_dim;
+  const size_t N = static_cast<size_t>(B * T), d = c.embed_dim, vd = c.max_value_dim();
+  const size_t P = c.max_projection_width(), F = c.ffn_dim;
   auto fp = [](size_t n) { return Arena::footprint(n); };
-  size_t shared = fp(N * d) + fp(N * vd) + fp(N * c.key_dim()) + fp(N * d);
+  size_t shared = fp(N * d) + fp(N * vd) + fp(N * c.max_key_dim()) + fp(N * d);
   if (!training) return shared + fp(N * d) + fp(N * P) + fp(N * 2 * F);
-  const size_t per_layer = fp(N * d) + fp(N) + fp(N * d) + fp(N * P) +
-                           fp(layer_mixer(c).saved_floats(c, B, T)) + fp(N * d) + fp(N) +
-                           fp(N * d) + fp(N * 2 * F) + fp(N * F);
-  return shared + fp(N) + c.layers * per_layer;
+  size_t layers = 0;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const Config lc = c.layer(l);
+    const size_t Pl = lc.projection_width();
+    layers += fp(N * d) + fp(N) + fp(N * d) + fp(N * Pl) +
+              fp(layer_mixer(lc).saved_floats(lc, B, T)) + fp(N * d) + fp(N) + fp(N * d) +
+              fp(N * 2 * F) + fp(N * F);
+    if (!c.hybrid()) return shared + fp(N) + c.layers * layers;  // the layers are alike
+  }
+  return shared + fp(N) + layers;
 }
 
 Activations allocate_activations(Arena& arena, const Config& c, int64_t B, int64_t T,
                                  bool training) {
-  const size_t N = static_cast<size_t>(B * T), d = c.embed_dim, vd = c.value_embed_dim;
-  const size_t P = c.projection_width(), F = c.ffn_dim;
+  const size_t N = static_cast<size_t>(B * T), d = c.embed_dim, vd = c.max_value_dim();
+  const size_t P = c.max_projection_width(), F = c.ffn_dim;
   Activations a;
   a.x = arena.alloc(N * d);
   a.go = arena.alloc(N * vd);
-  a.rotation = arena.alloc(N * c.key_dim());
+  a.rotation = arena.alloc(N * c.max_key_dim());
   a.xn_f = arena.alloc(N * d);
   if (!training) {
     LayerActivations l;
@@ -62,8 +75,9 @@ Activations allocate_activations(Arena& arena, const Config& c, int64_t B, int64
     return a;
   }
   a.rstd_f = arena.alloc(N);
-  const size_t saved = layer_mixer(c).saved_floats(c, B, T);
   for (int64_t i = 0; i < c.layers; ++i) {
+    const Config lc = c.layer(i);
+    const size_t P = lc.projection_width(), saved = layer_mixer(lc).saved_floats(lc, B, T);
     LayerActivations l;
     l.x_in = arena.alloc(N * d);
     l.rstd1 = arena.alloc(N);
@@ -86,10 +100,8 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
                 const StateView* state, Activations& acts) {
   const Config& c = model.config();
   const ModelTensors& w = model.tensors();
-  const int64_t N = B * T, d = c.embed_dim, vd = c.value_embed_dim;
-  const int64_t F = c.ffn_dim, P = c.projection_width();
+  const int64_t N = B * T, d = c.embed_dim, F = c.ffn_dim;
   const float eps = static_cast<float>(c.layernorm_eps);
-  const LayerMixer& mixer = layer_mixer(c);
   float* x = acts.x;
 
   const float scale = static_cast<float>(c.embed_scale());
@@ -99,26 +111,36 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
   });
 
   const int64_t* positions = state ? state->positions : nullptr;  // nullptr: all from 0
-  // The rotation angles depend on the positions only: once per pass, not per layer.
-  const bool rotates = c.mixer->rotates;
-  const int64_t rotation_stride =
-      rotates ? rotation_table(model.thetas(), B, T, positions, acts.rotation) : 0;
+  // The rotation angles depend on the positions only: once per pass and table, not per layer.
+  const std::vector<double>* table_thetas = nullptr;
+  int64_t rotation_stride = 0;
 
-  const int64_t state_per_layer = c.state_floats_per_sequence() / c.layers;
   for (int64_t l = 0; l < c.layers; ++l) {
     const LayerTensors& L = w.layers[l];
+    const Config& lc = model.layer_config(l);
+    const LayerMixer& mixer = layer_mixer(lc);
+    const int64_t vd = lc.value_embed_dim, P = lc.projection_width();
+    const bool rotates = lc.mixer->rotates;
+    if (rotates && table_thetas != &model.layer_thetas(l)) {
+      table_thetas = &model.layer_thetas(l);
+      rotation_stride = rotation_table(*table_thetas, B, T, positions, acts.rotation);
+    }
+    const bool has_state = state && state->data && lc.mixer->state_floats_per_layer;
     LayerActivations& a = acts.layers.empty() ? acts.shared : acts.layers[l];
     if (a.x_in) std::memcpy(a.x_in, x, N * d * sizeof(float));
     // Mixer sub-layer: x += out_proj(mixer(xn [q | k | v (| g)])).
     rmsnorm_forward(x, d, model.param(L.mixer_norm), a.xn1, d, a.rstd1, N, d, eps);
     // The input projections are adjacent in the parameter buffer: one GEMM.
     project(model, L.q_proj, N, P, d, a.xn1, d, false, a.proj, P);
-    MixerPass mp{.model = &model, .layer = l, .B = B, .T = T, .form = form, .chunk = chunk,
+    MixerPass mp{.model = &model, .layer = l, .B = B, .T = T,
+                 .form = layer_form(c, lc, form, has_state), .chunk = chunk,
                  .scan_tile = scan_tile, .proj = a.proj, .out = acts.go, .saved = a.saved};
-    mp.state = state && state->data && state_per_layer > 0 ? state->data + l * state_per_layer
-                                                            : nullptr;
+    mp.state = has_state ? state->data + model.state_offset(l) : nullptr;
     mp.state_stride = state ? state->floats_per_sequence : 0;
-    mp.cache = state && state->cache && !state->cache->empty() ? state->cache : nullptr;
+    mp.cache = state && state->cache && !state->cache->empty() && model.cache_slot(l) >= 0
+                   ? state->cache
+                   : nullptr;
+    mp.cache_layer = model.cache_slot(l);
     mp.first = state ? state->first : 0;
     mp.positions = positions;
     mp.rotation = rotates ? acts.rotation : nullptr;

@@ -38,6 +38,11 @@ struct Activations {
   float* xn_f = nullptr;     // [N, d] final normed features
 };
 
+// The form layer `layer` of a pass in `form` runs: a hybrid model's constant-state layers continue
+// their state in the chunkwise form where the pass is parallel with a state (a prefill after
+// which its attention layers' caches and their states are both filled).
+Form layer_form(const Config& model_config, const Config& layer, Form form, bool has_state);
+
 // Floats the activations take, and their allocation from the arena.
 size_t activation_floats(const Config& c, int64_t B, int64_t T, bool training);
 Activations allocate_activations(Arena& arena, const Config& c, int64_t B, int64_t T,

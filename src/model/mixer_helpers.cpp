@@ -27,6 +27,7 @@ void sigmoid_gated(const float* gate, int64_t ldg, const float* x, float* out, i
 
 namespace {
 RotationPairs rotation_pairs(const Model& model) {
+  // Every layer of a model rotates in its style (a hybrid model's tables differ in base only).
   return model.config().rotary == RotaryStyle::HalfSplit ? RotationPairs::HalfSplit
                                                          : RotationPairs::Interleaved;
 }
@@ -63,7 +64,7 @@ TensorView head_output_view(const float* out, int64_t B, int64_t T, const Config
 }
 
 const float* sigmoid_gated_output(const MixerGrad& g, const float* x, float* scratch) {
-  const int64_t vd = g.model->config().value_embed_dim;
+  const int64_t vd = g.model->layer_config(g.layer).value_embed_dim;
   sigmoid_gated(g.proj, 3 * vd, x, scratch, g.B * g.T, vd);
   return scratch;
 }

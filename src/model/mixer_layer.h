@@ -31,6 +31,7 @@ struct MixerPass {
   // Mixers with a cache: the cache and the index of the call's first sequence in it, or nullptr
   // (training: from an empty sequence).
   TokenCache* cache = nullptr;
+  int64_t cache_layer = 0;  // the layer's index among the layers with a cache
   int64_t first = 0;
   const int64_t* positions = nullptr;  // [B] tokens consumed before this call; nullptr: all 0
   // The pass's rotation table (rotation_table, filled once for all layers; nullptr when the
@@ -82,7 +83,7 @@ class LayerMixer {
   virtual void backward(const MixerGrad& grad, Arena& arena) const = 0;
 };
 
-// The block of the config's mixer.
+// The block of a (single-mixer or layer) config's mixer.
 inline const LayerMixer& layer_mixer(const Config& c) { return c.mixer->block(); }
 
 // Each mixer's spec, defined in its block file (blocks/); the registry (mixer_registry.cpp) lists
@@ -213,7 +214,7 @@ inline double mean_context(int64_t T, Form form) {
 template <class Cache>
 Cache pass_cache(const MixerPass& p, Arena& arena) {
   Cache cache;
-  cache.data = p.cache->block(p.layer, p.first);
+  cache.data = p.cache->block(p.cache_layer, p.first);
   cache.capacity = p.cache->capacity;
   cache.length = cache_lengths(arena, p.positions, p.B);
   return cache;

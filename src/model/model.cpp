@@ -13,16 +13,18 @@
 
 namespace retnet {
 
-ParamLayout make_param_layout(const Config& c, ModelTensors* idx) {
+ParamLayout make_param_layout(const Config& config, ModelTensors* idx) {
   ParamLayout layout;
   ModelTensors t;
-  const int64_t d = c.embed_dim, vd = c.value_embed_dim, f = c.ffn_dim;
-  t.embed = layout.add("embed_tokens.weight", {c.vocab_size, d});
-  for (int64_t l = 0; l < c.layers; ++l) {
+  const int64_t d = config.embed_dim, f = config.ffn_dim;
+  t.embed = layout.add("embed_tokens.weight", {config.vocab_size, d});
+  for (int64_t l = 0; l < config.layers; ++l) {
+    const Config c = config.layer(l);  // a hybrid model's layers have their own widths
     const std::string p = "layers." + std::to_string(l) + ".";
     LayerTensors L;
     const MixerSpec& m = *c.mixer;
     const std::string s = m.scope;
+    const int64_t vd = c.value_embed_dim;
     // Matrices take weight decay; norms, embeddings and the mixer's own tensors (by its spec) not.
     // kv_heads < heads: k and v have fewer rows (one head per group of query heads).
     const int64_t q_rows = m.per_channel ? vd : c.qk_width();
@@ -45,7 +47,7 @@ ParamLayout make_param_layout(const Config& c, ModelTensors* idx) {
     t.layers.push_back(L);
   }
   t.final_norm = layout.add("layer_norm.weight", {d});
-  t.output_projection = layout.add("output_projection.weight", {c.vocab_size, d}, true);
+  t.output_projection = layout.add("output_projection.weight", {config.vocab_size, d}, true);
   if (idx) *idx = t;
   return layout;
 }
@@ -63,9 +65,23 @@ Model::Model(const Config& config, ParamBuffer params)
                      params_.layout()[i].offset == expected[i].offset,
                  "parameter layout mismatch at '{}'", expected[i].name);
   for (int64_t h = 0; h < config_.heads; ++h) gammas_.push_back(config_.gamma(h));
-  thetas_ = config_.rotary == RotaryStyle::HalfSplit
-                ? half_split_rotation_thetas(config_.key_dim(), config_.rope_theta)
-                : rotation_thetas(config_.key_dim());
+  auto thetas_of = [](const Config& c) {
+    return c.rotary == RotaryStyle::HalfSplit ? half_split_rotation_thetas(c.key_dim(), c.rope_theta)
+                                              : rotation_thetas(c.key_dim());
+  };
+  thetas_ = thetas_of(config_);
+  // Layers with the same rotation share one table (the layer loop rotates once per table).
+  auto shared = std::make_shared<const std::vector<double>>(thetas_);
+  int64_t offset = 0, slots = 0;
+  for (int64_t l = 0; l < config_.layers; ++l) {
+    const Config& c = layer_configs_.emplace_back(config_.layer(l));
+    std::vector<double> th = thetas_of(c);
+    if (th != *shared) shared = std::make_shared<const std::vector<double>>(std::move(th));
+    layer_thetas_.push_back(shared);
+    state_offsets_.push_back(offset);
+    if (c.mixer->state_floats_per_layer) offset += c.mixer->state_floats_per_layer(c);
+    cache_slots_.push_back(c.mixer->cache_floats_per_token_per_layer ? slots++ : -1);
+  }
 }
 
 Model Model::init(const Config& config, uint64_t seed) {
@@ -98,13 +114,14 @@ Model Model::init(const Config& config, uint64_t seed) {
   ones(t.final_norm);
   for (size_t l = 0; l < t.layers.size(); ++l) {
     const LayerTensors& L = t.layers[l];
+    const Config lc = config.layer(static_cast<int64_t>(l));
     for (size_t i : {L.q_proj, L.k_proj, L.v_proj, L.g_proj})
       if (i != kNoTensor) xavier(i, std::pow(2.0, -2.5));
     xavier(L.out_proj, 0.5);
-    const std::vector<MixerTensor>& own = config.mixer->tensors;
+    const std::vector<MixerTensor>& own = lc.mixer->tensors;
     for (size_t i = 0; i < own.size(); ++i)
       if (L.mixer_tensors[i] != kNoTensor)
-        own[i].init(config, static_cast<int64_t>(l), seed, params.tensor(L.mixer_tensors[i]),
+        own[i].init(lc, static_cast<int64_t>(l), seed, params.tensor(L.mixer_tensors[i]),
                   static_cast<int64_t>(layout[L.mixer_tensors[i]].numel));
     uniform(L.fc1, 1.0 / std::sqrt(d));
     uniform(L.gate, 1.0 / std::sqrt(d));
@@ -124,12 +141,14 @@ struct DecodePack {
 
 void Model::prepare_decode(DecodePrecision precision) {
   const Config& c = config_;
-  const int64_t d = c.embed_dim, vd = c.value_embed_dim, F = c.ffn_dim;
+  const int64_t d = c.embed_dim, F = c.ffn_dim;
   // The products of a decode step: q|k|v|g, out, fc1|gate, fc2, and the LM head.
   std::vector<std::tuple<size_t, int64_t, int64_t>> products;
-  for (const LayerTensors& L : tensors_.layers) {
-    products.emplace_back(L.q_proj, c.projection_width(), d);
-    products.emplace_back(L.out_proj, d, vd);
+  for (size_t l = 0; l < tensors_.layers.size(); ++l) {
+    const LayerTensors& L = tensors_.layers[l];
+    const Config& lc = layer_config(static_cast<int64_t>(l));
+    products.emplace_back(L.q_proj, lc.projection_width(), d);
+    products.emplace_back(L.out_proj, d, lc.value_embed_dim);
     products.emplace_back(L.fc1, 2 * F, d);
     products.emplace_back(L.fc2, d, F);
   }

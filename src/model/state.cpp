@@ -22,10 +22,13 @@ State::State(const Config& config, int64_t b)
       data(static_cast<size_t>(b * config.state_floats_per_sequence()), 0.f),
       positions(static_cast<size_t>(b), 0) {
   if (config.cache_floats_per_token() > 0) {
-    cache.layers = config.layers;
-    cache.floats_per_token = config.cache_floats_per_token() / config.layers;
+    // Only the layers that keep tokens have a cache (a hybrid model's attention layers); they
+    // cache alike (Config::validate).
+    for (int64_t l = 0; l < config.layers; ++l)
+      cache.layers += config.layer_mixer(l).keeps_tokens ? 1 : 0;
+    cache.floats_per_token = config.cache_floats_per_token() / cache.layers;
     cache.sequences = b;
-    cache.storage.resize(static_cast<size_t>(config.layers));
+    cache.storage.resize(static_cast<size_t>(cache.layers));
   }
 }
 

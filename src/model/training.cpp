@@ -42,12 +42,17 @@ LossScratch allocate_loss_scratch(Arena& arena, const Config& c, int64_t N) {
 
 size_t training_workspace_floats(const Config& c, int64_t B, int64_t T, const TrainingOptions& o) {
   const int64_t N = B * T;
-  const detail::LayerMixer& mixer = detail::layer_mixer(c);
+  size_t mixer = 0;  // the largest layer's scratch, forward or backward
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const Config lc = c.layer(l);
+    const detail::LayerMixer& m = detail::layer_mixer(lc);
+    mixer = std::max({mixer, m.workspace_floats(lc, o.form, B, T, chunk_of(c, o), 0),
+                      m.backward_workspace_floats(lc, o.form, B, T, chunk_of(c, o))});
+    if (!c.hybrid()) break;
+  }
   return detail::activation_floats(c, B, T, true) + loss_scratch_floats(c, N) +
          detail::backward_layers_scratch_floats(c, N) +
-         Arena::footprint(static_cast<size_t>(B * c.state_floats_per_sequence())) +
-         std::max(mixer.workspace_floats(c, o.form, B, T, chunk_of(c, o), 0),
-                  mixer.backward_workspace_floats(c, o.form, B, T, chunk_of(c, o)));
+         Arena::footprint(static_cast<size_t>(B * c.state_floats_per_sequence())) + mixer;
 }
 
 double loss_and_gradients(const Model& model, const int32_t* tokens, const int32_t* targets,
@@ -57,8 +62,8 @@ double loss_and_gradients(const Model& model, const int32_t* tokens, const int32
   RETNET_CHECK(o.form == Form::Parallel || o.form == Form::Chunkwise,
                "training runs the parallel or the chunkwise form, not {}",
                form_name(o.form));
-  RETNET_CHECK(c.mixer->trains_with(o.form), "the {} mixer has no {} form to train with",
-               c.mixer->name, form_name(o.form));
+  RETNET_CHECK(c.trains_with(o.form), "the {} mixer has no {} form to train with",
+               c.mixer_description(), form_name(o.form));
   RETNET_CHECK(B >= 1 && T >= 1, "a training batch needs B >= 1 and T >= 1");
   const int64_t N = B * T, d = c.embed_dim;
   for (int64_t i = 0; i < N; ++i)

@@ -75,7 +75,12 @@ double measure_peak_flops() {
 double flops_per_token(const Config& c, int64_t T, Form form, int64_t chunk) {
   const double matmul_params =
       static_cast<double>(c.parameter_count() - c.vocab_size * c.embed_dim);
-  return 6.0 * matmul_params + 3.0 * c.layers * c.mixer->core_flops_per_token(c, T, form, chunk);
+  double core = 0;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const Config lc = c.layer(l);
+    core += lc.mixer->core_flops_per_token(lc, T, form, chunk);
+  }
+  return 6.0 * matmul_params + 3.0 * core;
 }
 
 // The model config: the file's, or the default small model; its vocabulary is the tokenizer's
@@ -224,7 +229,7 @@ void print_run_header(const TrainOptions& o, const Model& model, const Tokenizer
                "%s model, %lld parameters, %s tokenizer (vocabulary %lld), %lld train / %lld val "
                "tokens%s, batch %lld x %lld (x%lld accum), %s form, %d threads, GEMM peak %.0f "
                "GFLOP/s\n",
-               model.config().mixer->name, (long long)model.parameter_count(),
+               model.config().mixer_description().c_str(), (long long)model.parameter_count(),
                tokenizer.kind().c_str(), (long long)tokenizer.vocab_size(),
                (long long)data.train.size(), (long long)data.val.size(),
                data.cache_reused ? " (token cache)" : "", (long long)o.batch, (long long)o.seq,

@@ -19,6 +19,7 @@ struct Problem : HeadInputs {
   Problem(int64_t b, int64_t t, int64_t h, int64_t dk, int64_t dv, uint64_t seed,
           double q_scale = 2.0)
       : HeadInputs(b, t, h, dk, dv, seed, q_scale, 1.0) {}
+  int64_t window = 0;  // every kernel's sliding window (0: none)
 
   // The tiled forward; out [B, T, H, Dv], logsumexp [B, T, H].
   std::vector<float> forward(int64_t tile, std::vector<float>* lse = nullptr) {
@@ -28,6 +29,7 @@ struct Problem : HeadInputs {
     a.q = view(q, Dk), a.k = view(k, Dk), a.v = view(v, Dv), a.out = view(out, Dv);
     a.logsumexp = lse ? lse->data() : nullptr;
     a.tile = tile;
+    a.window = window;
     Arena arena(attention_workspace_floats(T, Dk, Dv, tile));
     attention_forward(a, arena);
     return out;
@@ -46,7 +48,7 @@ struct Problem : HeadInputs {
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < H; ++h) {
         attention_reference(head(q, Dk, b, h).data(), head(k, Dk, b, h).data(),
-                            head(v, Dv, b, h).data(), o.data(), T, Dk, Dv, l.data());
+                            head(v, Dv, b, h).data(), o.data(), T, Dk, Dv, l.data(), window);
         for (int64_t t = 0; t < T; ++t) {
           for (int64_t c = 0; c < Dv; ++c) out[((b * T + t) * H + h) * Dv + c] = o[t * Dv + c];
           if (lse) (*lse)[(b * T + t) * H + h] = l[t];
@@ -297,6 +299,39 @@ TEST(AttentionCache, StepByStepEqualsTheTiledForward) {
   EXPECT_EQ(c.cache.capacity, 64);
   EXPECT_TRUE(close(out, want, 1e-5));
   EXPECT_TRUE(close(out, p.reference(), 1e-5));
+}
+
+TEST(AttentionCache, SlidingWindowInEveryKernelMatchesTheReference) {
+  // A query sees the last W keys: the tiled forward (tiles shorter and longer than W), a step at
+  // a time, and a prefill in two pieces all equal the double definition.
+  const int64_t B = 2, T = 45, H = 2, Dk = 8, Dv = 6;
+  for (int64_t W : {1, 5, 16, 44}) {
+    SCOPED_TRACE(::testing::Message() << "window " << W);
+    Problem p(B, T, H, Dk, Dv, 31 + W);
+    p.window = W;
+    const auto want = p.reference();
+    for (int64_t tile : {4, 16, 64}) EXPECT_TRUE(close(p.forward(tile), want, 1e-5)) << tile;
+    OwnedAttentionCache c(B);
+    std::vector<float> out(B * T * H * Dv, NAN);
+    Arena arena(attention_step_workspace_floats(B, H, Dv) + attention_workspace_floats(T, Dk, Dv, 8));
+    attention_cache_reserve(c.cache, c.storage, B, H, Dk, Dv, T);
+    const int64_t split = 19;
+    attention_prefill(time_slice(p.q, B, T, H, Dk, 0, split), time_slice(p.k, B, T, H, Dk, 0, split),
+                      time_slice(p.v, B, T, H, Dv, 0, split), time_slice(out, B, T, H, Dv, 0, split),
+                      c.cache, arena, 8, W);
+    for (int64_t t = split; t < T; ++t) {
+      arena.reset();
+      attention_step(time_slice(p.q, B, T, H, Dk, t, 1), time_slice(p.k, B, T, H, Dk, t, 1),
+                     time_slice(p.v, B, T, H, Dv, t, 1), time_slice(out, B, T, H, Dv, t, 1),
+                     c.cache, arena, W);
+    }
+    EXPECT_TRUE(close(out, want, 1e-5));
+  }
+  // The window changes the function (else the test above could not fail).
+  Problem p(1, 30, 1, 4, 4, 5);
+  const auto all = p.reference();
+  p.window = 3;
+  EXPECT_FALSE(close(p.reference(), all, 1e-3));
 }
 
 TEST(AttentionCache, LongStepCrossesDecodeBlocks) {

@@ -62,8 +62,7 @@ def case(name, layout, cfg, T=37, chunks=(8, 11), modes=RETENTION_MODES, optiona
 
 
 # ------------------------------------------------------------------------------------------- CASES
-# Set enabled=False on a case the engine does not support yet (or pass --only). Disabled today:
-# hybrid attention layers; the engine refuses those configs naming the key (see the bad-input cases).
+# Set enabled=False on a case the engine does not support yet (or pass --only). Disabled today: none.
 CASES = [
     # fla-hub/retnet-1.3B-100B's config, shrunk: expand_k 1, expand_v 2, hidden_ratio 2,
     # intermediate_size null (-> 256), fused swish gate, untied head.
@@ -79,10 +78,10 @@ CASES = [
     case("fla-no-elementwise-affine", "fla", dict(hidden=64, heads=4, layers=2, elementwise_affine=False)),
     case("fla-unfused-norm", "fla", dict(hidden=64, heads=4, layers=2, fuse_norm=False)),
     case("fla-tied-head", "fla", dict(hidden=64, heads=4, layers=2, tie_word_embeddings=True)),
-    case("fla-hybrid-attn-layer-1", "fla", dict(hidden=64, heads=4, layers=3, attn=HYBRID_1),
-         modes=("parallel", "recurrent"), optional=("chunkwise", "scan"), enabled=False),
+    case("fla-hybrid-attn-layer-1", "fla", dict(hidden=64, heads=4, layers=3, vocab=256, attn=HYBRID_1),
+         modes=("parallel", "recurrent"), optional=("chunkwise", "scan"), generate=True),
     case("fla-hybrid-windows-list", "fla", dict(hidden=64, heads=4, layers=3, vocab=256, attn=HYBRID_WINDOW),
-         modes=("parallel", "recurrent"), optional=("chunkwise", "scan"), generate=True, enabled=False),
+         modes=("parallel", "recurrent"), optional=("chunkwise", "scan"), generate=True),
     case("syncdoth-swish-rel-pos", "syncdoth", dict(d=64, value_dim=128, heads=4, ffn=96, layers=2, vocab=256),
          generate=True),
     case("syncdoth-gelu-no-buffers", "syncdoth", dict(d=32, value_dim=64, heads=2, ffn=64, layers=2,

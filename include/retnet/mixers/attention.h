@@ -3,6 +3,7 @@
 //
 // Per head, for a query at absolute position n (0 = the first token ever fed to the cache):
 //   s_nm = (q_n . k_m) / sqrt(Dk) for m <= n,   o_n = sum_m softmax_m(s_n.) v_m.
+// With a sliding window W > 0 (every kernel's `window`; 0: none) only n - W < m <= n are seen.
 // Rotary positions are applied by the caller to q and k beforehand; nothing here rotates.
 //
 // Training (attention_forward / attention_backward) runs FlashAttention-2's tiled online softmax:
@@ -31,6 +32,7 @@ struct AttentionArgs {
   TensorView q, k, v, out;
   float* logsumexp = nullptr;            // [B, T, H] saved for the backward pass, or nullptr
   int64_t tile = kAttentionDefaultTile;  // queries and keys per tile (T need not be a multiple)
+  int64_t window = 0;                    // keys a query sees, itself included (0: all)
 };
 
 // Scratch floats attention_forward (and attention_prefill) take from the arena.
@@ -46,6 +48,7 @@ struct AttentionGradArgs {
   TensorView d_q, d_k, d_v;
   const float* logsumexp = nullptr;  // [B, T, H] from the forward
   int64_t tile = kAttentionDefaultTile;
+  int64_t window = 0;  // as the forward's
 };
 size_t attention_backward_workspace_floats(int64_t B, int64_t T, int64_t H, int64_t Dk, int64_t Dv,
                                            int64_t tile);
@@ -81,18 +84,20 @@ size_t attention_step_workspace_floats(int64_t B, int64_t H, int64_t Dv);
 // and attends over its length + 1 cached tokens. Flash-decoding: each sequence's tokens are split
 // across threads (all heads read together from each cache row), partial softmaxes merged.
 void attention_step(const TensorView& q, const TensorView& k, const TensorView& v,
-                    const TensorView& out, AttentionCache& cache, Arena& arena);
+                    const TensorView& out, AttentionCache& cache, Arena& arena,
+                    int64_t window = 0);
 
 // T new tokens per sequence ([B, T, H, D]), continuing from what the cache holds: appends k, v
 // and runs the tiled forward with queries at positions length[b] .. length[b] + T - 1. Prefill in
 // chunks equals one prefill. Scratch: attention_workspace_floats(T, Dk, Dv, tile).
 void attention_prefill(const TensorView& q, const TensorView& k, const TensorView& v,
                        const TensorView& out, AttentionCache& cache, Arena& arena,
-                       int64_t tile = kAttentionDefaultTile);
+                       int64_t tile = kAttentionDefaultTile, int64_t window = 0);
 
 // Naive double-precision definition, for tests: q, k [T, Dk], v [T, Dv] of one head, contiguous,
 // queries at positions 0 .. T - 1; out [T, Dv]; logsumexp [T] if not null.
 void attention_reference(const float* q, const float* k, const float* v, double* out, int64_t T,
-                         int64_t Dk, int64_t Dv, double* logsumexp = nullptr);
+                         int64_t Dk, int64_t Dv, double* logsumexp = nullptr,
+                         int64_t window = 0);
 
 }  // namespace retnet

@@ -6,6 +6,7 @@
 // does not implement (MoE, deepnorm, post-norm, multiway, ...) are rejected when switched on.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "retnet/model/mixer.h"
 #include "retnet/ops/activation.h"
@@ -26,6 +27,18 @@ enum class QkFeatureMap { None, Relu, Relu2, Sigmoid, Tanh, Gelu, Swish };
 QkFeatureMap parse_qk_feature_map(const std::string& name);  // Error naming an unknown name
 const char* qk_feature_map_name(QkFeatureMap f);
 
+// The settings of a model's softmax-attention layers (the "attention" mixer, alone or in a hybrid
+// model: fla's "attn" block) where they differ from the model's; 0 keeps the model's value.
+struct AttentionOptions {
+  int64_t heads = 0;        // "heads": query heads (0: decoder_retention_heads)
+  int64_t kv_heads = 0;     // "kv_heads": key/value heads, shared by groups of query heads (0: heads)
+  int64_t value_dim = 0;    // "value_dim": width of v and of the output (0: decoder_value_embed_dim)
+  double rope_theta = 0;    // "rope_theta": the half-split rotation's base (0: the model's)
+  bool qkv_bias = false;    // "qkv_bias": q, k and v have biases
+  int64_t window_size = 0;  // "window_size": a token sees the last window_size tokens (0: all)
+  bool operator==(const AttentionOptions&) const = default;
+};
+
 struct Config {
   int64_t embed_dim = 256;        // decoder_embed_dim (d)
   int64_t value_embed_dim = 512;  // decoder_value_embed_dim
@@ -39,6 +52,17 @@ struct Config {
   int64_t recurrent_chunk_size = 64;  // recurrent_chunk_size: default chunk of the chunkwise form
   DecaySchedule decay = DecaySchedule::Torchscale;  // "decay": "torchscale" | "paper"
   const MixerSpec* mixer = &default_mixer();  // "mixer": the token mixer of every block
+  // "attention": the settings of the attention layers (of a hybrid model: those its "mixer" list
+  // names as "attention"; a list entry may carry its own).
+  AttentionOptions attention;
+  // "mixer" as a list: one entry per layer (a hybrid model; empty: `mixer` in every layer), a
+  // name or {"mixer": "attention", <attention options>}. Use layer(l) or layer_mixer(l).
+  struct LayerSpec {
+    const MixerSpec* mixer = nullptr;
+    AttentionOptions attention;  // an attention layer's settings (else the model's, unused)
+    bool operator==(const LayerSpec&) const = default;
+  };
+  std::vector<LayerSpec> layer_specs;
   int64_t performer_features = 64;  // "performer_features": FAVOR+ random features per head
   int64_t aft_max_distance = 1024;  // "aft_max_distance": learned AFT position biases
 
@@ -65,12 +89,38 @@ struct Config {
   // gamma_h: 1 - 2^(-5-h) (torchscale), or the paper's 1 - exp(linspace(log 1/32, log 1/512, H)).
   double gamma(int64_t head) const;
 
+  bool hybrid() const { return !layer_specs.empty(); }
+  const MixerSpec& layer_mixer(int64_t l) const {
+    return layer_specs.empty() ? *mixer : *layer_specs[static_cast<size_t>(l)].mixer;
+  }
+  // The config as layer l's block sees it: a single-mixer config with that layer's mixer and, for
+  // an attention layer, the attention options applied (retention's options reset to neutral for
+  // the other mixers of a hybrid model). Every per-layer width comes from it.
+  Config layer(int64_t l) const;
+  // Whether every layer has the form; whether some layer keeps its tokens (a cache).
+  bool has_form(Form form) const;
+  bool keeps_tokens() const;
+  bool trains_with(Form form) const {
+    return form == Form::Parallel || (form == Form::Chunkwise && has_form(form));
+  }
+  // The form sessions prefill with: chunkwise where every layer has it, else parallel (the layers
+  // with a constant state then continue it in their chunkwise form).
+  Form prefill_form() const { return has_form(Form::Chunkwise) ? Form::Chunkwise : Form::Parallel; }
+  // "retention" or "hybrid (retention x3, attention x1)".
+  std::string mixer_description() const;
+  // The largest per-layer widths (buffers shared by all layers).
+  int64_t max_projection_width() const;
+  int64_t max_value_dim() const;
+  int64_t max_key_dim() const;
+
   // Throws Error naming the first inconsistency (dims not divisible by heads, odd d_k, ...).
   void validate() const;
   int64_t parameter_count() const;
   // Whether the mixer's output is gated by a projection g (its spec, and output_gate).
+  // Of a single-mixer config (a hybrid model's: layer(l).gated()).
   bool gated() const { return mixer->gated && output_gate; }
-  // Rows of a layer's input projection (q | k | v (| g); see MixerSpec).
+  // Rows of a layer's input projection (q | k | v (| g); see MixerSpec). Of a single-mixer
+  // config: a hybrid model's layers each have their own (layer(l).projection_width()).
   int64_t projection_width() const;
   // Constant-size recurrent state of one sequence, all layers (the mixer's spec per layer;
   // retention: per head a d_k x (d_v + 1) block, the state and the decayed key sum); 0 for the

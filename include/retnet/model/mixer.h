@@ -59,6 +59,9 @@ struct MixerSpec {
   // of T tokens in the given form (chunk: the chunkwise form's chunk size).
   double (*core_flops_per_token)(const Config& c, int64_t T, Form form, int64_t chunk) = nullptr;
   const detail::LayerMixer& (*block)() = nullptr;
+  // Adapts a model's config to one of this mixer's layers (attention: the config's
+  // AttentionOptions), or nullptr: the model's settings.
+  void (*adapt_layer_config)(Config& c) = nullptr;
 
   bool has_form(Form form) const { return forms[static_cast<int>(form)]; }
   // The forms training runs: parallel, and chunkwise where the mixer has it.

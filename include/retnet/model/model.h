@@ -58,8 +58,17 @@ class Model {
   const float* param(size_t index) const { return params_.tensor(index); }
   // Decay per head, [H].
   const std::vector<double>& gammas() const { return gammas_; }
-  // Rotation frequencies theta_i, [d_k / 2].
+  // Rotation frequencies theta_i, [d_k / 2] (of the model's retention layers).
   const std::vector<double>& thetas() const { return thetas_; }
+  // Per layer (a hybrid model's layers differ): the config its block sees (Config::layer), its
+  // rotation frequencies, where its constant state starts in a sequence's state (floats), and its
+  // index among the layers that keep a token cache (-1: none).
+  const Config& layer_config(int64_t l) const { return layer_configs_[static_cast<size_t>(l)]; }
+  const std::vector<double>& layer_thetas(int64_t l) const {
+    return *layer_thetas_[static_cast<size_t>(l)];
+  }
+  int64_t state_offset(int64_t l) const { return state_offsets_[static_cast<size_t>(l)]; }
+  int64_t cache_slot(int64_t l) const { return cache_slots_[static_cast<size_t>(l)]; }
 
   int64_t parameter_count() const { return static_cast<int64_t>(params_.size()); }
 
@@ -83,6 +92,9 @@ class Model {
   ParamBuffer params_;
   ModelTensors tensors_;
   std::vector<double> gammas_, thetas_;
+  std::vector<Config> layer_configs_;
+  std::vector<std::shared_ptr<const std::vector<double>>> layer_thetas_;
+  std::vector<int64_t> state_offsets_, cache_slots_;
   std::shared_ptr<const DecodePack> packed_;
 };
 

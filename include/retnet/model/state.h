@@ -11,7 +11,7 @@
 namespace retnet {
 
 // What the mixers that keep every token (attention, aft) keep of each earlier token: per layer one
-// block per sequence of `capacity` token rows of `floats_per_token` floats (keys, then values).
+// block per sequence (of the layers that keep tokens: a hybrid model's attention layers) of `capacity` token rows of `floats_per_token` floats (keys, then values).
 // The first position[b] rows of sequence b's blocks are filled. Grows by doubling (amortised O(1)
 // per token, no allocation while there is room), so its memory grows with the longest sequence.
 struct TokenCache {

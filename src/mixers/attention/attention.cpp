@@ -27,6 +27,7 @@ struct HeadOperands : detail::HeadRows {
   float* lse;  // per query, stride ld_lse; or nullptr
   int64_t ld_lse;
   int64_t pos0;
+  int64_t window;  // 0: every earlier key
 };
 
 size_t forward_scratch(int64_t tile) { return tile * tile + 2 * tile; }
@@ -36,18 +37,25 @@ size_t forward_scratch(int64_t tile) { return tile * tile + 2 * tile; }
 // holds the unnormalised probabilities exp(s - running max), 0 where masked. `out` rows (the
 // running weighted sums) are rescaled where the maximum moved.
 void online_softmax_tile(float* S, int64_t Lq, int64_t Lk, int64_t first, int64_t j0,
-                         float* row_max, float* row_sum, float* out, int64_t ldo, int64_t Dv) {
+                         int64_t window, float* row_max, float* row_sum, float* out, int64_t ldo,
+                         int64_t Dv) {
   for (int64_t i = 0; i < Lq; ++i) {
     float* s = S + i * Lk;
     // Keys after the query are masked; in a tile wholly below the diagonal all Lk are visible.
+    // With a window, so are the keys before it (s[0, before)).
     const int64_t visible = std::clamp<int64_t>(first + i - j0 + 1, 0, Lk);
+    const int64_t before =
+        window > 0 ? std::clamp<int64_t>(first + i - window + 1 - j0, 0, visible) : 0;
     std::fill(s + visible, s + Lk, 0.f);
-    if (visible == 0) continue;
-    const float m = max_of(s, visible, row_max[i]);
+    std::fill(s, s + before, 0.f);
+    if (visible == before) continue;
+    s += before;
+    const int64_t seen = visible - before;
+    const float m = max_of(s, seen, row_max[i]);
     // row_max starts at -inf (exp gives 0); key 0 is visible to every query in the first tile, so
     // m is finite from there on.
     const float correction = fast_exp_nonpositive(row_max[i] - m);
-    row_sum[i] = row_sum[i] * correction + exp_shifted_sum(s, visible, m);
+    row_sum[i] = row_sum[i] * correction + exp_shifted_sum(s, seen, m);
     row_max[i] = m;
     if (correction != 1.f) {
       float* o = out + i * ldo;
@@ -73,10 +81,12 @@ void forward_query_tile(const HeadOperands& h, int64_t i0, int64_t Lq, int64_t t
   std::fill(row_sum, row_sum + Lq, 0.f);
   const int64_t first = h.pos0 + i0;  // position of the tile's first query
   const int64_t keys = first + Lq;    // keys visible to its last query
-  for (int64_t j0 = 0; j0 < keys; j0 += tile) {
+  // With a window, the first key its first query sees (tiles before it are wholly masked).
+  const int64_t start = h.window > 0 ? std::max<int64_t>(first - h.window + 1, 0) : 0;
+  for (int64_t j0 = start; j0 < keys; j0 += tile) {
     const int64_t Lk = std::min(tile, keys - j0);
     sgemm(Trans::No, Trans::Yes, Lq, Lk, Dk, scale, q, h.ldq, h.k + j0 * h.ldk, h.ldk, 0.f, S, Lk);
-    online_softmax_tile(S, Lq, Lk, first, j0, row_max, row_sum, out, h.ldo, Dv);
+    online_softmax_tile(S, Lq, Lk, first, j0, h.window, row_max, row_sum, out, h.ldo, Dv);
     sgemm(Trans::No, Trans::No, Lq, Dv, Lk, 1.f, S, Lk, h.v + j0 * h.ldv, h.ldv, 1.f, out, h.ldo);
   }
   for (int64_t i = 0; i < Lq; ++i) {
@@ -236,7 +246,8 @@ void attention_forward(const AttentionArgs& a, Arena& arena) {
   const int64_t tile = std::min(a.tile, d.T);
   run_query_tiles(d, tile, arena, [&](int64_t b, int64_t h) {
     return HeadOperands{detail::head_rows(a.q, a.k, a.v, a.out, b, h),
-                        a.logsumexp ? a.logsumexp + b * d.T * d.H + h : nullptr, d.H, 0};
+                        a.logsumexp ? a.logsumexp + b * d.T * d.H + h : nullptr, d.H, 0,
+                        a.window};
   });
 }
 
@@ -277,7 +288,7 @@ size_t attention_step_workspace_floats(int64_t B, int64_t H, int64_t Dv) {
 }
 
 void attention_step(const TensorView& q, const TensorView& k, const TensorView& v,
-                    const TensorView& out, AttentionCache& cache, Arena& arena) {
+                    const TensorView& out, AttentionCache& cache, Arena& arena, int64_t window) {
   const Dims d = check_dims(q, k, v, out, "attention_step");
   RETNET_CHECK(d.T == 1, "attention_step takes one token per sequence, got {}", d.T);
   if (d.B == 0 || d.H == 0) return;
@@ -291,8 +302,10 @@ void attention_step(const TensorView& q, const TensorView& k, const TensorView& 
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < d.B * S; ++t) {
     const int64_t b = t / S, s = t % S, L = cache.length[b] + 1;
+    const int64_t first = window > 0 ? std::max<int64_t>(L - window, 0) : 0;  // seen: [first, L)
     decode_range([&](int64_t h) { return &q.at(b, 0, h, 0); },
-                 cache.data + b * cache.capacity * cache_row(d), d, L * s / S, L * (s + 1) / S,
+                 cache.data + b * cache.capacity * cache_row(d), d, first + (L - first) * s / S,
+                 first + (L - first) * (s + 1) / S,
                  scores + d.H * kDecodeBlock * omp_get_thread_num(),
                  partials + t * partial_floats(d));
   }
@@ -304,7 +317,8 @@ void attention_step(const TensorView& q, const TensorView& k, const TensorView& 
 }
 
 void attention_prefill(const TensorView& q, const TensorView& k, const TensorView& v,
-                       const TensorView& out, AttentionCache& cache, Arena& arena, int64_t tile) {
+                       const TensorView& out, AttentionCache& cache, Arena& arena, int64_t tile,
+                       int64_t window) {
   const Dims d = check_dims(q, k, v, out, "attention_prefill");
   RETNET_CHECK(tile >= 1, "attention_prefill: tile must be at least 1, got {}", tile);
   if (d.B == 0 || d.T == 0 || d.H == 0) return;
@@ -315,28 +329,29 @@ void attention_prefill(const TensorView& q, const TensorView& k, const TensorVie
     const detail::HeadRows rows{&q.at(b, 0, h, 0), cache_keys(cache, d, b, h),
                                 cache_values(cache, d, b, h), &out.at(b, 0, h, 0),
                                 q.stride[1], row, row, out.stride[1]};
-    return HeadOperands{rows, nullptr, 0, cache.length[b]};
+    return HeadOperands{rows, nullptr, 0, cache.length[b], window};
   });
   for (int64_t b = 0; b < d.B; ++b) cache.length[b] += d.T;
 }
 
 void attention_reference(const float* q, const float* k, const float* v, double* out, int64_t T,
-                         int64_t Dk, int64_t Dv, double* logsumexp) {
+                         int64_t Dk, int64_t Dv, double* logsumexp, int64_t window) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(Dk));
   std::vector<double> s(T);
   for (int64_t n = 0; n < T; ++n) {
     double m = -std::numeric_limits<double>::infinity();
-    for (int64_t j = 0; j <= n; ++j) {
+    const int64_t first = window > 0 ? std::max<int64_t>(n - window + 1, 0) : 0;
+    for (int64_t j = first; j <= n; ++j) {
       double dot = 0;
       for (int64_t i = 0; i < Dk; ++i) dot += double(q[n * Dk + i]) * double(k[j * Dk + i]);
       s[j] = dot * scale;
       m = std::max(m, s[j]);
     }
     double sum = 0;
-    for (int64_t j = 0; j <= n; ++j) sum += (s[j] = std::exp(s[j] - m));
+    for (int64_t j = first; j <= n; ++j) sum += (s[j] = std::exp(s[j] - m));
     for (int64_t c = 0; c < Dv; ++c) {
       double o = 0;
-      for (int64_t j = 0; j <= n; ++j) o += s[j] * double(v[j * Dv + c]);
+      for (int64_t j = first; j <= n; ++j) o += s[j] * double(v[j * Dv + c]);
       out[n * Dv + c] = o / sum;
     }
     if (logsumexp) logsumexp[n] = m + std::log(sum);

@@ -27,6 +27,7 @@ using namespace attention_detail;
 struct GradHead : detail::HeadGradRows {
   const float* lse;
   int64_t ld_lse;
+  int64_t window;  // 0: every earlier key
 };
 
 size_t tile_scratch(int64_t tile) { return 2 * tile * tile; }
@@ -44,8 +45,11 @@ void recompute_probabilities(const GradHead& g, int64_t i0, int64_t Lq, int64_t 
   for (int64_t i = 0; i < Lq; ++i) {
     float* p = P + i * Lk;
     const int64_t visible = std::clamp<int64_t>(i0 + i - j0 + 1, 0, Lk);
+    const int64_t before =
+        g.window > 0 ? std::clamp<int64_t>(i0 + i - g.window + 1 - j0, 0, visible) : 0;
     const float lse = g.lse[(i0 + i) * g.ld_lse];
-    exp_shifted_sum(p, visible, lse);
+    exp_shifted_sum(p + before, visible - before, lse);
+    std::fill(p, p + before, 0.f);
     std::fill(p + visible, p + Lk, 0.f);
   }
 }
@@ -59,7 +63,9 @@ void backward_key_tile(const GradHead& g, const float* D, int64_t j0, int64_t Lk
   const float scale = 1.f / std::sqrt(static_cast<float>(Dk));
   const float* k = g.k + j0 * g.ldk;
   const float* v = g.v + j0 * g.ldv;
-  for (int64_t i0 = j0; i0 < T; i0 += tile) {
+  // The last query that sees one of these keys (a window ends each key's reach).
+  const int64_t end = g.window > 0 ? std::min(T, j0 + Lk + g.window - 1) : T;
+  for (int64_t i0 = j0; i0 < end; i0 += tile) {
     const int64_t Lq = std::min(tile, T - i0);
     const float* q = g.q + i0 * g.ldq;
     const float* d_out = g.d_out + i0 * g.ld_do;
@@ -89,7 +95,7 @@ void backward_key_tile(const GradHead& g, const float* D, int64_t j0, int64_t Lk
 
 GradHead grad_head(const AttentionGradArgs& a, const Dims& d, int64_t b, int64_t h) {
   return {detail::head_grad_rows(a.q, a.k, a.v, a.out, a.d_out, a.d_q, a.d_k, a.d_v, b, h),
-          a.logsumexp + b * d.T * d.H + h, d.H};
+          a.logsumexp + b * d.T * d.H + h, d.H, a.window};
 }
 
 // Heads run in parallel when there are enough of them; otherwise one head at a time with its key

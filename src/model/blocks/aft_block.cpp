@@ -46,7 +46,7 @@ class AftMixer final : public SavedRegionsMixer<saved_sizes> {
 
   const float* forward(const MixerPass& p, Arena& arena) const override {
     const Model& model = *p.model;
-    const Config& c = model.config();
+    const Config& c = model.layer_config(p.layer);
     const int64_t B = p.B, T = p.T, vd = c.value_embed_dim;
     const float* bias = model.param(model.tensors().layers[p.layer].mixer_tensors[kPositionBias]);
     const int64_t L = c.aft_max_distance;
@@ -72,13 +72,13 @@ class AftMixer final : public SavedRegionsMixer<saved_sizes> {
   }
 
   const float* output(const MixerGrad& gr, float* scratch) const override {
-    const Saved sv = carve(gr.saved, gr.model->config(), gr.B * gr.T);
+    const Saved sv = carve(gr.saved, gr.model->layer_config(gr.layer), gr.B * gr.T);
     return sigmoid_gated_output(gr, sv.ratio, scratch);
   }
 
   void backward(const MixerGrad& gr, Arena& arena) const override {
     const Model& model = *gr.model;
-    const Config& c = model.config();
+    const Config& c = model.layer_config(gr.layer);
     const int64_t B = gr.B, T = gr.T, vd = c.value_embed_dim;
     const Saved sv = carve(gr.saved, c, B * T);
     const size_t bias_index = model.tensors().layers[gr.layer].mixer_tensors[kPositionBias];

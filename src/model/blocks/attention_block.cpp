@@ -1,11 +1,16 @@
-// Softmax attention as a block's mixer: the transformer baseline. Rotary positions on q and k
-// (the same rotation retention uses), scores scaled by 1 / sqrt(d_k), no gate, no head norm:
-//   out = attention(rot(q), rot(k), v)
+// Softmax attention as a block's mixer: the transformer baseline, and the attention layers of
+// hybrid models (fla's "attn"). Rotary positions on q and k (the model's rotation style, with the
+// attention options' base), scores scaled by 1 / sqrt(d_k), no gate, no head norm, optional q, k,
+// v biases, kv heads shared by groups of query heads and a sliding window (the config's
+// AttentionOptions; the cache keeps every token, the window limits what a query reads):
+//   out = attention(rot(q + b_q), rot(k + b_k), v + b_v)
 // Training runs the tiled online-softmax kernel; decoding keeps every key and value in the
 // state's token cache (rows of [H, d_k] keys then [H, d_v] values, the kernel's layout).
 #include <algorithm>
 
 #include "../mixer_layer.h"
+#include "retention_heads.h"
+#include "retnet/core/parallel.h"
 #include "retnet/mixers/attention.h"
 
 namespace retnet::detail {
@@ -23,11 +28,87 @@ Saved carve(const float* base, const Config& c, int64_t N) {
   return {o, lse};
 }
 
+// The attention options' own tensors, in its spec's order: q, k and v biases (qkv_bias).
+constexpr size_t kQueryBias = 0, kKeyBias = 1, kValueBias = 2;
+
+// Column offsets and widths of q | k | v in a layer's projection rows.
+struct QkvColumns {
+  int64_t P, q, k, v;  // row width; widths of q, k (kv heads) and v (kv heads)
+  explicit QkvColumns(const Config& c)
+      : P(c.projection_width()), q(c.qk_width()), k(c.k_width()), v(c.v_width()) {}
+};
+
+// Extra arena floats of grouped keys and values: all heads' k and v; 0 without kv_heads.
+size_t grouped_kv_floats(const Config& c, int64_t N) {
+  if (c.kv_groups() == 1) return 0;
+  return Arena::footprint(static_cast<size_t>(N * c.qk_width())) +
+         Arena::footprint(static_cast<size_t>(N * c.value_embed_dim));
+}
+
+// k and v as the kernels read them, [B, T, H, d]: the projection's own columns, or (kv_heads)
+// each kv head repeated for its group of query heads, in the arena.
+struct HeadKv {
+  TensorView k, v;
+  float *k_data = nullptr, *v_data = nullptr;  // the arena copies, if any
+};
+HeadKv head_kv(const Config& c, const float* proj, int64_t B, int64_t T, Arena& arena) {
+  const QkvColumns col(c);
+  const int64_t N = B * T, H = c.heads, G = c.kv_groups(), Hkv = c.kv_head_count();
+  const int64_t dk = c.key_dim(), dv = c.head_value_dim();
+  if (G == 1)
+    return {head_view(proj + col.q, B, T, H, col.P, dk),
+            head_view(proj + col.q + col.k, B, T, H, col.P, dv)};
+  HeadKv r;
+  r.k_data = arena.alloc(static_cast<size_t>(N * H * dk));
+  r.v_data = arena.alloc(static_cast<size_t>(N * H * dv));
+  if (proj) {
+    expand_kv_heads(proj + col.q, col.P, r.k_data, N, Hkv, G, dk);
+    expand_kv_heads(proj + col.q + col.k, col.P, r.v_data, N, Hkv, G, dv);
+  }
+  r.k = head_view(r.k_data, B, T, H, H * dk, dk);
+  r.v = head_view(r.v_data, B, T, H, H * dv, dv);
+  return r;
+}
+
+// Adds (qkv_bias) the q, k and v biases to N projection rows.
+void add_qkv_bias(const Model& m, int64_t layer, const Config& c, float* proj, int64_t N) {
+  const LayerTensors& L = m.tensors().layers[layer];
+  if (L.mixer_tensors[kQueryBias] == kNoTensor) return;
+  const QkvColumns col(c);
+  const float* bias[3] = {m.param(L.mixer_tensors[kQueryBias]),
+                          m.param(L.mixer_tensors[kKeyBias]),
+                          m.param(L.mixer_tensors[kValueBias])};
+  const int64_t width[3] = {col.q, col.k, col.v};
+  parallel_for_if(N * col.P > 65536, N, [&](int64_t n) {
+    float* row = proj + n * col.P;
+    for (int part = 0; part < 3; ++part) {
+      for (int64_t i = 0; i < width[part]; ++i) row[i] += bias[part][i];
+      row += width[part];
+    }
+  });
+}
+
+// The biases' gradients: column sums of the projection rows' gradient (before the rotation).
+void accumulate_qkv_bias_grads(const MixerGrad& g, const Config& c) {
+  const LayerTensors& L = g.model->tensors().layers[g.layer];
+  if (L.mixer_tensors[kQueryBias] == kNoTensor) return;
+  const QkvColumns col(c);
+  const int64_t N = g.B * g.T;
+  int64_t offset = 0;
+  for (size_t part : {kQueryBias, kKeyBias, kValueBias}) {
+    float* db = g.grads->tensor(L.mixer_tensors[part]);
+    const int64_t width = part == kQueryBias ? col.q : part == kKeyBias ? col.k : col.v;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < width; ++i) db[i] += g.d_proj[n * col.P + offset + i];
+    offset += width;
+  }
+}
+
 class AttentionMixer final : public SavedRegionsMixer<saved_sizes> {
  public:
   size_t workspace_floats(const Config& c, Form form, int64_t B, int64_t T, int64_t,
                           int64_t) const override {
-    const size_t lengths = cache_lengths_floats(B);
+    const size_t lengths = cache_lengths_floats(B) + grouped_kv_floats(c, B * T);
     if (form == Form::Recurrent)
       return lengths + attention_step_workspace_floats(B, c.heads, c.head_value_dim());
     return lengths +
@@ -36,62 +117,101 @@ class AttentionMixer final : public SavedRegionsMixer<saved_sizes> {
 
   size_t backward_workspace_floats(const Config& c, Form, int64_t B, int64_t T,
                                    int64_t) const override {
-    return attention_backward_workspace_floats(B, T, c.heads, c.key_dim(), c.head_value_dim(),
+    return 2 * grouped_kv_floats(c, B * T) +
+           attention_backward_workspace_floats(B, T, c.heads, c.key_dim(), c.head_value_dim(),
                                                kAttentionDefaultTile);
   }
 
   const float* forward(const MixerPass& p, Arena& arena) const override {
     const Model& model = *p.model;
-    const Config& c = model.config();
-    const int64_t B = p.B, T = p.T, d = c.embed_dim;
-    rotate_queries_keys(p, p.proj, p.proj + d, c.projection_width(), c.heads, c.key_dim());
+    const Config& c = model.layer_config(p.layer);
+    const int64_t B = p.B, T = p.T;
+    const QkvColumns col(c);
+    add_qkv_bias(model, p.layer, c, p.proj, B * T);
+    rotate_queries_keys(p, p.proj, p.proj + col.q, col.P, c.heads, c.key_dim(),
+                        c.kv_head_count());
     Saved sv{};
     if (p.saved) sv = carve(p.saved, c, B * T);
     float* o = p.saved ? sv.o : p.out;
-    const auto [q, k, v] = head_qkv(p.proj, B, T, c);
+    const TensorView q = head_view(p.proj, B, T, c.heads, col.P, c.key_dim());
+    const HeadKv kv = head_kv(c, p.proj, B, T, arena);
     const TensorView out = head_output_view(o, B, T, c);
     if (!p.cache) {  // from an empty sequence (training, or a parallel pass without a state)
       AttentionArgs a;
-      a.q = q, a.k = k, a.v = v, a.out = out;
+      a.q = q, a.k = kv.k, a.v = kv.v, a.out = out;
       a.logsumexp = p.saved ? sv.lse : nullptr;
+      a.window = c.attention.window_size;
       attention_forward(a, arena);
       return o;
     }
     AttentionCache cache = pass_cache<AttentionCache>(p, arena);
     if (is_decode_step(p))
-      attention_step(q, k, v, out, cache, arena);
+      attention_step(q, kv.k, kv.v, out, cache, arena, c.attention.window_size);
     else
-      attention_prefill(q, k, v, out, cache, arena);
+      attention_prefill(q, kv.k, kv.v, out, cache, arena, kAttentionDefaultTile,
+                        c.attention.window_size);
     return o;
   }
 
   const float* output(const MixerGrad& gr, float*) const override {
-    return carve(gr.saved, gr.model->config(), gr.B * gr.T).o;
+    return carve(gr.saved, gr.model->layer_config(gr.layer), gr.B * gr.T).o;
   }
 
   void backward(const MixerGrad& gr, Arena& arena) const override {
     const Model& model = *gr.model;
-    const Config& c = model.config();
-    const int64_t B = gr.B, T = gr.T, P = c.projection_width();
-    const Saved sv = carve(gr.saved, c, B * T);
-    zero_projection_grad(gr, P);
-    const HeadQkv x = head_qkv(gr.proj, B, T, c), dx = head_qkv(gr.d_proj, B, T, c);
+    const Config& c = model.layer_config(gr.layer);
+    const int64_t B = gr.B, T = gr.T, N = B * T, H = c.heads, dk = c.key_dim();
+    const QkvColumns col(c);
+    const Saved sv = carve(gr.saved, c, N);
+    zero_projection_grad(gr, col.P);
+    const HeadKv kv = head_kv(c, gr.proj, B, T, arena);
+    HeadKv dkv = head_kv(c, c.kv_groups() == 1 ? gr.d_proj : nullptr, B, T, arena);
+    if (dkv.k_data) {  // the kernel accumulates into all heads' gradients
+      std::fill(dkv.k_data, dkv.k_data + N * H * dk, 0.f);
+      std::fill(dkv.v_data, dkv.v_data + N * c.value_embed_dim, 0.f);
+    }
     AttentionGradArgs ga;
-    ga.q = x.q, ga.k = x.k, ga.v = x.v;
-    ga.d_q = dx.q, ga.d_k = dx.k, ga.d_v = dx.v;
+    ga.q = head_view(gr.proj, B, T, H, col.P, dk), ga.k = kv.k, ga.v = kv.v;
+    ga.d_q = head_view(gr.d_proj, B, T, H, col.P, dk), ga.d_k = dkv.k, ga.d_v = dkv.v;
     ga.out = head_output_view(sv.o, B, T, c), ga.d_out = head_output_view(gr.d_out, B, T, c);
     ga.logsumexp = sv.lse;
+    ga.window = c.attention.window_size;
     attention_backward(ga, arena);
-    rotate_back_query_key_grads(gr, gr.d_proj, gr.d_proj + c.embed_dim, P, c.heads, c.key_dim());
+    if (dkv.k_data) {
+      const int64_t Hkv = c.kv_head_count(), G = c.kv_groups();
+      reduce_kv_heads(dkv.k_data, gr.d_proj + col.q, col.P, N, Hkv, G, dk);
+      reduce_kv_heads(dkv.v_data, gr.d_proj + col.q + col.k, col.P, N, Hkv, G,
+                      c.head_value_dim());
+    }
+    rotate_back_query_key_grads(gr, gr.d_proj, gr.d_proj + col.q, col.P, H, dk,
+                                c.kv_head_count());
+    accumulate_qkv_bias_grads(gr, c);
   }
 };
 
+// The attention options of a model, applied to one of its attention layers.
+void adapt_attention_config(Config& c) {
+  const AttentionOptions& a = c.attention;
+  if (a.heads) c.heads = a.heads;
+  c.kv_heads = a.kv_heads;
+  if (a.value_dim) c.value_embed_dim = a.value_dim;
+  if (a.rope_theta) c.rope_theta = a.rope_theta;
+  c.key_embed_dim = 0;
+}
+
+bool has_qkv_bias(const Config& c) { return c.attention.qkv_bias; }
+
+void zero_bias(const Config&, int64_t, uint64_t, float* w, int64_t n) {
+  std::fill(w, w + n, 0.f);
+}
+
 // Every token's keys [H, d_k] and values [H, d_v].
-int64_t attention_cache_floats(const Config& c) { return c.embed_dim + c.value_embed_dim; }
+// (kv_heads: every query head's, as the kernels read them.)
+int64_t attention_cache_floats(const Config& c) { return c.qk_width() + c.value_embed_dim; }
 
 // Scores and values over the earlier tokens (mean_context).
 double attention_core_flops(const Config& c, int64_t T, Form form, int64_t) {
-  return 2.0 * mean_context(T, form) * static_cast<double>(c.embed_dim + c.value_embed_dim);
+  return 2.0 * mean_context(T, form) * static_cast<double>(c.qk_width() + c.value_embed_dim);
 }
 
 }  // namespace
@@ -101,8 +221,15 @@ const MixerSpec& attention_mixer_spec() {
       .name = "attention", .scope = "attention",
       .summary = "causal softmax attention with rotary positions (the transformer baseline)",
       .rotates = true, .keeps_tokens = true,
+      .tensors = {{"q_proj.bias", [](const Config& c) { return std::vector<int64_t>{c.qk_width()}; },
+                   zero_bias, false, has_qkv_bias},
+                  {"k_proj.bias", [](const Config& c) { return std::vector<int64_t>{c.k_width()}; },
+                   zero_bias, false, has_qkv_bias},
+                  {"v_proj.bias", [](const Config& c) { return std::vector<int64_t>{c.v_width()}; },
+                   zero_bias, false, has_qkv_bias}},
       .cache_floats_per_token_per_layer = attention_cache_floats,
-      .core_flops_per_token = attention_core_flops, .block = block_instance<AttentionMixer>};
+      .core_flops_per_token = attention_core_flops, .block = block_instance<AttentionMixer>,
+      .adapt_layer_config = adapt_attention_config};
   return spec;
 }
 

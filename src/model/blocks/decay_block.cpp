@@ -22,7 +22,7 @@ bool learns_decay(const Config& c) { return c.mixer == &rwkv_mixer_spec(); }
 // w and u of a layer into `wu` [2, vd]: rwkv's decay rate exp(time_decay) and bonus; zeros for
 // aft-simple.
 void decay_parameters(const Model& m, int64_t layer, float* wu) {
-  const Config& c = m.config();
+  const Config& c = m.layer_config(layer);
   const int64_t vd = c.value_embed_dim;
   if (!learns_decay(c)) {
     std::memset(wu, 0, static_cast<size_t>(2 * vd) * sizeof(float));
@@ -66,7 +66,7 @@ class DecayMixer final : public SavedRegionsMixer<saved_sizes> {
   }
 
   const float* forward(const MixerPass& p, Arena& arena) const override {
-    const Config& c = p.model->config();
+    const Config& c = p.model->layer_config(p.layer);
     const int64_t B = p.B, T = p.T, vd = c.value_embed_dim;
     float* wu = arena.alloc(static_cast<size_t>(2 * vd));
     decay_parameters(*p.model, p.layer, wu);
@@ -86,12 +86,12 @@ class DecayMixer final : public SavedRegionsMixer<saved_sizes> {
   }
 
   const float* output(const MixerGrad& gr, float* scratch) const override {
-    return sigmoid_gated_output(gr, carve(gr.saved, gr.model->config(), gr.B * gr.T).wkv, scratch);
+    return sigmoid_gated_output(gr, carve(gr.saved, gr.model->layer_config(gr.layer), gr.B * gr.T).wkv, scratch);
   }
 
   void backward(const MixerGrad& gr, Arena& arena) const override {
     const Model& model = *gr.model;
-    const Config& c = model.config();
+    const Config& c = model.layer_config(gr.layer);
     const int64_t B = gr.B, T = gr.T, vd = c.value_embed_dim;
     const Saved sv = carve(gr.saved, c, B * T);
     float* wu = arena.alloc(static_cast<size_t>(2 * vd));

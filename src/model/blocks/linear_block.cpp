@@ -17,7 +17,7 @@ constexpr size_t kFeatureMatrix = 0;  // feature_matrix [m, d_k]: FAVOR+'s rando
 bool is_performer(const Config& c) { return c.mixer == &performer_mixer_spec(); }
 
 FeatureMap layer_features(const Model& m, int64_t layer) {
-  const Config& c = m.config();
+  const Config& c = m.layer_config(layer);
   if (is_performer(c))
     return favor_feature_map(m.param(m.tensors().layers[layer].mixer_tensors[kFeatureMatrix]),
                              c.performer_features, c.key_dim());
@@ -67,7 +67,7 @@ class LinearMixer final : public SavedRegionsMixer<saved_sizes> {
   }
 
   const float* forward(const MixerPass& p, Arena& arena) const override {
-    const Config& c = p.model->config();
+    const Config& c = p.model->layer_config(p.layer);
     const int64_t B = p.B, T = p.T;
     Saved sv{};
     if (p.saved) sv = carve(p.saved, c, B * T);
@@ -88,11 +88,11 @@ class LinearMixer final : public SavedRegionsMixer<saved_sizes> {
   }
 
   const float* output(const MixerGrad& gr, float*) const override {
-    return carve(gr.saved, gr.model->config(), gr.B * gr.T).o;
+    return carve(gr.saved, gr.model->layer_config(gr.layer), gr.B * gr.T).o;
   }
 
   void backward(const MixerGrad& gr, Arena& arena) const override {
-    const Config& c = gr.model->config();
+    const Config& c = gr.model->layer_config(gr.layer);
     const int64_t B = gr.B, T = gr.T;
     const Saved sv = carve(gr.saved, c, B * T);
     zero_projection_grad(gr, c.projection_width());

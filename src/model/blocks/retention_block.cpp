@@ -64,7 +64,7 @@ const float* head_norm_weight(const Model& m, int64_t layer) {
 
 // on = headnorm(o): RMSNorm over each head's d_v values (times the weight, if any).
 void head_norm(const Model& m, int64_t layer, const float* o, float* on, float* rstd, int64_t N) {
-  const Config& c = m.config();
+  const Config& c = m.layer_config(layer);
   const int64_t dv = c.head_value_dim();
   rmsnorm_forward(o, dv, head_norm_weight(m, layer), on, dv, rstd, N * c.heads, dv,
                   static_cast<float>(c.layernorm_eps));
@@ -109,7 +109,7 @@ FullKv full_kv(const Config& c, const float* proj, int64_t N, Arena& arena) {
 // The feature map, the key scale and the rotation of q and k in the projection rows, in fla's
 // order (map, then rotate); with a feature map the values before it go to `pre` (training).
 void transform_queries_keys(const MixerPass& p, float* pre) {
-  const Config& c = p.model->config();
+  const Config& c = p.model->layer_config(p.layer);
   const Columns col(c);
   const int64_t N = p.B * p.T, qk = col.d + col.dkv;
   if (c.feature_map != QkFeatureMap::None) {
@@ -152,7 +152,7 @@ class RetentionMixer final : public LayerMixer {
 
   const float* forward(const MixerPass& p, Arena& arena) const override {
     const Model& model = *p.model;
-    const Config& c = model.config();
+    const Config& c = model.layer_config(p.layer);
     const int64_t B = p.B, T = p.T, N = B * T, vd = c.value_embed_dim;
     const int64_t H = c.heads, dk = c.key_dim(), dv = c.head_value_dim();
     const int64_t P = c.projection_width();
@@ -184,7 +184,7 @@ class RetentionMixer final : public LayerMixer {
   }
 
   const float* output(const MixerGrad& gr, float* scratch) const override {
-    const Config& c = gr.model->config();
+    const Config& c = gr.model->layer_config(gr.layer);
     const int64_t N = gr.B * gr.T;
     const Saved sv = carve(const_cast<float*>(gr.saved), c, N);
     head_norm(*gr.model, gr.layer, sv.o, scratch, nullptr, N);
@@ -194,7 +194,7 @@ class RetentionMixer final : public LayerMixer {
 
   void backward(const MixerGrad& gr, Arena& arena) const override {
     const Model& model = *gr.model;
-    const Config& c = model.config();
+    const Config& c = model.layer_config(gr.layer);
     const Columns col(c);
     const int64_t B = gr.B, T = gr.T, N = B * T, vd = c.value_embed_dim, P = col.P;
     const int64_t H = c.heads, dk = c.key_dim(), dv = c.head_value_dim();

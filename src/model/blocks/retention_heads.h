@@ -1,5 +1,5 @@
 #pragma once
-// Internal to the retention block: keys and values shared by groups of query heads (kv_heads) and
+// Internal to the retention and attention blocks: keys and values shared by groups of query heads (kv_heads) and
 // the feature map of queries and keys (feature_map), forward and backward.
 #include <cstdint>
 
