@@ -18,17 +18,21 @@ namespace retnet::detail {
 void project(const Model& model, size_t w, int64_t M, int64_t N, int64_t K, const float* x,
              int64_t ldx, bool accumulate, float* y, int64_t ldy) {
   const float beta = accumulate ? 1.f : 0.f;
-  const PackedProjection* p = M <= kSkinnyMaxRows ? model.packed(w) : nullptr;
-  if (p && p->N == N && p->K == K) {
-    if (p->f16)
-      packed_gemm_nt_f16(M, N, K, x, ldx, p->f16, beta, y, ldy);
-    else
-      packed_gemm_nt(M, N, K, x, ldx, p->f32, beta, y, ldy);
-  } else {
+  // The packed copy serves decoding (few rows), and prefill too when it is the only copy or in
+  // half precision (prefill and decode then compute with the same weights); a float32 model that
+  // kept its originals prefills straight from them.
+  const PackedProjection* p = model.packed(w);
+  const bool use_packed = p && p->N == N && p->K == K &&
+                          (M <= kSkinnyMaxRows || !p->f32 || !model.weights_complete());
+  if (!use_packed)
     sgemm(Trans::No, Trans::Yes, M, N, K, 1.f, x, ldx, model.param(w), K, beta, y, ldy);
-  }
+  else if (p->f16)
+    packed_gemm_nt_f16(M, N, K, x, ldx, p->f16, beta, y, ldy);
+  else if (p->bf16)
+    packed_gemm_nt_bf16(M, N, K, x, ldx, p->bf16, beta, y, ldy);
+  else
+    packed_gemm_nt(M, N, K, x, ldx, p->f32, beta, y, ldy);
 }
-
 
 size_t activation_floats(const Config& c, int64_t B, int64_t T, bool training) {
   const size_t N = static_cast<size_t>(B * T), d = c.embed_dim, vd = c.value_embed_dim;
