@@ -97,10 +97,22 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
   float* x = acts.x;
 
   const float scale = static_cast<float>(c.embed_scale());
-  const float* embed = model.param(w.embed);
-  parallel_for_if(N * d > 65536, N, [&](int64_t n) {
-    for (int64_t i = 0; i < d; ++i) x[n * d + i] = scale * embed[tokens[n] * d + i];
-  });
+  // A model prepared for inference in f16/bf16 keeps its embedding rows in that type too
+  // (row-major, under the embedding's packed entry).
+  const PackedProjection* half_embed = model.packed(w.embed);
+  if (half_embed) {
+    parallel_for_if(N * d > 65536, N, [&](int64_t n) {
+      const size_t row = static_cast<size_t>(tokens[n]) * d;
+      for (int64_t i = 0; i < d; ++i)
+        x[n * d + i] = scale * (half_embed->bf16 ? bf16_to_float(half_embed->bf16[row + i].bits)
+                                                 : half_to_float(half_embed->f16[row + i]));
+    });
+  } else {
+    const float* embed = model.param(w.embed);
+    parallel_for_if(N * d > 65536, N, [&](int64_t n) {
+      for (int64_t i = 0; i < d; ++i) x[n * d + i] = scale * embed[tokens[n] * d + i];
+    });
+  }
 
   const int64_t* positions = state ? state->positions : nullptr;  // nullptr: all from 0
   // The rotation angles depend on the positions only: once per pass, not per layer.

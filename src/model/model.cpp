@@ -120,6 +120,10 @@ struct DecodePack {
   std::vector<float> f32;
   std::vector<uint16_t> f16;
   std::vector<BFloat16> bf16;
+  // With released weights in f16/bf16, the embedding too, row-major [vocab, d] (rows are looked
+  // up, not multiplied: no panels); its by_tensor entry points here.
+  std::vector<uint16_t> embed_f16;
+  std::vector<BFloat16> embed_bf16;
   std::unordered_map<size_t, PackedProjection> by_tensor;
 };
 
@@ -216,6 +220,27 @@ void Model::pack_projections(DecodePrecision precision, bool release) {
       for (size_t i = index; i < params_.layout().size() && params_.layout()[i].offset < end; ++i)
         released_[i] = true;
     }
+  }
+  if (release && precision != DecodePrecision::F32) {
+    const size_t e = tensors_.embed, n = params_.layout()[e].numel;
+    const float* w = params_.tensor(e);
+    PackedProjection p{config_.vocab_size, config_.embed_dim, nullptr, nullptr, nullptr};
+    if (precision == DecodePrecision::F16) {
+      for (size_t i = 0; i < n; ++i)
+        RETNET_CHECK(std::fabs(w[i]) <= 65504.f,
+                     "weight {} of '{}' is {}: outside the f16 range; use bf16 or f32", i,
+                     params_.layout()[e].name, w[i]);
+      pack->embed_f16.resize(n);
+      for (size_t i = 0; i < n; ++i) pack->embed_f16[i] = float_to_half(w[i]);
+      p.f16 = pack->embed_f16.data();
+    } else {
+      pack->embed_bf16.resize(n);
+      for (size_t i = 0; i < n; ++i) pack->embed_bf16[i] = BFloat16{float_to_bf16(w[i])};
+      p.bf16 = pack->embed_bf16.data();
+    }
+    pack->by_tensor[e] = p;
+    params_.release_pages(params_.layout()[e].offset, n);
+    released_[e] = true;
   }
   packed_ = std::move(pack);
 }

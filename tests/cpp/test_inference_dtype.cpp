@@ -195,7 +195,7 @@ TEST(InferenceDtype, ReleasedWeightsRefuseTrainingAndSavingButKeepTheFingerprint
   const auto path = std::filesystem::temp_directory_path() / "retnet_released.safetensors";
   EXPECT_TRUE(says([&] { save_model(m, path.string()); }, "saving the model"));
   EXPECT_FALSE(std::filesystem::exists(path));
-  // Norms and embeddings stay float32 and readable.
+  // Norms stay float32 and readable.
   EXPECT_EQ(m.param(m.tensors().layers[0].mixer_norm)[0], 1.f);
 }
 
