@@ -80,19 +80,30 @@ void run(const BenchModelOptions& o) {
   Model model = load_model(o.model, std::nullopt, &li);
   const Config& c = model.config();
   const int64_t rss_load = current_rss_bytes();
-  const bool half = o.weights == "f16";
-  model.prepare_decode(half ? DecodePrecision::F16 : DecodePrecision::F32);
+  const DecodePrecision precision = parse_decode_precision(o.weights, "--dtype");
+  const auto t_prepare = Clock::now();
+  model.prepare_inference(precision);
+  const double prepare_s = since(t_prepare);
   const int64_t rss_ready = current_rss_bytes();
+  const bool half = precision != DecodePrecision::F32;
+  // The bytes of the weights in the chosen dtype: the unit of the RSS goal.
+  const double weight_bytes =
+      static_cast<double>(model.parameter_count() * decode_precision_bytes(precision));
   std::printf("model %s: %lld parameters, stored %s (%s)\n", o.model.c_str(),
               (long long)model.parameter_count(), li.source_dtype.c_str(),
               human_bytes(double(li.stored_bytes)).c_str());
-  std::printf("load %.3f s, RSS %s after load, %s with the %s decode copy\n", li.load_seconds,
-              human_bytes(double(rss_load)).c_str(), human_bytes(double(rss_ready)).c_str(),
-              o.weights.c_str());
+  std::printf("load %.3f s (RSS %s), prepared in %s in %.3f s: RSS %s = %.2fx the weights in "
+              "%s (%s)\n",
+              li.load_seconds, human_bytes(double(rss_load)).c_str(), o.weights.c_str(),
+              prepare_s, human_bytes(double(rss_ready)).c_str(), rss_ready / weight_bytes,
+              o.weights.c_str(), human_bytes(weight_bytes).c_str());
   out["model"] = {{"path", o.model}, {"parameters", model.parameter_count()},
                   {"stored_dtype", li.source_dtype}, {"stored_bytes", li.stored_bytes},
                   {"load_seconds", li.load_seconds}, {"rss_after_load_bytes", rss_load},
-                  {"rss_after_decode_copy_bytes", rss_ready}, {"decode_weights", o.weights}};
+                  {"dtype", o.weights}, {"prepare_seconds", prepare_s},
+                  {"weight_bytes_in_dtype", weight_bytes},
+                  {"rss_after_prepare_bytes", rss_ready},
+                  {"rss_after_prepare_over_weight_bytes", rss_ready / weight_bytes}};
 
   nlohmann::json prefill = nlohmann::json::array();
   for (int64_t T : o.prefill) {
@@ -136,12 +147,14 @@ void run(const BenchModelOptions& o) {
               "at %.1f GB/s read): %.0f%% of it\n",
               (long long)o.decode, tps, roofline, human_bytes(bytes).c_str(), bandwidth / 1e9,
               100 * tps / roofline);
-  std::printf("RSS after decoding: %s (weights in the decode precision: %s)\n",
-              human_bytes(double(rss_decoded)).c_str(), human_bytes(bytes).c_str());
+  std::printf("RSS after decoding: %s = %.2fx the weights in %s (%s)\n",
+              human_bytes(double(rss_decoded)).c_str(), rss_decoded / weight_bytes,
+              o.weights.c_str(), human_bytes(weight_bytes).c_str());
   out["decode"] = {{"tokens", o.decode}, {"tokens_per_s", tps},
                    {"read_bandwidth_bytes_per_s", bandwidth}, {"bytes_per_token", bytes},
                    {"roofline_tokens_per_s", roofline}, {"fraction_of_roofline", tps / roofline},
-                   {"rss_after_decoding_bytes", rss_decoded}};
+                   {"rss_after_decoding_bytes", rss_decoded},
+                   {"rss_after_decoding_over_weight_bytes", rss_decoded / weight_bytes}};
   if (!o.json.empty()) write_json(o.json, out);
 }
 
@@ -154,9 +167,7 @@ void register_bench_model(CLI::App* bench) {
       "GEMM ceiling, batch-1 decode tokens/s against the memory-bandwidth roofline (weight bytes "
       "per token / a STREAM-like read bandwidth), both measured in the same run");
   cmd->add_option("--model,-m", o->model, "Model .safetensors file or directory")->required();
-  cmd->add_option("--weights", o->weights, "Decode weights: f32 (exact) or f16")
-      ->check(CLI::IsMember({"f32", "f16"}))
-      ->capture_default_str();
+  add_inference_dtype_option(cmd, o->weights);
   cmd->add_option("--prefill", o->prefill, "Prompt lengths to time")->capture_default_str();
   add_checked(cmd, "--decode", o->decode, "Tokens to decode", integer_at_least(1));
   add_bench_run_options(cmd, o->reps, o->threads, o->json);

@@ -12,7 +12,7 @@ namespace retnet::cli {
 
 void register_eval(CLI::App& app) {
   struct Opts {
-    std::string model, config, data, tokenizer, form = "chunkwise";
+    std::string model, config, data, tokenizer, form = "chunkwise", dtype = "f32";
     int64_t seq = 512, batch = 8;
     double tail = 0;
     bool json = false;
@@ -23,6 +23,7 @@ void register_eval(CLI::App& app) {
       app.add_subcommand("eval", "Loss, perplexity and bits per byte of a model on a text file");
   add_model_options(cmd, o->model, o->config);
   cmd->add_option("--data", o->data, "Text file")->required();
+  add_inference_dtype_option(cmd, o->dtype);
   cmd->add_option("--tokenizer", o->tokenizer,
                   "Override the model file's tokenizer (for files that record none, such as "
                   "torchscale exports): bytes or a SentencePiece .model");
@@ -40,6 +41,7 @@ void register_eval(CLI::App& app) {
   cmd->callback([o] {
     apply_threads(o->threads);
     Model model = load_model(o->model, optional_config(o->config));
+    prepare_for_inference(model, o->dtype, /*only_if_half=*/true);
     const std::unique_ptr<Tokenizer> tokenizer =
         o->tokenizer.empty() ? load_model_tokenizer(o->model) : load_tokenizer(o->tokenizer);
     RETNET_CHECK(tokenizer->vocab_size() <= model.config().vocab_size,

@@ -123,7 +123,7 @@ void run_generate(const GenerateArgs& a) {
                "nothing to continue: give --prompt, --prompt-file, --prompts-file or --state-in");
 
   Model model = load_model(a.model, optional_config(a.config));
-  model.prepare_decode(a.weights == "f16" ? DecodePrecision::F16 : DecodePrecision::F32);
+  prepare_for_inference(model, a.weights);
   std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(a.model);
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
@@ -258,11 +258,7 @@ void register_generate(CLI::App& app) {
       ->check(integer_at_least(0));
   add_checked(cmd, "--max-prompt-tokens", a->max_prompt_tokens, "Refuse longer prompts",
               integer_at_least(1));
-  cmd->add_option("--weights", a->weights,
-                  "Weights decoding reads: f32 (exact, as every other form) or f16 (half the "
-                  "memory traffic per token: faster at small batch; logits within ~1e-3)")
-      ->check(CLI::IsMember({"f32", "f16"}))
-      ->capture_default_str();
+  add_inference_dtype_option(cmd, a->weights);
   add_threads_option(cmd, a->threads,
                      "Threads (default: all cores; decoding a small model uses one)");
   cmd->add_flag("--stats", a->stats,

@@ -1,5 +1,6 @@
 #include <sys/stat.h>
 
+#include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -10,7 +11,7 @@ namespace retnet::cli {
 
 void register_info(CLI::App& app) {
   struct Opts {
-    std::string model, config;
+    std::string model, config, dtype;
     bool json = false;
     int64_t length = 1024;
   };
@@ -22,9 +23,19 @@ void register_info(CLI::App& app) {
   cmd->add_option("--length", o->length,
                   "Tokens a sequence has consumed, for its state size (default 1024)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cmd->add_option("--dtype", o->dtype,
+                  "Also prepare the weights for inference in f32, bf16 or f16 and report the "
+                  "time and resident memory after it")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   cmd->callback([o] {
     LoadInfo li;
     Model model = load_model(o->model, optional_config(o->config), &li);
+    double prepare_s = 0;
+    if (!o->dtype.empty()) {
+      const auto t0 = std::chrono::steady_clock::now();
+      prepare_for_inference(model, o->dtype);
+      prepare_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
     const double rss = static_cast<double>(current_rss_bytes());
     int64_t file_bytes = 0;
     for (const std::string& f : li.weight_files) {
@@ -74,6 +85,10 @@ void register_info(CLI::App& app) {
       j["memory_mapped"] = li.zero_copy;
       j["load_seconds"] = li.load_seconds;
       j["rss_bytes"] = static_cast<int64_t>(rss);
+      if (!o->dtype.empty())
+        j["inference"] = {{"dtype", o->dtype},
+                          {"prepare_seconds", prepare_s},
+                          {"packed_weight_bytes", model.packed_bytes()}};
       std::printf("%s\n", j.dump(2).c_str());
       return;
     }
@@ -85,8 +100,14 @@ void register_info(CLI::App& app) {
     std::printf("model:        %s (%s, %s %s)\n", o->model.c_str(), layout.c_str(),
                 li.source_dtype.c_str(),
                 li.zero_copy ? "memory-mapped, zero copy" : "converted to float32 on load");
-    std::printf("loaded in:    %.3f s; resident memory %s\n", li.load_seconds,
-                human_bytes(rss).c_str());
+    if (o->dtype.empty())
+      std::printf("loaded in:    %.3f s; resident memory %s\n", li.load_seconds,
+                  human_bytes(rss).c_str());
+    else
+      std::printf("loaded in:    %.3f s, prepared for inference in %s in %.3f s (projections %s); "
+                  "resident memory %s\n",
+                  li.load_seconds, o->dtype.c_str(), prepare_s,
+                  human_bytes(double(model.packed_bytes())).c_str(), human_bytes(rss).c_str());
     std::printf("config:       %s\n", c.to_json().c_str());
     std::printf(
         "layers %lld, d %lld, value dim %lld, heads %lld (d_k %lld, d_v %lld), ffn %lld, "

@@ -7,13 +7,16 @@ namespace retnet::cli {
 
 void register_logits(CLI::App& app) {
   auto o = std::make_shared<SequenceCommandOptions>();
+  auto dtype = std::make_shared<std::string>("f32");
   auto* cmd = app.add_subcommand(
       "logits", "Logits for every position of a token sequence, as float32 .npy [T, vocab]");
   add_sequence_options(cmd, *o, "--mode", {"parallel", "recurrent", "chunkwise", "scan"},
                        "Comma-separated token ids, e.g. 5,17,3", "Output .npy file");
-  cmd->callback([o] {
+  add_inference_dtype_option(cmd, *dtype);
+  cmd->callback([o, dtype] {
     apply_threads(o->threads);
     Model model = load_model(o->model, optional_config(o->config));
+    prepare_for_inference(model, *dtype, /*only_if_half=*/true);
     std::vector<int32_t> tokens = parse_token_list(o->tokens);
     const int64_t T = static_cast<int64_t>(tokens.size());
     ModelRunner runner(model);

@@ -53,6 +53,13 @@ std::optional<Config> optional_config(const std::string& path);
 // of a file that has none, such as a torchscale export).
 void add_model_options(CLI::App* cmd, std::string& model, std::string& config_json);
 
+// --dtype f32|bf16|f16 (alias --weights): the element type of the projection matrices kept for
+// inference; `dtype` holds its default.
+CLI::Option* add_inference_dtype_option(CLI::App* cmd, std::string& dtype);
+// Prepares `model` for inference in `dtype` (one packed copy of the projections replaces the
+// float32 originals); with `only_if_half`, f32 leaves the model as loaded (exact sgemm path).
+void prepare_for_inference(Model& model, const std::string& dtype, bool only_if_half = false);
+
 // --format fla|syncdoth (a Hugging Face directory's layout) and --dtype f32|bf16 (its stored
 // weights), for `init` and `export`.
 CLI::Option* add_directory_options(CLI::App* cmd, std::string& format, std::string& dtype,

@@ -43,6 +43,21 @@ void add_model_options(CLI::App* cmd, std::string& model, std::string& config_js
                   "export");
 }
 
+CLI::Option* add_inference_dtype_option(CLI::App* cmd, std::string& dtype) {
+  return cmd
+      ->add_option("--dtype,--weights", dtype,
+                   "Weights used for inference: f32 (exact), bf16 or f16 (half the memory and "
+                   "bytes per token, float32 accumulation; norms and states stay float32)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}))
+      ->capture_default_str();
+}
+
+void prepare_for_inference(Model& model, const std::string& dtype, bool only_if_half) {
+  const DecodePrecision p = parse_decode_precision(dtype, "--dtype");
+  if (only_if_half && p == DecodePrecision::F32) return;
+  model.prepare_inference(p);
+}
+
 CLI::Option* add_directory_options(CLI::App* cmd, std::string& format, std::string& dtype,
                                    const std::string& format_help) {
   cmd->add_option("--dtype", dtype, "Stored weights of the directory: f32 (exact) or bf16")

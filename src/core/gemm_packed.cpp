@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
@@ -18,12 +19,20 @@ namespace retnet {
 namespace {
 
 constexpr int64_t kPanel = 16;     // output columns per panel (one AVX-512 register)
+
+inline float to_float(float w) { return w; }
+inline float to_float(uint16_t w) { return half_to_float(w); }
+inline float to_float(BFloat16 w) { return bf16_to_float(w.bits); }
 constexpr int kPanelsPerTask = 4;  // 64 outputs x up to 4 rows of A = 16 accumulators
 
 #if defined(__AVX512F__)
 inline __m512 load_panel(const float* p) { return _mm512_loadu_ps(p); }
 inline __m512 load_panel(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline __m512 load_panel(const BFloat16* p) {  // bf16 -> f32: the bits move to the top half
+  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
 }
 
 // C[m0..m0+R, panels p0..p0+P) of 16 columns each.
@@ -60,6 +69,10 @@ void tile(const float* A, int64_t lda, const W* packed, int64_t K, float beta, f
 inline __m256 load_half(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load_half(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256 load_half(const BFloat16* p) {  // bf16 -> f32: the bits move to the top half
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
 }
 template <typename W>
 inline void load_panel(const W* p, __m256& lo, __m256& hi) {
@@ -218,8 +231,6 @@ void few_rows_gemm(const float* A, int64_t lda, const W* packed, int64_t K, floa
 }
 #define RETNET_PACKED_AVX2 1
 #else
-inline float to_float(float w) { return w; }
-inline float to_float(uint16_t w) { return half_to_float(w); }
 
 template <int R, int P, typename W>
 void tile(const float* A, int64_t lda, const W* packed, int64_t K, float beta, float* C,
@@ -386,6 +397,57 @@ void pack(const float* weights, int64_t N, int64_t K, int64_t ldw, W* out, Conve
       }
 }
 
+// Many rows (prefill): the packed kernel would stream A once per 64 outputs, so instead a block
+// of panels is unpacked to float32 [K][columns] (converting f16/bf16 on the way) and handed to
+// sgemm. The unpacking is O(N K) against the product's O(M N K): a few percent at 512 rows.
+// kUnpackPanels: 32 panels = 512 columns, 8 MiB at K = 4096, reused across calls.
+constexpr int64_t kUnpackPanels = 32;
+
+template <typename W>
+void unpacked_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const W* packed,
+                   float beta, float* C, int64_t ldc) {
+  thread_local std::vector<float> block;
+  const int64_t panels = packed_panels(N);
+  for (int64_t p0 = 0; p0 < panels; p0 += kUnpackPanels) {
+    const int64_t P = std::min(kUnpackPanels, panels - p0), width = P * kPanel;
+    if (block.size() < static_cast<size_t>(K * width)) block.resize(static_cast<size_t>(K * width));
+    float* b = block.data();
+#pragma omp parallel for schedule(static) if (K * width >= (1 << 16))
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t p = 0; p < P; ++p) {
+        const W* src = packed + ((p0 + p) * K + k) * kPanel;
+        float* dst = b + k * width + p * kPanel;
+#pragma omp simd
+        for (int64_t j = 0; j < kPanel; ++j) dst[j] = to_float(src[j]);
+      }
+    const int64_t n0 = p0 * kPanel, cols = std::min(width, N - n0);
+    sgemm(Trans::No, Trans::No, M, cols, K, 1.f, A, lda, b, width, beta, C + n0, ldc);
+  }
+}
+
+template <typename W>
+void product(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const W* packed,
+             float beta, float* C, int64_t ldc) {
+  if (M <= kSkinnyMaxRows)
+    packed_gemm(M, N, K, A, lda, packed, beta, C, ldc);
+  else
+    unpacked_gemm(M, N, K, A, lda, packed, beta, C, ldc);
+}
+
+template <typename W>
+void reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const W* packed,
+               float beta, float* C, int64_t ldc) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k)
+        acc += static_cast<double>(A[m * lda + k]) *
+               to_float(packed[((n / kPanel) * K + k) * kPanel + n % kPanel]);
+      float& c = C[m * ldc + n];
+      c = static_cast<float>(beta == 0.f ? acc : acc + static_cast<double>(beta) * c);
+    }
+}
+
 }  // namespace
 
 int64_t packed_panels(int64_t N) { return (N + kPanel - 1) / kPanel; }
@@ -401,14 +463,36 @@ void pack_weights_f16(const float* weights, int64_t N, int64_t K, int64_t ldw, u
   pack(weights, N, K, ldw, out, [](float x) { return float_to_half(x); });
 }
 
+void pack_weights_bf16(const float* weights, int64_t N, int64_t K, int64_t ldw, BFloat16* out) {
+  pack(weights, N, K, ldw, out, [](float x) { return BFloat16{float_to_bf16(x)}; });
+}
+
 void packed_gemm_nt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                     const float* packed, float beta, float* C, int64_t ldc) {
-  packed_gemm(M, N, K, A, lda, packed, beta, C, ldc);
+  product(M, N, K, A, lda, packed, beta, C, ldc);
 }
 
 void packed_gemm_nt_f16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                         const uint16_t* packed, float beta, float* C, int64_t ldc) {
-  packed_gemm(M, N, K, A, lda, packed, beta, C, ldc);
+  product(M, N, K, A, lda, packed, beta, C, ldc);
+}
+
+void packed_gemm_nt_bf16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                         const BFloat16* packed, float beta, float* C, int64_t ldc) {
+  product(M, N, K, A, lda, packed, beta, C, ldc);
+}
+
+void packed_gemm_nt_reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                              const float* packed, float beta, float* C, int64_t ldc) {
+  reference(M, N, K, A, lda, packed, beta, C, ldc);
+}
+void packed_gemm_nt_reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                              const uint16_t* packed, float beta, float* C, int64_t ldc) {
+  reference(M, N, K, A, lda, packed, beta, C, ldc);
+}
+void packed_gemm_nt_reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                              const BFloat16* packed, float beta, float* C, int64_t ldc) {
+  reference(M, N, K, A, lda, packed, beta, C, ldc);
 }
 
 }  // namespace retnet

@@ -1,5 +1,9 @@
 #include "retnet/core/param_buffer.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -52,6 +56,16 @@ ParamBuffer ParamBuffer::borrow(const ParamLayout& layout, float* data,
   b.data_ = data;
   b.keep_alive_ = std::move(keep_alive);
   return b;
+}
+
+void ParamBuffer::release_pages(size_t first, size_t count) {
+  RETNET_CHECK(first + count <= size(), "release_pages: floats [{}, {}) outside the buffer of {}",
+               first, first + count, size());
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data_ + first);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(data_ + first + count);
+  const uintptr_t lo = (begin + page - 1) / page * page, hi = end / page * page;
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
 }  // namespace retnet

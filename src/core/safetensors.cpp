@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "retnet/core/error.h"
@@ -180,7 +182,14 @@ void copy_as_float32(const SafetensorsTensor& t, float* out) {
   }
 }
 
-void write_file_atomically(const std::string& path, const std::string& bytes) {
+namespace {
+
+// Writes what `produce` hands to its sink into `path` atomically: a temporary file in the same
+// directory, fsync, rename, fsync of the directory. Streams: nothing is held beyond the caller's
+// pieces.
+void write_atomically(const std::string& path,
+                      const std::function<void(const std::function<void(const char*, size_t)>&)>&
+                          produce) {
   namespace fs = std::filesystem;
   fs::path target(path);
   fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
@@ -188,17 +197,29 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
                         .string();
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   RETNET_CHECK(fd >= 0, "cannot create '{}': {}", tmp, std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      int err = errno;
+  auto sink = [&](const char* data, size_t size) {
+    size_t done = 0;
+    while (done < size) {
+      ssize_t w = ::write(fd, data + done, size - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        int err = errno;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        fd = -1;
+        throw Error(fmt::format("cannot write '{}': {}", path, std::strerror(err)));
+      }
+      done += static_cast<size_t>(w);
+    }
+  };
+  try {
+    produce(sink);
+  } catch (...) {
+    if (fd >= 0) {
       ::close(fd);
       ::unlink(tmp.c_str());
-      throw Error(fmt::format("cannot write '{}': {}", path, std::strerror(err)));
     }
-    done += static_cast<size_t>(w);
+    throw;
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     int err = errno;
@@ -217,16 +238,26 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
   }
 }
 
+}  // namespace
+
+void write_file_atomically(const std::string& path, const std::string& bytes) {
+  write_atomically(path, [&](const auto& sink) { sink(bytes.data(), bytes.size()); });
+}
+
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header;
   if (!metadata.empty()) header["__metadata__"] = metadata;
   size_t offset = 0;
-  for (const auto& t : tensors) {
+  auto numel = [](const TensorToWrite& t) {
     size_t n = 1;
     for (int64_t d : t.shape) n *= static_cast<size_t>(d);
-    const size_t bytes = (t.bf16 ? 2 : 4) * n;
-    header[t.name] = {{"dtype", t.bf16 ? "BF16" : "F32"},
+    return n;
+  };
+  for (const auto& t : tensors) {
+    const bool half = t.bf16 || t.as_bf16;
+    const size_t bytes = (half ? 2 : 4) * numel(t);
+    header[t.name] = {{"dtype", half ? "BF16" : "F32"},
                       {"shape", t.shape},
                       {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
@@ -234,20 +265,31 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   std::string h = header.dump();
   // Pad with spaces (allowed by the format) so the data section starts 64-byte aligned.
   while ((8 + h.size()) % 64 != 0) h.push_back(' ');
-  std::string bytes;
-  bytes.reserve(8 + h.size() + offset);
-  uint64_t len = h.size();
-  for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>((len >> (8 * i)) & 0xff));
-  bytes += h;
-  for (const auto& t : tensors) {
-    size_t n = 1;
-    for (int64_t d : t.shape) n *= static_cast<size_t>(d);
-    if (t.bf16)
-      bytes.append(reinterpret_cast<const char*>(t.bf16), 2 * n);
-    else
-      bytes.append(reinterpret_cast<const char*>(t.data), 4 * n);
-  }
-  write_file_atomically(path, bytes);
+  // Streamed tensor by tensor (bf16 conversions in small blocks): a multi-GB model is written
+  // without a second copy of it in memory.
+  write_atomically(path, [&](const auto& sink) {
+    char len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((uint64_t{h.size()} >> (8 * i)) & 0xff);
+    sink(len, 8);
+    sink(h.data(), h.size());
+    std::vector<uint16_t> block;
+    for (const auto& t : tensors) {
+      const size_t n = numel(t);
+      if (t.bf16) {
+        sink(reinterpret_cast<const char*>(t.bf16), 2 * n);
+      } else if (t.as_bf16) {
+        constexpr size_t kBlock = size_t{1} << 16;
+        block.resize(kBlock);
+        for (size_t i = 0; i < n; i += kBlock) {
+          const size_t m = std::min(kBlock, n - i);
+          for (size_t j = 0; j < m; ++j) block[j] = float_to_bf16(t.data[i + j]);
+          sink(reinterpret_cast<const char*>(block.data()), 2 * m);
+        }
+      } else {
+        sink(reinterpret_cast<const char*>(t.data), 4 * n);
+      }
+    }
+  });
 }
 
 }  // namespace retnet

@@ -203,21 +203,17 @@ void save_hf_directory(const Model& model, const std::string& dir, HfFlavour fla
                        const std::map<std::string, std::string>& tokenizer_files, int64_t bos,
                        int64_t eos) {
   RETNET_CHECK(dtype == "f32" || dtype == "bf16", "--dtype must be f32 or bf16, got '{}'", dtype);
+  model.require_complete_weights("exporting the model");
   const std::string config = hf_config_json(model.config(), flavour, bos, eos);
   std::error_code ec;
   fs::create_directories(dir, ec);
   RETNET_CHECK(!ec, "cannot create '{}': {}", dir, ec.message());
   const auto& layout = model.params().layout();
   std::vector<TensorToWrite> tensors;
-  std::vector<std::vector<uint16_t>> halves;  // bf16 copies, alive until written
   for (size_t i = 0; i < layout.size(); ++i) {
     TensorToWrite t{hf_tensor_name(layout[i].name, flavour), layout[i].shape,
                     model.params().tensor(i)};
-    if (dtype == "bf16") {
-      halves.emplace_back(layout[i].numel);
-      for (size_t j = 0; j < layout[i].numel; ++j) halves.back()[j] = float_to_bf16(t.data[j]);
-      t.bf16 = halves.back().data();
-    }
+    t.as_bf16 = dtype == "bf16";  // converted while streaming into the file: no second copy
     tensors.push_back(t);
   }
   write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});

@@ -18,15 +18,20 @@ namespace retnet::detail {
 void project(const Model& model, size_t w, int64_t M, int64_t N, int64_t K, const float* x,
              int64_t ldx, bool accumulate, float* y, int64_t ldy) {
   const float beta = accumulate ? 1.f : 0.f;
-  const PackedProjection* p = M <= kSkinnyMaxRows ? model.packed(w) : nullptr;
-  if (p && p->N == N && p->K == K) {
-    if (p->f16)
-      packed_gemm_nt_f16(M, N, K, x, ldx, p->f16, beta, y, ldy);
-    else
-      packed_gemm_nt(M, N, K, x, ldx, p->f32, beta, y, ldy);
-  } else {
+  // The packed copy serves decoding (few rows), and prefill too when it is the only copy or in
+  // half precision (prefill and decode then compute with the same weights); a float32 model that
+  // kept its originals prefills straight from them.
+  const PackedProjection* p = model.packed(w);
+  const bool use_packed = p && p->N == N && p->K == K &&
+                          (M <= kSkinnyMaxRows || !p->f32 || !model.weights_complete());
+  if (!use_packed)
     sgemm(Trans::No, Trans::Yes, M, N, K, 1.f, x, ldx, model.param(w), K, beta, y, ldy);
-  }
+  else if (p->f16)
+    packed_gemm_nt_f16(M, N, K, x, ldx, p->f16, beta, y, ldy);
+  else if (p->bf16)
+    packed_gemm_nt_bf16(M, N, K, x, ldx, p->bf16, beta, y, ldy);
+  else
+    packed_gemm_nt(M, N, K, x, ldx, p->f32, beta, y, ldy);
 }
 
 
@@ -105,10 +110,22 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
   float* x = acts.x;
 
   const float scale = static_cast<float>(c.embed_scale());
-  const float* embed = model.param(w.embed);
-  parallel_for_if(N * d > 65536, N, [&](int64_t n) {
-    for (int64_t i = 0; i < d; ++i) x[n * d + i] = scale * embed[tokens[n] * d + i];
-  });
+  // A model prepared for inference in f16/bf16 keeps its embedding rows in that type too
+  // (row-major, under the embedding's packed entry).
+  const PackedProjection* half_embed = model.packed(w.embed);
+  if (half_embed) {
+    parallel_for_if(N * d > 65536, N, [&](int64_t n) {
+      const size_t row = static_cast<size_t>(tokens[n]) * d;
+      for (int64_t i = 0; i < d; ++i)
+        x[n * d + i] = scale * (half_embed->bf16 ? bf16_to_float(half_embed->bf16[row + i].bits)
+                                                 : half_to_float(half_embed->f16[row + i]));
+    });
+  } else {
+    const float* embed = model.param(w.embed);
+    parallel_for_if(N * d > 65536, N, [&](int64_t n) {
+      for (int64_t i = 0; i < d; ++i) x[n * d + i] = scale * embed[tokens[n] * d + i];
+    });
+  }
 
   const int64_t* positions = state ? state->positions : nullptr;  // nullptr: all from 0
   // The rotation angles depend on the positions only: once per pass and table, not per layer.

@@ -136,54 +136,170 @@ struct DecodePack {
   DecodePrecision precision;
   std::vector<float> f32;
   std::vector<uint16_t> f16;
+  std::vector<BFloat16> bf16;
+  // With released weights in f16/bf16, the embedding too, row-major [vocab, d] (rows are looked
+  // up, not multiplied: no panels); its by_tensor entry points here.
+  std::vector<uint16_t> embed_f16;
+  std::vector<BFloat16> embed_bf16;
   std::unordered_map<size_t, PackedProjection> by_tensor;
 };
 
-void Model::prepare_decode(DecodePrecision precision) {
-  const Config& c = config_;
+DecodePrecision parse_decode_precision(const std::string& name, const std::string& option) {
+  if (name == "f32") return DecodePrecision::F32;
+  if (name == "bf16") return DecodePrecision::BF16;
+  if (name == "f16") return DecodePrecision::F16;
+  throw Error(fmt::format("{}: '{}' is not a weight dtype (expected f32, bf16 or f16)", option,
+                          name));
+}
+
+const char* decode_precision_name(DecodePrecision precision) {
+  switch (precision) {
+    case DecodePrecision::F16:
+      return "f16";
+    case DecodePrecision::BF16:
+      return "bf16";
+    default:
+      return "f32";
+  }
+}
+
+int64_t decode_precision_bytes(DecodePrecision precision) {
+  return precision == DecodePrecision::F32 ? 4 : 2;
+}
+
+namespace {
+
+// The products of a decode step: q|k|v|g, out, fc1|gate, fc2, and the LM head, as
+// (first tensor, N, K).
+// Widths are each layer's own (a hybrid model's attention layers have theirs).
+std::vector<std::tuple<size_t, int64_t, int64_t>> projection_products(
+    const Config& c, const std::vector<Config>& layer_configs, const ModelTensors& t) {
   const int64_t d = c.embed_dim, F = c.ffn_dim;
-  // The products of a decode step: q|k|v|g, out, fc1|gate, fc2, and the LM head.
   std::vector<std::tuple<size_t, int64_t, int64_t>> products;
-  for (size_t l = 0; l < tensors_.layers.size(); ++l) {
-    const LayerTensors& L = tensors_.layers[l];
-    const Config& lc = layer_config(static_cast<int64_t>(l));
+  for (size_t l = 0; l < t.layers.size(); ++l) {
+    const LayerTensors& L = t.layers[l];
+    const Config& lc = layer_configs[l];
     products.emplace_back(L.q_proj, lc.projection_width(), d);
     products.emplace_back(L.out_proj, d, lc.value_embed_dim);
     products.emplace_back(L.fc1, 2 * F, d);
     products.emplace_back(L.fc2, d, F);
   }
-  products.emplace_back(tensors_.output_projection, c.vocab_size, d);
+  products.emplace_back(t.output_projection, c.vocab_size, d);
+  return products;
+}
+
+}  // namespace
+
+void Model::prepare_decode(DecodePrecision precision) {
+  require_complete_weights("preparing the weights again");
+  pack_projections(precision, false);
+}
+
+void Model::pack_projections(DecodePrecision precision, bool release) {
+  const auto products = projection_products(config_, layer_configs_, tensors_);
   auto pack = std::make_shared<DecodePack>();
   pack->precision = precision;
   size_t total = 0;
   for (auto [index, N, K] : products) total += packed_weight_elements(N, K);
+  // Pages of the packed copy are touched only as each product is packed (prepare_inference
+  // releases each original right after, so the resident set never holds both copies whole).
   if (precision == DecodePrecision::F32)
-    pack->f32.resize(total);
+    pack->f32.reserve(total);
+  else if (precision == DecodePrecision::F16)
+    pack->f16.reserve(total);
   else
-    pack->f16.resize(total);
+    pack->bf16.reserve(total);
   size_t offset = 0;
   for (auto [index, N, K] : products) {
-    PackedProjection p{N, K, nullptr, nullptr};
+    PackedProjection p{N, K, nullptr, nullptr, nullptr};
     const float* w = params_.tensor(index);
+    const size_t n = packed_weight_elements(N, K);
     if (precision == DecodePrecision::F32) {
+      pack->f32.resize(offset + n);
       pack_weights(w, N, K, K, pack->f32.data() + offset);
       p.f32 = pack->f32.data() + offset;
-    } else {
+    } else if (precision == DecodePrecision::F16) {
       for (int64_t i = 0; i < N * K; ++i)
         RETNET_CHECK(std::fabs(w[i]) <= 65504.f,
-                     "weight {} of '{}' is {}: outside the f16 range; decode in f32", i,
+                     "weight {} of '{}' is {}: outside the f16 range; use bf16 or f32", i,
                      params_.layout()[index].name, w[i]);
+      pack->f16.resize(offset + n);
       pack_weights_f16(w, N, K, K, pack->f16.data() + offset);
       p.f16 = pack->f16.data() + offset;
+    } else {
+      pack->bf16.resize(offset + n);
+      pack_weights_bf16(w, N, K, K, pack->bf16.data() + offset);
+      p.bf16 = pack->bf16.data() + offset;
     }
     pack->by_tensor[index] = p;
-    offset += packed_weight_elements(N, K);
+    offset += n;
+    if (release) {
+      params_.release_pages(params_.layout()[index].offset, static_cast<size_t>(N * K));
+      // The product spans adjacent tensors (q|k|v|g, fc1|gate): all of them are gone.
+      const size_t end = params_.layout()[index].offset + static_cast<size_t>(N * K);
+      for (size_t i = index; i < params_.layout().size() && params_.layout()[i].offset < end; ++i)
+        released_[i] = true;
+    }
+  }
+  if (release && precision != DecodePrecision::F32) {
+    const size_t e = tensors_.embed, n = params_.layout()[e].numel;
+    const float* w = params_.tensor(e);
+    PackedProjection p{config_.vocab_size, config_.embed_dim, nullptr, nullptr, nullptr};
+    if (precision == DecodePrecision::F16) {
+      for (size_t i = 0; i < n; ++i)
+        RETNET_CHECK(std::fabs(w[i]) <= 65504.f,
+                     "weight {} of '{}' is {}: outside the f16 range; use bf16 or f32", i,
+                     params_.layout()[e].name, w[i]);
+      pack->embed_f16.resize(n);
+      for (size_t i = 0; i < n; ++i) pack->embed_f16[i] = float_to_half(w[i]);
+      p.f16 = pack->embed_f16.data();
+    } else {
+      pack->embed_bf16.resize(n);
+      for (size_t i = 0; i < n; ++i) pack->embed_bf16[i] = BFloat16{float_to_bf16(w[i])};
+      p.bf16 = pack->embed_bf16.data();
+    }
+    pack->by_tensor[e] = p;
+    params_.release_pages(params_.layout()[e].offset, n);
+    released_[e] = true;
   }
   packed_ = std::move(pack);
 }
 
+void Model::prepare_inference(DecodePrecision precision) {
+  require_complete_weights("preparing the weights again");
+  if (!params_.sole_holder()) {  // a copy shares the storage: keep it intact
+    prepare_decode(precision);
+    return;
+  }
+  fingerprint_ = model_fingerprint(*this);
+  released_.assign(params_.layout().size(), false);
+  pack_projections(precision, true);  // reads the originals through params_, not param()
+}
+
 DecodePrecision Model::decode_precision() const {
   return packed_ ? packed_->precision : DecodePrecision::F32;
+}
+
+int64_t Model::packed_bytes() const {
+  if (!packed_) return 0;
+  return static_cast<int64_t>(packed_->f32.size() * sizeof(float) +
+                              packed_->f16.size() * sizeof(uint16_t) +
+                              packed_->bf16.size() * sizeof(BFloat16));
+}
+
+void Model::require_complete_weights(const std::string& what) const {
+  RETNET_CHECK(released_.empty(),
+               "{} needs the float32 weights, but this model was prepared for inference in {}: "
+               "its float32 projections were released (load the model again without preparing "
+               "it for inference)",
+               what, decode_precision_name(decode_precision()));
+}
+
+void Model::throw_released(size_t index) const {
+  throw Error(fmt::format(
+      "parameter '{}' was released when the model was prepared for inference in {} (only its "
+      "packed copy remains): training, saving and exporting need a model loaded without it",
+      params_.layout()[index].name, decode_precision_name(decode_precision())));
 }
 
 const PackedProjection* Model::packed(size_t index) const {
@@ -193,6 +309,7 @@ const PackedProjection* Model::packed(size_t index) const {
 }
 
 uint64_t model_fingerprint(const Model& model) {
+  if (!model.weights_complete()) return model.fingerprint_;
   const std::string config = model.config().to_json();
   uint64_t h = fnv1a(config.data(), config.size());
   return fnv1a(model.params().data(), model.params().size() * sizeof(float), h);

@@ -188,6 +188,7 @@ Model load_file(const std::string& path, const std::optional<Config>& config_ove
 
 void save_model(const Model& model, const std::string& path,
                 const std::map<std::string, std::string>& extra_metadata) {
+  model.require_complete_weights("saving the model");
   std::vector<TensorToWrite> tensors;
   const auto& layout = model.params().layout();
   for (size_t i = 0; i < layout.size(); ++i)

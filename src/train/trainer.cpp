@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
+#include <utility>
 
 #include "retnet/core/arena.h"
 #include "retnet/core/error.h"
@@ -112,13 +113,15 @@ Model starting_model(const TrainOptions& o, const Tokenizer& tokenizer,
                "--config and --init-from exclude each other: a fine-tuned model keeps the config "
                "of '{}'",
                o.init_from);
-  const Model loaded = load_model(o.init_from);
+  Model loaded = load_model(o.init_from);
   RETNET_CHECK(loaded.config().vocab_size == tokenizer.vocab_size(),
                "'{}' has vocab_size {} but the tokenizer '{}' has {} tokens", o.init_from,
                loaded.config().vocab_size, tokenizer_spec, tokenizer.vocab_size());
-  ParamBuffer params(loaded.params().layout());
-  std::copy(loaded.params().data(), loaded.params().data() + loaded.params().size(),
-            params.data());
+  // A converted (owned) buffer is trained in place; a read-only file mapping is copied once.
+  const ParamBuffer& stored = std::as_const(loaded).params();
+  if (stored.owns_memory()) return loaded;
+  ParamBuffer params(stored.layout());
+  std::copy(stored.data(), stored.data() + stored.size(), params.data());
   return Model(loaded.config(), std::move(params));
 }
 

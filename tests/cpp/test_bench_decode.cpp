@@ -85,23 +85,41 @@ TEST(BenchModel, SmallDirectoryWritesEveryFigure) {
   auto init = retnet::test::run_retnet("init --config " + (dir / "config.json").string() +
                                        " --out " + (dir / "fla").string() + " --dtype bf16");
   ASSERT_EQ(init.exit_code, 0) << init.err;
-  const std::string out = (dir / "r.json").string();
-  auto r = retnet::test::run_retnet("bench model -m " + (dir / "fla").string() +
-                                        " --prefill 8 --prefill 40 --decode 6 --reps 1 --json " + out,
-                                    120);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  std::ifstream in(out);
-  const json j = json::parse(in);
-  EXPECT_EQ(j["model"]["stored_dtype"], "BF16");
-  for (const char* key : {"load_seconds", "rss_after_load_bytes", "stored_bytes"})
-    EXPECT_GT(j["model"][key].get<double>(), 0) << key;
-  ASSERT_EQ(j["prefill"].size(), 2u);
-  for (const auto& p : j["prefill"])
-    EXPECT_TRUE(p["tokens_per_s"].get<double>() > 0 && p["gemm_gflops"].get<double>() > 0);
-  const json& d = j["decode"];
-  EXPECT_GT(d["tokens_per_s"].get<double>(), 0);
-  EXPECT_NEAR(d["roofline_tokens_per_s"].get<double>(),
-              d["read_bandwidth_bytes_per_s"].get<double>() / d["bytes_per_token"].get<double>(),
-              1e-6 * d["roofline_tokens_per_s"].get<double>());
+  std::vector<double> bytes_per_token;
+  for (const std::string dtype : {"f32", "bf16"}) {
+    SCOPED_TRACE(dtype);
+    const std::string out = (dir / ("r_" + dtype + ".json")).string();
+    auto r = retnet::test::run_retnet("bench model -m " + (dir / "fla").string() + " --dtype " +
+                                          dtype + " --prefill 8 --prefill 80 --decode 6 --reps 1 "
+                                          "--json " + out,
+                                      120);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::ifstream in(out);
+    const json j = json::parse(in);
+    EXPECT_EQ(j["model"]["stored_dtype"], "BF16");
+    EXPECT_EQ(j["model"]["dtype"], dtype);
+    for (const char* key : {"load_seconds", "rss_after_load_bytes", "stored_bytes",
+                            "rss_after_prepare_bytes", "weight_bytes_in_dtype"})
+      EXPECT_GT(j["model"][key].get<double>(), 0) << key;
+    ASSERT_EQ(j["prefill"].size(), 2u);
+    for (const auto& p : j["prefill"])
+      EXPECT_TRUE(p["tokens_per_s"].get<double>() > 0 && p["gemm_gflops"].get<double>() > 0);
+    const json& d = j["decode"];
+    EXPECT_GT(d["tokens_per_s"].get<double>(), 0);
+    bytes_per_token.push_back(d["bytes_per_token"].get<double>());
+    EXPECT_NEAR(d["roofline_tokens_per_s"].get<double>(),
+                d["read_bandwidth_bytes_per_s"].get<double>() / d["bytes_per_token"].get<double>(),
+                1e-6 * d["roofline_tokens_per_s"].get<double>());
+  }
+  // The roofline counts the dtype's bytes: bf16 reads half of f32's matrices (plus one f32
+  // embedding row in both).
+  ASSERT_EQ(bytes_per_token.size(), 2u);
+  EXPECT_NEAR(bytes_per_token[1], bytes_per_token[0] / 2, 0.01 * bytes_per_token[0]);
+  // An unknown dtype is refused by every inference command, naming the option.
+  for (const std::string cmd : {"bench model -m ", "generate -p hi -m ", "info ",
+                                "logits --tokens 1,2 --out x.npy -m ", "eval --data x -m "}) {
+    auto bad = retnet::test::run_retnet(cmd + (dir / "fla").string() + " --dtype f8", 60);
+    EXPECT_TRUE(retnet::test::fails_cleanly(bad, "--dtype")) << cmd << ": " << bad.err;
+  }
   fs::remove_all(dir);
 }

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string>
 
+#include "retnet/core/half.h"
+
 namespace retnet {
 
 enum class Trans : bool { No = false, Yes = true };
@@ -31,10 +33,12 @@ void skinny_gemm_nt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda
                     int64_t ldb, float beta, float* C, int64_t ldc);
 
 // Weights packed for products of few rows (decoding): W [N, K] (row stride ldw) as panels of 16
-// output columns, [ceil(N/16)][K][16], zero-padded; float32 or f16. packed_gemm_nt computes
+// output columns, [ceil(N/16)][K][16], zero-padded; float32, f16 or bf16. packed_gemm_nt computes
 // C[M,N] = A[M,K] W^T + beta C from them with broadcast-FMA panels (no horizontal sums), each
 // C[m,n] summed over k in order whatever M is: batch-invariant like skinny_gemm_nt, and efficient
-// at every batch size up to kSkinnyMaxRows.
+// at every batch size up to kSkinnyMaxRows. Above that (prefill) blocks of panels are unpacked to
+// float32 and multiplied by sgemm, so one packed copy serves every product. f16/bf16 weights are
+// converted to float32 in registers: float32 accumulation.
 int64_t packed_panels(int64_t N);
 size_t packed_weight_elements(int64_t N, int64_t K);
 void pack_weights(const float* weights, int64_t N, int64_t K, int64_t ldw, float* out);
@@ -43,6 +47,16 @@ void packed_gemm_nt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda
                     const float* packed, float beta, float* C, int64_t ldc);
 void packed_gemm_nt_f16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                         const uint16_t* packed, float beta, float* C, int64_t ldc);
+void pack_weights_bf16(const float* weights, int64_t N, int64_t K, int64_t ldw, BFloat16* out);
+void packed_gemm_nt_bf16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                         const BFloat16* packed, float beta, float* C, int64_t ldc);
+// Naive double-accumulating products over packed weights (any M), for tests.
+void packed_gemm_nt_reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                              const float* packed, float beta, float* C, int64_t ldc);
+void packed_gemm_nt_reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                              const uint16_t* packed, float beta, float* C, int64_t ldc);
+void packed_gemm_nt_reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                              const BFloat16* packed, float beta, float* C, int64_t ldc);
 
 // Naive double-accumulating reference with the same contract, for tests.
 void sgemm_reference(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,

@@ -54,6 +54,12 @@ inline uint16_t float_to_half(float f) {
   return static_cast<uint16_t>(sign | h);
 }
 
+// A bfloat16 value (its bits), a distinct type so that kernels over f16 (uint16_t) and bf16
+// weights overload cleanly.
+struct BFloat16 {
+  uint16_t bits;
+};
+
 // bfloat16: the top half of a float32. Round to nearest even; NaN stays NaN (quiet).
 inline float bf16_to_float(uint16_t b) {
   const uint32_t u = static_cast<uint32_t>(b) << 16;

@@ -50,6 +50,14 @@ class ParamBuffer {
   const float* data() const { return data_; }
   size_t size() const { return layout_.total_floats(); }
   bool owns_memory() const { return owned_ != nullptr; }
+  // Whether no other ParamBuffer shares this storage (copies share it).
+  bool sole_holder() const {
+    return owned_ ? owned_.use_count() == 1 : (!keep_alive_ || keep_alive_.use_count() == 1);
+  }
+  // Hands the whole pages inside floats [first, first + count) back to the system (madvise
+  // DONTNEED): their values become zeros (owned) or the file's again (mapped) and stop counting in
+  // the resident set. For weights that another copy replaces.
+  void release_pages(size_t first, size_t count);
   float* tensor(const std::string& name) { return data_ + layout_.at(name).offset; }
   const float* tensor(const std::string& name) const { return data_ + layout_.at(name).offset; }
   float* tensor(size_t index) { return data_ + layout_[index].offset; }

@@ -50,10 +50,11 @@ struct TensorToWrite {
   std::vector<int64_t> shape;
   const float* data = nullptr;
   const uint16_t* bf16 = nullptr;  // when set, the tensor is written as BF16 from these bits
+  bool as_bf16 = false;            // write `data` as BF16 (rounded to nearest even while writing)
 };
 
 // Writes float32 (or BF16) tensors in the given order, contiguously, with the data section 64-byte aligned.
-// Atomic: a temporary file in the same directory, fsync, rename.
+// Atomic: a temporary file in the same directory, fsync, rename. Streamed: no copy of the data.
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata);
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "retnet/core/half.h"
 #include "retnet/core/param_buffer.h"
 #include "retnet/model/config.h"
 
@@ -33,13 +34,20 @@ struct ModelTensors {
 // The layout of a config, with torchscale's names.
 ParamLayout make_param_layout(const Config& config, ModelTensors* indices = nullptr);
 
-enum class DecodePrecision { F32, F16 };
+// The element type of the projection matrices used for inference (`--dtype`): F32 exact, F16 and
+// BF16 half the bytes with float32 accumulation. Norms, embeddings, states stay float32.
+enum class DecodePrecision { F32, F16, BF16 };
+// "f32" | "bf16" | "f16" (what --dtype takes); anything else is an Error naming `option`.
+DecodePrecision parse_decode_precision(const std::string& name, const std::string& option);
+const char* decode_precision_name(DecodePrecision precision);
+int64_t decode_precision_bytes(DecodePrecision precision);
 
 // One projection (possibly several adjacent tensors used as one matrix [N, K]) packed for decoding.
 struct PackedProjection {
   int64_t N = 0, K = 0;
-  const float* f32 = nullptr;     // set for DecodePrecision::F32
-  const uint16_t* f16 = nullptr;  // set for DecodePrecision::F16
+  const float* f32 = nullptr;      // set for DecodePrecision::F32
+  const uint16_t* f16 = nullptr;   // set for DecodePrecision::F16
+  const BFloat16* bf16 = nullptr;  // set for DecodePrecision::BF16
 };
 struct DecodePack;
 
@@ -52,10 +60,19 @@ class Model {
   static Model init(const Config& config, uint64_t seed);
 
   const Config& config() const { return config_; }
+  // The float32 buffer. Its layout is always valid; its values only while weights_complete()
+  // (the mutable accessor, for training and loading, checks that).
   const ParamBuffer& params() const { return params_; }
-  ParamBuffer& params() { return params_; }
+  ParamBuffer& params() {
+    require_complete_weights("changing the parameters (training, fine-tuning, loading)");
+    return params_;
+  }
   const ModelTensors& tensors() const { return tensors_; }
-  const float* param(size_t index) const { return params_.tensor(index); }
+  // A tensor's float32 values; an Error for a projection released by prepare_inference.
+  const float* param(size_t index) const {
+    if (!released_.empty() && released_[index]) throw_released(index);
+    return params_.tensor(index);
+  }
   // Decay per head, [H].
   const std::vector<double>& gammas() const { return gammas_; }
   // Rotation frequencies theta_i, [d_k / 2] (of the model's retention layers).
@@ -79,6 +96,18 @@ class Model {
   // accumulation; logits within ~1e-3 of the exact ones). Without it those products use
   // skinny_gemm_nt on the float32 weights.
   void prepare_decode(DecodePrecision precision);
+  // For inference only: prepare_decode, and the packed copy REPLACES the float32 originals of the
+  // projections (their pages are returned to the system as each is packed), so the model holds one
+  // copy of its weights, in `precision`; prefill and decode both use it. Training, saving and
+  // exporting need the originals: they fail with an Error afterwards. When the buffer's storage
+  // is shared with another Model (a copy), nothing is released (the copy would lose its weights).
+  void prepare_inference(DecodePrecision precision);
+  // Whether every float32 parameter is still present (false after prepare_inference released some).
+  bool weights_complete() const { return released_.empty(); }
+  // Throws an Error saying `what` needs the float32 weights if some were released.
+  void require_complete_weights(const std::string& what) const;
+  // Bytes of the packed projections (0 before prepare_decode).
+  int64_t packed_bytes() const;
   bool decode_prepared() const { return packed_ != nullptr; }
   DecodePrecision decode_precision() const;
   // The packed form of the projection starting at tensor `index`, or nullptr.
@@ -96,6 +125,11 @@ class Model {
   std::vector<std::shared_ptr<const std::vector<double>>> layer_thetas_;
   std::vector<int64_t> state_offsets_, cache_slots_;
   std::shared_ptr<const DecodePack> packed_;
+  std::vector<bool> released_;       // per tensor, empty when none is released
+  uint64_t fingerprint_ = 0;          // taken before releasing (model_fingerprint reads it then)
+  [[noreturn]] void throw_released(size_t index) const;
+  void pack_projections(DecodePrecision precision, bool release);
+  friend uint64_t model_fingerprint(const Model& model);
 };
 
 // A 64-bit fingerprint of the config and every parameter value: state files record it so that a
