@@ -2,24 +2,24 @@
 
 namespace retnet::server {
 
-ChatPrompt render_chat_prompt(const std::vector<ChatMessage>& messages) {
+ChatFormatter::ChatFormatter(const ChatTemplateSource& source)
+    : source_(source), template_(ChatTemplate::parse(source.source, source.origin)) {
+  // The default template ends a turn with "<|end|>", which the models trained here write as text;
+  // an imported model ends its turn with its EOS token (its id stops generation too; the text
+  // form covers templates that spell it out).
+  if (source.source == default_chat_template())
+    stop_ = {"<|end|>"};
+  else if (!source.eos_token.empty())
+    stop_ = {source.eos_token};
+}
+
+ChatPrompt ChatFormatter::render(const std::vector<ChatMessage>& messages) const {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const auto& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
   ChatPrompt out;
-  std::string system;
-  for (const auto& m : messages)
-    if (m.role == "system" || m.role == "developer") {
-      if (!system.empty()) system += "\n\n";
-      system += m.content;
-    }
-  if (!system.empty()) out.text = system + "\n\n";
-  for (const auto& m : messages) {
-    if (m.role == "system" || m.role == "developer") continue;
-    std::string name = m.role;
-    if (name == "user") name = "User";
-    if (name == "assistant") name = "Assistant";
-    out.text += name + ": " + m.content + "\n";
-  }
-  out.text += "Assistant:";
-  out.stop = {"\nUser:"};
+  out.text = apply_chat_template(template_, list, /*add_generation_prompt=*/true,
+                                 source_.bos_token, source_.eos_token);
+  out.stop = stop_;
   return out;
 }
 

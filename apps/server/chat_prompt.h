@@ -1,22 +1,20 @@
 #pragma once
-// Chat messages -> the prompt text a model reads. The default template suits the models trained
-// here (plain text, no special tokens):
+// Chat messages -> the prompt text a model reads, through a Jinja chat template
+// (retnet/text/chat_template.h): the model directory's (tokenizer_config.json), a file given with
+// --chat-template, or the default template of the models trained here:
 //
-//   <system message>\n\n            (when there is one; several are joined with blank lines)
-//   User: <content>\n
-//   Assistant: <content>\n
-//   ...
-//   Assistant:
+//   <|system|>\nBe brief.<|end|>\n<|user|>\nHi!<|end|>\n<|assistant|>\n
 //
-// and generation stops before the next "\nUser:" (the model starting the user's next turn).
-// Imported models bring their own Jinja template; this is where it will plug in.
+// The template is parsed once, when the server starts, so a broken one stops it there.
 #include <string>
 #include <vector>
+
+#include "retnet/text/chat_template.h"
 
 namespace retnet::server {
 
 struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant" (others are written with their name)
+  std::string role;  // "system", "user", "assistant", ... as the client sent it
   std::string content;
 };
 
@@ -25,6 +23,18 @@ struct ChatPrompt {
   std::vector<std::string> stop;  // stop strings the template implies
 };
 
-ChatPrompt render_chat_prompt(const std::vector<ChatMessage>& messages);
+class ChatFormatter {
+ public:
+  explicit ChatFormatter(const ChatTemplateSource& source);
+  // The conversation with the assistant's turn opened; an Error (a template's raise_exception,
+  // say) names the template.
+  ChatPrompt render(const std::vector<ChatMessage>& messages) const;
+  const std::string& origin() const { return source_.origin; }
+
+ private:
+  ChatTemplateSource source_;
+  ChatTemplate template_;
+  std::vector<std::string> stop_;
+};
 
 }  // namespace retnet::server

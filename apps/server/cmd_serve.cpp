@@ -40,6 +40,14 @@ void register_serve(CLI::App& app) {
               integer_at_least(1));
   cmd->add_option("--slot-save-dir", o->slot_save_dir,
                   "Enable POST /slots/{id}?action=save|restore with files in this directory");
+  cmd->add_option("--chat-template", o->chat_template_file,
+                  "Jinja chat template for /v1/chat/completions (default: the model directory's "
+                  "tokenizer_config.json chat_template, else the default template; see "
+                  "docs/chat-templates.md)");
+  cmd->add_option("--dtype", o->dtype,
+                  "Weights inference reads: f32 (exact), bf16 or f16 (half the bytes per token)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}))
+      ->capture_default_str();
   cmd->callback([o] { server::run_server(*o); });
 }
 

@@ -65,11 +65,13 @@ Taken take_output(Job& job, std::chrono::milliseconds wait) {
 }  // namespace
 
 HttpApi::HttpApi(const ServeOptions& options, const std::string& model_id, const Model& model,
-                 const Tokenizer& tokenizer, Scheduler& scheduler, Metrics& metrics)
+                 const Tokenizer& tokenizer, const ChatFormatter& chat, Scheduler& scheduler,
+                 Metrics& metrics)
     : options_(options),
       model_id_(model_id),
       model_(model),
       tokenizer_(tokenizer),
+      chat_(chat),
       scheduler_(scheduler),
       metrics_(metrics) {}
 
@@ -181,7 +183,12 @@ std::shared_ptr<Job> HttpApi::make_job(const CompletionRequest& r) const {
   std::string text;
   const char* field = r.chat ? "messages" : "prompt";
   if (r.chat) {
-    ChatPrompt chat = render_chat_prompt(r.messages);
+    ChatPrompt chat;
+    try {
+      chat = chat_.render(r.messages);
+    } catch (const Error& e) {
+      throw HttpError(400, e.what(), "invalid_request_error", "invalid_value", field);
+    }
     text = chat.text;
     job->stop = chat.stop;
   } else {
@@ -196,6 +203,9 @@ std::shared_ptr<Job> HttpApi::make_job(const CompletionRequest& r) const {
       throw HttpError(400, e.what(), "invalid_request_error", "invalid_value", field);
     }
     job->prompt = tokenizer_.encode(text);
+    // A completion's prompt starts with the BOS the tokenizer puts first, as `retnet generate`
+    // does; a chat template writes its own.
+    if (!r.chat && tokenizer_.adds_bos()) job->prompt.insert(job->prompt.begin(), tokenizer_.bos_id());
   }
   if (job->prompt.empty())
     throw HttpError(400, fmt::format("'{}' is empty: give some text to continue", field),

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <string>
 
+#include "chat_prompt.h"
 #include "metrics.h"
 #include "openai_request.h"
 #include "scheduler.h"
@@ -16,7 +17,8 @@ namespace retnet::server {
 class HttpApi {
  public:
   HttpApi(const ServeOptions& options, const std::string& model_id, const Model& model,
-          const Tokenizer& tokenizer, Scheduler& scheduler, Metrics& metrics);
+          const Tokenizer& tokenizer, const ChatFormatter& chat, Scheduler& scheduler,
+          Metrics& metrics);
   // Registers every route and handler on `server`.
   void install(httplib::Server& server);
   // From now on, new requests get 503 (the server is shutting down).
@@ -39,6 +41,7 @@ class HttpApi {
   std::string model_id_;
   const Model& model_;
   const Tokenizer& tokenizer_;
+  const ChatFormatter& chat_;
   Scheduler& scheduler_;
   Metrics& metrics_;
   std::atomic<bool> stopping_{false};

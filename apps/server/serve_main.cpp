@@ -56,11 +56,14 @@ void run_server(ServeOptions o) {
     RETNET_CHECK(std::filesystem::is_directory(o.slot_save_dir),
                  "--slot-save-dir '{}' is not a directory", o.slot_save_dir);
   set_num_threads(o.threads);
+  // Before the model: a template that does not parse stops the server at once.
+  const ChatFormatter chat(load_chat_template(o.model, o.chat_template_file));
   const auto t0 = std::chrono::steady_clock::now();
   Model model =
       load_model(o.model, o.config.empty() ? std::nullopt
                                            : std::optional<Config>(Config::from_file(o.config)));
-  model.prepare_decode(DecodePrecision::F32);
+  // One copy of the weights, in the chosen dtype (the float32 projections are released).
+  model.prepare_inference(parse_decode_precision(o.dtype, "--dtype"));
   std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(o.model);
   RETNET_CHECK(tokenizer->vocab_size() <= model.config().vocab_size,
                "the tokenizer has {} tokens but the model's vocabulary only {}",
@@ -76,7 +79,7 @@ void run_server(ServeOptions o) {
   so.cache_bytes = o.state_cache_mib * (int64_t{1} << 20);
   so.threads = std::max(o.threads, 0);
   Scheduler scheduler(model, *tokenizer, so, metrics);
-  HttpApi api(o, model_id, model, *tokenizer, scheduler, metrics);
+  HttpApi api(o, model_id, model, *tokenizer, chat, scheduler, metrics);
 
   httplib::Server http;
   // Every admitted request holds a thread while it streams: enough for all slots and the queue.
@@ -91,10 +94,11 @@ void run_server(ServeOptions o) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr,
                "retnet serve: model '%s' (%lld parameters, %s state per stream) loaded in %.2f s; "
-               "%lld slots; listening on http://%s:%d\n",
+               "%lld slots; weights %s; chat template: %s; listening on http://%s:%d\n",
                model_id.c_str(), static_cast<long long>(model.parameter_count()),
                fmt::format("{:.2f} KiB", model.state_bytes_per_sequence() / 1024.0).c_str(), load_s,
-               static_cast<long long>(o.parallel), o.host.c_str(), o.port);
+               static_cast<long long>(o.parallel), o.dtype.c_str(), chat.origin().c_str(),
+               o.host.c_str(), o.port);
   std::fflush(stderr);
 
   if (o.api_keys.empty() && o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1")

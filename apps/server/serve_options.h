@@ -22,6 +22,8 @@ struct ServeOptions {
   int64_t max_body_mib = 8;
   int64_t prefill_block = 512;
   std::string slot_save_dir;
+  std::string chat_template_file;  // empty: the model directory's, else the default
+  std::string dtype = "f32";       // the inference copy of the weights: f32, bf16, f16
 };
 
 }  // namespace retnet::server

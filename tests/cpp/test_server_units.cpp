@@ -1,11 +1,17 @@
 // Pieces of `retnet serve` that need no HTTP: the prompt cache (longest prefix, LRU eviction within
-// its byte budget), the request validation (each bad field named), and the default chat template.
+// its byte budget), the request validation (each bad field named), and the chat templates.
 // The server end to end is tested by tests/server/.
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "chat_prompt.h"
 #include "openai_request.h"
 #include "prompt_cache.h"
+#include "retnet/core/error.h"
+#include "test_helpers.h"
 
 using namespace retnet;
 using namespace retnet::server;
@@ -135,11 +141,38 @@ TEST(ServerRequest, RefusesBodiesThatAreNotJsonObjects) {
 }
 
 TEST(ServerChatPrompt, DefaultTemplate) {
-  ChatPrompt p = render_chat_prompt(
-      {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}});
-  EXPECT_EQ(p.text, "Be brief.\n\nUser: Hi\nAssistant: Hello.\nUser: Bye\nAssistant:");
-  EXPECT_EQ(p.stop, std::vector<std::string>{"\nUser:"});
-  EXPECT_EQ(render_chat_prompt({{"user", "x"}}).text, "User: x\nAssistant:");
+  const ChatFormatter chat(load_chat_template(""));
+  ChatPrompt p =
+      chat.render({{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}});
+  EXPECT_EQ(p.text,
+            "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello.<|end|>\n"
+            "<|user|>\nBye<|end|>\n<|assistant|>\n");
+  EXPECT_EQ(p.stop, std::vector<std::string>{"<|end|>"});
+}
+
+// A model directory's template (tokenizer_config.json) with its BOS and EOS; a template's
+// raise_exception is an Error naming it.
+TEST(ServerChatPrompt, ModelDirectoryTemplateWithSpecialTokens) {
+  const auto dir = test::fresh_temp_dir("chat_formatter");
+  const nlohmann::json config = {
+      {"bos_token", "<s>"},
+      {"eos_token", "</s>"},
+      {"chat_template",
+       "{{ bos_token }}{% for m in messages %}{% if m.role == 'system' %}"
+       "{{ raise_exception('no system role') }}{% endif %}[{{ m.role }}] {{ m.content }}"
+       "{{ eos_token }}{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}"}};
+  std::ofstream(dir / "tokenizer_config.json") << config.dump();
+  const ChatFormatter chat(load_chat_template(dir.string()));
+  const ChatPrompt p = chat.render({{"user", "Hi"}});
+  EXPECT_EQ(p.text, "<s>[user] Hi</s>[assistant] ");
+  EXPECT_EQ(p.stop, std::vector<std::string>{"</s>"});
+  try {
+    chat.render({{"system", "x"}});
+    ADD_FAILURE() << "raise_exception was not an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no system role"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -54,7 +54,7 @@ try {
   check(streamed === greedy, 'streamed completion equals retnet generate');
 
   const messages = [{ role: 'user', content: 'Hello, who are you?' }];
-  const chatWant = generate('User: Hello, who are you?\nAssistant:', 20, ['--temp', '0', '--stop', '\nUser:']);
+  const chatWant = generate('<|user|>\nHello, who are you?<|end|>\n<|assistant|>\n', 20, ['--temp', '0', '--stop', '<|end|>']);
   const chat = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 20, temperature: 0 });
   check(chat.choices[0].message.content === chatWant, 'chat.completions.create equals retnet generate');
   let chatStreamed = '';

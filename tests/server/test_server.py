@@ -5,7 +5,7 @@
 Starts the real binary on free 127.0.0.1 ports with a small model made by `retnet init`, and
 checks: OpenAI shapes (chat and completions, streamed and not), greedy and seeded output equal to
 `retnet generate`, 16 concurrent streams each equal to its solo run, a disconnecting client freeing
-its slot, the prompt cache (cached_tokens, fewer tokens prefilled, the same text as without it, each
+its slot, a --chat-template file with --dtype bf16, the prompt cache (cached_tokens, fewer tokens prefilled, the same text as without it, each
 chat turn reading only its new text),
 bad requests (the right 4xx and a JSON error naming the field, then a good request succeeds), API
 keys, a full queue (429), slot save/restore, --timeout, and SIGTERM ending a stream with an error chunk and
@@ -146,8 +146,8 @@ def test_shapes_and_parity(s, retnet, model):
     check(json.loads(events[-2])["usage"]["completion_tokens"] == 30, "include_usage chunk")
     # Chat: the default template, the same text as generate on the rendered prompt.
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}]
-    rendered = "Be brief.\n\nUser: Hi!\nAssistant:"
-    want = generate(retnet, model, rendered, 25, "--temp", "0", "--stop", "\nUser:")
+    rendered = "<|system|>\nBe brief.<|end|>\n<|user|>\nHi!<|end|>\n<|assistant|>\n"
+    want = generate(retnet, model, rendered, 25, "--temp", "0", "--stop", "<|end|>")
     st, r = s.json("POST", "/v1/chat/completions",
                    {"messages": messages, "max_tokens": 25, "temperature": 0})
     check(st == 200 and r["object"] == "chat.completion" and
@@ -407,6 +407,34 @@ def test_sigterm(retnet, model, workdir):
     check(s.proc.returncode == 0, f"SIGTERM: exit status {s.proc.returncode}")
 
 
+def test_chat_template_file_and_dtype(retnet, model, workdir):
+    """--chat-template FILE renders chats with that Jinja template; --dtype bf16 serves the half
+    copy of the weights: greedy chat equals `retnet generate --dtype bf16` on the rendered text. A
+    template that does not parse stops the server at start, naming the file."""
+    template = os.path.join(workdir, "bracket.jinja")
+    with open(template, "w") as f:
+        f.write("{% for m in messages %}[{{ m.role | upper }}] {{ m.content | trim }}\n{% endfor %}"
+                "{% if add_generation_prompt %}[ASSISTANT] {% endif %}")
+    s = Server(retnet, model, workdir, "template", "--chat-template", template, "--dtype", "bf16")
+    try:
+        messages = [{"role": "user", "content": "  Tell me a tale. "}]
+        want = generate(retnet, model, "[USER] Tell me a tale.\n[ASSISTANT] ", 20, "--temp", "0",
+                        "--dtype", "bf16")
+        st, r = s.json("POST", "/v1/chat/completions",
+                       {"messages": messages, "max_tokens": 20, "temperature": 0})
+        check(st == 200 and r["choices"][0]["message"]["content"] == want,
+              f"--chat-template FILE with --dtype bf16 equals generate: {st} {r}")
+    finally:
+        s.stop()
+    broken = os.path.join(workdir, "broken.jinja")
+    with open(broken, "w") as f:
+        f.write("{% for m in messages %}{{ m.content }")
+    out = subprocess.run([retnet, "serve", "-m", model, "--port", str(free_port()),
+                          "--chat-template", broken], capture_output=True, text=True, timeout=60)
+    check(out.returncode != 0 and "broken.jinja" in out.stderr,
+          f"a broken template stops the server naming it: {out.returncode} {out.stderr[-300:]}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--retnet", required=True)
@@ -440,6 +468,7 @@ def main():
     test_slots_save_restore(a.retnet, model, a.workdir)
     test_timeout(a.retnet, model, a.workdir)
     test_sigterm(a.retnet, model, a.workdir)
+    test_chat_template_file_and_dtype(a.retnet, model, a.workdir)
     if FAILURES:
         print(f"{len(FAILURES)} failure(s)")
         sys.exit(1)
