@@ -31,10 +31,16 @@ Config config_from_object(const py::handle& config) {
 }
 
 ModelPtr load(const std::string& path, const py::object& dtype, const py::object& config) {
+  // None: the full float32 parameters (training, gradients). A dtype: one inference copy in it
+  // (NumPy/PyTorch spellings too), the float32 projections released as `--dtype` does.
+  std::optional<DecodePrecision> precision;
   if (!dtype.is_none()) {
-    const std::string d = dtype.cast<std::string>();
-    RETNET_CHECK(d == "f32" || d == "float32",
-                 "dtype '{}': models load as float32 (dtype f32) in this version", d);
+    RETNET_CHECK(py::isinstance<py::str>(dtype), "dtype must be a string (f32, bf16, f16) or None");
+    std::string d = dtype.cast<std::string>();
+    if (d == "float32") d = "f32";
+    if (d == "bfloat16") d = "bf16";
+    if (d == "float16") d = "f16";
+    precision = parse_decode_precision(d, "dtype");
   }
   std::optional<Config> c;
   if (!config.is_none()) c = config_from_object(config);
@@ -42,6 +48,7 @@ ModelPtr load(const std::string& path, const py::object& dtype, const py::object
   Model model = [&] {
     py::gil_scoped_release release;
     Model loaded = load_model(path, c);
+    if (precision) loaded.prepare_inference(*precision);
     tokenizer = load_model_tokenizer(path);
     return loaded;
   }();
@@ -221,7 +228,9 @@ void bind_model(py::module_& m) {
 
   m.def("load", &load, py::arg("path"), py::arg("dtype") = py::none(),
         py::arg("config") = py::none(),
-        "Loads a model: a .safetensors file or a Hugging Face directory (fla, syncdoth). config "
+        "Loads a model: a .safetensors file or a Hugging Face directory (fla, syncdoth). dtype None "
+        "keeps the float32 parameters (gradients, training, saving); 'f32', 'bf16' or 'f16' keeps "
+        "one inference copy in that type (logits, sessions, generate; grad and save raise). config "
         "(a dict or JSON path) supplies the config of a file without one (a torchscale export).");
   m.def("init", &init, py::arg("config") = py::none(), py::arg("seed") = 0,
         py::arg("tokenizer") = py::none(),

@@ -98,3 +98,16 @@ def test_from_arrays_is_the_same_model(fresh_model):
     rebuilt = retnet.from_arrays(model.config, model.state_dict())
     np.testing.assert_array_equal(rebuilt.logits(TOKENS), model.logits(TOKENS))
 
+
+
+@pytest.mark.parametrize("dtype,bound", [("f32", 1e-5), ("bf16", 1.5e-2), ("float16", 2e-3)])
+def test_load_with_an_inference_dtype(model_path, fresh_model, dtype, bound):
+    """dtype keeps one inference copy: logits within the engine's stated bound of float32's,
+    relative to the largest logit; what needs the float32 originals raises retnet.Error."""
+    exact = fresh_model.logits(TOKENS)
+    half = retnet.load(str(model_path), dtype=dtype)
+    got = half.logits(TOKENS)
+    assert np.isfinite(got).all()
+    assert np.abs(got - exact).max() <= bound * np.abs(exact).max()
+    with pytest.raises(retnet.Error):
+        half.grad(TOKENS)
