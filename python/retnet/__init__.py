@@ -14,11 +14,11 @@ import json as _json
 import os as _os
 import tempfile as _tempfile
 
-from ._retnet import (Error, Model, Session, TextStream, Tokenizer, from_arrays, init, load,
-                      num_threads, set_num_threads)
+from ._retnet import (Error, Model, Session, TextStream, Tokenizer, from_arrays, from_hf_arrays,
+                      init, load, num_threads, set_num_threads)
 
-__all__ = ["Error", "Model", "Session", "TextStream", "Tokenizer", "from_arrays", "init", "load",
-           "num_threads", "set_num_threads", "train"]
+__all__ = ["Error", "Model", "Session", "TextStream", "Tokenizer", "from_arrays", "from_hf_arrays",
+           "init", "load", "num_threads", "set_num_threads", "train"]
 
 
 def train(data, config=None, out="runs/retnet", steps=None, time_budget=None, callback=None,

@@ -76,6 +76,10 @@ def load(path: str, dtype: Optional[str] = None, config: ConfigLike = None) -> M
 def init(config: ConfigLike = None, seed: int = 0, tokenizer: Optional[Tokenizer] = None) -> Model: ...
 def from_arrays(config: ConfigLike, tensors: Dict[str, npt.ArrayLike],
                 tokenizer: Optional[Tokenizer] = None) -> Model: ...
+def from_hf_arrays(config: Dict[str, Any], tensors: Dict[str, npt.ArrayLike],
+                   tokenizer: Optional[Tokenizer] = None) -> Model:
+    """A model from a Hugging Face config.json dict (fla or syncdoth) and arrays under its names."""
+    ...
 
 
 class Session:

@@ -9,6 +9,7 @@ import numpy as _np
 import torch as _torch
 
 from . import from_arrays as _from_arrays
+from . import from_hf_arrays as _from_hf_arrays
 
 _SKIPPED_SUFFIXES = ("retnet_rel_pos.angle", "retnet_rel_pos.decay")
 
@@ -19,9 +20,18 @@ def _array(value):
     return _np.asarray(value, dtype=_np.float32)
 
 
+def _hf_named(state_dict):
+    return any(name.startswith("model.") or name == "lm_head.weight" for name in state_dict)
+
+
 def from_state_dict(state_dict, config, tokenizer=None):
-    """A retnet.Model from a torchscale RetNetDecoder state_dict (names as torchscale's, with or
-    without fairseq's "decoder." prefix; the rotation buffers are skipped) and its config dict."""
+    """A retnet.Model from a state_dict and its config dict, without files: a torchscale
+    RetNetDecoder's (names as torchscale's, with or without fairseq's "decoder." prefix; the
+    rotation buffers are skipped), or a Hugging Face model's with its config.json dict
+    (flash-linear-attention's RetNetForCausalLM: model.layers.0.attn.q_proj.weight, ...; or
+    syncdoth's: torchscale's names under "model.", lm_head)."""
+    if _hf_named(state_dict):
+        return _from_hf_arrays(config, {n: _array(v) for n, v in state_dict.items()}, tokenizer)
     tensors = {}
     for name, value in state_dict.items():
         if name.startswith("decoder."):

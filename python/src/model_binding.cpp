@@ -3,9 +3,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "binding.h"
 
@@ -79,34 +82,75 @@ ModelPtr init(const py::object& config, uint64_t seed, const py::object& tokeniz
 }
 
 // Every tensor of the config's layout, by name, from arrays; no other names allowed.
-ModelPtr from_arrays(const py::object& config, const py::dict& tensors, const py::object& tokenizer) {
-  const Config c = config_from_object(config);
-  ParamBuffer params(make_param_layout(c));
+// The parameters of `config` from named arrays: tensor i from the first of names(i) present in
+// `tensors`, each checked for shape and finite values; an array no tensor takes is an error unless
+// `ignorable` says it is derived from the config (rotation buffers). `naming` explains the names.
+ParamBuffer params_from_arrays(const Config& config, const py::dict& tensors,
+                               const std::function<std::vector<std::string>(const std::string&)>& names,
+                               const std::function<bool(const std::string&)>& ignorable,
+                               const std::string& naming) {
+  ParamBuffer params(make_param_layout(config));
   const ParamLayout& layout = params.layout();
-  for (auto item : tensors) {
-    const std::string name = py::str(item.first);
-    RETNET_CHECK(layout.find(name) != nullptr,
-                 "tensor '{}' is not a parameter of this config (names are torchscale's, e.g. "
-                 "layers.0.retention.q_proj.weight)",
-                 name);
-  }
+  std::set<std::string> used;
   for (size_t i = 0; i < layout.size(); ++i) {
     const ParamEntry& e = layout[i];
-    RETNET_CHECK(tensors.contains(e.name), "tensor '{}' is missing", e.name);
+    const std::vector<std::string> candidates = names(e.name);
+    auto found = std::find_if(candidates.begin(), candidates.end(),
+                              [&](const std::string& n) { return tensors.contains(n); });
+    RETNET_CHECK(found != candidates.end(), "tensor '{}' is missing", candidates.front());
+    const std::string& name = *found;
+    used.insert(name);
     auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(
-        tensors[py::str(e.name)]);
-    RETNET_CHECK(a, "tensor '{}' is not an array of numbers", e.name);
+        tensors[py::str(name)]);
+    RETNET_CHECK(a, "tensor '{}' is not an array of numbers", name);
     std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
-    RETNET_CHECK(shape == e.shape, "tensor '{}' has shape [{}], expected [{}]", e.name,
+    RETNET_CHECK(shape == e.shape, "tensor '{}' has shape [{}], expected [{}]", name,
                  fmt::join(shape, ", "), fmt::join(e.shape, ", "));
     const float* src = a.data();
     for (size_t k = 0; k < e.numel; ++k)
       RETNET_CHECK(std::isfinite(src[k]), "tensor '{}' holds a non-finite value at index {}",
-                   e.name, k);
+                   name, k);
     std::copy(src, src + e.numel, params.tensor(i));
   }
+  for (auto item : tensors) {
+    const std::string name = py::str(item.first);
+    RETNET_CHECK(used.count(name) || ignorable(name),
+                 "tensor '{}' is not a parameter of this config ({})", name, naming);
+  }
+  return params;
+}
+
+ModelPtr from_arrays(const py::object& config, const py::dict& tensors, const py::object& tokenizer) {
+  const Config c = config_from_object(config);
+  ParamBuffer params = params_from_arrays(
+      c, tensors, [](const std::string& n) { return std::vector<std::string>{n}; },
+      [](const std::string&) { return false; },
+      "names are torchscale's, e.g. layers.0.retention.q_proj.weight");
   auto t = fresh_tokenizer(c, tokenizer);
   return std::make_shared<PyModel>(Model(c, std::move(params)), std::move(t));
+}
+
+// A model from a Hugging Face config.json's dict (fla or syncdoth) and arrays under that
+// project's names, as a directory of them would load, without files.
+ModelPtr from_hf_arrays(const py::dict& config, const py::dict& tensors, const py::object& tokenizer) {
+  const std::string text = py::module_::import("json").attr("dumps")(config).cast<std::string>();
+  const HfModelConfig hf = parse_hf_config(text, "the config dict");
+  const HfFlavour flavour = hf.flavour;
+  ParamBuffer params = params_from_arrays(
+      hf.config, tensors,
+      [&](const std::string& engine_name) {
+        std::vector<std::string> names = hf_tensor_names_accepted(engine_name, flavour);
+        if (engine_name == "output_projection.weight" && hf.tied_embeddings)
+          names.push_back(hf_tensor_name("embed_tokens.weight", flavour));  // the tied head
+        return names;
+      },
+      [&](const std::string& name) {
+        return flavour == HfFlavour::Syncdoth && name.rfind("model.retnet_rel_pos.", 0) == 0;
+      },
+      fmt::format("names are {}'s, e.g. {}", hf_flavour_name(flavour),
+                  hf_tensor_name("layers.0.retention.q_proj.weight", flavour)));
+  auto t = fresh_tokenizer(hf.config, tokenizer);
+  return std::make_shared<PyModel>(Model(hf.config, std::move(params)), std::move(t));
 }
 
 ModelRunner& runner(PyModel& m) {
@@ -239,6 +283,11 @@ void bind_model(py::module_& m) {
   m.def("from_arrays", &from_arrays, py::arg("config"), py::arg("tensors"),
         py::arg("tokenizer") = py::none(),
         "A model of a config from arrays named as torchscale's state_dict, with no file.");
+  m.def("from_hf_arrays", &from_hf_arrays, py::arg("config"), py::arg("tensors"),
+        py::arg("tokenizer") = py::none(),
+        "A model from a Hugging Face config.json dict (flash-linear-attention or syncdoth) and "
+        "arrays under that project's names (model.layers.0.attn.q_proj.weight, lm_head.weight, "
+        "...), as a directory of them loads, with no file.");
 }
 
 }  // namespace retnet::python

@@ -46,18 +46,6 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return "[" + fmt::format("{}", fmt::join(s, ", ")) + "]";
 }
 
-// Other names a file may use for a tensor: fla writes the head norm as g_norm without the fused
-// gate (fuse_norm false, or no output gate).
-std::vector<std::string> accepted_names(const std::string& engine_name, HfFlavour flavour) {
-  std::vector<std::string> names = {hf_tensor_name(engine_name, flavour)};
-  const std::string fused = "attn.g_norm_swish_gate.weight";
-  const std::string& n = names[0];
-  if (flavour == HfFlavour::Fla && n.size() > fused.size() &&
-      n.compare(n.size() - fused.size(), fused.size(), fused) == 0)
-    names.push_back(n.substr(0, n.size() - fused.size()) + "attn.g_norm.weight");
-  return names;
-}
-
 // The weight files: the index's shards (every one must exist and hold what the index says), or
 // model.safetensors.
 struct Shards {
@@ -141,6 +129,16 @@ std::string hf_tensor_name(const std::string& engine_name, HfFlavour flavour) {
   throw Error(fmt::format("tensor '{}' has no name in flash-linear-attention's layout", engine_name));
 }
 
+std::vector<std::string> hf_tensor_names_accepted(const std::string& engine_name, HfFlavour flavour) {
+  std::vector<std::string> names = {hf_tensor_name(engine_name, flavour)};
+  const std::string fused = "attn.g_norm_swish_gate.weight";
+  const std::string& n = names[0];
+  if (flavour == HfFlavour::Fla && n.size() > fused.size() &&
+      n.compare(n.size() - fused.size(), fused.size(), fused) == 0)
+    names.push_back(n.substr(0, n.size() - fused.size()) + "attn.g_norm.weight");
+  return names;
+}
+
 bool is_hf_directory(const std::string& path) {
   std::error_code ec;
   return fs::is_directory(path, ec) && fs::exists(fs::path(path) / "config.json", ec);
@@ -162,7 +160,7 @@ Model load_hf_directory(const std::string& dir, HfLoadInfo* info) {
     const ParamEntry& e = layout[i];
     const SafetensorsTensor* t = nullptr;
     std::string name;
-    for (const std::string& candidate : accepted_names(e.name, flavour))
+    for (const std::string& candidate : hf_tensor_names_accepted(e.name, flavour))
       if (auto it = shards.by_name.find(candidate); it != shards.by_name.end()) {
         t = it->second;
         name = candidate;

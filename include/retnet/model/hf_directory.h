@@ -44,6 +44,9 @@ std::string hf_config_json(const Config& config, HfFlavour flavour, int64_t bos_
 // The flavour's name of one of the engine's tensors ("layers.3.retention.q_proj.weight" ->
 // "model.layers.3.attn.q_proj.weight").
 std::string hf_tensor_name(const std::string& engine_name, HfFlavour flavour);
+// Every name a file of the flavour may give that tensor, hf_tensor_name's first (fla writes the
+// head norm as g_norm without the fused gate: fuse_norm false, or no output gate).
+std::vector<std::string> hf_tensor_names_accepted(const std::string& engine_name, HfFlavour flavour);
 
 // Whether `path` is a directory holding a config.json.
 bool is_hf_directory(const std::string& path);
