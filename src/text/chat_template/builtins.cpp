@@ -7,6 +7,7 @@
 #include <ctime>
 
 #include "evaluator.h"
+#include "stable_sort.h"
 #include "retnet/core/error.h"
 
 namespace retnet::chat_template_detail {
@@ -248,7 +249,7 @@ Value apply_filter(Evaluator& ev, const std::string& name, const Value& in, Call
     Array pairs;
     for (const auto& [k, v] : in.obj().entries) pairs.push_back(Value::array({Value::string(k), v}));
     if (name == "dictsort")
-      std::stable_sort(pairs.begin(), pairs.end(), [](const Value& a, const Value& b) { return a.items()[0].str() < b.items()[0].str(); });
+      stable_sort_values(pairs, [](const Value& a, const Value& b) { return a.items()[0].str() < b.items()[0].str(); });
     return Value::array(std::move(pairs));
   }
   if (name == "reverse") {
@@ -277,7 +278,7 @@ Value apply_filter(Evaluator& ev, const std::string& name, const Value& in, Call
     const bool reverse = arg(0, "reverse").truthy();
     const Value attribute = arg(2, "attribute");
     auto key = [&](const Value& v) { return attribute.is_string() ? attribute_of(v, attribute.str()) : v; };
-    std::stable_sort(items.begin(), items.end(), [&](const Value& a, const Value& b) {
+    stable_sort_values(items, [&](const Value& a, const Value& b) {
       const int c = compare_values(key(a), key(b));
       return reverse ? c > 0 : c < 0;
     });

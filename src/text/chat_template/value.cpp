@@ -1,6 +1,8 @@
 // Python semantics of the template values: truth, str(), repr(), equality, ordering, json.dumps.
 #include "value.h"
 
+#include "stable_sort.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -204,7 +206,7 @@ void json_value(const Value& v, int indent, bool sort_keys, int depth, std::stri
       std::vector<const std::pair<std::string, Value>*> entries;
       for (const auto& e : v.obj().entries) entries.push_back(&e);
       if (sort_keys)
-        std::stable_sort(entries.begin(), entries.end(), [](auto* a, auto* b) { return a->first < b->first; });
+        stable_sort_values(entries, [](auto* a, auto* b) { return a->first < b->first; });
       if (entries.empty()) { out += "{}"; return; }
       out += '{';
       for (size_t i = 0; i < entries.size(); ++i) {
