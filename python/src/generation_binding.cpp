@@ -187,6 +187,13 @@ class TextStream {
   std::atomic<bool> cancelled_{false};
 };
 
+// `stop`: None, one string, or a list of strings.
+std::vector<std::string> stop_strings(const py::object& stop) {
+  if (stop.is_none()) return {};
+  if (py::isinstance<py::str>(stop)) return {stop.cast<std::string>()};
+  return stop.cast<std::vector<std::string>>();
+}
+
 }  // namespace
 
 void bind_generation(py::module_& m) {
@@ -204,11 +211,7 @@ void bind_generation(py::module_& m) {
          const py::object& seed, bool stream, float repeat_penalty, int64_t repeat_last_n,
          const py::object& add_bos, bool ignore_eos) -> py::object {
         GenerateArgs a{max_tokens, temperature, top_p, repeat_penalty, top_k, repeat_last_n,
-                       {}, seed, add_bos, ignore_eos};
-        if (py::isinstance<py::str>(stop))
-          a.stop.push_back(stop.cast<std::string>());
-        else if (!stop.is_none())
-          a.stop = stop.cast<std::vector<std::string>>();
+                       stop_strings(stop), seed, add_bos, ignore_eos};
         if (!stream) return py::str(generate_blocking(std::move(self), {prompt}, a)[0]);
         return py::cast(
             std::make_unique<TextStream>(std::make_unique<Generation>(std::move(self),
@@ -231,11 +234,7 @@ void bind_generation(py::module_& m) {
          const py::object& stop, const py::object& seed, float repeat_penalty,
          int64_t repeat_last_n, const py::object& add_bos, bool ignore_eos) {
         GenerateArgs a{max_tokens, temperature, top_p, repeat_penalty, top_k, repeat_last_n,
-                       {}, seed, add_bos, ignore_eos};
-        if (py::isinstance<py::str>(stop))
-          a.stop.push_back(stop.cast<std::string>());
-        else if (!stop.is_none())
-          a.stop = stop.cast<std::vector<std::string>>();
+                       stop_strings(stop), seed, add_bos, ignore_eos};
         return generate_blocking(std::move(self), prompts, a);
       },
       py::arg("prompts"), py::arg("max_tokens") = 128, py::arg("temperature") = 0.8f,

@@ -212,10 +212,10 @@ void check_attention_options(const Config& c);
 }  // namespace
 
 Config Config::layer(int64_t l) const {
-  Config c = *this;
+  Config c;  // without the layer list
+  static_cast<ModelSettings&>(c) = *this;
   c.mixer = &layer_mixer(l);
   if (hybrid()) c.attention = layer_specs[static_cast<size_t>(l)].attention;
-  c.layer_specs.clear();
   if (hybrid() && c.mixer != &default_mixer()) {
     // Retention's options belong to the retention layers of a hybrid model.
     const Config neutral;

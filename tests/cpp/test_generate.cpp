@@ -18,11 +18,6 @@ using retnet::test::close;
 
 namespace {
 
-Config small_config() {
-  Config c = retnet::test::model_config(32, 48, 4, 40, 2, 256);
-  c.recurrent_chunk_size = 8;
-  return c;
-}
 
 std::vector<int32_t> text_ids(const std::string& s) { return make_byte_tokenizer()->encode(s); }
 
@@ -53,7 +48,7 @@ fs::path temp_path(const std::string& name) {
 
 TEST(Generate, GreedyEqualsArgmaxOfParallelLogits) {
   for (bool packed : {false, true}) {  // decode products on the plain or the packed weights
-    Model m = Model::init(small_config(), 7);
+    Model m = Model::init(test::small_decode_config(), 7);
     if (packed) m.prepare_decode(DecodePrecision::F32);
     const auto prompt = text_ids("First Citizen:\nBefore we proceed");
     const int64_t n = 48, P = static_cast<int64_t>(prompt.size()), V = 256;
@@ -74,7 +69,8 @@ TEST(Generate, GreedyEqualsArgmaxOfParallelLogits) {
 TEST(Generate, F16DecodeWeightsStayCloseToF32) {
   // Decoding from the f16 copy of the weights: logits within 1e-2 relative of the exact ones over
   // 64 steps (measured about 1e-3), and batched still equal to alone bit for bit.
-  Model exact = Model::init(small_config(), 17), half = Model::init(small_config(), 17);
+  Model exact = Model::init(test::small_decode_config(), 17),
+        half = Model::init(test::small_decode_config(), 17);
   half.prepare_decode(DecodePrecision::F16);
   const auto prompt = text_ids("Shall I compare thee");
   Session a(exact), b(half, {.capacity = 2});
@@ -100,7 +96,7 @@ TEST(Generate, F16DecodeWeightsStayCloseToF32) {
 }
 
 TEST(Generate, ChunkedPrefillEqualsWholePrefill) {
-  Model m = Model::init(small_config(), 3);
+  Model m = Model::init(test::small_decode_config(), 3);
   std::vector<int32_t> prompt;
   for (int i = 0; i < 300; ++i) prompt.push_back((i * 37 + 11) % 256);
   SessionOptions whole, blocks;
@@ -128,7 +124,7 @@ TEST(Generate, ChunkedPrefillEqualsWholePrefill) {
 }
 
 TEST(Generate, SavedStateContinuesLikeOneRun) {
-  Model m = Model::init(small_config(), 11);
+  Model m = Model::init(test::small_decode_config(), 11);
   auto tok = make_byte_tokenizer();
   const auto prompt = text_ids("ROMEO:\nBut soft, what light");
   for (float temperature : {0.f, 0.9f}) {
@@ -159,7 +155,7 @@ TEST(Generate, SavedStateContinuesLikeOneRun) {
 }
 
 TEST(Generate, BatchedEqualsAlone) {
-  Model m = Model::init(small_config(), 5);
+  Model m = Model::init(test::small_decode_config(), 5);
   m.prepare_decode(DecodePrecision::F32);  // the packed kernel is batch-invariant too
   auto tok = make_byte_tokenizer();
   const std::vector<std::string> texts = {"To be, or not", "A", "Now is the winter of our",
@@ -196,7 +192,7 @@ TEST(Generate, BatchedEqualsAlone) {
 }
 
 TEST(Generate, SameSeedSameTextAnyThreadCount) {
-  Model m = Model::init(small_config(), 13);
+  Model m = Model::init(test::small_decode_config(), 13);
   SamplingParams sp;
   sp.temperature = 1.0f;
   sp.seed = 123;
@@ -209,7 +205,8 @@ TEST(Generate, SameSeedSameTextAnyThreadCount) {
 }
 
 TEST(Generate, StateFileRejectsDamageAndOtherModels) {
-  Model m = Model::init(small_config(), 1), other = Model::init(small_config(), 2);
+  Model m = Model::init(test::small_decode_config(), 1),
+        other = Model::init(test::small_decode_config(), 2);
   Session s(m);
   s.add_sequence();
   const auto prompt = text_ids("hello");
@@ -245,7 +242,7 @@ TEST(Generate, StateFileRejectsDamageAndOtherModels) {
 
 // A binding stops a generation by throwing from before_step (Ctrl-C); the session stays usable.
 TEST(Generate, BeforeStepRunsPerStepAndCanStopTheGeneration) {
-  Model m = Model::init(small_config(), 7);
+  Model m = Model::init(test::small_decode_config(), 7);
   auto tok = make_byte_tokenizer();
   GenerateOptions go;
   go.max_tokens = 20;
@@ -267,7 +264,7 @@ TEST(Generate, BeforeStepRunsPerStepAndCanStopTheGeneration) {
 
 // state_data is the sequence's state in place: a step changes what it points at.
 TEST(Generate, StateDataIsTheLiveState) {
-  Model m = Model::init(small_config(), 7);
+  Model m = Model::init(test::small_decode_config(), 7);
   Session s(m, {.capacity = 2});
   s.add_sequence();
   s.add_sequence();
@@ -367,8 +364,8 @@ class GenerateCli : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = fs::temp_directory_path() / ("retnet_gen_cli_" + std::to_string(getpid()));
     fs::create_directories(dir_);
-    save_model(Model::init(small_config(), 21), (dir_ / "m.safetensors").string());
-    Config other = small_config();
+    save_model(Model::init(test::small_decode_config(), 21), (dir_ / "m.safetensors").string());
+    Config other = test::small_decode_config();
     other.layers = 1;
     save_model(Model::init(other, 21), (dir_ / "other.safetensors").string());
   }

@@ -62,6 +62,28 @@ inline Config model_config(int64_t d, int64_t value_dim, int64_t heads, int64_t 
 // A two-layer model small enough for finite differences and file round trips.
 inline Config tiny_config() { return model_config(16, 24, 2, 20, 2, 30); }
 
+// A two-layer byte-vocabulary model with chunks of 8 for decoding tests (prefill in chunks, steps).
+inline Config small_decode_config() {
+  Config c = model_config(32, 48, 4, 40, 2, 256);
+  c.recurrent_chunk_size = 8;
+  return c;
+}
+
+// Success when `f` throws an Error whose message holds every one of `parts`.
+inline ::testing::AssertionResult throws_error_naming(const std::function<void()>& f,
+                                                      std::initializer_list<std::string> parts) {
+  try {
+    f();
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    for (const std::string& part : parts)
+      if (message.find(part) == std::string::npos)
+        return ::testing::AssertionFailure() << "the error lacks '" << part << "': " << message;
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << "no Error thrown";
+}
+
 // A fresh, empty directory <tmp>/retnet_<stem>_<pid> (ctest runs every test in its own process).
 inline std::filesystem::path fresh_temp_dir(const std::string& stem) {
   namespace fs = std::filesystem;

@@ -24,11 +24,6 @@ using retnet::test::random_vector;
 
 namespace {
 
-Config small_config() {
-  Config c = retnet::test::model_config(32, 48, 4, 40, 2, 256);
-  c.recurrent_chunk_size = 8;
-  return c;
-}
 
 std::vector<float> parallel_logits(const Model& m, const std::vector<int32_t>& tokens) {
   const int64_t T = static_cast<int64_t>(tokens.size()), V = m.config().vocab_size;
@@ -109,12 +104,12 @@ TEST(PackedGemm, EveryTypeMatchesTheNaiveReferenceAtEveryRowCount) {
 }
 
 TEST(InferenceDtype, LogitsOfEveryDtypeStayWithinTheirBoundOfF32) {
-  const Model exact = Model::init(small_config(), 5);
+  const Model exact = Model::init(test::small_decode_config(), 5);
   const auto tokens = token_sequence(100, 256);  // 100 rows: the prefill (unpacking) path
   const auto reference = parallel_logits(exact, tokens);
   for (DecodePrecision p : {DecodePrecision::F32, DecodePrecision::F16, DecodePrecision::BF16}) {
     SCOPED_TRACE(decode_precision_name(p));
-    Model m = Model::init(small_config(), 5);
+    Model m = Model::init(test::small_decode_config(), 5);
     m.prepare_inference(p);
     EXPECT_FALSE(m.weights_complete());
     const auto logits = parallel_logits(m, tokens);
@@ -140,7 +135,7 @@ TEST(InferenceDtype, PrefillThenDecodeEqualsParallelLogitsInEveryDtype) {
   const auto tokens = token_sequence(96, 256);
   for (DecodePrecision p : {DecodePrecision::F32, DecodePrecision::F16, DecodePrecision::BF16}) {
     SCOPED_TRACE(decode_precision_name(p));
-    Model m = Model::init(small_config(), 9);
+    Model m = Model::init(test::small_decode_config(), 9);
     m.prepare_inference(p);
     const auto all = parallel_logits(m, tokens);
     Session s(m);
@@ -156,7 +151,7 @@ TEST(InferenceDtype, PrefillThenDecodeEqualsParallelLogitsInEveryDtype) {
 }
 
 TEST(InferenceDtype, GreedyGenerationFromBf16WeightsIsTheArgmaxOfItsParallelLogits) {
-  Model m = Model::init(small_config(), 13);
+  Model m = Model::init(test::small_decode_config(), 13);
   m.prepare_inference(DecodePrecision::BF16);
   std::vector<int32_t> seq = token_sequence(12, 256);
   Session s(m);
@@ -177,7 +172,7 @@ TEST(InferenceDtype, GreedyGenerationFromBf16WeightsIsTheArgmaxOfItsParallelLogi
 }
 
 TEST(InferenceDtype, ReleasedWeightsRefuseTrainingAndSavingButKeepTheFingerprint) {
-  Model m = Model::init(small_config(), 3);
+  Model m = Model::init(test::small_decode_config(), 3);
   const uint64_t before = model_fingerprint(m);
   m.prepare_inference(DecodePrecision::BF16);
   EXPECT_EQ(model_fingerprint(m), before);
@@ -201,12 +196,12 @@ TEST(InferenceDtype, ReleasedWeightsRefuseTrainingAndSavingButKeepTheFingerprint
 
 TEST(InferenceDtype, ACopySharingTheStorageKeepsItsWeights) {
   // Copies share the parameter storage: preparing one must not take the other's weights.
-  Model a = Model::init(small_config(), 4);
+  Model a = Model::init(test::small_decode_config(), 4);
   Model b = a;
   b.prepare_inference(DecodePrecision::BF16);
   EXPECT_TRUE(a.weights_complete());
   EXPECT_TRUE(b.weights_complete());  // nothing released: the storage is shared
-  EXPECT_EQ(model_fingerprint(a), model_fingerprint(Model::init(small_config(), 4)));
+  EXPECT_EQ(model_fingerprint(a), model_fingerprint(Model::init(test::small_decode_config(), 4)));
   const auto tokens = token_sequence(20, 256);
   EXPECT_TRUE(close(parallel_logits(b, tokens), parallel_logits(a, tokens), 1.5e-2));
 }

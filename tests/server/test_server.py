@@ -308,6 +308,22 @@ def test_bad_requests(s, headers):
     check(st == 200 and r["usage"]["completion_tokens"] == 4, "a good request after bad ones")
 
 
+def open_long_stream(port, prompt, extra_headers=""):
+    """A raw streamed completion of 100,000 tokens, read until its first event (at most 30 s);
+    returns the socket and the bytes read so far."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    body = json.dumps({"prompt": prompt, "max_tokens": 100000, "stream": True})
+    sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\n{extra_headers}"
+                  f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+    got, deadline = b"", time.time() + 30
+    while b"data: " not in got and time.time() < deadline:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        got += chunk
+    return sock, got
+
+
 def test_keys_and_queue(retnet, model, workdir):
     s = Server(retnet, model, workdir, "keyed", "--api-key", "k1", "--api-key", "secret-two",
                "--parallel", "1", "--max-queue", "0", "--max-tokens", "100000")
@@ -323,13 +339,7 @@ def test_keys_and_queue(retnet, model, workdir):
         check(s.request("GET", "/v1/models", headers=ok)[0] == 200, "right key")
         test_bad_requests(s, ok)
         # One slot, no queue: a second request while a stream runs is refused at once.
-        sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
-        body = json.dumps({"prompt": "long", "max_tokens": 100000, "stream": True})
-        sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\n"
-                      f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
-        got = b""
-        while b"data: " not in got:
-            got += sock.recv(4096)
+        sock, got = open_long_stream(s.port, "long", "Authorization: Bearer k1\r\n")
         t0 = time.time()
         st, data = s.request("POST", "/v1/completions", {"prompt": "x"}, ok)
         check(st == 429 and json.loads(data)["error"]["type"] == "rate_limit_exceeded" and
@@ -382,13 +392,7 @@ def test_timeout(retnet, model, workdir):
 
 def test_sigterm(retnet, model, workdir):
     s = Server(retnet, model, workdir, "sigterm", "--max-tokens", "100000")
-    sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
-    body = json.dumps({"prompt": "endless", "max_tokens": 100000, "stream": True})
-    sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}"
-                  f"\r\n\r\n{body}").encode())
-    got = b""
-    while b"data: " not in got:
-        got += sock.recv(4096)
+    sock, got = open_long_stream(s.port, "endless")
     s.proc.send_signal(signal.SIGTERM)
     deadline = time.time() + 20
     while time.time() < deadline:

@@ -39,7 +39,10 @@ struct AttentionOptions {
   bool operator==(const AttentionOptions&) const = default;
 };
 
-struct Config {
+// Every setting of a model but its per-layer list: all that one layer's block reads. Kept apart so
+// that Config::layer copies it without the list (no allocation while a decode step asks a hybrid
+// model's layers for their widths).
+struct ModelSettings {
   int64_t embed_dim = 256;        // decoder_embed_dim (d)
   int64_t value_embed_dim = 512;  // decoder_value_embed_dim
   int64_t heads = 4;              // decoder_retention_heads
@@ -55,14 +58,6 @@ struct Config {
   // "attention": the settings of the attention layers (of a hybrid model: those its "mixer" list
   // names as "attention"; a list entry may carry its own).
   AttentionOptions attention;
-  // "mixer" as a list: one entry per layer (a hybrid model; empty: `mixer` in every layer), a
-  // name or {"mixer": "attention", <attention options>}. Use layer(l) or layer_mixer(l).
-  struct LayerSpec {
-    const MixerSpec* mixer = nullptr;
-    AttentionOptions attention;  // an attention layer's settings (else the model's, unused)
-    bool operator==(const LayerSpec&) const = default;
-  };
-  std::vector<LayerSpec> layer_specs;
   int64_t performer_features = 64;  // "performer_features": FAVOR+ random features per head
   int64_t aft_max_distance = 1024;  // "aft_max_distance": learned AFT position biases
 
@@ -77,6 +72,17 @@ struct Config {
   // num_kv_heads: query head h reads kv head h / (heads / kv_heads)).
   int64_t kv_heads = 0;
   QkFeatureMap feature_map = QkFeatureMap::None;  // "feature_map": applied to q and k
+};
+
+struct Config : ModelSettings {
+  // "mixer" as a list: one entry per layer (a hybrid model; empty: `mixer` in every layer), a
+  // name or {"mixer": "attention", <attention options>}. Use layer(l) or layer_mixer(l).
+  struct LayerSpec {
+    const MixerSpec* mixer = nullptr;
+    AttentionOptions attention;  // an attention layer's settings (else the model's, unused)
+    bool operator==(const LayerSpec&) const = default;
+  };
+  std::vector<LayerSpec> layer_specs;
 
   int64_t qk_width() const { return key_embed_dim > 0 ? key_embed_dim : embed_dim; }
   int64_t key_dim() const { return qk_width() / heads; }              // d_k

@@ -120,23 +120,6 @@ bool prefix_match(const std::string& s, const Value& what, bool at_start) {
   return one(what);
 }
 
-Array as_list(const Value& v, const char* filter) {
-  switch (v.kind()) {
-    case Value::Kind::Undefined: return {};
-    case Value::Kind::Array: return v.items();
-    case Value::Kind::Object: {
-      Array keys;
-      for (const auto& [k, _] : v.obj().entries) keys.push_back(Value::string(k));
-      return keys;
-    }
-    case Value::Kind::String: {
-      Array chars;
-      for (auto& c : split_code_points(v.str())) chars.push_back(Value::string(std::move(c)));
-      return chars;
-    }
-    default: throw Error(fmt::format("{}: a {} is not iterable", filter, v.type_name()));
-  }
-}
 
 // Jinja's attribute lookup for filters' attribute= arguments: "a.b" walks, digits index lists.
 Value attribute_of(const Value& item, const std::string& path) {
@@ -219,7 +202,7 @@ Value apply_filter(Evaluator& ev, const std::string& name, const Value& in, Call
     const Value attribute = arg(1, "attribute");
     std::string out;
     bool first = true;
-    for (const auto& item : as_list(in, "join")) {
+    for (const auto& item : iteration_items(in, "join")) {
       if (!first) out += sep.is_string() ? sep.str() : "";
       first = false;
       const std::string piece = (attribute.is_string() ? attribute_of(item, attribute.str()) : item).to_display();
@@ -238,11 +221,11 @@ Value apply_filter(Evaluator& ev, const std::string& name, const Value& in, Call
     return in;
   }
   if (name == "first" || name == "last") {
-    const Array items = as_list(in, name.c_str());
+    const Array items = iteration_items(in, name);
     if (items.empty()) return Value();
     return name == "first" ? items.front() : items.back();
   }
-  if (name == "list") return Value::array(as_list(in, "list"));
+  if (name == "list") return Value::array(iteration_items(in, "list"));
   if (name == "items" || name == "dictsort") {
     if (in.is_undefined()) return Value::array({});
     RETNET_CHECK(in.is_object(), "filter '{}' expects a dict, got a {}", name, in.type_name());
@@ -259,13 +242,13 @@ Value apply_filter(Evaluator& ev, const std::string& name, const Value& in, Call
       for (auto it = chars.rbegin(); it != chars.rend(); ++it) out += *it;
       return Value::string(std::move(out));
     }
-    Array items = as_list(in, "reverse");
+    Array items = iteration_items(in, "reverse");
     std::reverse(items.begin(), items.end());
     return Value::array(std::move(items));
   }
   if (name == "unique") {
     Array out;
-    for (const auto& item : as_list(in, "unique")) {
+    for (const auto& item : iteration_items(in, "unique")) {
       bool seen = false;
       for (const auto& o : out) seen |= values_equal(o, item);
       if (!seen) out.push_back(item);
@@ -274,7 +257,7 @@ Value apply_filter(Evaluator& ev, const std::string& name, const Value& in, Call
     return Value::array(std::move(out));
   }
   if (name == "sort") {
-    Array items = as_list(in, "sort");
+    Array items = iteration_items(in, "sort");
     const bool reverse = arg(0, "reverse").truthy();
     const Value attribute = arg(2, "attribute");
     auto key = [&](const Value& v) { return attribute.is_string() ? attribute_of(v, attribute.str()) : v; };
@@ -285,7 +268,7 @@ Value apply_filter(Evaluator& ev, const std::string& name, const Value& in, Call
     return Value::array(std::move(items));
   }
   if (name == "sum" || name == "min" || name == "max") {
-    const Array items = as_list(in, name.c_str());
+    const Array items = iteration_items(in, name);
     if (name == "sum") {
       Value total = Value::integer(0);
       for (const auto& v : items) {
@@ -352,7 +335,7 @@ Value apply_filter(Evaluator& ev, const std::string& name, const Value& in, Call
   if (name == "map") {
     const Value attribute = arg(static_cast<size_t>(-1), "attribute");
     Array out;
-    for (const auto& item : as_list(in, "map")) {
+    for (const auto& item : iteration_items(in, "map")) {
       if (attribute.is_string()) {
         Value v = attribute_of(item, attribute.str());
         if (v.is_undefined()) {
@@ -375,7 +358,7 @@ Value apply_filter(Evaluator& ev, const std::string& name, const Value& in, Call
     const bool keep_if = name[0] == 's';
     if (by_attr) RETNET_CHECK(!args.positional.empty() && args.positional[0].is_string(), "filter '{}' needs an attribute name", name);
     Array out;
-    for (const auto& item : as_list(in, name.c_str())) {
+    for (const auto& item : iteration_items(in, name)) {
       const Value v = by_attr ? attribute_of(item, args.positional[0].str()) : item;
       if (run_test(ev, v, args, by_attr ? 1 : 0) == keep_if) out.push_back(item);
     }
@@ -385,7 +368,7 @@ Value apply_filter(Evaluator& ev, const std::string& name, const Value& in, Call
     const Value size_v = arg(0, "linecount");
     RETNET_CHECK(size_v.is_int() && size_v.as_int() > 0, "filter 'batch' needs a positive size");
     Array out, cur;
-    for (const auto& item : as_list(in, "batch")) {
+    for (const auto& item : iteration_items(in, "batch")) {
       cur.push_back(item);
       if (static_cast<int64_t>(cur.size()) == size_v.as_int()) out.push_back(Value::array(std::move(cur))), cur.clear();
     }
@@ -484,7 +467,7 @@ Value bound_method(const Value& self, const std::string& name) {
       return method([](Evaluator& ev, const Value& s, CallArgs& a) {
         std::string out;
         bool first = true;
-        for (const auto& item : as_list(a.get(0, "iterable"), "join")) {
+        for (const auto& item : iteration_items(a.get(0, "iterable"), "join")) {
           RETNET_CHECK(item.is_string(), "join(): expected strings, got a {}", item.type_name());
           if (!first) out += s.str();
           first = false;

@@ -169,28 +169,9 @@ void Evaluator::bind_targets(Scope& scope, const std::vector<std::string>& targe
   for (size_t i = 0; i < targets.size(); ++i) scope.set(targets[i], item.items()[i]);
 }
 
-// Python's iteration: list items, dict keys, string characters; undefined is empty.
-static Array iterate(const Value& v) {
-  switch (v.kind()) {
-    case Value::Kind::Undefined: return {};
-    case Value::Kind::Array: return v.items();
-    case Value::Kind::Object: {
-      Array keys;
-      for (const auto& [k, _] : v.obj().entries) keys.push_back(Value::string(k));
-      return keys;
-    }
-    case Value::Kind::String: {
-      Array chars;
-      for (auto& c : split_code_points(v.str())) chars.push_back(Value::string(std::move(c)));
-      return chars;
-    }
-    default: throw Error(fmt::format("a {} is not iterable", v.type_name()));
-  }
-}
-
 void Evaluator::exec_for(const Stmt& s) {
   const Value iterable = eval(*s.expr);
-  Array items = iterate(iterable);
+  Array items = iteration_items(iterable);
   charge(static_cast<int64_t>(items.size()));
   auto loop_scope = std::make_shared<Scope>();
   loop_scope->parent = scope_;

@@ -349,4 +349,24 @@ size_t count_code_points(const std::string& s) {
   return n;
 }
 
+Array iteration_items(const Value& v, const std::string& context) {
+  switch (v.kind()) {
+    case Value::Kind::Undefined: return {};
+    case Value::Kind::Array: return v.items();
+    case Value::Kind::Object: {
+      Array keys;
+      for (const auto& [k, _] : v.obj().entries) keys.push_back(Value::string(k));
+      return keys;
+    }
+    case Value::Kind::String: {
+      Array chars;
+      for (auto& c : split_code_points(v.str())) chars.push_back(Value::string(std::move(c)));
+      return chars;
+    }
+    default:
+      throw Error(fmt::format("{}a {} is not iterable", context.empty() ? "" : context + ": ",
+                              v.type_name()));
+  }
+}
+
 }  // namespace retnet::chat_template_detail

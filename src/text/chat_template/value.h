@@ -100,6 +100,9 @@ std::string format_float(double d);
 // json.dumps(value, ensure_ascii=False, indent=indent, sort_keys=...) with Python's separators.
 std::string to_json(const Value& v, int indent, bool sort_keys);
 
+// Python's iteration: list items, dict keys, string characters; undefined is empty. Anything else
+// is an Error, prefixed with `context` (a filter's name) when given.
+Array iteration_items(const Value& v, const std::string& context = "");
 // Code points of UTF-8 text (invalid bytes count as one each), for Python's str semantics.
 std::vector<std::string> split_code_points(const std::string& s);
 size_t count_code_points(const std::string& s);
