@@ -378,7 +378,7 @@ TrainResult train(const TrainOptions& options) {
   Arena arena;
   TrainResult result;
   auto t_start = Clock::now(), t_probe = t_start;
-  double window_time = 0;
+  double window_time = 0, comm_ms_total = 0, step_ms_total = 0;
   int64_t window_steps = 0;
   int64_t saved_step = o.resume ? start : -1;  // the newest checkpoint's
   auto save = [&](int64_t step) {
@@ -415,10 +415,14 @@ TrainResult train(const TrainOptions& options) {
       result.interrupted = true;
       break;
     }
+    const auto t_comm = Clock::now();
     average_gradients(comm, grads);
     double loss = *step_loss;
     comm.all_reduce_sum(&loss, 1);
     loss /= ranks;
+    // Includes waiting for the slowest rank: the cost of the step's synchronisation as a whole.
+    const double comm_ms = since(t_comm) * 1e3;
+    comm_ms_total += comm_ms;
     if (!std::isfinite(loss)) throw diverged(fmt::format("loss is {}", loss), step + 1, saved_step, o.out_dir);
     const double gnorm = clip_gradients(grads, opt_options.clip_norm);
     AdamWOptions schedule = opt_options;
@@ -427,11 +431,14 @@ TrainResult train(const TrainOptions& options) {
     opt.update(model.params(), grads, lr);
     const double ms = since(t0) * 1e3;
     window_time += ms / 1e3;
+    step_ms_total += ms;
     ++window_steps;
     result.final_train_loss = loss;
     const double tps = tokens_per_step / (ms / 1e3);
-    record(nlohmann::json{{"step", step + 1}, {"loss", loss}, {"lr", lr},
-                          {"grad_norm", gnorm}, {"ms", ms}, {"tokens_per_s", tps}});
+    nlohmann::json line{{"step", step + 1}, {"loss", loss},  {"lr", lr},
+                        {"grad_norm", gnorm}, {"ms", ms}, {"tokens_per_s", tps}};
+    if (ranks > 1) line["allreduce_ms"] = comm_ms;
+    record(line);
     // With only a time budget, fix the schedule's length from the speed of steps 6-10 (the first
     // ones pay for allocation and warm-up); rank 0's length holds for every rank.
     if (total == 0 && step + 1 - start == 5) t_probe = Clock::now();
@@ -492,6 +499,12 @@ TrainResult train(const TrainOptions& options) {
   if (lead) save_model(model, (fs::path(o.out_dir) / "model.safetensors").string(), tokenizer_meta);
   wait_for_lead();
   result.tokens_per_s = static_cast<double>((step - start) * tokens_per_step) / since(t_start);
+  if (ranks > 1 && !o.quiet && step > start)
+    std::fprintf(stderr, "all-reduce: %.2f MB of gradients per step, %.1f ms per step on average "
+                 "(%.1f%% of the steps' time)\n",
+                 static_cast<double>(grads.size() * sizeof(float)) / 1e6,
+                 comm_ms_total / static_cast<double>(step - start),
+                 100.0 * comm_ms_total / step_ms_total);
   return result;
 }
 
