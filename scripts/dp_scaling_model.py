@@ -11,14 +11,14 @@ machine's measured training rate per core (--core-gflops, from `retnet train` lo
 i.e. perfect scaling inside the node, which flatters compute and so overstates the share of
 communication only if the real node is slower.
 
-  python3 scripts/dp_scaling_model.py --core-gflops 20
+  python3 scripts/dp_scaling_model.py --core-gflops 30
 """
 import argparse
 
 CONFIGS = {
     # name: (d, value dim, ffn dim, layers, vocab): the engine's default and RetNet-1.3B's shape.
     "default (d 256, 4 layers)": (256, 512, 512, 4, 256),
-    "1.3B (d 2048, 24 layers)": (2048, 4096, 4096, 24, 32000),
+    "RetNet-1.3B shape (d 2048, 24 layers, vocab 32k)": (2048, 4096, 4096, 24, 32000),
 }
 
 
@@ -29,7 +29,7 @@ def params(d, value, ffn, layers, vocab):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--core-gflops", type=float, default=20.0,
+    ap.add_argument("--core-gflops", type=float, default=30.0,
                     help="sustained training GFLOP/s of one core (measured on this machine)")
     ap.add_argument("--cores", type=int, default=64, help="cores per node")
     ap.add_argument("--tokens-per-node", type=int, default=16 * 512,
