@@ -8,6 +8,7 @@
 #                                             #   node and npm (the tokenizer.json parity test)
 #   bash scripts/install-deps.sh bench        # + Google Benchmark, matplotlib (plots)
 #   bash scripts/install-deps.sh python       # + pybind11, venv, pip (the Python package)
+#   bash scripts/install-deps.sh mpi          # + OpenMPI (multi-process training; in test too)
 #   bash scripts/install-deps.sh test bench   # several groups at once
 #
 # Every group includes runtime. Groups can also be given as one string ("test bench").
@@ -21,8 +22,10 @@ RUNTIME=(
 # The Python package (python/): headers, pybind11, and what an offline pip install into a venv uses.
 PYTHON=(python3 python3-dev python3-numpy pybind11-dev python3-pybind11 python3-venv python3-pip
         python3-setuptools python3-wheel)
+# Multi-process training (`mpirun -np N retnet train`): CMake turns RETNET_MPI on when it finds it.
+MPI=(openmpi-bin libopenmpi-dev)
 TEST=(libgtest-dev libgmock-dev libbenchmark-dev python3 python3-numpy python3-torch nodejs npm
-      "${PYTHON[@]}" python3-pytest)
+      "${PYTHON[@]}" python3-pytest "${MPI[@]}")
 BENCH=(libbenchmark-dev python3-matplotlib)
 
 groups=()
@@ -37,9 +40,10 @@ for g in "${groups[@]}"; do
     runtime) ;;
     test) PACKAGES+=("${TEST[@]}") ;;
     python) PACKAGES+=("${PYTHON[@]}") ;;
+    mpi) PACKAGES+=("${MPI[@]}") ;;
     bench) PACKAGES+=("${BENCH[@]}") ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "install-deps: unknown group '$g' (expected: runtime, test, bench, python)" >&2; exit 2 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "install-deps: unknown group '$g' (expected: runtime, test, bench, python, mpi)" >&2; exit 2 ;;
   esac
 done
 # Drop duplicates (libbenchmark-dev is in two groups), keeping the order.

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "retnet/dist/communicator.h"
 #include "retnet/retnet.h"
 
 namespace retnet::cli {
@@ -61,12 +62,28 @@ void register_train(CLI::App& app) {
   add_checked(cmd, "--eval-tokens", o->eval_tokens, "Validation tokens per evaluation (0: all)",
               integer_at_least(0));
   add_checked(cmd, "--keep", o->keep_checkpoints, "Checkpoints kept", integer_at_least(1));
+  add_checked(cmd, "--hash-interval", o->hash_interval,
+              "Under mpirun: steps between checks that every rank holds the same weights",
+              integer_at_least(1));
+  add_checked(cmd, "--comm-timeout", o->comm_timeout_s,
+              "Under mpirun: seconds a rank waits for the others before it ends the job (a rank "
+              "died or hung; 0: wait forever)",
+              number_at_least(0));
   add_threads_option(cmd, *threads);
   cmd->callback([o, form, threads] {
     apply_threads(*threads);
     o->form = parse_form(*form);
-    TrainResult r = train(*o);
-    if (!r.interrupted)
+    // Under mpirun (`mpirun -np N retnet train ...`) the ranks train data-parallel; alone, one
+    // process. An error on one rank of several ends them all: the others would wait for it.
+    Communicator& comm = world();
+    TrainResult r;
+    try {
+      r = train(*o);
+    } catch (const std::exception& e) {
+      if (comm.size() > 1) comm.abort(e.what(), 1);
+      throw;
+    }
+    if (!r.interrupted && comm.rank() == 0)
       std::printf("trained %lld steps: train loss %.4f, val loss %.4f nats/token (%.4f bits/byte), "
                   "%.0f tokens/s; model in %s/model.safetensors\n",
                   (long long)r.steps, r.final_train_loss, r.final_val_loss, r.val_bits_per_byte,

@@ -23,6 +23,7 @@
 #include "retnet/core/process_memory.h"
 #include "retnet/core/read_file.h"
 #include "retnet/core/safetensors.h"
+#include "retnet/dist/communicator.h"
 #include "retnet/infer/generator.h"
 #include "retnet/infer/session.h"
 #include "retnet/model/config.h"

@@ -112,12 +112,12 @@ TokenDataset TokenDataset::load(const std::string& path, const Tokenizer& tokeni
 }
 
 void sample_batch(std::span<const int32_t> tokens, int64_t B, int64_t T, uint64_t seed,
-                  uint64_t draw, int32_t* inputs, int32_t* targets) {
+                  uint64_t draw, int32_t* inputs, int32_t* targets, int64_t first_row) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   RETNET_CHECK(n >= T + 1, "{} tokens cannot fill a window of {} + 1", n, T);
   Philox rng(seed);
   for (int64_t b = 0; b < B; ++b) {
-    const auto bits = rng.block(/*stream=*/0x5eed0000u + draw, static_cast<uint64_t>(b));
+    const auto bits = rng.block(/*stream=*/0x5eed0000u + draw, static_cast<uint64_t>(first_row + b));
     const uint64_t r = (static_cast<uint64_t>(bits[0]) << 32) | bits[1];
     const int64_t off = static_cast<int64_t>(r % static_cast<uint64_t>(n - T));
     for (int64_t t = 0; t < T; ++t) {

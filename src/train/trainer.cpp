@@ -20,12 +20,14 @@
 #include "retnet/core/gemm.h"
 #include "retnet/core/parallel.h"
 #include "retnet/core/read_file.h"
+#include "retnet/dist/communicator.h"
 #include "retnet/model/model_io.h"
 #include "retnet/model/training.h"
 #include "retnet/text/tokenizer.h"
 #include "retnet/train/checkpoint.h"
 #include "retnet/train/data.h"
 #include "retnet/train/evaluate.h"
+#include "data_parallel.h"
 #include "run_directory.h"
 
 namespace retnet {
@@ -144,10 +146,11 @@ Validation validate(const Model& model, std::span<const int32_t> tokens, int64_t
 
 // The settings a resumed run must share with the checkpoint's. The tokenizer's fingerprint is only
 // recorded for tokenizers other than bytes, so that byte-level checkpoints of earlier versions
-// still resume.
-std::string run_json(const TrainOptions& o, const Tokenizer& tokenizer) {
+// still resume. The batch is the global one (ranks x per-rank batch): a run resumes on another
+// number of ranks when the global batch is the same.
+std::string run_json(const TrainOptions& o, const Tokenizer& tokenizer, int ranks) {
   nlohmann::ordered_json j;
-  j["batch"] = o.batch;
+  j["batch"] = o.batch * ranks;
   j["seq"] = o.seq;
   j["grad_accum"] = o.grad_accum;
   j["form"] = form_name(o.form);
@@ -191,31 +194,35 @@ void check_options(const TrainOptions& o) {
 }  // namespace
 
 // Restores the newest checkpoint of a run with the same settings; returns its step.
-int64_t resume_from_checkpoint(const TrainOptions& o, const Tokenizer& tokenizer, Model& model,
-                               AdamW& opt, int64_t& total) {
+int64_t resume_from_checkpoint(const TrainOptions& o, const Tokenizer& tokenizer, int ranks,
+                               Model& model, AdamW& opt, int64_t& total) {
   auto info = load_latest_checkpoint(o.out_dir, model, opt);
   RETNET_CHECK(info.has_value(), "--resume: no usable checkpoint in '{}'", o.out_dir);
-  RETNET_CHECK(info->run_json == run_json(o, tokenizer) && info->seed == o.seed,
+  const std::string settings = run_json(o, tokenizer, ranks);
+  RETNET_CHECK(info->run_json == settings && info->seed == o.seed,
                "--resume: '{}' holds a run with other settings ({}, seed {}); this one is {}, seed "
                "{}",
-               o.out_dir, info->run_json, info->seed, run_json(o, tokenizer), o.seed);
+               o.out_dir, info->run_json, info->seed, settings, o.seed);
   total = o.steps > 0 ? o.steps : info->total_steps;
   if (!o.quiet) std::fprintf(stderr, "resuming from step %lld\n", (long long)info->step);
   return info->step;
 }
 
 // One optimizer step's mean loss over its micro-batches, its gradients accumulated into `grads`
-// (zeroed first). Returns nullopt when a signal arrived between micro-batches: the step is dropped.
+// (zeroed first): this rank's rows of the step's global batch. Returns nullopt when a signal
+// arrived between micro-batches of a one-rank run: the step is dropped (several ranks agree on
+// stopping at the end of a step instead).
 std::optional<double> step_gradients(const TrainOptions& o, const TokenDataset& data,
                                      const Model& model, int64_t step, const TrainingOptions& to,
-                                     std::vector<int32_t>& in, std::vector<int32_t>& tgt,
-                                     Arena& arena, ParamBuffer& grads) {
+                                     const Communicator& comm, std::vector<int32_t>& in,
+                                     std::vector<int32_t>& tgt, Arena& arena, ParamBuffer& grads) {
   std::fill(grads.data(), grads.data() + grads.size(), 0.f);
   double loss = 0;
   for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
-    if (g_signal.load() != 0) return std::nullopt;
+    if (g_signal.load() != 0 && comm.size() == 1) return std::nullopt;
     sample_batch(data.train, o.batch, o.seq, o.seed,
-                 static_cast<uint64_t>(step * o.grad_accum + micro), in.data(), tgt.data());
+                 static_cast<uint64_t>(step * o.grad_accum + micro), in.data(), tgt.data(),
+                 comm.rank() * o.batch);
     loss += loss_and_gradients(model, in.data(), tgt.data(), o.batch, o.seq, to, arena, &grads) /
             o.grad_accum;
   }
@@ -227,16 +234,18 @@ std::optional<double> step_gradients(const TrainOptions& o, const TokenDataset& 
 }
 
 void print_run_header(const TrainOptions& o, const Model& model, const Tokenizer& tokenizer,
-                      const TokenDataset& data, double peak) {
+                      const TokenDataset& data, double peak, int ranks) {
+  const std::string ranks_note = ranks > 1 ? fmt::format(" on each of {} ranks", ranks) : "";
   std::fprintf(stderr,
                "%s model, %lld parameters, %s tokenizer (vocabulary %lld), %lld train / %lld val "
-               "tokens%s, batch %lld x %lld (x%lld accum), %s form, %d threads, GEMM peak %.0f "
+               "tokens%s, batch %lld x %lld (x%lld accum)%s, %s form, %d threads, GEMM peak %.0f "
                "GFLOP/s\n",
                model.config().mixer_description().c_str(), (long long)model.parameter_count(),
                tokenizer.kind().c_str(), (long long)tokenizer.vocab_size(),
                (long long)data.train.size(), (long long)data.val.size(),
                data.cache_reused ? " (token cache)" : "", (long long)o.batch, (long long)o.seq,
-               (long long)o.grad_accum, form_name(o.form), num_threads(), peak / 1e9);
+               (long long)o.grad_accum, ranks_note.c_str(), form_name(o.form), num_threads(),
+               peak / 1e9);
 }
 
 // The llm.c-style log line of a step: speeds averaged over the steps since the last line.
@@ -289,40 +298,74 @@ void log_validation(const Validation& v, int64_t step, bool quiet, bool tty,
   result.val_bits_per_byte = v.bits_per_byte;
 }
 
-TrainResult train(const TrainOptions& o) {
-  check_options(o);
+// Loads the data on every rank: rank 0 first, so that the others find the token cache it wrote
+// instead of all tokenizing (and writing the cache) at once.
+TokenDataset load_data_on_ranks(const TrainOptions& o, const Tokenizer& tokenizer,
+                                Communicator& comm) {
+  if (comm.size() == 1) return load_training_data(o, tokenizer);
+  std::optional<TokenDataset> data;
+  if (comm.rank() == 0) data = load_training_data(o, tokenizer);
+  const double timeout = comm.timeout();
+  comm.set_timeout(0);  // tokenizing a large corpus takes as long as it takes
+  comm.barrier();
+  comm.set_timeout(timeout);
+  if (comm.rank() != 0) data = load_training_data(o, tokenizer);
+  return std::move(*data);
+}
+
+TrainResult train(const TrainOptions& options) {
+  check_options(options);
+  RETNET_CHECK(options.hash_interval >= 1 && options.comm_timeout_s >= 0 &&
+                   std::isfinite(options.comm_timeout_s),
+               "the hash interval must be >= 1 and the communication timeout a finite number >= "
+               "0, got {} and {}",
+               options.hash_interval, options.comm_timeout_s);
+  Communicator& comm = options.comm ? *options.comm : world();
+  comm.set_timeout(options.comm_timeout_s);
+  const int ranks = comm.size();
+  // Rank 0 alone logs, evaluates and writes the run directory.
+  const bool lead = comm.rank() == 0;
+  TrainOptions o = options;
+  if (!lead) o.quiet = true;
   namespace fs = std::filesystem;
   // Before the slow part (tokenizing): a second run on the directory fails at once.
-  const RunDirectoryLock lock(o.out_dir);
-  if (!o.resume) prepare_fresh_run(o.out_dir, o.overwrite);
+  std::optional<RunDirectoryLock> lock;
+  if (lead) lock.emplace(o.out_dir);
+  if (lead && !o.resume) prepare_fresh_run(o.out_dir, o.overwrite);
   const bool fine_tune = !o.init_from.empty();
   const std::string tokenizer_spec = fine_tune && o.tokenizer == "bytes" ? o.init_from : o.tokenizer;
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_spec);
   Model model = fine_tune ? starting_model(o, *tokenizer, tokenizer_spec)
                           : Model::init(model_config(o.config_path, *tokenizer, o.tokenizer), o.seed);
   const Config config = model.config();
-  const TokenDataset data = load_training_data(o, *tokenizer);
+  const TokenDataset data = load_data_on_ranks(o, *tokenizer, comm);
   const auto tokenizer_meta = tokenizer_metadata(*tokenizer);
+  const std::string settings = run_json(o, *tokenizer, ranks);
+  if (ranks > 1)
+    check_same_run(comm, settings + config.to_json(), data.train, data.val, model.params());
 
   AdamWOptions opt_options = o.optimizer;
   opt_options.total_steps = o.steps > 0 ? o.steps : opt_options.total_steps;
   AdamW opt(model.params().layout(), opt_options);
   int64_t total = o.steps;
-  const int64_t start = o.resume ? resume_from_checkpoint(o, *tokenizer, model, opt, total) : 0;
+  int64_t start = o.resume && lead ? resume_from_checkpoint(o, *tokenizer, ranks, model, opt, total) : 0;
+  if (o.resume) broadcast_training_state(comm, model, opt, start, total);
   TrainingOptions to;
   to.form = o.form;
   to.chunk = o.chunk;
-  const int64_t B = o.batch, T = o.seq, tokens_per_step = B * T * o.grad_accum;
+  const int64_t B = o.batch, T = o.seq, tokens_per_step = B * T * o.grad_accum * ranks;
   const double peak = measure_peak_flops();
   const double fpt =
       flops_per_token(config, T, o.form, o.chunk > 0 ? o.chunk : config.recurrent_chunk_size);
-  if (!o.quiet) print_run_header(o, model, *tokenizer, data, peak);
+  if (!o.quiet) print_run_header(o, model, *tokenizer, data, peak, ranks);
 
-  MetricsLog metrics((fs::path(o.out_dir) / "metrics.jsonl").string(), o.resume, start);
+  std::optional<MetricsLog> metrics;
+  if (lead) metrics.emplace((fs::path(o.out_dir) / "metrics.jsonl").string(), o.resume, start);
   // Every metrics line goes to the file and to the caller's callback, which may ask to stop.
   bool stop_requested = false;
   auto record = [&](const nlohmann::json& line) {
-    metrics.append(line.dump());
+    if (!lead) return;
+    metrics->append(line.dump());
     if (!o.on_metrics) return;
     std::map<std::string, double> figures;
     for (const auto& [key, value] : line.items()) figures[key] = value.get<double>();
@@ -335,17 +378,28 @@ TrainResult train(const TrainOptions& o) {
   Arena arena;
   TrainResult result;
   auto t_start = Clock::now(), t_probe = t_start;
-  double window_time = 0;
+  double window_time = 0, comm_ms_total = 0, step_ms_total = 0;
   int64_t window_steps = 0;
   int64_t saved_step = o.resume ? start : -1;  // the newest checkpoint's
   auto save = [&](int64_t step) {
-    CheckpointInfo info{step, total, o.seed, run_json(o, *tokenizer)};
-    save_checkpoint(o.out_dir, model, opt, info, o.keep_checkpoints, tokenizer_meta);
+    if (lead) {
+      CheckpointInfo info{step, total, o.seed, settings};
+      save_checkpoint(o.out_dir, model, opt, info, o.keep_checkpoints, tokenizer_meta);
+    }
     saved_step = step;
   };
   auto run_eval = [&](int64_t step) {
-    log_validation(validate(model, data.val, data.val_bytes, B, T, o.eval_tokens, to, arena), step,
-                   o.quiet, tty, record, result);
+    if (lead)
+      log_validation(validate(model, data.val, data.val_bytes, B, T, o.eval_tokens, to, arena),
+                     step, o.quiet, tty, record, result);
+  };
+  // The other ranks wait for rank 0's validation and checkpoint here rather than in the next
+  // step's all-reduce, with a longer limit: those take longer than a step.
+  auto wait_for_lead = [&] {
+    if (ranks == 1) return;
+    comm.set_timeout(o.comm_timeout_s * 10);
+    comm.barrier();
+    comm.set_timeout(o.comm_timeout_s);
   };
 
   int64_t step = start;
@@ -353,7 +407,7 @@ TrainResult train(const TrainOptions& o) {
     auto t0 = Clock::now();
     std::optional<double> step_loss;
     try {
-      step_loss = step_gradients(o, data, model, step, to, in, tgt, arena, grads);
+      step_loss = step_gradients(o, data, model, step, to, comm, in, tgt, arena, grads);
     } catch (const Error& e) {
       throw diverged(e.what(), step + 1, saved_step, o.out_dir);
     }
@@ -361,7 +415,14 @@ TrainResult train(const TrainOptions& o) {
       result.interrupted = true;
       break;
     }
-    const double loss = *step_loss;
+    const auto t_comm = Clock::now();
+    average_gradients(comm, grads);
+    double loss = *step_loss;
+    comm.all_reduce_sum(&loss, 1);
+    loss /= ranks;
+    // Includes waiting for the slowest rank: the cost of the step's synchronisation as a whole.
+    const double comm_ms = since(t_comm) * 1e3;
+    comm_ms_total += comm_ms;
     if (!std::isfinite(loss)) throw diverged(fmt::format("loss is {}", loss), step + 1, saved_step, o.out_dir);
     const double gnorm = clip_gradients(grads, opt_options.clip_norm);
     AdamWOptions schedule = opt_options;
@@ -370,43 +431,59 @@ TrainResult train(const TrainOptions& o) {
     opt.update(model.params(), grads, lr);
     const double ms = since(t0) * 1e3;
     window_time += ms / 1e3;
+    step_ms_total += ms;
     ++window_steps;
     result.final_train_loss = loss;
     const double tps = tokens_per_step / (ms / 1e3);
-    record(nlohmann::json{{"step", step + 1}, {"loss", loss}, {"lr", lr},
-                          {"grad_norm", gnorm}, {"ms", ms}, {"tokens_per_s", tps}});
+    nlohmann::json line{{"step", step + 1}, {"loss", loss},  {"lr", lr},
+                        {"grad_norm", gnorm}, {"ms", ms}, {"tokens_per_s", tps}};
+    if (ranks > 1) line["allreduce_ms"] = comm_ms;
+    record(line);
     // With only a time budget, fix the schedule's length from the speed of steps 6-10 (the first
-    // ones pay for allocation and warm-up).
+    // ones pay for allocation and warm-up); rank 0's length holds for every rank.
     if (total == 0 && step + 1 - start == 5) t_probe = Clock::now();
     if (total == 0 && step + 1 - start == 10) {
       const double per_step = since(t_probe) / 5;
       total = step + 1 + static_cast<int64_t>((o.time_budget_s - since(t_start)) / per_step);
       total = std::max(total, step + 2);
+      comm.broadcast(&total, sizeof total, 0);
     }
+    if (ranks > 1 && (step + 1) % o.hash_interval == 0)
+      check_same_weights(comm, model.params(), step + 1);
     const bool last = total > 0 && step + 1 >= total;
     if (!o.quiet && ((step + 1) % o.log_interval == 0 || last || tty)) {
       const double avg = window_time / window_steps;
       print_step({step + 1, total, loss, gnorm, lr, ms, tokens_per_step / avg,
-                  100.0 * fpt * tokens_per_step / avg / peak, total > 0 ? (total - step - 1) * avg : 0},
+                  100.0 * fpt * tokens_per_step / avg / peak / ranks,
+                  total > 0 ? (total - step - 1) * avg : 0},
                  tty);
       if ((step + 1) % o.log_interval == 0) window_time = 0, window_steps = 0;
     }
-    if ((step + 1) % o.eval_interval == 0 && !last) run_eval(step + 1);
-    if ((step + 1) % o.checkpoint_interval == 0 && !last) save(step + 1);
-    if (g_signal.load() != 0 || stop_requested) {
+    const bool eval_now = (step + 1) % o.eval_interval == 0 && !last;
+    const bool save_now = (step + 1) % o.checkpoint_interval == 0 && !last;
+    if (eval_now) run_eval(step + 1);
+    if (save_now) save(step + 1);
+    if (eval_now || save_now) wait_for_lead();
+    // Stop requests (a signal, the callback, rank 0's time budget) hold for every rank at once.
+    double stop[2] = {g_signal.load() != 0 || stop_requested ? 1.0 : 0.0,
+                      lead && o.time_budget_s > 0 && since(t_start) >= o.time_budget_s ? 1.0 : 0.0};
+    comm.all_reduce_sum(stop, 2);
+    if (stop[0] > 0) {
       ++step;
       result.interrupted = true;
       break;
     }
-    if (o.time_budget_s > 0 && since(t_start) >= o.time_budget_s) {
+    if (stop[1] > 0) {
       ++step;
       break;
     }
   }
   if (tty && !o.quiet) std::fprintf(stderr, "\n");
+  if (ranks > 1) check_same_weights(comm, model.params(), step);
   save(step);
   result.steps = step;
   if (result.interrupted) {
+    wait_for_lead();
     if (!o.quiet && stop_requested)
       std::fprintf(stderr,
                    "stopped by the metrics callback at step %lld: checkpoint written; continue "
@@ -419,8 +496,15 @@ TrainResult train(const TrainOptions& o) {
     return result;
   }
   run_eval(step);
-  save_model(model, (fs::path(o.out_dir) / "model.safetensors").string(), tokenizer_meta);
+  if (lead) save_model(model, (fs::path(o.out_dir) / "model.safetensors").string(), tokenizer_meta);
+  wait_for_lead();
   result.tokens_per_s = static_cast<double>((step - start) * tokens_per_step) / since(t_start);
+  if (ranks > 1 && !o.quiet && step > start)
+    std::fprintf(stderr, "all-reduce: %.2f MB of gradients per step, %.1f ms per step on average "
+                 "(%.1f%% of the steps' time)\n",
+                 static_cast<double>(grads.size() * sizeof(float)) / 1e6,
+                 comm_ms_total / static_cast<double>(step - start),
+                 100.0 * comm_ms_total / step_ms_total);
   return result;
 }
 

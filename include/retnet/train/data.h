@@ -46,8 +46,10 @@ std::string token_cache_path(const std::string& data_path, const Tokenizer& toke
                              const std::string& cache_dir = "");
 
 // B windows of T + 1 consecutive tokens at offsets drawn for (seed, draw): inputs [B, T] and the
-// next-token targets [B, T].
+// next-token targets [B, T]. Row b's offset depends on (seed, draw, first_row + b) alone, so the
+// ranks of a data-parallel job, each drawing its rows of a larger batch from first_row on, see
+// exactly the rows one process drawing the whole batch sees.
 void sample_batch(std::span<const int32_t> tokens, int64_t B, int64_t T, uint64_t seed,
-                  uint64_t draw, int32_t* inputs, int32_t* targets);
+                  uint64_t draw, int32_t* inputs, int32_t* targets, int64_t first_row = 0);
 
 }  // namespace retnet

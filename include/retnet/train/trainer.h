@@ -11,6 +11,8 @@
 
 namespace retnet {
 
+class Communicator;  // dist/communicator.h
+
 struct TrainOptions {
   std::string data;                  // text file
   std::string tokenizer = "bytes";   // "bytes", a SentencePiece .model, or a model file's tokenizer
@@ -23,6 +25,8 @@ struct TrainOptions {
   std::string out_dir = "runs/retnet";
   int64_t steps = 0;                 // optimizer steps (0: decided by time_budget_s)
   double time_budget_s = 0;          // stop after this many seconds (0: no limit)
+  // batch is per rank: started by `mpirun -np N`, rank r trains on rows [r*batch, (r+1)*batch)
+  // of the global batch of N*batch rows one process would draw (data parallel).
   int64_t batch = 8, seq = 256, grad_accum = 1;
   Form form = Form::Parallel;
   int64_t chunk = 0;                 // chunkwise: 0 = the config's recurrent_chunk_size
@@ -35,6 +39,11 @@ struct TrainOptions {
   int64_t eval_tokens = 1 << 17;     // validation tokens per evaluation (0: the whole split)
   int keep_checkpoints = 3;
   bool quiet = false;
+  // Several ranks: every this many steps the ranks check that their weights are identical.
+  int64_t hash_interval = 100;
+  // Seconds a rank waits for the others in a collective before it ends the job (0: forever).
+  double comm_timeout_s = 300;
+  Communicator* comm = nullptr;  // nullptr: world() (MPI's ranks under mpirun, else one process)
   // Called with each metrics line's figures (a step's: step, loss, lr, grad_norm, ms,
   // tokens_per_s; a validation's: step, val_loss, val_bits_per_byte, val_tokens). Returning false
   // stops the run after the current step as a signal does: a checkpoint is written, --resume

@@ -1,0 +1,96 @@
+#include "retnet/dist/communicator.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "mpi_backend.h"
+#include "retnet/core/error.h"
+
+namespace retnet {
+namespace {
+
+class SingleProcessCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string backend() const override { return "single"; }
+  void all_reduce_sum(float*, size_t) override {}
+  void all_reduce_sum(double*, size_t) override {}
+  void broadcast(void*, size_t, int root) override {
+    RETNET_CHECK(root == 0, "broadcast from rank {} in a job of one rank", root);
+  }
+  void barrier() override {}
+  void all_gather(const void* mine, void* all, size_t bytes) override {
+    if (bytes > 0) std::memmove(all, mine, bytes);
+  }
+  [[noreturn]] void abort(const std::string& message, int status) override {
+    std::fprintf(stderr, "retnet: error: %s\n", message.c_str());
+    std::fflush(stderr);
+    std::_Exit(status);
+  }
+};
+
+// The ranks of the job the launcher started this process in (1 when started alone): Open MPI's
+// mpirun, MPICH/Hydra and Slurm's PMI set these.
+long launched_ranks() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
+    if (const char* v = std::getenv(name)) return std::strtol(v, nullptr, 10);
+  return std::getenv("PMIX_RANK") ? -1 : 1;  // launched, size unknown
+}
+
+std::unique_ptr<Communicator> make_world() {
+  const long ranks = launched_ranks();
+  if (ranks == 1) return make_single_process_communicator();
+  auto mpi = make_mpi_communicator();
+  // Without MPI, N copies would each train alone on the same directory: refuse instead.
+  RETNET_CHECK(mpi != nullptr,
+               "this process was started by an MPI launcher ({} ranks) but retnet was built "
+               "without MPI; install libopenmpi-dev and rebuild (RETNET_MPI=ON)",
+               ranks < 0 ? std::string("unknown number of") : std::to_string(ranks));
+  return mpi;
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_single_process_communicator() {
+  return std::make_unique<SingleProcessCommunicator>();
+}
+
+Communicator& world() {
+  static std::unique_ptr<Communicator> comm = make_world();
+  return *comm;
+}
+
+void exclusive_scan(Communicator& comm, const float* mine, float* out, size_t n,
+                    const float* identity,
+                    const std::function<void(float* acc, const float* x)>& combine) {
+  // Every rank gathers all records and folds those before it, left to right: the same order of
+  // operations as one process running the slices one after another. N records of n floats is
+  // small next to what a rank holds (n is a state's size, N the ranks of one sequence).
+  const int r = comm.rank(), N = comm.size();
+  std::vector<float> all(n * static_cast<size_t>(N));
+  comm.all_gather(mine, all.data(), n * sizeof(float));
+  std::memcpy(out, identity, n * sizeof(float));
+  for (int j = 0; j < r; ++j) combine(out, all.data() + static_cast<size_t>(j) * n);
+}
+
+void state_decay_exclusive_scan(Communicator& comm, float* state, float* decay, size_t n) {
+  // One record: the state's n floats, then the decays' n floats.
+  std::vector<float> mine(2 * n), identity(2 * n, 0.f), out(2 * n);
+  std::memcpy(mine.data(), state, n * sizeof(float));
+  std::memcpy(mine.data() + n, decay, n * sizeof(float));
+  std::fill(identity.begin() + static_cast<std::ptrdiff_t>(n), identity.end(), 1.f);
+  exclusive_scan(comm, mine.data(), out.data(), 2 * n, identity.data(),
+                 [n](float* acc, const float* x) {
+                   for (size_t i = 0; i < n; ++i) {
+                     acc[i] = x[n + i] * acc[i] + x[i];
+                     acc[n + i] *= x[n + i];
+                   }
+                 });
+  std::memcpy(state, out.data(), n * sizeof(float));
+  std::memcpy(decay, out.data() + n, n * sizeof(float));
+}
+
+}  // namespace retnet
