@@ -5,7 +5,8 @@
 #   bash scripts/install-deps.sh              # runtime: build and run the engine (the main job)
 #   bash scripts/install-deps.sh test         # + GoogleTest, Google Benchmark, the PyTorch reference,
 #                                             #   pybind11 and pytest (the Python package),
-#                                             #   node and npm (the tokenizer.json parity test)
+#                                             #   node and npm (the tokenizer.json parity test),
+#                                             #   chromium (the server's chat page test)
 #   bash scripts/install-deps.sh bench        # + Google Benchmark, matplotlib (plots)
 #   bash scripts/install-deps.sh python       # + pybind11, venv, pip (the Python package)
 #   bash scripts/install-deps.sh test bench   # several groups at once
@@ -22,7 +23,7 @@ RUNTIME=(
 PYTHON=(python3 python3-dev python3-numpy pybind11-dev python3-pybind11 python3-venv python3-pip
         python3-setuptools python3-wheel)
 TEST=(libgtest-dev libgmock-dev libbenchmark-dev python3 python3-numpy python3-torch nodejs npm
-      "${PYTHON[@]}" python3-pytest)
+      chromium "${PYTHON[@]}" python3-pytest)
 BENCH=(libbenchmark-dev python3-matplotlib)
 
 groups=()
@@ -38,7 +39,7 @@ for g in "${groups[@]}"; do
     test) PACKAGES+=("${TEST[@]}") ;;
     python) PACKAGES+=("${PYTHON[@]}") ;;
     bench) PACKAGES+=("${BENCH[@]}") ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install-deps: unknown group '$g' (expected: runtime, test, bench, python)" >&2; exit 2 ;;
   esac
 done
