@@ -136,6 +136,7 @@ RequestResult run_completion(int port, const RequestOptions& o) {
   if (o.stream) body["stream_options"] = {{"include_usage", true}};
   httplib::Client client("127.0.0.1", port);
   client.set_connection_timeout(10);
+  client.set_tcp_nodelay(true);  // the request's header and body go out at once
   if (o.read_timeout_ms > 0)
     client.set_read_timeout(o.read_timeout_ms / 1000, (o.read_timeout_ms % 1000) * 1000);
   else

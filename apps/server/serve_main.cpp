@@ -87,6 +87,9 @@ void run_server(ServeOptions o) {
   http.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
   http.set_payload_max_length(static_cast<size_t>(o.max_body_mib) << 20);
   http.set_keep_alive_timeout(2);
+  // SSE sends many small writes: without TCP_NODELAY, Nagle's algorithm holds each one back until
+  // the client acknowledges the previous (up to its delayed-ACK timer, 40 ms on Linux).
+  http.set_tcp_nodelay(true);
   api.install(http);
   RETNET_CHECK(http.bind_to_port(o.host, o.port), "cannot listen on {}:{} (in use, or a bad host?)",
                o.host, o.port);
