@@ -195,7 +195,9 @@ RequestResult run_completion(int port, const RequestOptions& o) {
     if (error == httplib::Error::Read && o.read_timeout_ms > 0) {
       r.left = true;  // the read timeout we asked for
     } else {
-      r.error = "no response: " + httplib::to_string(error);
+      r.error = fmt::format("{} request: no complete response after {:.1f} s ({}; {} text chunks)",
+                            o.stream ? "streamed" : "non-streamed", since(r.start),
+                            httplib::to_string(error), r.arrivals.size());
     }
     return r;
   }

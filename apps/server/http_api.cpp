@@ -272,7 +272,10 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
       t = take_output(*job, std::chrono::milliseconds(100));
       text += t.text;
       logprobs.insert(logprobs.end(), t.logprobs.begin(), t.logprobs.end());
-      if (!t.finished && socket >= 0 && client_gone(socket)) job->cancelled = true;
+      if (!t.finished && socket >= 0 && client_gone(socket)) {
+        job->cancelled = true;  // the inference thread frees the slot; no one is left to answer
+        return;
+      }
     }
     if (!t.error.empty())
       return send_error(res, t.error_status, t.error,

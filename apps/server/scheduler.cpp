@@ -155,7 +155,12 @@ bool Scheduler::sweep_locked() {
     if (s.phase != Phase::Idle || queue_.empty()) continue;
     s.job = queue_.front();
     queue_.pop_front();
-    if (s.job->cancelled) {
+    if (s.job->cancelled) {  // its client left while it waited: end it without a slot
+      std::lock_guard<std::mutex> lock(s.job->mutex);
+      s.job->finished = true;
+      s.job->error = "the client disconnected";
+      s.job->error_status = 499;
+      s.job->changed.notify_all();
       s.job.reset();
       continue;
     }
