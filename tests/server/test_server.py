@@ -385,6 +385,35 @@ def test_keys_and_queue(retnet, model, workdir):
     check(s.proc.returncode == 0, f"keyed server exit status {s.proc.returncode}")
 
 
+def test_queued_client_leaves(retnet, model, workdir):
+    """A non-streamed request waits in the queue behind a stream; its client leaves; the stream
+    ends: nothing is left waiting, and the server still stops at once on SIGTERM."""
+    s = Server(retnet, model, workdir, "queue", "--parallel", "1", "--max-queue", "4",
+               "--max-tokens", "100000")
+    try:
+        sock, got = open_long_stream(s.port, "long")
+        queued = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+        body = json.dumps({"prompt": "queued", "max_tokens": 5})
+        queued.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                        f"{len(body)}\r\n\r\n{body}").encode())
+        deadline = time.time() + 15
+        while time.time() < deadline and s.metric("retnet_queue_depth") < 1:
+            time.sleep(0.02)
+        check(s.metric("retnet_queue_depth") == 1, "the second request waits in the queue")
+        queued.close()
+        time.sleep(0.5)
+        sock.close()
+        check(wait_idle(s), "the slot frees")
+        check(s.metric("retnet_queue_depth") == 0, "the queue is empty")
+        st, r = s.json("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2})
+        check(st == 200, f"a request after that succeeds: {st}")
+        t0 = time.time()
+    finally:
+        s.stop()
+    check(s.proc.returncode == 0 and time.time() - t0 < 10,
+          f"the server stops at once on SIGTERM: status {s.proc.returncode}")
+
+
 def test_slots_save_restore(retnet, model, workdir):
     save_dir = os.path.join(workdir, "slots")
     os.makedirs(save_dir, exist_ok=True)
@@ -502,6 +531,7 @@ def main():
         uncached.stop()
     check(main_server.proc.returncode == 0, "main server exits 0 on SIGTERM")
     test_keys_and_queue(a.retnet, model, a.workdir)
+    test_queued_client_leaves(a.retnet, model, a.workdir)
     test_slots_save_restore(a.retnet, model, a.workdir)
     test_timeout(a.retnet, model, a.workdir)
     test_sigterm(a.retnet, model, a.workdir)
