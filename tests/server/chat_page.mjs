@@ -30,7 +30,7 @@ execFileSync(args.retnet, ['init', '--config', cfg, '-o', model, '-s', '5'], { s
 const port = await freePort();
 const base = `http://127.0.0.1:${port}`;
 const server = spawn(args.retnet, ['serve', '-m', model, '--port', String(port), '--alias', 'tiny',
-  '--parallel', '2', '--max-tokens', '100000'], { stdio: ['ignore', 'ignore', 'inherit'] });
+  '--parallel', '2', '--max-tokens', '100000000'], { stdio: ['ignore', 'ignore', 'inherit'] });
 let browser = null;
 const killer = setTimeout(() => {
   console.log('FAIL: timed out');
@@ -98,7 +98,7 @@ try {
   check((await page.locator('.msg.user').last().textContent()).includes('<b>bold</b>'), 'markup shown as text');
 
   // Stop: a long stream shows text while it runs, then the button ends it and frees the slot.
-  await page.fill('#max_tokens', '100000');
+  await page.fill('#max_tokens', '100000000');  // minutes of text: it must not end by itself
   await page.fill('#prompt', 'Go on forever.');
   await page.press('#prompt', 'Enter');
   await page.waitForFunction(() => {
@@ -107,10 +107,14 @@ try {
     return last.dataset.done === 'false' && last.textContent.length > 200;
   });
   check(await page.isEnabled('#stop') && !(await page.isEnabled('#send')), 'Stop enabled while streaming');
-  await page.screenshot({ path: path.join(args.workdir, 'chat_page.png') });
-  await page.click('#stop');
+  await page.click('#stop', { timeout: 5000 }).catch(async (e) => {
+    throw new Error(`${e.message.split('\n')[0]}; live line: ${await page.textContent('#status')}; ` +
+      `messages: ${await page.locator('.msg.error').allTextContents()}`);
+  });
   await page.waitForFunction(() => document.body.dataset.busy === 'false');
   check((await page.textContent('#status')).includes('stopped'), 'the live line says stopped');
+  // (After the stream: a page busy drawing a fast stream can hold a screenshot back for long.)
+  await page.screenshot({ path: path.join(args.workdir, 'chat_page.png') });
   let idle = false;
   for (let i = 0; i < 100 && !idle; ++i) {
     idle = (await api('GET', '/slots')).json.every((s) => s.state === 'idle');
