@@ -4,8 +4,8 @@
 // `retnet generate`'s batch-N decode throughput (the same prompts decoded as one batch in-process).
 // With --soak S: S seconds of mixed streamed and non-streamed requests with random disconnects,
 // then checks that nothing failed, every slot is free, and the server's RSS stayed flat.
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -85,10 +85,10 @@ RoundFigures run_round(int port, int64_t n, int64_t tokens, int64_t round) {
     per_stream.push_back(static_cast<double>(r.generated) /
                          std::chrono::duration<double>(r.end - r.start).count());
     // A chunk usually carries one token; spread a gap over the tokens when chunks carry more.
-    const double spread = r.arrivals.size() > 1 && r.generated > 1
-                              ? static_cast<double>(r.arrivals.size() - 1) /
-                                    static_cast<double>(r.generated - 1)
-                              : 1.0;
+    const double spread =
+        r.arrivals.size() > 1 && r.generated > 1
+            ? static_cast<double>(r.arrivals.size() - 1) / static_cast<double>(r.generated - 1)
+            : 1.0;
     for (size_t k = 1; k < r.arrivals.size(); ++k)
       itl.push_back(std::chrono::duration<double>(r.arrivals[k] - r.arrivals[k - 1]).count() *
                     spread);
@@ -126,10 +126,20 @@ double generate_baseline(const Model& model, const Tokenizer& tokenizer, int64_t
 }
 
 std::vector<std::string> server_args(const BenchServeOptions& o, int64_t parallel) {
-  return {"-m", o.model, "--parallel", std::to_string(parallel), "--state-cache-mib", "0",
-          "--max-tokens", std::to_string(std::max<int64_t>(o.tokens, 1) * 4), "--max-queue",
-          std::to_string(std::max<int64_t>(parallel, 64)), "--threads", std::to_string(o.threads),
-          "--dtype", o.dtype};
+  return {"-m",
+          o.model,
+          "--parallel",
+          std::to_string(parallel),
+          "--state-cache-mib",
+          "0",
+          "--max-tokens",
+          std::to_string(std::max<int64_t>(o.tokens, 1) * 4),
+          "--max-queue",
+          std::to_string(std::max<int64_t>(parallel, 64)),
+          "--threads",
+          std::to_string(o.threads),
+          "--dtype",
+          o.dtype};
 }
 
 void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
@@ -144,16 +154,19 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
   prepare_for_inference(model, o.dtype);
   auto tokenizer = load_model_tokenizer(o.model);
   ServerProcess server(server_args(o, parallel));
-  std::printf("retnet bench serve: %s, %lld tokens per stream, median of %d rounds; baseline: "
-              "generate at batch N in-process, same prompts\n",
-              o.model.c_str(), static_cast<long long>(o.tokens), o.reps);
+  std::printf(
+      "retnet bench serve: %s, %lld tokens per stream, median of %d rounds; baseline: "
+      "generate at batch N in-process, same prompts\n",
+      o.model.c_str(), static_cast<long long>(o.tokens), o.reps);
   std::printf("%7s %11s %11s %10s %9s %9s %9s %9s %9s %11s %7s\n", "streams", "tok/s", "tok/s/str",
-              "TTFT p50", "TTFT p95", "ITL p50", "ITL p99", "RSS MiB", "failed", "generate", "ratio");
+              "TTFT p50", "TTFT p95", "ITL p50", "ITL p99", "RSS MiB", "failed", "generate",
+              "ratio");
   int64_t round = 1;
   for (int64_t n : counts) {
     run_round(server.port(), n, std::min<int64_t>(o.tokens, 8), round++);  // warm-up
     std::vector<RoundFigures> rounds;
-    for (int r = 0; r < o.reps; ++r) rounds.push_back(run_round(server.port(), n, o.tokens, round++));
+    for (int r = 0; r < o.reps; ++r)
+      rounds.push_back(run_round(server.port(), n, o.tokens, round++));
     std::vector<double> baseline;
     for (int r = 0; r < o.reps; ++r)
       baseline.push_back(generate_baseline(model, *tokenizer, n, o.tokens, o.seed + r));
@@ -193,15 +206,16 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
 // non-streamed request given up on by a short read timeout).
 void run_soak(const BenchServeOptions& o, nlohmann::json& out) {
   ServerProcess server(server_args(o, o.soak_streams));
-  std::printf("retnet bench serve --soak %.0f: %lld clients, mixed streamed/non-streamed, random "
-              "disconnects, against %s\n",
-              o.soak_s, static_cast<long long>(o.soak_streams), o.model.c_str());
+  std::printf(
+      "retnet bench serve --soak %.0f: %lld clients, mixed streamed/non-streamed, random "
+      "disconnects, against %s\n",
+      o.soak_s, static_cast<long long>(o.soak_streams), o.model.c_str());
   std::mutex mutex;
   int64_t completed = 0, left = 0, failed = 0, generated = 0;
   std::vector<std::string> errors;
   const auto t0 = Clock::now();
-  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(
-                                 std::chrono::duration<double>(o.soak_s));
+  const auto deadline =
+      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.soak_s));
   std::vector<std::thread> clients;
   for (int64_t c = 0; c < o.soak_streams; ++c)
     clients.emplace_back([&, c] {
@@ -257,33 +271,34 @@ void run_soak(const BenchServeOptions& o, nlohmann::json& out) {
   }
   const double growth = base > 0 ? static_cast<double>(last - base) / static_cast<double>(base) : 0;
   const int exit_status = server.stop();
-  std::printf("requests: %lld completed, %lld abandoned by their client, %lld failed; %lld tokens "
-              "generated\n",
-              static_cast<long long>(completed), static_cast<long long>(left),
-              static_cast<long long>(failed), static_cast<long long>(generated));
+  std::printf(
+      "requests: %lld completed, %lld abandoned by their client, %lld failed; %lld tokens "
+      "generated\n",
+      static_cast<long long>(completed), static_cast<long long>(left),
+      static_cast<long long>(failed), static_cast<long long>(generated));
   for (const auto& e : errors) std::printf("  error: %s\n", e.c_str());
-  std::printf("server RSS: %.1f MiB after warm-up, %.1f MiB at the end (%+.1f%%); slots all idle "
-              "at the end: %s; alive: %s; exit status after SIGTERM: %d\n",
-              base / 1048576.0, last / 1048576.0, 100 * growth, idle ? "yes" : "no",
-              alive ? "yes" : "no", exit_status);
+  std::printf(
+      "server RSS: %.1f MiB after warm-up, %.1f MiB at the end (%+.1f%%); slots all idle "
+      "at the end: %s; alive: %s; exit status after SIGTERM: %d\n",
+      base / 1048576.0, last / 1048576.0, 100 * growth, idle ? "yes" : "no", alive ? "yes" : "no",
+      exit_status);
   nlohmann::json samples = nlohmann::json::array();
   for (const auto& [t, bytes] : rss) samples.push_back({t, bytes});
-  out["soak"] = {{"seconds", o.soak_s},        {"clients", o.soak_streams},
-                 {"completed", completed},     {"abandoned", left},
-                 {"failed", failed},           {"generated_tokens", generated},
-                 {"rss_after_warmup", base},   {"rss_end", last},
-                 {"rss_growth", growth},       {"slots_idle_at_end", idle},
-                 {"alive_at_end", alive},      {"exit_status", exit_status},
-                 {"rss_samples", samples}};
-  RETNET_CHECK(alive && exit_status == 0, "the server did not survive the soak: {}",
-               server.log());
+  out["soak"] = {
+      {"seconds", o.soak_s},       {"clients", o.soak_streams}, {"completed", completed},
+      {"abandoned", left},         {"failed", failed},          {"generated_tokens", generated},
+      {"rss_after_warmup", base},  {"rss_end", last},           {"rss_growth", growth},
+      {"slots_idle_at_end", idle}, {"alive_at_end", alive},     {"exit_status", exit_status},
+      {"rss_samples", samples}};
+  RETNET_CHECK(alive && exit_status == 0, "the server did not survive the soak: {}", server.log());
   RETNET_CHECK(failed == 0, "{} requests failed during the soak (first: {})", failed,
                errors.empty() ? "" : errors.front());
   RETNET_CHECK(idle, "slots were still busy after the soak");
   RETNET_CHECK(completed > 0, "no request completed during the soak");
-  RETNET_CHECK(growth <= o.rss_tolerance,
-               "the server's RSS grew by {:.1f}% during the soak (more than --rss-tolerance {:.1f}%)",
-               100 * growth, 100 * o.rss_tolerance);
+  RETNET_CHECK(
+      growth <= o.rss_tolerance,
+      "the server's RSS grew by {:.1f}% during the soak (more than --rss-tolerance {:.1f}%)",
+      100 * growth, 100 * o.rss_tolerance);
 }
 
 void run(const BenchServeOptions& o) {

@@ -43,12 +43,12 @@ int wait_status_code(int status) {
 
 ServerProcess::ServerProcess(const std::vector<std::string>& serve_args) {
   port_ = free_loopback_port();
-  log_path_ = (std::filesystem::temp_directory_path() /
-               ("retnet-bench-serve-" + std::to_string(getpid()) + "-" + std::to_string(port_) +
-                ".log"))
-                  .string();
-  std::vector<std::string> args = {"/proc/self/exe", "serve", "--host", "127.0.0.1", "--port",
-                                   std::to_string(port_)};
+  log_path_ =
+      (std::filesystem::temp_directory_path() /
+       ("retnet-bench-serve-" + std::to_string(getpid()) + "-" + std::to_string(port_) + ".log"))
+          .string();
+  std::vector<std::string> args = {"/proc/self/exe", "serve",  "--host",
+                                   "127.0.0.1",      "--port", std::to_string(port_)};
   args.insert(args.end(), serve_args.begin(), serve_args.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -130,9 +130,8 @@ std::pair<int, std::string> http_get(int port, const std::string& path) {
 
 RequestResult run_completion(int port, const RequestOptions& o) {
   RequestResult r;
-  nlohmann::json body = {{"prompt", o.prompt},       {"max_tokens", o.max_tokens},
-                         {"temperature", 0.8},       {"seed", o.seed},
-                         {"ignore_eos", true},       {"stream", o.stream}};
+  nlohmann::json body = {{"prompt", o.prompt}, {"max_tokens", o.max_tokens}, {"temperature", 0.8},
+                         {"seed", o.seed},     {"ignore_eos", true},         {"stream", o.stream}};
   if (o.stream) body["stream_options"] = {{"include_usage", true}};
   httplib::Client client("127.0.0.1", port);
   client.set_connection_timeout(10);

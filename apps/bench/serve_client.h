@@ -47,10 +47,10 @@ struct RequestOptions {
 };
 
 struct RequestResult {
-  bool ok = false;     // 200, and a complete answer ([DONE] for a stream)
-  bool left = false;   // the client left on purpose (disconnect or read timeout)
-  int status = 0;      // HTTP status (0: none)
-  std::string error;   // what went wrong when !ok && !left
+  bool ok = false;    // 200, and a complete answer ([DONE] for a stream)
+  bool left = false;  // the client left on purpose (disconnect or read timeout)
+  int status = 0;     // HTTP status (0: none)
+  std::string error;  // what went wrong when !ok && !left
   Clock::time_point start;
   std::vector<Clock::time_point> arrivals;  // text chunks of a stream
   int64_t generated = 0;                    // completion tokens (from usage)

@@ -100,7 +100,8 @@ void HttpApi::install(httplib::Server& server) {
   server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     // The chat page holds no data (its requests carry the key the user types in), and a browser
     // cannot send a Bearer header when it loads a page.
-    if (req.path == "/health" || req.path == "/") return httplib::Server::HandlerResponse::Unhandled;
+    if (req.path == "/health" || req.path == "/")
+      return httplib::Server::HandlerResponse::Unhandled;
     if (!authorized(req)) {
       send_error(res, 401, "Incorrect or missing API key: send it as \"Authorization: Bearer KEY\"",
                  "invalid_request_error", "invalid_api_key");
@@ -219,7 +220,8 @@ std::shared_ptr<Job> HttpApi::make_job(const CompletionRequest& r) const {
     job->prompt = tokenizer_.encode(text);
     // A completion's prompt starts with the BOS the tokenizer puts first, as `retnet generate`
     // does; a chat template writes its own.
-    if (!r.chat && tokenizer_.adds_bos()) job->prompt.insert(job->prompt.begin(), tokenizer_.bos_id());
+    if (!r.chat && tokenizer_.adds_bos())
+      job->prompt.insert(job->prompt.begin(), tokenizer_.bos_id());
   }
   if (job->prompt.empty())
     throw HttpError(400, fmt::format("'{}' is empty: give some text to continue", field),

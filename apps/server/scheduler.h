@@ -3,10 +3,10 @@
 // a prefill session, where new prompts are read with the chunkwise form in bounded segments, and a
 // decode session with one sequence per generating slot. Each loop reads at most one block of
 // prompt tokens (shared by the waiting prompts in turn) and then runs one batched step in which
-// every generating slot advances one token, so running streams keep flowing while prompts are read. A finished prompt's state
-// moves into the decode session (a memcpy); a slot leaves the moment its stream ends, its client
-// disconnects or its deadline passes. HTTP threads only queue jobs; a full queue is refused at
-// once.
+// every generating slot advances one token, so running streams keep flowing while prompts are read.
+// A finished prompt's state moves into the decode session (a memcpy); a slot leaves the moment its
+// stream ends, its client disconnects or its deadline passes. HTTP threads only queue jobs; a full
+// queue is refused at once.
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -71,7 +71,7 @@ class Scheduler {
   };
 
   void loop();
-  bool sweep_locked();  // admits queued jobs, ends cancelled and late ones; true if work remains
+  bool sweep_locked();   // admits queued jobs, ends cancelled and late ones; true if work remains
   void prefill_round();  // up to one block of prompt tokens, shared by waiting prompts in turn
   void start_prefill(Slot& slot, int64_t b);  // restores the longest cached prefix into b
   int64_t next_segment_end(const Slot& slot) const;
@@ -100,7 +100,7 @@ class Scheduler {
   std::condition_variable wake_;
   std::deque<std::shared_ptr<Job>> queue_;
   std::vector<Slot> slots_;
-  std::vector<int64_t> decoding_;   // slot ids in decode-session order
+  std::vector<int64_t> decoding_;    // slot ids in decode-session order
   std::vector<int64_t> prefilling_;  // slot ids in prefill-session order (admitted, not decoding)
   int64_t next_prefill_ = 0;         // index in prefilling_ of the prompt served next
   bool stopping_ = false;

@@ -31,7 +31,8 @@ fs::path tiny_model(const fs::path& dir) {
 }  // namespace
 
 TEST(BenchServe, QuickRunWritesEveryFigure) {
-  const fs::path dir = fs::temp_directory_path() / ("retnet_bench_serve_" + std::to_string(getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("retnet_bench_serve_" + std::to_string(getpid()));
   const fs::path model = tiny_model(dir), out = dir / "serve.json";
   auto r = retnet::test::run_retnet("bench serve -m " + model.string() +
                                         " --streams 1,3 -n 8 --reps 2 -t 1 --json " + out.string(),
@@ -63,11 +64,13 @@ TEST(BenchServe, QuickRunWritesEveryFigure) {
 }
 
 TEST(BenchServe, ShortSoakEndsWithEverySlotFree) {
-  const fs::path dir = fs::temp_directory_path() / ("retnet_bench_soak_" + std::to_string(getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("retnet_bench_soak_" + std::to_string(getpid()));
   const fs::path model = tiny_model(dir), out = dir / "soak.json";
   auto r = retnet::test::run_retnet("bench serve -m " + model.string() +
                                         " --soak 3 --soak-clients 4 -n 16 -t 1 --rss-tolerance 0.5"
-                                        " --json " + out.string(),
+                                        " --json " +
+                                        out.string(),
                                     120);
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   const json s = json::parse(std::ifstream(out))["soak"];

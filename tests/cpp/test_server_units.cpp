@@ -2,18 +2,16 @@
 // its byte budget), the request validation (each bad field named), the chat templates, and how a
 // handler notices that its client left.
 // The server end to end is tested by tests/server/.
-#include <gtest/gtest.h>
-
-#include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
-
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "chat_prompt.h"
@@ -152,8 +150,8 @@ TEST(ServerRequest, RefusesBodiesThatAreNotJsonObjects) {
 
 TEST(ServerChatPrompt, DefaultTemplate) {
   const ChatFormatter chat(load_chat_template(""));
-  ChatPrompt p =
-      chat.render({{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}});
+  ChatPrompt p = chat.render(
+      {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}});
   EXPECT_EQ(p.text,
             "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello.<|end|>\n"
             "<|user|>\nBye<|end|>\n<|assistant|>\n");
