@@ -5,7 +5,8 @@
 #   bash scripts/install-deps.sh              # runtime: build and run the engine (the main job)
 #   bash scripts/install-deps.sh test         # + GoogleTest, Google Benchmark, the PyTorch reference,
 #                                             #   pybind11 and pytest (the Python package),
-#                                             #   node and npm (the tokenizer.json parity test)
+#                                             #   node and npm (the tokenizer.json parity test),
+#                                             #   chromium (the server's chat page test)
 #   bash scripts/install-deps.sh bench        # + Google Benchmark, matplotlib (plots)
 #   bash scripts/install-deps.sh python       # + pybind11, venv, pip (the Python package)
 #   bash scripts/install-deps.sh mpi          # + OpenMPI (multi-process training; in test too)
@@ -25,7 +26,11 @@ PYTHON=(python3 python3-dev python3-numpy pybind11-dev python3-pybind11 python3-
 # Multi-process training (`mpirun -np N retnet train`): CMake turns RETNET_MPI on when it finds it.
 MPI=(openmpi-bin libopenmpi-dev)
 TEST=(libgtest-dev libgmock-dev libbenchmark-dev python3 python3-numpy python3-torch nodejs npm
+<<<<<<< HEAD
       "${PYTHON[@]}" python3-pytest "${MPI[@]}")
+=======
+      chromium "${PYTHON[@]}" python3-pytest)
+>>>>>>> serve2
 BENCH=(libbenchmark-dev python3-matplotlib)
 
 groups=()
@@ -43,7 +48,11 @@ for g in "${groups[@]}"; do
     mpi) PACKAGES+=("${MPI[@]}") ;;
     bench) PACKAGES+=("${BENCH[@]}") ;;
     -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+<<<<<<< HEAD
     *) echo "install-deps: unknown group '$g' (expected: runtime, test, bench, python, mpi)" >&2; exit 2 ;;
+=======
+    *) echo "install-deps: unknown group '$g' (expected: runtime, test, bench, python)" >&2; exit 2 ;;
+>>>>>>> serve2
   esac
 done
 # Drop duplicates (libbenchmark-dev is in two groups), keeping the order.

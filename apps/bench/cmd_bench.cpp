@@ -268,6 +268,9 @@ void run_bench_decode(const std::string& model_path, int reps, bool quick, int t
 
 }  // namespace
 
+// `retnet bench serve` (cmd_bench_serve.cpp): the server under load, and its soak.
+void register_bench_serve(CLI::App* bench);
+
 void register_bench(CLI::App& app) {
   auto* bench = app.add_subcommand("bench",
                                    "Benchmarks that print ratios against a baseline "
@@ -290,6 +293,7 @@ void register_bench(CLI::App& app) {
   register_bench_family(bench);
   register_bench_paper(bench);
   register_bench_model(bench);
+  register_bench_serve(bench);
 }
 
 }  // namespace retnet::cli

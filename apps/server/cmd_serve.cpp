@@ -48,6 +48,7 @@ void register_serve(CLI::App& app) {
                   "Weights inference reads: f32 (exact), bf16 or f16 (half the bytes per token)")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}))
       ->capture_default_str();
+  cmd->add_flag("--no-ui", o->no_ui, "No chat page at / (404)");
   cmd->callback([o] { server::run_server(*o); });
 }
 

@@ -6,6 +6,8 @@
 #include <random>
 #include <regex>
 
+#include "chat_page.h"
+#include "client_socket.h"
 #include "openai_response.h"
 
 namespace retnet::server {
@@ -96,7 +98,10 @@ void HttpApi::send_error(httplib::Response& res, int status, const std::string& 
 
 void HttpApi::install(httplib::Server& server) {
   server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    // The chat page holds no data (its requests carry the key the user types in), and a browser
+    // cannot send a Bearer header when it loads a page.
+    if (req.path == "/health" || req.path == "/")
+      return httplib::Server::HandlerResponse::Unhandled;
     if (!authorized(req)) {
       send_error(res, 401, "Incorrect or missing API key: send it as \"Authorization: Bearer KEY\"",
                  "invalid_request_error", "invalid_api_key");
@@ -144,6 +149,16 @@ void HttpApi::install(httplib::Server& server) {
       return send_error(res, 503, "the server is shutting down", "server_error", "shutting_down");
     res.set_content(R"({"status":"ok"})", "application/json");
   });
+  if (!options_.no_ui)
+    server.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      const std::string_view page = chat_page_html();
+      // The page's own inline script and style, and requests to this server only.
+      res.set_header("Content-Security-Policy",
+                     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                     "connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'");
+      res.set_header("X-Content-Type-Options", "nosniff");
+      res.set_content(page.data(), page.size(), "text/html; charset=utf-8");
+    });
   server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     nlohmann::json model = {{"id", model_id_},
                             {"object", "model"},
@@ -205,7 +220,8 @@ std::shared_ptr<Job> HttpApi::make_job(const CompletionRequest& r) const {
     job->prompt = tokenizer_.encode(text);
     // A completion's prompt starts with the BOS the tokenizer puts first, as `retnet generate`
     // does; a chat template writes its own.
-    if (!r.chat && tokenizer_.adds_bos()) job->prompt.insert(job->prompt.begin(), tokenizer_.bos_id());
+    if (!r.chat && tokenizer_.adds_bos())
+      job->prompt.insert(job->prompt.begin(), tokenizer_.bos_id());
   }
   if (job->prompt.empty())
     throw HttpError(400, fmt::format("'{}' is empty: give some text to continue", field),
@@ -251,10 +267,17 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
     std::string text;
     std::vector<TokenLogprob> logprobs;
     Taken t;
+    // Nothing is written until the end, so look at the socket while waiting: a client that left
+    // frees its slot within a tenth of a second.
+    const int socket = find_client_socket(req.remote_addr, req.remote_port, req.local_port);
     while (!t.finished) {
-      t = take_output(*job, std::chrono::milliseconds(1000));
+      t = take_output(*job, std::chrono::milliseconds(100));
       text += t.text;
       logprobs.insert(logprobs.end(), t.logprobs.begin(), t.logprobs.end());
+      if (!t.finished && socket >= 0 && client_gone(socket)) {
+        job->cancelled = true;  // the inference thread frees the slot; no one is left to answer
+        return;
+      }
     }
     if (!t.error.empty())
       return send_error(res, t.error_status, t.error,

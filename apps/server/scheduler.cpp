@@ -36,12 +36,11 @@ Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer,
       metrics_(metrics),
       chunk_(std::max<int64_t>(1, model.config().recurrent_chunk_size)),
       block_(aligned_block(options.prefill_block, chunk_)),
-      prefill_session_(model, session_options(1, block_, options)),
+      prefill_session_(model, session_options(options.slots, block_, options)),
       decode_session_(model, session_options(options.slots, 1, options)),
       cache_(options.cache_bytes) {
   RETNET_CHECK(options.slots >= 1, "--parallel must be >= 1, got {}", options.slots);
   RETNET_CHECK(options.max_queue >= 0, "--max-queue must be >= 0, got {}", options.max_queue);
-  prefill_session_.add_sequence();
   slots_.resize(static_cast<size_t>(options.slots));
   for (size_t i = 0; i < slots_.size(); ++i) slots_[i].id = static_cast<int64_t>(i);
   metrics_.slots = options.slots;
@@ -134,8 +133,10 @@ void Scheduler::release(Slot& slot) {
     decoding_.erase(it);
   } else if (slot.phase == Phase::Prefill || slot.phase == Phase::Waiting) {
     auto it = std::find(prefilling_.begin(), prefilling_.end(), slot.id);
-    if (it == prefilling_.begin()) prefill_session_.reset_sequence(0);
+    const int64_t b = it - prefilling_.begin();
+    prefill_session_.remove_sequence(b);
     prefilling_.erase(it);
+    if (next_prefill_ > b) --next_prefill_;  // the turn stays with the same prompt
   }
 }
 
@@ -154,7 +155,12 @@ bool Scheduler::sweep_locked() {
     if (s.phase != Phase::Idle || queue_.empty()) continue;
     s.job = queue_.front();
     queue_.pop_front();
-    if (s.job->cancelled) {
+    if (s.job->cancelled) {  // its client left while it waited: end it without a slot
+      std::lock_guard<std::mutex> lock(s.job->mutex);
+      s.job->finished = true;
+      s.job->error = "the client disconnected";
+      s.job->error_status = 499;
+      s.job->changed.notify_all();
       s.job.reset();
       continue;
     }
@@ -162,6 +168,7 @@ bool Scheduler::sweep_locked() {
     s.prefilled = s.generated = 0;
     s.releaser = std::make_unique<TextReleaser>(&s.job->stop);
     s.started = Clock::now();
+    prefill_session_.add_sequence();  // index prefilling_.size(): the orders match
     prefilling_.push_back(s.id);
   }
   // Queued jobs whose client left or whose time ran out never take a slot.
@@ -193,7 +200,7 @@ void Scheduler::loop() {
     }
     lock.unlock();
     try {
-      if (!prefilling_.empty()) prefill_one_block();
+      if (!prefilling_.empty()) prefill_round();
       if (!decoding_.empty()) decode_one_step();
     } catch (const std::exception& e) {
       // An engine error ends every running job with its message; the server stays up.
@@ -220,42 +227,70 @@ void Scheduler::loop() {
 
 // The inference thread alone changes slots, so it reads them without the lock; it takes the
 // lock to change them, as /slots and save read them from HTTP threads.
-void Scheduler::prefill_one_block() {
-  Slot& slot = slots_[static_cast<size_t>(prefilling_.front())];
-  Job& job = *slot.job;
-  const auto t0 = Clock::now();
-  const int64_t T = static_cast<int64_t>(job.prompt.size());
-  if (slot.phase == Phase::Waiting) {
-    prefill_session_.reset_sequence(0);
-    int64_t cached = 0;
-    if (cache_.capacity_bytes() > 0) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (const SavedSequence* hit = cache_.find_longest_prefix(job.prompt, &cached)) {
-        prefill_session_.restore(0, *hit);
-        metrics_.cache_hits += 1;
-        metrics_.cache_tokens_saved += cached;
-      } else {
-        metrics_.cache_misses += 1;
-      }
-    }
-    std::lock_guard<std::mutex> lock(mutex_);
-    slot.phase = Phase::Prefill;
-    slot.prefilled = cached;
-    std::lock_guard<std::mutex> job_lock(job.mutex);
-    job.prompt_tokens = T;
-    job.cached_tokens = cached;
+//
+// One round reads at most one block of prompt tokens in all, shared by the waiting prompts in
+// turn: each visit reads one segment of a prompt (up to its next block boundary), and the next
+// round starts with the prompt after the last one served. Many short prompts are read in one
+// round; a long one cannot hold the others back for more than a block at a time. Segments end at
+// the same boundaries whatever the interleaving, so every prompt runs the chunks it runs alone.
+void Scheduler::prefill_round() {
+  int64_t used = 0;
+  const size_t visits = prefilling_.size();
+  for (size_t v = 0; v < visits && !prefilling_.empty(); ++v) {
+    if (next_prefill_ >= static_cast<int64_t>(prefilling_.size())) next_prefill_ = 0;
+    const int64_t b = next_prefill_;
+    Slot& slot = slots_[static_cast<size_t>(prefilling_[static_cast<size_t>(b)])];
+    if (slot.phase == Phase::Waiting) start_prefill(slot, b);
+    const int64_t length = next_segment_end(slot) - slot.prefilled;
+    if (used > 0 && used + length > block_) break;  // the next round starts with this prompt
+    used += length;
+    // A prompt that is done leaves prefilling_, and its successor takes its index.
+    if (!prefill_segment(slot, b)) next_prefill_ = b + 1;
   }
-  // Up to the next block boundary; the last block stops at the last chunk boundary first, where a
-  // snapshot serves any later prompt that extends this one (the next turn of a chat).
+}
+
+void Scheduler::start_prefill(Slot& slot, int64_t b) {
+  Job& job = *slot.job;
+  prefill_session_.reset_sequence(b);
+  int64_t cached = 0;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (cache_.capacity_bytes() > 0) {
+    if (const SavedSequence* hit = cache_.find_longest_prefix(job.prompt, &cached)) {
+      prefill_session_.restore(b, *hit);
+      metrics_.cache_hits += 1;
+      metrics_.cache_tokens_saved += cached;
+    } else {
+      metrics_.cache_misses += 1;
+    }
+  }
+  slot.phase = Phase::Prefill;
+  slot.prefilled = cached;
+  std::lock_guard<std::mutex> job_lock(job.mutex);
+  job.prompt_tokens = static_cast<int64_t>(job.prompt.size());
+  job.cached_tokens = cached;
+}
+
+// Up to the next block boundary; the last segment stops at the last chunk boundary first, where a
+// snapshot serves any later prompt that extends this one (the next turn of a chat).
+int64_t Scheduler::next_segment_end(const Slot& slot) const {
+  const int64_t T = static_cast<int64_t>(slot.job->prompt.size());
   const int64_t last_boundary = T / chunk_ * chunk_;
   int64_t end = std::min(T, (slot.prefilled / block_ + 1) * block_);
   if (end == T && last_boundary > slot.prefilled && last_boundary < T) end = last_boundary;
-  const int64_t start = slot.prefilled;
-  if (end > start) prefill_session_.prefill(0, job.prompt.data() + start, end - start);
+  return end;
+}
+
+bool Scheduler::prefill_segment(Slot& slot, int64_t b) {
+  Job& job = *slot.job;
+  const auto t0 = Clock::now();
+  const int64_t T = static_cast<int64_t>(job.prompt.size());
+  const int64_t last_boundary = T / chunk_ * chunk_;
+  const int64_t start = slot.prefilled, end = next_segment_end(slot);
+  if (end > start) prefill_session_.prefill(b, job.prompt.data() + start, end - start);
   metrics_.prefilled_tokens += end - start;
   const bool at_boundary = end % block_ == 0 || end == last_boundary;
   if (cache_.capacity_bytes() > 0 && end > start && end % chunk_ == 0 && at_boundary) {
-    SavedSequence snap = prefill_session_.snapshot(0);
+    SavedSequence snap = prefill_session_.snapshot(b);
     std::lock_guard<std::mutex> lock(mutex_);
     cache_.insert(std::vector<int32_t>(job.prompt.begin(), job.prompt.begin() + end),
                   std::move(snap));
@@ -263,17 +298,24 @@ void Scheduler::prefill_one_block() {
   metrics_.prompt_microseconds += micros_since(t0);
   std::lock_guard<std::mutex> lock(mutex_);
   slot.prefilled = slot.position = end;
-  slot.state_bytes = prefill_session_.state_bytes(0);
-  if (end < T) return update_gauges_locked();
+  slot.state_bytes = prefill_session_.state_bytes(b);
+  if (end < T) {
+    update_gauges_locked();
+    return false;
+  }
   metrics_.prompt_tokens += T;
-  if (job.max_tokens == 0) return finish(slot, "length");  // nothing to generate
-  prefilling_.pop_front();
-  const int64_t b = decode_session_.add_sequence();
-  decode_session_.restore(b, prefill_session_.snapshot(0));
-  prefill_session_.reset_sequence(0);
+  if (job.max_tokens == 0) {
+    finish(slot, "length");  // nothing to generate
+    return true;
+  }
+  const int64_t d = decode_session_.add_sequence();
+  decode_session_.restore(d, prefill_session_.snapshot(b));
+  prefill_session_.remove_sequence(b);
+  prefilling_.erase(prefilling_.begin() + b);
   decoding_.push_back(slot.id);
   slot.phase = Phase::Decode;
   update_gauges_locked();
+  return true;
 }
 
 TokenLogprob Scheduler::logprob_of(const float* logits, int32_t token, int top) const {

@@ -1,12 +1,12 @@
 #pragma once
 // Continuous batching on one inference thread. The thread owns two sessions over the same model:
-// a one-sequence prefill session, where a new prompt is read with the chunkwise form one bounded
-// block at a time, and a decode session with one sequence per busy slot. Each loop runs one prefill
-// block (if a prompt is waiting) and then one batched step in which every generating slot advances
-// one token, so running streams keep flowing while a long prompt is read. A finished prompt's state
-// moves into the decode session (a memcpy); a slot leaves the moment its stream ends, its client
-// disconnects or its deadline passes. HTTP threads only queue jobs; a full queue is refused at
-// once.
+// a prefill session, where new prompts are read with the chunkwise form in bounded segments, and a
+// decode session with one sequence per generating slot. Each loop reads at most one block of
+// prompt tokens (shared by the waiting prompts in turn) and then runs one batched step in which
+// every generating slot advances one token, so running streams keep flowing while prompts are read.
+// A finished prompt's state moves into the decode session (a memcpy); a slot leaves the moment its
+// stream ends, its client disconnects or its deadline passes. HTTP threads only queue jobs; a full
+// queue is refused at once.
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -71,8 +71,13 @@ class Scheduler {
   };
 
   void loop();
-  bool sweep_locked();  // admits queued jobs, ends cancelled and late ones; true if work remains
-  void prefill_one_block();
+  bool sweep_locked();   // admits queued jobs, ends cancelled and late ones; true if work remains
+  void prefill_round();  // up to one block of prompt tokens, shared by waiting prompts in turn
+  void start_prefill(Slot& slot, int64_t b);  // restores the longest cached prefix into b
+  int64_t next_segment_end(const Slot& slot) const;
+  // Reads slot's next segment into prefill sequence b; true if its prompt is done (it left
+  // prefilling_: moved to the decode session, or finished).
+  bool prefill_segment(Slot& slot, int64_t b);
   void decode_one_step();
   // Ends the slot's job (reason "stop"/"length", or an error and its HTTP status) and frees it.
   void finish(Slot& slot, const std::string& reason, const std::string& error = "",
@@ -95,8 +100,9 @@ class Scheduler {
   std::condition_variable wake_;
   std::deque<std::shared_ptr<Job>> queue_;
   std::vector<Slot> slots_;
-  std::vector<int64_t> decoding_;   // slot ids in decode-session order
-  std::deque<int64_t> prefilling_;  // slot ids waiting to prefill, the first one in progress
+  std::vector<int64_t> decoding_;    // slot ids in decode-session order
+  std::vector<int64_t> prefilling_;  // slot ids in prefill-session order (admitted, not decoding)
+  int64_t next_prefill_ = 0;         // index in prefilling_ of the prompt served next
   bool stopping_ = false;
   std::string stop_reason_;
   std::thread thread_;

@@ -3,6 +3,7 @@
 #include "serve_main.h"
 
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -87,9 +88,20 @@ void run_server(ServeOptions o) {
   http.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
   http.set_payload_max_length(static_cast<size_t>(o.max_body_mib) << 20);
   http.set_keep_alive_timeout(2);
+  // SSE sends many small writes: without TCP_NODELAY, Nagle's algorithm holds each one back until
+  // the client acknowledges the previous (up to its delayed-ACK timer, 40 ms on Linux).
+  http.set_tcp_nodelay(true);
   api.install(http);
+  int listen_socket = -1;
+  http.set_socket_options([&listen_socket](int sock) {
+    httplib::default_socket_options(sock);
+    listen_socket = sock;
+  });
   RETNET_CHECK(http.bind_to_port(o.host, o.port), "cannot listen on {}:{} (in use, or a bad host?)",
                o.host, o.port);
+  // cpp-httplib 0.11 listens with a backlog of 5: a burst of clients would overflow it and wait
+  // for SYN retransmissions (a second or more). Listening again raises the backlog.
+  if (listen_socket >= 0) ::listen(listen_socket, SOMAXCONN);
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr,

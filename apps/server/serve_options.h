@@ -24,6 +24,7 @@ struct ServeOptions {
   std::string slot_save_dir;
   std::string chat_template_file;  // empty: the model directory's, else the default
   std::string dtype = "f32";       // the inference copy of the weights: f32, bf16, f16
+  bool no_ui = false;              // no chat page at /
 };
 
 }  // namespace retnet::server

@@ -1,13 +1,21 @@
 // Pieces of `retnet serve` that need no HTTP: the prompt cache (longest prefix, LRU eviction within
-// its byte budget), the request validation (each bad field named), and the chat templates.
+// its byte budget), the request validation (each bad field named), the chat templates, and how a
+// handler notices that its client left.
 // The server end to end is tested by tests/server/.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "chat_prompt.h"
+#include "client_socket.h"
 #include "openai_request.h"
 #include "prompt_cache.h"
 #include "retnet/core/error.h"
@@ -142,8 +150,8 @@ TEST(ServerRequest, RefusesBodiesThatAreNotJsonObjects) {
 
 TEST(ServerChatPrompt, DefaultTemplate) {
   const ChatFormatter chat(load_chat_template(""));
-  ChatPrompt p =
-      chat.render({{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}});
+  ChatPrompt p = chat.render(
+      {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}});
   EXPECT_EQ(p.text,
             "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello.<|end|>\n"
             "<|user|>\nBye<|end|>\n<|assistant|>\n");
@@ -173,6 +181,49 @@ TEST(ServerChatPrompt, ModelDirectoryTemplateWithSpecialTokens) {
     EXPECT_NE(std::string(e.what()).find("no system role"), std::string::npos) << e.what();
   }
   std::filesystem::remove_all(dir);
+}
+
+// A loopback connection: the server's accepted socket is found by the client's address and port,
+// counts as present while the client is connected (and while a pipelined request waits unread),
+// and as gone once the client closes.
+TEST(ServerClientSocket, FindsTheConnectionAndSeesTheClientLeave) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), length), 0);
+  ASSERT_EQ(listen(listener, 1), 0);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const int server_port = ntohs(address.sin_port);
+
+  const int client = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(connect(client, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  sockaddr_in client_address{};
+  length = sizeof(client_address);
+  ASSERT_EQ(getsockname(client, reinterpret_cast<sockaddr*>(&client_address), &length), 0);
+  const int accepted = accept(listener, nullptr, nullptr);
+  ASSERT_GE(accepted, 0);
+
+  const int client_port = ntohs(client_address.sin_port);
+  EXPECT_EQ(find_client_socket("127.0.0.1", client_port, server_port), accepted);
+  EXPECT_EQ(find_client_socket("127.0.0.1", client_port, server_port + 1), -1);
+  EXPECT_EQ(find_client_socket("127.0.0.2", client_port, server_port), -1);
+  EXPECT_FALSE(client_gone(accepted));
+  ASSERT_EQ(send(client, "GET", 3, 0), 3);
+  EXPECT_FALSE(client_gone(accepted));  // data waiting is a client still there
+  char buffer[3];
+  ASSERT_EQ(recv(accepted, buffer, 3, 0), 3);
+  close(client);
+  bool gone = false;  // loopback delivers the close at once; allow a moment under load
+  for (int i = 0; i < 200 && !gone; ++i) {
+    gone = client_gone(accepted);
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(gone);
+  close(accepted);
+  close(listener);
 }
 
 }  // namespace

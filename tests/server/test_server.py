@@ -187,6 +187,23 @@ def test_shapes_and_parity(s, retnet, model):
     check(r["content"] == "héllo", f"detokenize: {r}")
 
 
+def test_chat_page(ui, no_ui):
+    """The chat page at / is self-contained HTML (nothing fetched from elsewhere); --no-ui turns
+    it off. (tests/server/chat_page.mjs drives it in a browser.)"""
+    conn = http.client.HTTPConnection("127.0.0.1", ui.port, timeout=30)
+    conn.request("GET", "/")
+    resp = conn.getresponse()
+    page = resp.read().decode()
+    conn.close()
+    check(resp.status == 200 and resp.getheader("Content-Type").startswith("text/html") and
+          "<title>retnet chat</title>" in page, f"GET / serves the chat page: {resp.status}")
+    check("src=" not in page and "href=" not in page and "@import" not in page,
+          "the chat page loads nothing from elsewhere")
+    check(".innerHTML" not in page, "the chat page never writes text as HTML")
+    st, data = no_ui.request("GET", "/")
+    check(st == 404 and json.loads(data)["error"]["code"] == "not_found", f"--no-ui: / is {st}")
+
+
 def test_concurrent_streams(s):
     prompts = [f"Stream number {i} says: " + "abc" * i for i in range(16)]
     body = lambda i: {"prompt": prompts[i], "max_tokens": 48, "temperature": 0.8, "seed": i}
@@ -233,6 +250,21 @@ def test_disconnect(s):
     check(busy == 1, f"a streaming request holds a slot ({busy})")
     check(wait_idle(s), "a client that disconnects mid-stream frees its slot")
     check(s.metric("retnet_requests_cancelled_total") == before + 1, "the cancel is counted")
+    # Non-streamed: nothing is written until the end, yet the slot frees promptly.
+    sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+    body = json.dumps({"prompt": "Never ending story", "max_tokens": 100000})
+    sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                  f"\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
+    deadline = time.time() + 15
+    while time.time() < deadline and s.metric("retnet_slots_busy") == 0:
+        time.sleep(0.02)
+    busy = s.metric("retnet_slots_busy")
+    sock.close()
+    t0 = time.time()
+    check(busy == 1, f"a non-streamed request holds a slot ({busy})")
+    check(wait_idle(s, 5), "a non-streamed client that disconnects frees its slot")
+    check(time.time() - t0 < 3, f"... promptly ({time.time() - t0:.2f} s)")
+    check(s.metric("retnet_requests_cancelled_total") == before + 2, "that cancel is counted")
 
 
 def test_prompt_cache(cached, uncached):
@@ -353,6 +385,35 @@ def test_keys_and_queue(retnet, model, workdir):
     check(s.proc.returncode == 0, f"keyed server exit status {s.proc.returncode}")
 
 
+def test_queued_client_leaves(retnet, model, workdir):
+    """A non-streamed request waits in the queue behind a stream; its client leaves; the stream
+    ends: nothing is left waiting, and the server still stops at once on SIGTERM."""
+    s = Server(retnet, model, workdir, "queue", "--parallel", "1", "--max-queue", "4",
+               "--max-tokens", "100000")
+    try:
+        sock, got = open_long_stream(s.port, "long")
+        queued = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+        body = json.dumps({"prompt": "queued", "max_tokens": 5})
+        queued.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                        f"{len(body)}\r\n\r\n{body}").encode())
+        deadline = time.time() + 15
+        while time.time() < deadline and s.metric("retnet_queue_depth") < 1:
+            time.sleep(0.02)
+        check(s.metric("retnet_queue_depth") == 1, "the second request waits in the queue")
+        queued.close()
+        time.sleep(0.5)
+        sock.close()
+        check(wait_idle(s), "the slot frees")
+        check(s.metric("retnet_queue_depth") == 0, "the queue is empty")
+        st, r = s.json("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2})
+        check(st == 200, f"a request after that succeeds: {st}")
+        t0 = time.time()
+    finally:
+        s.stop()
+    check(s.proc.returncode == 0 and time.time() - t0 < 10,
+          f"the server stops at once on SIGTERM: status {s.proc.returncode}")
+
+
 def test_slots_save_restore(retnet, model, workdir):
     save_dir = os.path.join(workdir, "slots")
     os.makedirs(save_dir, exist_ok=True)
@@ -456,9 +517,10 @@ def main():
     # Small prefill blocks, so that prompts are read in several blocks between decode steps.
     main_server = Server(a.retnet, model, a.workdir, "main", "--alias", "tiny", "--parallel", "8",
                          "--max-tokens", "100000", "--prefill-block", "16")
-    uncached = Server(a.retnet, model, a.workdir, "uncached", "--state-cache-mib", "0")
+    uncached = Server(a.retnet, model, a.workdir, "uncached", "--state-cache-mib", "0", "--no-ui")
     try:
         test_shapes_and_parity(main_server, a.retnet, model)
+        test_chat_page(main_server, uncached)
         test_concurrent_streams(main_server)
         test_disconnect(main_server)
         test_prompt_cache(main_server, uncached)
@@ -469,6 +531,7 @@ def main():
         uncached.stop()
     check(main_server.proc.returncode == 0, "main server exits 0 on SIGTERM")
     test_keys_and_queue(a.retnet, model, a.workdir)
+    test_queued_client_leaves(a.retnet, model, a.workdir)
     test_slots_save_restore(a.retnet, model, a.workdir)
     test_timeout(a.retnet, model, a.workdir)
     test_sigterm(a.retnet, model, a.workdir)

@@ -1,0 +1,352 @@
+// `retnet bench serve`: `retnet serve` under load, over loopback. N concurrent streaming
+// completions against a spawned server: aggregate and per-stream generated tokens/s, time to first
+// token and inter-token latency, the server's RSS; the baseline measured in the same run is
+// `retnet generate`'s batch-N decode throughput (the same prompts decoded as one batch in-process).
+// With --soak S: S seconds of mixed streamed and non-streamed requests with random disconnects,
+// then checks that nothing failed, every slot is free, and the server's RSS stayed flat.
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "bench_common.h"
+#include "commands.h"
+#include "retnet/core/parallel.h"
+#include "retnet/infer/generator.h"
+#include "retnet/model/model_io.h"
+#include "retnet/text/tokenizer.h"
+#include "serve_client.h"
+
+namespace retnet::cli {
+namespace {
+
+struct BenchServeOptions {
+  std::string model, json, dtype = "f32";
+  std::string streams = "1,4,16";
+  int64_t tokens = 128;
+  int reps = 3;
+  int threads = 0;
+  double soak_s = 0;
+  int64_t soak_streams = 64;
+  double rss_tolerance = 0.05;
+  uint64_t seed = 1;
+};
+
+std::string prompt_of(int64_t stream, int64_t round) {
+  return fmt::format("Stream {} of round {}: once upon a time, ", stream, round);
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(std::lround(p / 100 * static_cast<double>(v.size() - 1)))];
+}
+
+std::vector<double> load_average() {
+  double l[3] = {0, 0, 0};
+  if (getloadavg(l, 3) != 3) return {};
+  return {l[0], l[1], l[2]};
+}
+
+struct RoundFigures {
+  double tokens_per_s = 0, per_stream_tokens_per_s = 0, ttft_p50 = 0, ttft_p95 = 0, itl_p50 = 0,
+         itl_p99 = 0;
+  int64_t generated = 0, failed = 0;
+};
+
+// One round: n streams started together, each `tokens` long.
+RoundFigures run_round(int port, int64_t n, int64_t tokens, int64_t round) {
+  std::vector<RequestResult> results(static_cast<size_t>(n));
+  std::vector<std::thread> clients;
+  const auto t0 = Clock::now();
+  for (int64_t i = 0; i < n; ++i)
+    clients.emplace_back([&, i] {
+      RequestOptions o;
+      o.prompt = prompt_of(i, round);
+      o.max_tokens = tokens;
+      o.seed = static_cast<uint64_t>(1000 * round + i);
+      results[static_cast<size_t>(i)] = run_completion(port, o);
+    });
+  for (auto& c : clients) c.join();
+  const double wall = since(t0);
+  RoundFigures f;
+  std::vector<double> ttft, itl, per_stream;
+  for (const auto& r : results) {
+    if (!r.ok) {
+      ++f.failed;
+      continue;
+    }
+    f.generated += r.generated;
+    if (r.arrivals.empty()) continue;
+    ttft.push_back(std::chrono::duration<double>(r.arrivals.front() - r.start).count());
+    per_stream.push_back(static_cast<double>(r.generated) /
+                         std::chrono::duration<double>(r.end - r.start).count());
+    // A chunk usually carries one token; spread a gap over the tokens when chunks carry more.
+    const double spread =
+        r.arrivals.size() > 1 && r.generated > 1
+            ? static_cast<double>(r.arrivals.size() - 1) / static_cast<double>(r.generated - 1)
+            : 1.0;
+    for (size_t k = 1; k < r.arrivals.size(); ++k)
+      itl.push_back(std::chrono::duration<double>(r.arrivals[k] - r.arrivals[k - 1]).count() *
+                    spread);
+  }
+  f.tokens_per_s = static_cast<double>(f.generated) / wall;
+  f.per_stream_tokens_per_s = percentile(per_stream, 50);
+  f.ttft_p50 = percentile(ttft, 50);
+  f.ttft_p95 = percentile(ttft, 95);
+  f.itl_p50 = percentile(itl, 50);
+  f.itl_p99 = percentile(itl, 99);
+  return f;
+}
+
+// `retnet generate --prompts-file` on the same n prompts, in-process: decode tokens/s at batch n.
+double generate_baseline(const Model& model, const Tokenizer& tokenizer, int64_t n, int64_t tokens,
+                         uint64_t seed) {
+  SessionOptions so;
+  so.capacity = n;
+  Session session(model, so);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int64_t i = 0; i < n; ++i) {
+    session.add_sequence();
+    auto p = tokenizer.encode(prompt_of(i, 0));
+    if (tokenizer.adds_bos()) p.insert(p.begin(), tokenizer.bos_id());
+    prompts.push_back(std::move(p));
+  }
+  GenerateOptions go;
+  go.max_tokens = tokens;
+  go.stop_at_eos = false;
+  go.sampling.temperature = 0.8f;
+  go.sampling.seed = seed;
+  GenerationTimings timings;
+  generate(session, tokenizer, prompts, go, &timings);
+  return static_cast<double>(timings.decode_tokens) / timings.decode_s;
+}
+
+std::vector<std::string> server_args(const BenchServeOptions& o, int64_t parallel) {
+  return {"-m",
+          o.model,
+          "--parallel",
+          std::to_string(parallel),
+          "--state-cache-mib",
+          "0",
+          "--max-tokens",
+          std::to_string(std::max<int64_t>(o.tokens, 1) * 4),
+          "--max-queue",
+          std::to_string(std::max<int64_t>(parallel, 64)),
+          "--threads",
+          std::to_string(o.threads),
+          "--dtype",
+          o.dtype};
+}
+
+void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
+  std::vector<int64_t> counts;
+  for (int32_t n : parse_token_list(o.streams)) {
+    RETNET_CHECK(n >= 1, "--streams must list counts >= 1, got {}", n);
+    counts.push_back(n);
+  }
+  const int64_t parallel = *std::max_element(counts.begin(), counts.end());
+  apply_threads(o.threads);
+  Model model = load_model(o.model);
+  prepare_for_inference(model, o.dtype);
+  auto tokenizer = load_model_tokenizer(o.model);
+  ServerProcess server(server_args(o, parallel));
+  std::printf(
+      "retnet bench serve: %s, %lld tokens per stream, median of %d rounds; baseline: "
+      "generate at batch N in-process, same prompts\n",
+      o.model.c_str(), static_cast<long long>(o.tokens), o.reps);
+  std::printf("%7s %11s %11s %10s %9s %9s %9s %9s %9s %11s %7s\n", "streams", "tok/s", "tok/s/str",
+              "TTFT p50", "TTFT p95", "ITL p50", "ITL p99", "RSS MiB", "failed", "generate",
+              "ratio");
+  int64_t round = 1;
+  for (int64_t n : counts) {
+    run_round(server.port(), n, std::min<int64_t>(o.tokens, 8), round++);  // warm-up
+    std::vector<RoundFigures> rounds;
+    for (int r = 0; r < o.reps; ++r)
+      rounds.push_back(run_round(server.port(), n, o.tokens, round++));
+    std::vector<double> baseline;
+    for (int r = 0; r < o.reps; ++r)
+      baseline.push_back(generate_baseline(model, *tokenizer, n, o.tokens, o.seed + r));
+    std::vector<double> tps;
+    for (const auto& f : rounds) tps.push_back(f.tokens_per_s);
+    const Summary s = summarize(tps), b = summarize(baseline);
+    // The round with the median throughput gives the latency figures.
+    const RoundFigures& m = *std::min_element(rounds.begin(), rounds.end(), [&](auto& x, auto& y) {
+      return std::abs(x.tokens_per_s - s.median) < std::abs(y.tokens_per_s - s.median);
+    });
+    int64_t failed = 0;
+    for (const auto& f : rounds) failed += f.failed;
+    const int64_t rss = server.rss_bytes();
+    std::printf("%7lld %11.0f %11.1f %8.1fms %7.1fms %7.2fms %7.2fms %9.1f %9lld %11.0f %7.2f\n",
+                static_cast<long long>(n), s.median, m.per_stream_tokens_per_s, 1e3 * m.ttft_p50,
+                1e3 * m.ttft_p95, 1e3 * m.itl_p50, 1e3 * m.itl_p99, rss / 1048576.0,
+                static_cast<long long>(failed), b.median, s.median / b.median);
+    std::fflush(stdout);
+    out["results"].push_back({{"streams", n},
+                              {"tokens_per_s", to_json(s)},
+                              {"per_stream_tokens_per_s", m.per_stream_tokens_per_s},
+                              {"ttft_ms_p50", 1e3 * m.ttft_p50},
+                              {"ttft_ms_p95", 1e3 * m.ttft_p95},
+                              {"itl_ms_p50", 1e3 * m.itl_p50},
+                              {"itl_ms_p99", 1e3 * m.itl_p99},
+                              {"server_rss_bytes", rss},
+                              {"failed_requests", failed},
+                              {"generate_batch_tokens_per_s", to_json(b)},
+                              {"ratio_to_generate", s.median / b.median}});
+    RETNET_CHECK(failed == 0, "{} of the requests at {} streams failed", failed, n);
+  }
+  RETNET_CHECK(server.stop() == 0, "the server did not exit cleanly: {}", server.log());
+}
+
+// Soak: `soak_streams` clients loop until the time is up, each request streamed or not, of a
+// random length, and one in four abandoned part-way (a stream closed after a few chunks, a
+// non-streamed request given up on by a short read timeout).
+void run_soak(const BenchServeOptions& o, nlohmann::json& out) {
+  ServerProcess server(server_args(o, o.soak_streams));
+  std::printf(
+      "retnet bench serve --soak %.0f: %lld clients, mixed streamed/non-streamed, random "
+      "disconnects, against %s\n",
+      o.soak_s, static_cast<long long>(o.soak_streams), o.model.c_str());
+  std::mutex mutex;
+  int64_t completed = 0, left = 0, failed = 0, generated = 0;
+  std::vector<std::string> errors;
+  const auto t0 = Clock::now();
+  const auto deadline =
+      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.soak_s));
+  std::vector<std::thread> clients;
+  for (int64_t c = 0; c < o.soak_streams; ++c)
+    clients.emplace_back([&, c] {
+      std::mt19937_64 rng(o.seed * 7919 + static_cast<uint64_t>(c));
+      for (int64_t k = 0; Clock::now() < deadline; ++k) {
+        RequestOptions r;
+        r.stream = rng() % 2 == 0;
+        r.max_tokens = 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(2 * o.tokens));
+        r.prompt = prompt_of(c, k) + std::string(rng() % 200, 'x');
+        r.seed = rng() >> 1;  // the API takes seeds up to 2^63 - 1
+        if (rng() % 4 == 0) {
+          if (r.stream)
+            r.disconnect_after_chunks = static_cast<int64_t>(rng() % 8);
+          else
+            r.read_timeout_ms = 1 + static_cast<int64_t>(rng() % 50);
+        }
+        const RequestResult res = run_completion(server.port(), r);
+        std::lock_guard<std::mutex> lock(mutex);
+        if (res.ok) {
+          ++completed;
+          generated += res.generated;
+        } else if (res.left) {
+          ++left;
+        } else {
+          ++failed;
+          if (errors.size() < 5) errors.push_back(res.error);
+        }
+      }
+    });
+  // RSS every second; "flat" compares the last sample with the first after a warm-up quarter
+  // (thread stacks and allocator arenas fill up first).
+  std::vector<std::pair<double, int64_t>> rss;
+  while (Clock::now() < deadline && server.alive()) {
+    rss.emplace_back(since(t0), server.rss_bytes());
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  for (auto& c : clients) c.join();
+  // Every slot free: abandoned requests must not hold one once the server has noticed.
+  bool idle = false;
+  for (int i = 0; i < 200 && !idle && server.alive(); ++i) {
+    const auto [status, body] = http_get(server.port(), "/slots");
+    if (status == 200) {
+      idle = true;
+      for (const auto& s : nlohmann::json::parse(body)) idle &= s["state"] == "idle";
+    }
+    if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const bool alive = server.alive() && http_get(server.port(), "/health").first == 200;
+  int64_t base = 0, last = 0;
+  for (const auto& [t, bytes] : rss) {
+    if (t >= o.soak_s * 0.25 && base == 0) base = bytes;
+    last = bytes;
+  }
+  const double growth = base > 0 ? static_cast<double>(last - base) / static_cast<double>(base) : 0;
+  const int exit_status = server.stop();
+  std::printf(
+      "requests: %lld completed, %lld abandoned by their client, %lld failed; %lld tokens "
+      "generated\n",
+      static_cast<long long>(completed), static_cast<long long>(left),
+      static_cast<long long>(failed), static_cast<long long>(generated));
+  for (const auto& e : errors) std::printf("  error: %s\n", e.c_str());
+  std::printf(
+      "server RSS: %.1f MiB after warm-up, %.1f MiB at the end (%+.1f%%); slots all idle "
+      "at the end: %s; alive: %s; exit status after SIGTERM: %d\n",
+      base / 1048576.0, last / 1048576.0, 100 * growth, idle ? "yes" : "no", alive ? "yes" : "no",
+      exit_status);
+  nlohmann::json samples = nlohmann::json::array();
+  for (const auto& [t, bytes] : rss) samples.push_back({t, bytes});
+  out["soak"] = {
+      {"seconds", o.soak_s},       {"clients", o.soak_streams}, {"completed", completed},
+      {"abandoned", left},         {"failed", failed},          {"generated_tokens", generated},
+      {"rss_after_warmup", base},  {"rss_end", last},           {"rss_growth", growth},
+      {"slots_idle_at_end", idle}, {"alive_at_end", alive},     {"exit_status", exit_status},
+      {"rss_samples", samples}};
+  RETNET_CHECK(alive && exit_status == 0, "the server did not survive the soak: {}", server.log());
+  RETNET_CHECK(failed == 0, "{} requests failed during the soak (first: {})", failed,
+               errors.empty() ? "" : errors.front());
+  RETNET_CHECK(idle, "slots were still busy after the soak");
+  RETNET_CHECK(completed > 0, "no request completed during the soak");
+  RETNET_CHECK(
+      growth <= o.rss_tolerance,
+      "the server's RSS grew by {:.1f}% during the soak (more than --rss-tolerance {:.1f}%)",
+      100 * growth, 100 * o.rss_tolerance);
+}
+
+void run(const BenchServeOptions& o) {
+  nlohmann::json out = {{"benchmark", "serve"},
+                        {"commit", git_commit()},
+                        {"machine", machine_json()},
+                        {"model", o.model},
+                        {"threads", o.threads},
+                        {"dtype", o.dtype},
+                        {"tokens_per_stream", o.tokens},
+                        {"load_average_before", load_average()},
+                        {"results", nlohmann::json::array()}};
+  if (o.soak_s > 0)
+    run_soak(o, out);
+  else
+    run_throughput(o, out);
+  out["load_average_after"] = load_average();
+  const auto l = load_average();
+  if (!l.empty()) std::printf("load average at the end: %.2f %.2f %.2f\n", l[0], l[1], l[2]);
+  if (!o.json.empty()) write_json(o.json, out);
+}
+
+}  // namespace
+
+void register_bench_serve(CLI::App* bench) {
+  auto [o, cmd] = add_bench_subcommand<BenchServeOptions>(
+      bench, "serve",
+      "`retnet serve` under load over loopback: N concurrent streams (tokens/s aggregate and per "
+      "stream, time to first token, inter-token latency, RSS) against generate's batch-N "
+      "throughput in the same run; or --soak S: mixed requests with random disconnects");
+  cmd->add_option("--model,-m", o->model, "Model .safetensors file or directory")->required();
+  add_inference_dtype_option(cmd, o->dtype);
+  cmd->add_option("--streams", o->streams, "Concurrent stream counts, comma-separated")
+      ->capture_default_str();
+  add_checked(cmd, "--tokens,-n", o->tokens, "Tokens each stream generates", integer_at_least(1));
+  add_bench_run_options(cmd, o->reps, o->threads, o->json);
+  add_checked(cmd, "--soak", o->soak_s,
+              "Instead: this many seconds of mixed streamed/non-streamed requests with random "
+              "disconnects; fails on any error, a busy slot at the end or RSS growth",
+              number_above(0));
+  add_checked(cmd, "--soak-clients", o->soak_streams, "Concurrent clients of the soak",
+              integer_at_least(1));
+  add_checked(cmd, "--rss-tolerance", o->rss_tolerance,
+              "Largest RSS growth the soak accepts after its first quarter (fraction)",
+              number_above(0));
+  cmd->add_option("--seed,-s", o->seed, "Seed of the requests and the soak's choices")
+      ->capture_default_str();
+  cmd->callback([o = o] { run(*o); });
+}
+
+}  // namespace retnet::cli
