@@ -101,7 +101,7 @@ State synthetic_state(const Model& m, int64_t batch, int64_t position, int64_t r
     s.cache.reserve(position + room);
     for (int64_t l = 0; l < s.cache.layers; ++l)
       for (int64_t b = 0; b < batch; ++b)
-        fill(s.cache.block(l, b), static_cast<size_t>(position * s.cache.floats_per_token), 30.f);
+        fill(s.cache.block(l, b), static_cast<size_t>(position * s.cache.row_floats[l]), 30.f);
   }
   return s;
 }

@@ -61,7 +61,9 @@ double gemm_ceiling(const Config& c, int64_t T, int reps) {
 // embedding row; norms and states are small beside them.
 double decode_bytes_per_token(const Model& m, double bytes_per_weight) {
   const Config& c = m.config();
-  const double matrices = static_cast<double>(c.parameter_count() - c.vocab_size * c.embed_dim);
+  // (A tied embedding is the LM head: its one matrix is multiplied.)
+  const double matrices = static_cast<double>(c.parameter_count() -
+                                              (c.tie_embeddings ? 0 : c.vocab_size * c.embed_dim));
   return matrices * bytes_per_weight + 4.0 * static_cast<double>(c.embed_dim);
 }
 
@@ -77,14 +79,14 @@ void run(const BenchModelOptions& o) {
   nlohmann::ordered_json out;
   out["machine"] = machine_json();
   LoadInfo li;
-  Model model = load_model(o.model, std::nullopt, &li);
-  const Config& c = model.config();
-  const int64_t rss_load = current_rss_bytes();
   const DecodePrecision precision = parse_decode_precision(o.weights, "--dtype");
-  const auto t_prepare = Clock::now();
-  model.prepare_inference(precision);
-  const double prepare_s = since(t_prepare);
-  const int64_t rss_ready = current_rss_bytes();
+  // Loaded straight into the packed weights (a directory: tensor by tensor); the peak resident
+  // set of the process so far is the load's.
+  Model model = load_model_for_inference(o.model, std::nullopt, precision, &li);
+  const Config& c = model.config();
+  const int64_t rss_load = current_rss_bytes(), rss_peak = peak_rss_bytes();
+  const double prepare_s = 0;  // part of the load
+  const int64_t rss_ready = rss_load;
   const bool half = precision != DecodePrecision::F32;
   // The bytes of the weights in the chosen dtype: the unit of the RSS goal.
   const double weight_bytes =
@@ -92,17 +94,24 @@ void run(const BenchModelOptions& o) {
   std::printf("model %s: %lld parameters, stored %s (%s)\n", o.model.c_str(),
               (long long)model.parameter_count(), li.source_dtype.c_str(),
               human_bytes(double(li.stored_bytes)).c_str());
-  std::printf("load %.3f s (RSS %s), prepared in %s in %.3f s: RSS %s = %.2fx the weights in "
-              "%s (%s)\n",
-              li.load_seconds, human_bytes(double(rss_load)).c_str(), o.weights.c_str(),
-              prepare_s, human_bytes(double(rss_ready)).c_str(), rss_ready / weight_bytes,
-              o.weights.c_str(), human_bytes(weight_bytes).c_str());
-  out["model"] = {{"path", o.model}, {"parameters", model.parameter_count()},
-                  {"stored_dtype", li.source_dtype}, {"stored_bytes", li.stored_bytes},
-                  {"load_seconds", li.load_seconds}, {"rss_after_load_bytes", rss_load},
-                  {"dtype", o.weights}, {"prepare_seconds", prepare_s},
+  std::printf(
+      "load into %s %.3f s: peak RSS %s = %.2fx, RSS after %s = %.2fx the weights in "
+      "%s (%s)\n",
+      o.weights.c_str(), li.load_seconds, human_bytes(double(rss_peak)).c_str(),
+      rss_peak / weight_bytes, human_bytes(double(rss_ready)).c_str(), rss_ready / weight_bytes,
+      o.weights.c_str(), human_bytes(weight_bytes).c_str());
+  out["model"] = {{"path", o.model},
+                  {"parameters", model.parameter_count()},
+                  {"stored_dtype", li.source_dtype},
+                  {"stored_bytes", li.stored_bytes},
+                  {"load_seconds", li.load_seconds},
+                  {"rss_after_load_bytes", rss_load},
+                  {"dtype", o.weights},
+                  {"prepare_seconds", prepare_s},
                   {"weight_bytes_in_dtype", weight_bytes},
                   {"rss_after_prepare_bytes", rss_ready},
+                  {"peak_rss_during_load_bytes", rss_peak},
+                  {"peak_rss_during_load_over_weight_bytes", rss_peak / weight_bytes},
                   {"rss_after_prepare_over_weight_bytes", rss_ready / weight_bytes}};
 
   nlohmann::json prefill = nlohmann::json::array();
@@ -119,7 +128,9 @@ void run(const BenchModelOptions& o) {
     }
     const double t = summarize(seconds).median;
     // Matrix FLOPs only (2 per weight per token): the part the GEMM ceiling bounds.
-    const double flops = 2.0 * static_cast<double>(c.parameter_count() - c.vocab_size * c.embed_dim);
+    const double flops =
+        2.0 * static_cast<double>(c.parameter_count() -
+                                  (c.tie_embeddings ? 0 : c.vocab_size * c.embed_dim));
     const double tps = static_cast<double>(T) / t, fraction = tps * flops / ceiling;
     std::printf("prefill %5lld tokens: %8.1f tokens/s, %5.1f%% of the GEMM ceiling (%.1f GFLOP/s)\n",
                 (long long)T, tps, 100 * fraction, ceiling / 1e9);

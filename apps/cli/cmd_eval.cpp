@@ -40,8 +40,7 @@ void register_eval(CLI::App& app) {
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {
     apply_threads(o->threads);
-    Model model = load_model(o->model, optional_config(o->config));
-    prepare_for_inference(model, o->dtype, /*only_if_half=*/true);
+    Model model = load_for_inference(o->model, o->config, o->dtype, /*only_if_half=*/true);
     const std::unique_ptr<Tokenizer> tokenizer =
         o->tokenizer.empty() ? load_model_tokenizer(o->model) : load_tokenizer(o->tokenizer);
     RETNET_CHECK(tokenizer->vocab_size() <= model.config().vocab_size,

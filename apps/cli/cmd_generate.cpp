@@ -122,8 +122,7 @@ void run_generate(const GenerateArgs& a) {
   RETNET_CHECK(sources == 1 || !a.state_in.empty(),
                "nothing to continue: give --prompt, --prompt-file, --prompts-file or --state-in");
 
-  Model model = load_model(a.model, optional_config(a.config));
-  prepare_for_inference(model, a.weights);
+  Model model = load_for_inference(a.model, a.config, a.weights);
   std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(a.model);
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();

@@ -29,14 +29,14 @@ void register_info(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   cmd->callback([o] {
     LoadInfo li;
-    Model model = load_model(o->model, optional_config(o->config), &li);
-    double prepare_s = 0;
-    if (!o->dtype.empty()) {
-      const auto t0 = std::chrono::steady_clock::now();
-      prepare_for_inference(model, o->dtype);
-      prepare_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    }
+    // With --dtype the weights are read straight into the packed copy (part of the load time).
+    Model model = o->dtype.empty()
+                      ? load_model(o->model, optional_config(o->config), &li)
+                      : load_model_for_inference(o->model, optional_config(o->config),
+                                                 parse_decode_precision(o->dtype, "--dtype"), &li);
+    const double prepare_s = 0;
     const double rss = static_cast<double>(current_rss_bytes());
+    const double peak = static_cast<double>(peak_rss_bytes());
     int64_t file_bytes = 0;
     for (const std::string& f : li.weight_files) {
       struct stat st {};
@@ -85,6 +85,7 @@ void register_info(CLI::App& app) {
       j["memory_mapped"] = li.zero_copy;
       j["load_seconds"] = li.load_seconds;
       j["rss_bytes"] = static_cast<int64_t>(rss);
+      j["peak_rss_bytes"] = static_cast<int64_t>(peak);
       if (!o->dtype.empty())
         j["inference"] = {{"dtype", o->dtype},
                           {"prepare_seconds", prepare_s},
@@ -101,13 +102,14 @@ void register_info(CLI::App& app) {
                 li.source_dtype.c_str(),
                 li.zero_copy ? "memory-mapped, zero copy" : "converted to float32 on load");
     if (o->dtype.empty())
-      std::printf("loaded in:    %.3f s; resident memory %s\n", li.load_seconds,
-                  human_bytes(rss).c_str());
+      std::printf("loaded in:    %.3f s; resident memory %s (peak %s)\n", li.load_seconds,
+                  human_bytes(rss).c_str(), human_bytes(peak).c_str());
     else
-      std::printf("loaded in:    %.3f s, prepared for inference in %s in %.3f s (projections %s); "
-                  "resident memory %s\n",
-                  li.load_seconds, o->dtype.c_str(), prepare_s,
-                  human_bytes(double(model.packed_bytes())).c_str(), human_bytes(rss).c_str());
+      std::printf(
+          "loaded in:    %.3f s, for inference in %s (projections %s); resident memory "
+          "%s (peak %s)\n",
+          li.load_seconds, o->dtype.c_str(), human_bytes(double(model.packed_bytes())).c_str(),
+          human_bytes(rss).c_str(), human_bytes(peak).c_str());
     std::printf("config:       %s\n", c.to_json().c_str());
     std::printf(
         "layers %lld, d %lld, value dim %lld, heads %lld (d_k %lld, d_v %lld), ffn %lld, "

@@ -15,8 +15,7 @@ void register_logits(CLI::App& app) {
   add_inference_dtype_option(cmd, *dtype);
   cmd->callback([o, dtype] {
     apply_threads(o->threads);
-    Model model = load_model(o->model, optional_config(o->config));
-    prepare_for_inference(model, *dtype, /*only_if_half=*/true);
+    Model model = load_for_inference(o->model, o->config, *dtype, /*only_if_half=*/true);
     std::vector<int32_t> tokens = parse_token_list(o->tokens);
     const int64_t T = static_cast<int64_t>(tokens.size());
     ModelRunner runner(model);

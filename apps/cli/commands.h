@@ -59,6 +59,10 @@ CLI::Option* add_inference_dtype_option(CLI::App* cmd, std::string& dtype);
 // Prepares `model` for inference in `dtype` (one packed copy of the projections replaces the
 // float32 originals); with `only_if_half`, f32 leaves the model as loaded (exact sgemm path).
 void prepare_for_inference(Model& model, const std::string& dtype, bool only_if_half = false);
+// load_model then prepare_for_inference, a model directory read straight into the packed weights
+// (load_model_for_inference: no whole float32 copy while loading).
+Model load_for_inference(const std::string& path, const std::string& config_json,
+                         const std::string& dtype, bool only_if_half = false);
 
 // --format fla|syncdoth (a Hugging Face directory's layout) and --dtype f32|bf16 (its stored
 // weights), for `init` and `export`.

@@ -58,6 +58,14 @@ void prepare_for_inference(Model& model, const std::string& dtype, bool only_if_
   model.prepare_inference(p);
 }
 
+Model load_for_inference(const std::string& path, const std::string& config_json,
+                         const std::string& dtype, bool only_if_half) {
+  const DecodePrecision p = parse_decode_precision(dtype, "--dtype");
+  if (only_if_half && p == DecodePrecision::F32)
+    return load_model(path, optional_config(config_json));
+  return load_model_for_inference(path, optional_config(config_json), p);
+}
+
 CLI::Option* add_directory_options(CLI::App* cmd, std::string& format, std::string& dtype,
                                    const std::string& format_help) {
   cmd->add_option("--dtype", dtype, "Stored weights of the directory: f32 (exact) or bf16")

@@ -139,12 +139,12 @@ ModelPtr from_hf_arrays(const py::dict& config, const py::dict& tensors, const p
   ParamBuffer params = params_from_arrays(
       hf.config, tensors,
       [&](const std::string& engine_name) {
-        std::vector<std::string> names = hf_tensor_names_accepted(engine_name, flavour);
-        if (engine_name == "output_projection.weight" && hf.tied_embeddings)
-          names.push_back(hf_tensor_name("embed_tokens.weight", flavour));  // the tied head
-        return names;
+        return hf_tensor_names_accepted(engine_name, flavour);
       },
       [&](const std::string& name) {
+        // A tied model's state_dict names the shared matrix twice (embedding and lm_head).
+        if (hf.config.tie_embeddings && name == hf_tensor_name("output_projection.weight", flavour))
+          return true;
         return flavour == HfFlavour::Syncdoth && name.rfind("model.retnet_rel_pos.", 0) == 0;
       },
       fmt::format("names are {}'s, e.g. {}", hf_flavour_name(flavour),

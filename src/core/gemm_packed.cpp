@@ -435,6 +435,12 @@ void product(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const
 }
 
 template <typename W>
+void row_of(const W* packed, int64_t K, int64_t n, float scale, float* out) {
+  const W* w = packed + (n / kPanel) * K * kPanel + n % kPanel;
+  for (int64_t k = 0; k < K; ++k) out[k] = scale * to_float(w[k * kPanel]);
+}
+
+template <typename W>
 void reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const W* packed,
                float beta, float* C, int64_t ldc) {
   for (int64_t m = 0; m < M; ++m)
@@ -480,6 +486,16 @@ void packed_gemm_nt_f16(int64_t M, int64_t N, int64_t K, const float* A, int64_t
 void packed_gemm_nt_bf16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                          const BFloat16* packed, float beta, float* C, int64_t ldc) {
   product(M, N, K, A, lda, packed, beta, C, ldc);
+}
+
+void packed_row(const float* packed, int64_t K, int64_t n, float scale, float* out) {
+  row_of(packed, K, n, scale, out);
+}
+void packed_row(const uint16_t* packed, int64_t K, int64_t n, float scale, float* out) {
+  row_of(packed, K, n, scale, out);
+}
+void packed_row(const BFloat16* packed, int64_t K, int64_t n, float scale, float* out) {
+  row_of(packed, K, n, scale, out);
 }
 
 void packed_gemm_nt_reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,

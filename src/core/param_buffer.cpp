@@ -42,6 +42,16 @@ const ParamEntry& ParamLayout::at(const std::string& name) const {
 
 ParamBuffer::ParamBuffer(const ParamLayout& layout) : layout_(layout) {
   size_t bytes = (std::max<size_t>(layout.total_floats(), 1) * sizeof(float) + 63) / 64 * 64;
+  // Large buffers are anonymous mappings: zeros that take no memory until written, so a loader
+  // that fills and releases tensors one at a time never has the whole buffer resident.
+  if (bytes >= (size_t{1} << 20)) {
+    void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    RETNET_CHECK(m != MAP_FAILED, "out of memory mapping {} bytes of parameters", bytes);
+    owned_ =
+        std::shared_ptr<float>(static_cast<float*>(m), [bytes](float* q) { munmap(q, bytes); });
+    data_ = owned_.get();
+    return;
+  }
   auto* p = static_cast<float*>(std::aligned_alloc(64, bytes));
   RETNET_CHECK(p != nullptr, "out of memory allocating {} bytes of parameters", bytes);
   std::memset(p, 0, bytes);

@@ -172,8 +172,7 @@ SavedSequence Session::snapshot(int64_t b) const {
 
 void Session::restore(int64_t b, const SavedSequence& s) {
   check_index(b);
-  const int64_t cache_floats = state_->cache.empty() ? 0 : state_->cache.layers * s.position *
-                                                               state_->cache.floats_per_token;
+  const int64_t cache_floats = s.position * state_->cache.floats_per_token;
   RETNET_CHECK(static_cast<int64_t>(s.state.size()) == state_->floats_per_sequence &&
                    static_cast<int64_t>(s.cache.size()) == cache_floats &&
                    (s.logits.empty() || static_cast<int64_t>(s.logits.size()) == vocab()),

@@ -333,7 +333,6 @@ void Config::validate() const {
   RETNET_CHECK(any_attention || attention == AttentionOptions{},
                "config: 'attention' applies to attention layers only (mixer: {})",
                mixer_description());
-  int64_t cache_row = 0;  // the cache floats per token of every layer that keeps tokens
   for (int64_t l = 0; l < layers; ++l) {
     if (l > 0 && !hybrid()) break;  // the layers of a single-mixer model are alike
     const Config c = layer(l);
@@ -350,14 +349,6 @@ void Config::validate() const {
                  "config: layer {} ({}) has no chunkwise form, which a hybrid model with a token "
                  "cache needs to continue its state in a prefill",
                  l, c.mixer->name);
-    if (c.mixer->cache_floats_per_token_per_layer) {
-      const int64_t row = c.mixer->cache_floats_per_token_per_layer(c);
-      RETNET_CHECK(cache_row == 0 || row == cache_row,
-                   "config: layer {} ({}) caches {} floats per token, an earlier layer {}; the "
-                   "layers that keep tokens must cache alike",
-                   l, c.mixer->name, row, cache_row);
-      cache_row = row;
-    }
   }
   RETNET_CHECK(parameter_count() < (int64_t{1} << 36), "config: {} parameters is too many",
                parameter_count());
@@ -404,9 +395,9 @@ int64_t Config::parameter_count() const {
     for (int64_t l = 0; l < layers; ++l) {
       Config c = layer(l);
       c.layers = 1;
-      total += c.parameter_count() - 2 * vocab_size * embed_dim - embed_dim;
+      total += c.parameter_count() - c.vocabulary_parameters() - embed_dim;
     }
-    return 2 * vocab_size * embed_dim + total + embed_dim;
+    return vocabulary_parameters() + total + embed_dim;
   }
   const int64_t d = embed_dim, vd = value_embed_dim;
   int64_t own = 0;  // the mixer's own tensors besides its projections
@@ -417,7 +408,7 @@ int64_t Config::parameter_count() const {
     own += n;
   }
   const int64_t per_layer = projection_width() * d + d * vd + d + own + 3 * ffn_dim * d + d;
-  return 2 * vocab_size * d + layers * per_layer + d;
+  return vocabulary_parameters() + layers * per_layer + d;
 }
 
 int64_t Config::state_floats_per_sequence() const {
@@ -442,8 +433,10 @@ int64_t Config::cache_floats_per_token() const {
     }
     return total;
   }
-  return mixer->cache_floats_per_token_per_layer
-             ? layers * mixer->cache_floats_per_token_per_layer(*this)
+  // Through layer(0): an attention model's own options (kv heads) set its cache width.
+  const Config c = layer(0);
+  return c.mixer->cache_floats_per_token_per_layer
+             ? layers * c.mixer->cache_floats_per_token_per_layer(c)
              : 0;
 }
 
@@ -492,7 +485,7 @@ Config Config::from_json(const std::string& text, const std::string& origin) {
   reject_if("deepnorm", true);
   reject_if("multiway", true);
   reject_if("layernorm_embedding", true);
-  reject_if("share_decoder_input_output_embed", true);
+  c.tie_embeddings = json_bool(j, "share_decoder_input_output_embed", c.tie_embeddings, origin);
   reject_if("decoder_normalize_before", false);
   static const std::set<std::string> known = {"decoder_embed_dim",
                                               "decoder_value_embed_dim",
@@ -586,6 +579,7 @@ std::string Config::to_json(int indent) const {
   if (!output_gate) j["output_gate"] = false;
   if (kv_heads != 0 && kv_heads != heads) j["kv_heads"] = kv_heads;
   if (feature_map != QkFeatureMap::None) j["feature_map"] = qk_feature_map_name(feature_map);
+  if (tie_embeddings) j["share_decoder_input_output_embed"] = true;
   return j.dump(indent);
 }
 

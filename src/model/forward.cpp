@@ -113,9 +113,9 @@ void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_
     for (int64_t b = 0; b < B; ++b)
       RETNET_CHECK(state.positions[b] == 0,
                    "the parallel form starts from an empty state; use chunkwise to continue one");
-  RETNET_CHECK(!cached || (state.cache && state.cache->floats_per_token * state.cache->layers ==
-                                              c.cache_floats_per_token()),
-               "the {} mixer needs a state with its token cache", c.mixer_description());
+  RETNET_CHECK(
+      !cached || (state.cache && state.cache->floats_per_token == c.cache_floats_per_token()),
+      "the {} mixer needs a state with its token cache", c.mixer_description());
   check_tokens(tokens, B * T, c.vocab_size);
   if (cached) {
     int64_t longest = 0;

@@ -156,6 +156,7 @@ HfModelConfig parse_fla(const json& j, const std::string& origin) {
   if (c.key_embed_dim == c.embed_dim) c.key_embed_dim = 0;
   if (j.contains("attn") && !is_neutral(j["attn"])) read_fla_attention_layers(j["attn"], c, origin);
   h.tied_embeddings = json_bool(j, "tie_word_embeddings", false, origin);
+  c.tie_embeddings = h.tied_embeddings;
   return h;
 }
 
@@ -170,6 +171,8 @@ HfModelConfig parse_syncdoth(json j, const std::string& origin) {
   for (const std::string& key : kRuntimeKeys) j.erase(key);
   if (lm_decay) j["decay"] = "paper";
   h.config = Config::from_json(j.dump(), origin);
+  h.config.tie_embeddings = h.config.tie_embeddings || h.tied_embeddings;
+  h.tied_embeddings = h.config.tie_embeddings;
   return h;
 }
 
@@ -296,7 +299,7 @@ std::string hf_config_json(const Config& c, HfFlavour flavour, int64_t bos, int6
       j["feature_map"] = nullptr;
     j["use_short_conv"] = false;
     j["attn"] = fla_attention_json(c, refuse);
-    j["tie_word_embeddings"] = false;
+    j["tie_word_embeddings"] = c.tie_embeddings;
     j["vocab_size"] = c.vocab_size;
     // expand_k and expand_v must give the widths back through int(hidden * ratio).
     refuse(static_cast<int64_t>(d * (static_cast<double>(c.qk_width()) / d)) != c.qk_width() ||
@@ -318,7 +321,7 @@ std::string hf_config_json(const Config& c, HfFlavour flavour, int64_t bos, int6
     j["use_glu"] = true;
     j["model_type"] = "retnet";
     j["architectures"] = {"RetNetForCausalLM"};
-    j["tie_word_embeddings"] = false;
+    j["tie_word_embeddings"] = c.tie_embeddings;
   }
   if (bos >= 0) j["bos_token_id"] = bos;
   if (eos >= 0) j["eos_token_id"] = eos;

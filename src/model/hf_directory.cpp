@@ -1,7 +1,12 @@
 // Hugging Face model directories: tensor names, shards and their index, loading and writing.
 #include "retnet/model/hf_directory.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -144,17 +149,60 @@ bool is_hf_directory(const std::string& path) {
   return fs::is_directory(path, ec) && fs::exists(fs::path(path) / "config.json", ec);
 }
 
-Model load_hf_directory(const std::string& dir, HfLoadInfo* info) {
-  const std::string config_path = (fs::path(dir) / "config.json").string();
+namespace {
+
+// The pages of a mapped file range back to the system once read (they would otherwise stay in
+// the resident set beside the converted copy).
+void release_mapped(const uint8_t* data, size_t bytes) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data), end = begin + bytes;
+  const uintptr_t lo = (begin + page - 1) / page * page, hi = end / page * page;
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
+// A directory whose every tensor is found, typed and shaped as its config needs; values not read.
+struct ResolvedDirectory {
   HfLoadInfo li;
-  li.hf = parse_hf_config(read_file(config_path, "model config"), config_path);
+  std::string config_path;
+  Shards shards;
+  ModelTensors idx;
+  ParamLayout layout;
+  std::vector<const SafetensorsTensor*> source;  // per layout entry
+  std::vector<std::string> names;                // the file's name of each
+  const SafetensorsTensor* tied_head = nullptr;  // an lm_head stored beside a tied embedding
+
+  // Layout entry i's float32 values into `out`: converted, checked finite, the file's pages
+  // released.
+  void fill(size_t i, float* out) const {
+    const SafetensorsTensor& t = *source[i];
+    const std::string& file = shards.file_of.at(names[i]);
+    copy_as_float32(t, out);
+    check_finite(out, layout[i].numel, file, names[i]);
+    release_mapped(t.data, t.nbytes);
+    if (i == idx.embed && tied_head) {  // a stored head must equal the embedding it is tied to
+      const std::string head = tied_head->name;
+      std::vector<float> values(layout[i].numel);
+      copy_as_float32(*tied_head, values.data());
+      RETNET_CHECK(std::equal(values.begin(), values.end(), out),
+                   "'{}': tensor '{}' differs from the embedding, but config.json ties them "
+                   "(tie_word_embeddings)",
+                   shards.file_of.at(head), head);
+    }
+  }
+};
+
+ResolvedDirectory resolve_directory(const std::string& dir) {
+  ResolvedDirectory r;
+  r.config_path = (fs::path(dir) / "config.json").string();
+  HfLoadInfo& li = r.li;
+  li.hf = parse_hf_config(read_file(r.config_path, "model config"), r.config_path);
   const HfFlavour flavour = li.hf.flavour;
   const Config& config = li.hf.config;
-  Shards shards = open_shards(dir);
+  r.shards = open_shards(dir);
+  Shards& shards = r.shards;
   li.weight_files = shards.files;
-
-  ParamLayout layout = make_param_layout(config);
-  ParamBuffer params(layout);
+  r.layout = make_param_layout(config, &r.idx);
+  const ParamLayout& layout = r.layout;
   std::set<std::string> used;
   for (size_t i = 0; i < layout.size(); ++i) {
     const ParamEntry& e = layout[i];
@@ -166,33 +214,57 @@ Model load_hf_directory(const std::string& dir, HfLoadInfo* info) {
         name = candidate;
         break;
       }
-    if (t == nullptr && e.name == "output_projection.weight" && li.hf.tied_embeddings) {
-      name = hf_tensor_name("embed_tokens.weight", flavour);  // the head is the embedding
-      t = shards.by_name.count(name) ? shards.by_name[name] : nullptr;
-    }
     RETNET_CHECK(t != nullptr, "'{}' has no tensor '{}' ({} layout, {} layers)", dir,
                  hf_tensor_name(e.name, flavour), hf_flavour_name(flavour), config.layers);
     const std::string& file = shards.file_of[name];
     RETNET_CHECK(t->dtype == "F32" || t->dtype == "F16" || t->dtype == "BF16",
                  "'{}': tensor '{}' has dtype {}; expected F32, F16 or BF16", file, name, t->dtype);
     RETNET_CHECK(t->shape == e.shape, "'{}': tensor '{}' has shape {}; {} needs {}", file, name,
-                 shape_str(t->shape), config_path, shape_str(e.shape));
-    copy_as_float32(*t, params.tensor(i));
-    check_finite(params.tensor(i), e.numel, file, name);
+                 shape_str(t->shape), r.config_path, shape_str(e.shape));
+    r.source.push_back(t);
+    r.names.push_back(name);
     used.insert(name);
     ++li.stored_dtypes[t->dtype];
     li.stored_bytes += static_cast<int64_t>(t->nbytes);
+  }
+  // A tied head is the embedding (one tensor); a file that stores it anyway must store it equal.
+  const std::string head = hf_tensor_name("output_projection.weight", flavour);
+  if (config.tie_embeddings && shards.by_name.count(head)) {
+    const SafetensorsTensor& t = *shards.by_name[head];
+    RETNET_CHECK(t.shape == layout[r.idx.embed].shape && t.dtype == r.source[r.idx.embed]->dtype,
+                 "'{}': tensor '{}' has shape {} ({}); the tied embedding is {} ({})",
+                 shards.file_of[head], head, shape_str(t.shape), t.dtype,
+                 shape_str(layout[r.idx.embed].shape), r.source[r.idx.embed]->dtype);
+    r.tied_head = &t;
+    used.insert(head);
   }
   for (const auto& [name, t] : shards.by_name) {
     if (used.count(name)) continue;
     // syncdoth's rotation and decay buffers follow from the config.
     if (flavour == HfFlavour::Syncdoth && name.rfind("model.retnet_rel_pos.", 0) == 0) continue;
     throw Error(fmt::format("'{}': tensor '{}' is not part of a RetNet with this config ({})",
-                            shards.file_of[name], name, config_path));
+                            shards.file_of[name], name, r.config_path));
   }
-  // The model first: `config` refers into li, which the move empties.
-  Model model(config, std::move(params));
-  if (info) *info = std::move(li);
+  return r;
+}
+
+}  // namespace
+
+Model load_hf_directory(const std::string& dir, HfLoadInfo* info) {
+  ResolvedDirectory r = resolve_directory(dir);
+  ParamBuffer params(r.layout);
+  for (size_t i = 0; i < r.layout.size(); ++i) r.fill(i, params.tensor(i));
+  Model model(r.li.hf.config, std::move(params));
+  if (info) *info = std::move(r.li);
+  return model;
+}
+
+Model load_hf_directory_for_inference(const std::string& dir, DecodePrecision precision,
+                                      HfLoadInfo* info) {
+  ResolvedDirectory r = resolve_directory(dir);
+  Model model(r.li.hf.config, ParamBuffer(r.layout));  // zeros: no memory until filled
+  model.prepare_inference(precision, [&](size_t i, float* out) { r.fill(i, out); });
+  if (info) *info = std::move(r.li);
   return model;
 }
 

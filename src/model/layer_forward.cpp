@@ -6,6 +6,7 @@
 
 #include "layer_loop.h"
 #include "mixer_layer.h"
+#include "retnet/core/error.h"
 #include "retnet/core/finite_check.h"
 #include "retnet/core/gemm.h"
 #include "retnet/core/parallel.h"
@@ -111,9 +112,22 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
 
   const float scale = static_cast<float>(c.embed_scale());
   // A model prepared for inference in f16/bf16 keeps its embedding rows in that type too
-  // (row-major, under the embedding's packed entry).
+  // (row-major, under the embedding's packed entry; a tied one: the LM head's panels).
   const PackedProjection* half_embed = model.packed(w.embed);
-  if (half_embed) {
+  if (half_embed && w.embed == w.output_projection) {
+    // A tied embedding is the LM head: its rows are read from the head's panels.
+    RETNET_CHECK(half_embed->f32 || half_embed->bf16 || half_embed->f16,
+                 "a tied embedding is read from the LM head packed in f32, bf16 or f16");
+    parallel_for_if(N * d > 65536, N, [&](int64_t n) {
+      float* row = x + n * d;
+      if (half_embed->f32)
+        packed_row(half_embed->f32, d, tokens[n], scale, row);
+      else if (half_embed->bf16)
+        packed_row(half_embed->bf16, d, tokens[n], scale, row);
+      else
+        packed_row(half_embed->f16, d, tokens[n], scale, row);
+    });
+  } else if (half_embed) {
     parallel_for_if(N * d > 65536, N, [&](int64_t n) {
       const size_t row = static_cast<size_t>(tokens[n]) * d;
       for (int64_t i = 0; i < d; ++i)

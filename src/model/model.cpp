@@ -47,7 +47,10 @@ ParamLayout make_param_layout(const Config& config, ModelTensors* idx) {
     t.layers.push_back(L);
   }
   t.final_norm = layout.add("layer_norm.weight", {d});
-  t.output_projection = layout.add("output_projection.weight", {config.vocab_size, d}, true);
+  // A tied head is the embedding itself: one tensor, and gradients of both uses add up in it.
+  t.output_projection = config.tie_embeddings
+                            ? t.embed
+                            : layout.add("output_projection.weight", {config.vocab_size, d}, true);
   if (idx) *idx = t;
   return layout;
 }
@@ -110,7 +113,7 @@ Model Model::init(const Config& config, uint64_t seed) {
   auto ones = [&](size_t index) { fill(index, [](size_t, int64_t) { return 1.0; }); };
   const double d = static_cast<double>(config.embed_dim);
   normal(t.embed, std::pow(d, -0.5));
-  normal(t.output_projection, std::pow(d, -0.5));
+  if (t.output_projection != t.embed) normal(t.output_projection, std::pow(d, -0.5));
   ones(t.final_norm);
   for (size_t l = 0; l < t.layers.size(); ++l) {
     const LayerTensors& L = t.layers[l];
@@ -195,8 +198,11 @@ void Model::prepare_decode(DecodePrecision precision) {
   pack_projections(precision, false);
 }
 
-void Model::pack_projections(DecodePrecision precision, bool release) {
-  const auto products = projection_products(config_, layer_configs_, tensors_);
+namespace {
+
+// An empty pack with room for every product (pointers into it stay valid as products are added).
+std::shared_ptr<DecodePack> empty_pack(
+    DecodePrecision precision, const std::vector<std::tuple<size_t, int64_t, int64_t>>& products) {
   auto pack = std::make_shared<DecodePack>();
   pack->precision = precision;
   size_t total = 0;
@@ -209,59 +215,114 @@ void Model::pack_projections(DecodePrecision precision, bool release) {
     pack->f16.reserve(total);
   else
     pack->bf16.reserve(total);
-  size_t offset = 0;
-  for (auto [index, N, K] : products) {
-    PackedProjection p{N, K, nullptr, nullptr, nullptr};
-    const float* w = params_.tensor(index);
-    const size_t n = packed_weight_elements(N, K);
-    if (precision == DecodePrecision::F32) {
-      pack->f32.resize(offset + n);
-      pack_weights(w, N, K, K, pack->f32.data() + offset);
-      p.f32 = pack->f32.data() + offset;
-    } else if (precision == DecodePrecision::F16) {
-      for (int64_t i = 0; i < N * K; ++i)
-        RETNET_CHECK(std::fabs(w[i]) <= 65504.f,
-                     "weight {} of '{}' is {}: outside the f16 range; use bf16 or f32", i,
-                     params_.layout()[index].name, w[i]);
-      pack->f16.resize(offset + n);
-      pack_weights_f16(w, N, K, K, pack->f16.data() + offset);
-      p.f16 = pack->f16.data() + offset;
-    } else {
-      pack->bf16.resize(offset + n);
-      pack_weights_bf16(w, N, K, K, pack->bf16.data() + offset);
-      p.bf16 = pack->bf16.data() + offset;
-    }
-    pack->by_tensor[index] = p;
-    offset += n;
-    if (release) {
-      params_.release_pages(params_.layout()[index].offset, static_cast<size_t>(N * K));
-      // The product spans adjacent tensors (q|k|v|g, fc1|gate): all of them are gone.
-      const size_t end = params_.layout()[index].offset + static_cast<size_t>(N * K);
-      for (size_t i = index; i < params_.layout().size() && params_.layout()[i].offset < end; ++i)
-        released_[i] = true;
-    }
+  return pack;
+}
+
+}  // namespace
+
+void Model::pack_product(DecodePack& pack, size_t index, int64_t N, int64_t K, size_t& offset,
+                         bool release) {
+  const DecodePrecision precision = pack.precision;
+  PackedProjection p{N, K, nullptr, nullptr, nullptr};
+  const float* w = params_.tensor(index);
+  const size_t n = packed_weight_elements(N, K);
+  if (precision == DecodePrecision::F32) {
+    pack.f32.resize(offset + n);
+    pack_weights(w, N, K, K, pack.f32.data() + offset);
+    p.f32 = pack.f32.data() + offset;
+  } else if (precision == DecodePrecision::F16) {
+    for (int64_t i = 0; i < N * K; ++i)
+      RETNET_CHECK(std::fabs(w[i]) <= 65504.f,
+                   "weight {} of '{}' is {}: outside the f16 range; use bf16 or f32", i,
+                   params_.layout()[index].name, w[i]);
+    pack.f16.resize(offset + n);
+    pack_weights_f16(w, N, K, K, pack.f16.data() + offset);
+    p.f16 = pack.f16.data() + offset;
+  } else {
+    pack.bf16.resize(offset + n);
+    pack_weights_bf16(w, N, K, K, pack.bf16.data() + offset);
+    p.bf16 = pack.bf16.data() + offset;
   }
-  if (release && precision != DecodePrecision::F32) {
-    const size_t e = tensors_.embed, n = params_.layout()[e].numel;
-    const float* w = params_.tensor(e);
-    PackedProjection p{config_.vocab_size, config_.embed_dim, nullptr, nullptr, nullptr};
-    if (precision == DecodePrecision::F16) {
-      for (size_t i = 0; i < n; ++i)
-        RETNET_CHECK(std::fabs(w[i]) <= 65504.f,
-                     "weight {} of '{}' is {}: outside the f16 range; use bf16 or f32", i,
-                     params_.layout()[e].name, w[i]);
-      pack->embed_f16.resize(n);
-      for (size_t i = 0; i < n; ++i) pack->embed_f16[i] = float_to_half(w[i]);
-      p.f16 = pack->embed_f16.data();
-    } else {
-      pack->embed_bf16.resize(n);
-      for (size_t i = 0; i < n; ++i) pack->embed_bf16[i] = BFloat16{float_to_bf16(w[i])};
-      p.bf16 = pack->embed_bf16.data();
-    }
-    pack->by_tensor[e] = p;
+  pack.by_tensor[index] = p;
+  offset += n;
+  if (release) {
+    params_.release_pages(params_.layout()[index].offset, static_cast<size_t>(N * K));
+    // The product spans adjacent tensors (q|k|v|g, fc1|gate): all of them are gone.
+    const size_t end = params_.layout()[index].offset + static_cast<size_t>(N * K);
+    for (size_t i = index; i < params_.layout().size() && params_.layout()[i].offset < end; ++i)
+      released_[i] = true;
+  }
+}
+
+void Model::pack_half_embedding(DecodePack& pack, bool release) {
+  const size_t e = tensors_.embed, n = params_.layout()[e].numel;
+  const float* w = params_.tensor(e);
+  PackedProjection p{config_.vocab_size, config_.embed_dim, nullptr, nullptr, nullptr};
+  if (pack.precision == DecodePrecision::F16) {
+    for (size_t i = 0; i < n; ++i)
+      RETNET_CHECK(std::fabs(w[i]) <= 65504.f,
+                   "weight {} of '{}' is {}: outside the f16 range; use bf16 or f32", i,
+                   params_.layout()[e].name, w[i]);
+    pack.embed_f16.resize(n);
+    for (size_t i = 0; i < n; ++i) pack.embed_f16[i] = float_to_half(w[i]);
+    p.f16 = pack.embed_f16.data();
+  } else {
+    pack.embed_bf16.resize(n);
+    for (size_t i = 0; i < n; ++i) pack.embed_bf16[i] = BFloat16{float_to_bf16(w[i])};
+    p.bf16 = pack.embed_bf16.data();
+  }
+  pack.by_tensor[e] = p;
+  if (release) {
     params_.release_pages(params_.layout()[e].offset, n);
     released_[e] = true;
   }
+}
+
+void Model::pack_projections(DecodePrecision precision, bool release) {
+  const auto products = projection_products(config_, layer_configs_, tensors_);
+  auto pack = empty_pack(precision, products);
+  size_t offset = 0;
+  for (auto [index, N, K] : products) pack_product(*pack, index, N, K, offset, release);
+  // A tied embedding is looked up in the LM head's panels (its by_tensor entry is the head's);
+  // an untied one, with released weights in f16/bf16, gets a row-major copy in that type.
+  const bool tied = tensors_.embed == tensors_.output_projection;
+  if (release && precision != DecodePrecision::F32 && !tied) pack_half_embedding(*pack, true);
+  packed_ = std::move(pack);
+}
+
+void Model::prepare_inference(DecodePrecision precision, const TensorSource& source) {
+  require_complete_weights("preparing the weights again");
+  RETNET_CHECK(params_.sole_holder() && params_.owns_memory(),
+               "loading weights into a model while preparing it needs a buffer of its own");
+  const auto products = projection_products(config_, layer_configs_, tensors_);
+  const ParamLayout& layout = params_.layout();
+  // Each product is packed once its last tensor is filled (its tensors are adjacent).
+  std::unordered_map<size_t, std::tuple<size_t, int64_t, int64_t>> ending_at;
+  for (const auto& product : products) {
+    const auto [index, N, K] = product;
+    size_t last = index;
+    const size_t end = layout[index].offset + static_cast<size_t>(N * K);
+    while (last + 1 < layout.size() && layout[last + 1].offset < end) ++last;
+    ending_at[last] = product;
+  }
+  auto pack = empty_pack(precision, products);
+  released_.assign(layout.size(), false);
+  const bool tied = tensors_.embed == tensors_.output_projection;
+  const std::string config = config_.to_json();
+  uint64_t hash = fnv1a(config.data(), config.size());  // as model_fingerprint, tensor by tensor
+  size_t offset = 0;
+  for (size_t i = 0; i < layout.size(); ++i) {
+    float* w = params_.tensor(i);
+    source(i, w);
+    hash = fnv1a(w, layout[i].numel * sizeof(float), hash);
+    if (auto it = ending_at.find(i); it != ending_at.end()) {
+      const auto [index, N, K] = it->second;
+      pack_product(*pack, index, N, K, offset, true);
+    }
+    if (i == tensors_.embed && !tied && precision != DecodePrecision::F32)
+      pack_half_embedding(*pack, true);
+  }
+  fingerprint_ = hash;
   packed_ = std::move(pack);
 }
 

@@ -56,14 +56,16 @@ void check_rel_pos_buffers(const SafetensorsFile& file, const std::string& prefi
 
 namespace {
 
+// A directory, loaded whole (no `precision`) or for inference in `precision`.
 Model load_directory(const std::string& path, const std::optional<Config>& config_override,
-                     LoadInfo* info) {
+                     LoadInfo* info, const std::optional<DecodePrecision>& precision = {}) {
   RETNET_CHECK(is_hf_directory(path), "'{}' is a directory without a config.json", path);
   RETNET_CHECK(!config_override, "'{}': a model directory carries its config.json; --config-json "
                                  "is for single files",
                path);
   HfLoadInfo hi;
-  Model model = load_hf_directory(path, &hi);
+  Model model = precision ? load_hf_directory_for_inference(path, *precision, &hi)
+                          : load_hf_directory(path, &hi);
   if (info) {
     info->flavour = hf_flavour_name(hi.hf.flavour);
     info->weight_files = hi.weight_files;
@@ -92,6 +94,23 @@ Model load_model(const std::string& path, const std::optional<Config>& config_ov
     info->load_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return model;
+}
+
+Model load_model_for_inference(const std::string& path, const std::optional<Config>& config,
+                               DecodePrecision precision, LoadInfo* info) {
+  const auto start = std::chrono::steady_clock::now();
+  std::error_code ec;
+  std::optional<Model> model;
+  if (std::filesystem::is_directory(path, ec)) {
+    model.emplace(load_directory(path, config, info, precision));
+  } else {
+    model.emplace(load_file(path, config, info));
+    model->prepare_inference(precision);
+  }
+  if (info)
+    info->load_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return std::move(*model);
 }
 
 namespace {

@@ -22,11 +22,15 @@ State::State(const Config& config, int64_t b)
       data(static_cast<size_t>(b * config.state_floats_per_sequence()), 0.f),
       positions(static_cast<size_t>(b), 0) {
   if (config.cache_floats_per_token() > 0) {
-    // Only the layers that keep tokens have a cache (a hybrid model's attention layers); they
-    // cache alike (Config::validate).
-    for (int64_t l = 0; l < config.layers; ++l)
-      cache.layers += config.layer_mixer(l).keeps_tokens ? 1 : 0;
-    cache.floats_per_token = config.cache_floats_per_token() / cache.layers;
+    // Only the layers that keep tokens have a cache (a hybrid model's attention layers), each
+    // with its own row width.
+    for (int64_t l = 0; l < config.layers; ++l) {
+      const Config c = config.layer(l);
+      if (!c.mixer->cache_floats_per_token_per_layer) continue;
+      cache.row_floats.push_back(c.mixer->cache_floats_per_token_per_layer(c));
+      ++cache.layers;
+    }
+    cache.floats_per_token = config.cache_floats_per_token();
     cache.sequences = b;
     cache.storage.resize(static_cast<size_t>(cache.layers));
   }
@@ -62,16 +66,18 @@ void State::remove(int64_t b, int64_t active) {
 }
 
 int64_t State::snapshot_floats(int64_t b) const {
-  return floats_per_sequence + (cache.empty() ? 0 : cache.layers * positions[b] * cache.floats_per_token);
+  return floats_per_sequence + (cache.empty() ? 0 : positions[b] * cache.floats_per_token);
 }
 
 void State::snapshot(int64_t b, float* out) const {
   copy_floats(out, sequence(b), floats_per_sequence);
   out += floats_per_sequence;
   if (cache.empty()) return;
-  const size_t rows = static_cast<size_t>(positions[b] * cache.floats_per_token);
-  for (int64_t l = 0; l < cache.layers; ++l, out += rows)
-    copy_floats(out, cache.block(l, b), static_cast<int64_t>(rows));
+  for (int64_t l = 0; l < cache.layers; ++l) {
+    const int64_t rows = positions[b] * cache.row_floats[l];
+    copy_floats(out, cache.block(l, b), rows);
+    out += rows;
+  }
 }
 
 void State::restore(int64_t b, const float* in, int64_t position) {
@@ -81,16 +87,19 @@ void State::restore(int64_t b, const float* in, int64_t position) {
   positions[b] = position;
   if (cache.empty()) return;
   cache.reserve(position);
-  const size_t rows = static_cast<size_t>(position * cache.floats_per_token);
-  for (int64_t l = 0; l < cache.layers; ++l, in += rows)
-    copy_floats(cache.block(l, b), in, static_cast<int64_t>(rows));
+  for (int64_t l = 0; l < cache.layers; ++l) {
+    const int64_t rows = position * cache.row_floats[l];
+    copy_floats(cache.block(l, b), in, rows);
+    in += rows;
+  }
 }
 
 void TokenCache::reserve(int64_t tokens) {
   if (empty() || tokens <= capacity) return;
   const int64_t grown = std::max({tokens, 2 * capacity, int64_t{16}});
-  const size_t row = static_cast<size_t>(floats_per_token);
-  for (auto& layer : storage) {
+  for (size_t l = 0; l < storage.size(); ++l) {
+    std::vector<float>& layer = storage[l];
+    const size_t row = static_cast<size_t>(row_floats[l]);
     std::vector<float> next(static_cast<size_t>(sequences * grown) * row);
     for (int64_t b = 0; b < sequences && capacity > 0; ++b)
       std::memcpy(next.data() + b * grown * row, layer.data() + b * capacity * row,
@@ -104,7 +113,7 @@ void TokenCache::copy_sequence(int64_t from, int64_t to, int64_t rows) {
   if (empty() || from == to || rows <= 0) return;
   for (int64_t l = 0; l < layers; ++l)
     std::memmove(block(l, to), block(l, from),
-                 static_cast<size_t>(rows * floats_per_token) * sizeof(float));
+                 static_cast<size_t>(rows * row_floats[l]) * sizeof(float));
 }
 
 size_t TokenCache::bytes() const {

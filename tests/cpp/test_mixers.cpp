@@ -63,6 +63,11 @@ std::vector<MixerCase> mixer_cases() {
     "rotary": "half_split", "attention": {"rope_theta": 500},
     "mixer": ["attention", "retention",
               {"mixer": "attention", "heads": 1, "rope_theta": 50, "window_size": 5}])")});
+  // Attention layers that cache different widths (one kv head for four query heads; two heads
+  // of their own widths), around retention.
+  cases.push_back({"hybrid_attention_widths", hybrid_config(R"("decoder_layers": 3,
+    "mixer": [{"mixer": "attention", "heads": 4, "kv_heads": 1}, "retention",
+              {"mixer": "attention", "heads": 2, "value_dim": 8}])")});
   // Two constant-state mixers: every form, chunkwise training included.
   cases.push_back({"hybrid_retention_rwkv",
                    hybrid_config(R"("decoder_layers": 2, "mixer": ["rwkv", "retention"])")});

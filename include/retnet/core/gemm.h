@@ -50,6 +50,11 @@ void packed_gemm_nt_f16(int64_t M, int64_t N, int64_t K, const float* A, int64_t
 void pack_weights_bf16(const float* weights, int64_t N, int64_t K, int64_t ldw, BFloat16* out);
 void packed_gemm_nt_bf16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                          const BFloat16* packed, float beta, float* C, int64_t ldc);
+// Row n of a packed matrix W [N, K] (its element k sits at panel n/16, lane n%16) into out[K],
+// times `scale`: a tied embedding looks its rows up in the LM head's panels.
+void packed_row(const float* packed, int64_t K, int64_t n, float scale, float* out);
+void packed_row(const uint16_t* packed, int64_t K, int64_t n, float scale, float* out);
+void packed_row(const BFloat16* packed, int64_t K, int64_t n, float scale, float* out);
 // Naive double-accumulating products over packed weights (any M), for tests.
 void packed_gemm_nt_reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                               const float* packed, float beta, float* C, int64_t ldc);

@@ -55,8 +55,9 @@ size_t attention_backward_workspace_floats(int64_t B, int64_t T, int64_t H, int6
 void attention_backward(const AttentionGradArgs& args, Arena& arena);
 
 // ---- KV cache -----------------------------------------------------------------------------
-// One contiguous block per sequence: `capacity` token rows, row t = keys [H, Dk] then values
-// [H, Dv] of token t. Token-major, so the first n tokens are a prefix of the block: saving or
+// One contiguous block per sequence: `capacity` token rows, row t = keys [Hkv, Dk] then values
+// [Hkv, Dv] of token t (Hkv: the kv heads, each shared by H / Hkv query heads; Hkv = H without
+// grouping; the functions below that take H mean the cached heads, Hkv). Token-major, so the first n tokens are a prefix of the block: saving or
 // restoring a sequence is one memcpy of attention_cache_floats(H, Dk, Dv, n) floats, and growing
 // the capacity keeps every row where it is within its block.
 inline int64_t attention_cache_floats(int64_t H, int64_t Dk, int64_t Dv, int64_t tokens) {
@@ -80,14 +81,16 @@ void attention_cache_reserve(AttentionCache& cache, std::vector<float>& storage,
 // Scratch floats attention_step takes from the arena (independent of the cache length).
 size_t attention_step_workspace_floats(int64_t B, int64_t H, int64_t Dv);
 
-// One new token per sequence (q, k, v, out: [B, 1, H, D]): appends k, v to each sequence's cache
+// One new token per sequence (q, out: [B, 1, H, D]; k, v: [B, 1, Hkv, D] with Hkv dividing H,
+// query head h reading kv head h / (H / Hkv)): appends k, v to each sequence's cache
 // and attends over its length + 1 cached tokens. Flash-decoding: each sequence's tokens are split
 // across threads (all heads read together from each cache row), partial softmaxes merged.
 void attention_step(const TensorView& q, const TensorView& k, const TensorView& v,
                     const TensorView& out, AttentionCache& cache, Arena& arena,
                     int64_t window = 0);
 
-// T new tokens per sequence ([B, T, H, D]), continuing from what the cache holds: appends k, v
+// T new tokens per sequence (q, out [B, T, H, D]; k, v [B, T, Hkv, D] as attention_step's),
+// continuing from what the cache holds: appends k, v
 // and runs the tiled forward with queries at positions length[b] .. length[b] + T - 1. Prefill in
 // chunks equals one prefill. Scratch: attention_workspace_floats(T, Dk, Dv, tile).
 void attention_prefill(const TensorView& q, const TensorView& k, const TensorView& v,

@@ -72,6 +72,9 @@ struct ModelSettings {
   // num_kv_heads: query head h reads kv head h / (heads / kv_heads)).
   int64_t kv_heads = 0;
   QkFeatureMap feature_map = QkFeatureMap::None;  // "feature_map": applied to q and k
+  // "share_decoder_input_output_embed" (torchscale's name; Hugging Face's tie_word_embeddings):
+  // the LM head is the embedding matrix, one tensor used twice (its gradient sums both uses).
+  bool tie_embeddings = false;
 };
 
 struct Config : ModelSettings {
@@ -122,6 +125,8 @@ struct Config : ModelSettings {
   // Throws Error naming the first inconsistency (dims not divisible by heads, odd d_k, ...).
   void validate() const;
   int64_t parameter_count() const;
+  // Parameters of the embedding and the LM head: vocab x d once when tied, else twice.
+  int64_t vocabulary_parameters() const { return (tie_embeddings ? 1 : 2) * vocab_size * embed_dim; }
   // Whether the mixer's output is gated by a projection g (its spec, and output_gate).
   // Of a single-mixer config (a hybrid model's: layer(l).gated()).
   bool gated() const { return mixer->gated && output_gate; }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "retnet/model/config.h"
+#include "retnet/model/model.h"
 
 namespace retnet {
 
@@ -61,6 +62,12 @@ struct HfLoadInfo {
 // Loads a directory: every tensor by name, dtype and shape (F32, F16, BF16; converted to float32),
 // every value finite. Errors name the file and the tensor or key.
 Model load_hf_directory(const std::string& dir, HfLoadInfo* info = nullptr);
+
+// Loads a directory for inference only: as load_hf_directory then Model::prepare_inference, but
+// tensor by tensor (read, converted, packed in `precision`, released), never a whole float32 copy:
+// the resident set stays near the packed weights' bytes during and after loading.
+Model load_hf_directory_for_inference(const std::string& dir, DecodePrecision precision,
+                                      HfLoadInfo* info = nullptr);
 
 // Writes `model` as a directory in a flavour (config.json, model.safetensors in F32 or BF16 with
 // the flavour's names, generation_config.json), atomically per file; `tokenizer_files` (name ->

@@ -2,6 +2,7 @@
 // The RetNet language model (torchscale's RetNetDecoder): its config and its parameters in one
 // buffer under torchscale's state_dict names. Forward passes are in forward.h, files in model_io.h.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -102,6 +103,15 @@ class Model {
   // exporting need the originals: they fail with an Error afterwards. When the buffer's storage
   // is shared with another Model (a copy), nothing is released (the copy would lose its weights).
   void prepare_inference(DecodePrecision precision);
+  // Writes tensor `index` of the layout's float32 values into `out` (a loader reading a file).
+  using TensorSource = std::function<void(size_t index, float* out)>;
+  // prepare_inference for a model whose buffer does not hold its weights yet (zeros, untouched:
+  // no memory): tensors are filled from `source` one at a time in layout order, and each
+  // projection is packed and its float32 pages released as soon as its tensors are in (the
+  // embedding too, in f16/bf16). Loading so never holds a whole float32 copy: the resident set
+  // peaks at the packed weights plus one projection in float32. Same result and fingerprint as
+  // filling the buffer and calling prepare_inference(precision).
+  void prepare_inference(DecodePrecision precision, const TensorSource& source);
   // Whether every float32 parameter is still present (false after prepare_inference released some).
   bool weights_complete() const { return released_.empty(); }
   // Throws an Error saying `what` needs the float32 weights if some were released.
@@ -129,6 +139,11 @@ class Model {
   uint64_t fingerprint_ = 0;          // taken before releasing (model_fingerprint reads it then)
   [[noreturn]] void throw_released(size_t index) const;
   void pack_projections(DecodePrecision precision, bool release);
+  // Parts of pack_projections: one product (first tensor, N, K) at `offset` of the pack, and the
+  // f16/bf16 row-major embedding, each optionally releasing its float32 pages.
+  void pack_product(DecodePack& pack, size_t index, int64_t N, int64_t K, size_t& offset,
+                    bool release);
+  void pack_half_embedding(DecodePack& pack, bool release);
   friend uint64_t model_fingerprint(const Model& model);
 };
 

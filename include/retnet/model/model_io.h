@@ -32,6 +32,12 @@ struct LoadInfo {
 Model load_model(const std::string& path, const std::optional<Config>& config = std::nullopt,
                  LoadInfo* info = nullptr);
 
+// load_model, then Model::prepare_inference(precision), for inference only. A Hugging Face
+// directory is read tensor by tensor into the packed weights (load_hf_directory_for_inference), so
+// loading never holds a whole float32 copy; load_seconds counts both steps.
+Model load_model_for_inference(const std::string& path, const std::optional<Config>& config,
+                               DecodePrecision precision, LoadInfo* info = nullptr);
+
 // Writes the model atomically, with the config and the format version in the metadata, plus
 // `extra_metadata` (such as the tokenizer's entries, text/tokenizer.h).
 void save_model(const Model& model, const std::string& path,

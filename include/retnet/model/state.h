@@ -11,18 +11,22 @@
 namespace retnet {
 
 // What the mixers that keep every token (attention, aft) keep of each earlier token: per layer one
-// block per sequence (of the layers that keep tokens: a hybrid model's attention layers) of `capacity` token rows of `floats_per_token` floats (keys, then values).
-// The first position[b] rows of sequence b's blocks are filled. Grows by doubling (amortised O(1)
-// per token, no allocation while there is room), so its memory grows with the longest sequence.
+// block per sequence (of the layers that keep tokens: a hybrid model's attention layers) of
+// `capacity` token rows of that layer's row_floats[l] floats (keys, then values; layers may differ:
+// an attention layer with fewer kv heads caches less). The first position[b] rows of sequence b's
+// blocks are filled. Grows by doubling (amortised O(1) per token, no allocation while there is
+// room), so its memory grows with the longest sequence.
 struct TokenCache {
-  int64_t layers = 0, floats_per_token = 0, sequences = 0, capacity = 0;
-  std::vector<std::vector<float>> storage;  // per layer [sequences, capacity, floats_per_token]
+  int64_t layers = 0, sequences = 0, capacity = 0;
+  int64_t floats_per_token = 0;      // all layers together
+  std::vector<int64_t> row_floats;   // per layer
+  std::vector<std::vector<float>> storage;  // per layer [sequences, capacity, row_floats[l]]
   bool empty() const { return floats_per_token == 0; }
   float* block(int64_t layer, int64_t b) {
-    return storage[layer].data() + b * capacity * floats_per_token;
+    return storage[layer].data() + b * capacity * row_floats[layer];
   }
   const float* block(int64_t layer, int64_t b) const {
-    return storage[layer].data() + b * capacity * floats_per_token;
+    return storage[layer].data() + b * capacity * row_floats[layer];
   }
   // Room for `tokens` rows per sequence; keeps every filled row.
   void reserve(int64_t tokens);

@@ -117,7 +117,8 @@ void run_query_tiles(const Dims& d, int64_t tile, Arena& arena, Operands operand
 }
 
 // ---- KV cache --------------------------------------------------------------------------------
-int64_t cache_row(const Dims& d) { return d.H * (d.Dk + d.Dv); }
+// A cached token: its kv heads' keys [Hkv, Dk], then values [Hkv, Dv].
+int64_t cache_row(const Dims& d) { return d.Hkv * (d.Dk + d.Dv); }
 
 void check_room(const AttentionCache& cache, const Dims& d, const char* what) {
   RETNET_CHECK(cache.data != nullptr && cache.length != nullptr,
@@ -137,20 +138,21 @@ void append_to_cache(const TensorView& k, const TensorView& v, const AttentionCa
     float* block = cache.data + b * cache.capacity * row;
     for (int64_t t = 0; t < d.T; ++t) {
       float* dst = block + (cache.length[b] + t) * row;
-      for (int64_t h = 0; h < d.H; ++h) {
+      for (int64_t h = 0; h < d.Hkv; ++h) {
         std::memcpy(dst + h * d.Dk, &k.at(b, t, h, 0), d.Dk * sizeof(float));
-        std::memcpy(dst + d.H * d.Dk + h * d.Dv, &v.at(b, t, h, 0), d.Dv * sizeof(float));
+        std::memcpy(dst + d.Hkv * d.Dk + h * d.Dv, &v.at(b, t, h, 0), d.Dv * sizeof(float));
       }
     }
   }
 }
 
-// The cached keys and values of head h of sequence b: rows cache_row(d) floats apart.
+// The cached keys and values that query head h of sequence b reads (its kv head's): rows
+// cache_row(d) floats apart.
 const float* cache_keys(const AttentionCache& c, const Dims& d, int64_t b, int64_t h) {
-  return c.data + b * c.capacity * cache_row(d) + h * d.Dk;
+  return c.data + b * c.capacity * cache_row(d) + (h / d.groups()) * d.Dk;
 }
 const float* cache_values(const AttentionCache& c, const Dims& d, int64_t b, int64_t h) {
-  return c.data + b * c.capacity * cache_row(d) + d.H * d.Dk + h * d.Dv;
+  return c.data + b * c.capacity * cache_row(d) + d.Hkv * d.Dk + (h / d.groups()) * d.Dv;
 }
 
 // ---- decode: flash-decoding over the token-major cache ------------------------------------
@@ -168,7 +170,7 @@ int64_t partial_floats(const Dims& d) { return d.H * (d.Dv + 2); }
 template <typename Query>
 void decode_range(Query q, const float* rows, const Dims& d, int64_t begin, int64_t end,
                   float* scores, float* partial) {
-  const int64_t row = cache_row(d), W = d.Dv + 2;
+  const int64_t row = cache_row(d), W = d.Dv + 2, G = d.groups();
   const float scale = 1.f / std::sqrt(static_cast<float>(d.Dk));
   for (int64_t h = 0; h < d.H; ++h) {
     std::fill(partial + h * W, partial + h * W + d.Dv, 0.f);
@@ -180,7 +182,7 @@ void decode_range(Query q, const float* rows, const Dims& d, int64_t begin, int6
     for (int64_t j = 0; j < n; ++j) {
       const float* keys = rows + (j0 + j) * row;
       for (int64_t h = 0; h < d.H; ++h)
-        scores[h * kDecodeBlock + j] = scale * dot(q(h), keys + h * d.Dk, d.Dk);
+        scores[h * kDecodeBlock + j] = scale * dot(q(h), keys + (h / G) * d.Dk, d.Dk);
     }
     for (int64_t h = 0; h < d.H; ++h) {
       float* acc = partial + h * W;
@@ -195,10 +197,10 @@ void decode_range(Query q, const float* rows, const Dims& d, int64_t begin, int6
       }
     }
     for (int64_t j = 0; j < n; ++j) {
-      const float* values = rows + (j0 + j) * row + d.H * d.Dk;
+      const float* values = rows + (j0 + j) * row + d.Hkv * d.Dk;
       for (int64_t h = 0; h < d.H; ++h) {
         float* acc = partial + h * W;
-        const float* v = values + h * d.Dv;
+        const float* v = values + (h / G) * d.Dv;
         const float p = scores[h * kDecodeBlock + j];
 #pragma omp simd
         for (int64_t c = 0; c < d.Dv; ++c) acc[c] += p * v[c];
@@ -289,7 +291,7 @@ size_t attention_step_workspace_floats(int64_t B, int64_t H, int64_t Dv) {
 
 void attention_step(const TensorView& q, const TensorView& k, const TensorView& v,
                     const TensorView& out, AttentionCache& cache, Arena& arena, int64_t window) {
-  const Dims d = check_dims(q, k, v, out, "attention_step");
+  const Dims d = check_dims(q, k, v, out, "attention_step", true);
   RETNET_CHECK(d.T == 1, "attention_step takes one token per sequence, got {}", d.T);
   if (d.B == 0 || d.H == 0) return;
   check_room(cache, d, "attention_step");
@@ -319,7 +321,7 @@ void attention_step(const TensorView& q, const TensorView& k, const TensorView& 
 void attention_prefill(const TensorView& q, const TensorView& k, const TensorView& v,
                        const TensorView& out, AttentionCache& cache, Arena& arena, int64_t tile,
                        int64_t window) {
-  const Dims d = check_dims(q, k, v, out, "attention_prefill");
+  const Dims d = check_dims(q, k, v, out, "attention_prefill", true);
   RETNET_CHECK(tile >= 1, "attention_prefill: tile must be at least 1, got {}", tile);
   if (d.B == 0 || d.T == 0 || d.H == 0) return;
   check_room(cache, d, "attention_prefill");

@@ -5,7 +5,8 @@
 // AttentionOptions; the cache keeps every token, the window limits what a query reads):
 //   out = attention(rot(q + b_q), rot(k + b_k), v + b_v)
 // Training runs the tiled online-softmax kernel; decoding keeps every key and value in the
-// state's token cache (rows of [H, d_k] keys then [H, d_v] values, the kernel's layout).
+// state's token cache (rows of [kv heads, d_k] keys then [kv heads, d_v] values, the kernel's
+// layout: a kv head is cached once for its whole group of query heads).
 #include <algorithm>
 
 #include "../mixer_layer.h"
@@ -134,9 +135,9 @@ class AttentionMixer final : public SavedRegionsMixer<saved_sizes> {
     if (p.saved) sv = carve(p.saved, c, B * T);
     float* o = p.saved ? sv.o : p.out;
     const TensorView q = head_view(p.proj, B, T, c.heads, col.P, c.key_dim());
-    const HeadKv kv = head_kv(c, p.proj, B, T, arena);
     const TensorView out = head_output_view(o, B, T, c);
     if (!p.cache) {  // from an empty sequence (training, or a parallel pass without a state)
+      const HeadKv kv = head_kv(c, p.proj, B, T, arena);
       AttentionArgs a;
       a.q = q, a.k = kv.k, a.v = kv.v, a.out = out;
       a.logsumexp = p.saved ? sv.lse : nullptr;
@@ -144,6 +145,10 @@ class AttentionMixer final : public SavedRegionsMixer<saved_sizes> {
       attention_forward(a, arena);
       return o;
     }
+    // The cache keeps each kv head once; its kernels share it across the query group.
+    const int64_t Hkv = c.kv_head_count();
+    const HeadKv kv{head_view(p.proj + col.q, B, T, Hkv, col.P, c.key_dim()),
+                    head_view(p.proj + col.q + col.k, B, T, Hkv, col.P, c.head_value_dim())};
     AttentionCache cache = pass_cache<AttentionCache>(p, arena);
     if (is_decode_step(p))
       attention_step(q, kv.k, kv.v, out, cache, arena, c.attention.window_size);
@@ -205,9 +210,8 @@ void zero_bias(const Config&, int64_t, uint64_t, float* w, int64_t n) {
   std::fill(w, w + n, 0.f);
 }
 
-// Every token's keys [H, d_k] and values [H, d_v].
-// (kv_heads: every query head's, as the kernels read them.)
-int64_t attention_cache_floats(const Config& c) { return c.qk_width() + c.value_embed_dim; }
+// Every token's keys [kv heads, d_k] and values [kv heads, d_v] (each kv head once).
+int64_t attention_cache_floats(const Config& c) { return c.k_width() + c.v_width(); }
 
 // Scores and values over the earlier tokens (mean_context).
 double attention_core_flops(const Config& c, int64_t T, Form form, int64_t) {
