@@ -16,8 +16,10 @@ if [ "${RETNET_SKIP_SANITIZERS:-0}" != "1" ]; then
     -DRETNET_BUILD_BENCHMARKS=OFF
   # OpenBLAS and libgomp are not instrumented; leak checks would report their one-time buffers.
   # The mpirun tests run in the release pass only: OpenMPI is not instrumented either, and the
-  # trainer they drive is the one the unit tests check here.
+  # trainer they drive is the one the unit tests check here. So do the Node.js tests (the npm
+  # clients, Chromium, the JS template reference): they check protocols and text, and the server
+  # they talk to runs instrumented in the server tests.
   ASAN_OPTIONS=detect_leaks=0 ctest --test-dir build-asan --output-on-failure --parallel "$JOBS" \
-    -L unit -LE "python|mpi" --timeout 900
+    -L unit -LE "python|mpi|js" --timeout 900
 fi
 echo "== all tests passed"
