@@ -9,6 +9,7 @@
 #include "retnet/core/finite_check.h"
 #include "retnet/core/gemm.h"
 #include "retnet/core/parallel.h"
+#include "retnet/core/quant.h"
 #include "retnet/ops/activation.h"
 #include "retnet/ops/rmsnorm.h"
 #include "retnet/ops/rotation.h"
@@ -26,6 +27,8 @@ void project(const Model& model, size_t w, int64_t M, int64_t N, int64_t K, cons
                           (M <= kSkinnyMaxRows || !p->f32 || !model.weights_complete());
   if (!use_packed)
     sgemm(Trans::No, Trans::Yes, M, N, K, 1.f, x, ldx, model.param(w), K, beta, y, ldy);
+  else if (p->quant)
+    quant_gemm_nt(p->quant_type, M, N, K, x, ldx, p->quant, beta, y, ldy);
   else if (p->f16)
     packed_gemm_nt_f16(M, N, K, x, ldx, p->f16, beta, y, ldy);
   else if (p->bf16)

@@ -9,6 +9,7 @@
 #include "retnet/core/error.h"
 #include "retnet/core/safetensors.h"
 #include "retnet/model/hf_directory.h"
+#include "retnet/model/quant_io.h"
 #include "retnet/ops/rotation.h"
 
 namespace retnet {
@@ -121,6 +122,11 @@ Model load_file(const std::string& path, const std::optional<Config>& config_ove
     config = Config::from_json(c->second, path + " (metadata config)");
   }
   config.validate();
+  if (meta.count(kQuantizationKey)) {  // projections stored quantised (`retnet quantize`)
+    Model model = load_quantized_file(file, config, li);
+    if (info) *info = li;
+    return model;
+  }
 
   // fairseq checkpoints prefix every name with "decoder.".
   std::string prefix;
