@@ -48,9 +48,10 @@ std::vector<int32_t> tokens_of(int64_t T, int64_t vocab) {
   return t;
 }
 
-// The stated bounds, max |logit - f32 logit| / max |f32 logit| (random init, 40 tokens; measured
-// about 3x below: 4-bit blocks keep 16 levels, so they are 16x coarser than 8-bit ones).
-double logit_bound(DecodePrecision p) { return p == DecodePrecision::Q8_0 ? 0.02 : 0.2; }
+// The stated bounds, max |logit - f32 logit| / max |f32 logit| over every mixer (random init, 40
+// tokens, int8 activations; measured at most 0.022 for q8_0 and 0.20 for q4_0: 4-bit blocks keep
+// 16 levels, 16x coarser than 8-bit ones).
+double logit_bound(DecodePrecision p) { return p == DecodePrecision::Q8_0 ? 0.05 : 0.4; }
 
 }  // namespace
 
@@ -85,7 +86,9 @@ TEST(QuantModel, DecodingFollowsPrefillAndBatchedSequencesEqualSingleOnes) {
     Model m = Model::init(quant_config(), 9);
     m.prepare_inference(p);
     const auto all = logits_of(m, tokens);
-    Session alone(m), both(m);
+    SessionOptions two;
+    two.capacity = 2;
+    Session alone(m), both(m, two);
     alone.add_sequence();
     both.add_sequence();
     both.add_sequence();
