@@ -116,7 +116,9 @@ void register_info(CLI::App& app) {
                                                : "retnet format v1";
     std::printf("model:        %s (%s, %s %s)\n", o->model.c_str(), layout.c_str(),
                 li.source_dtype.c_str(),
-                li.zero_copy ? "memory-mapped, zero copy" : "converted to float32 on load");
+                li.zero_copy  ? "memory-mapped, zero copy"
+                : quantised   ? "quantised blocks, the rest float32"
+                              : "converted to float32 on load");
     if (o->dtype.empty())
       std::printf("loaded in:    %.3f s; resident memory %s\n", li.load_seconds,
                   human_bytes(rss).c_str());
