@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "bench_common.h"
@@ -14,6 +15,7 @@
 #include "retnet/core/process_memory.h"
 #include "retnet/infer/session.h"
 #include "retnet/model/model_io.h"
+#include "retnet/model/quant_io.h"
 
 namespace retnet::cli {
 namespace {
@@ -68,47 +70,52 @@ double decode_bytes_per_token(const Model& m, double bytes_per_weight) {
 }
 
 struct BenchModelOptions {
-  std::string model, weights = "f32", json;
+  std::string model, json;
+  std::vector<std::string> dtypes = {"f32"};
   std::vector<int64_t> prefill = {512, 4096};
   int64_t decode = 1000;
   int reps = 3, threads = 0;
 };
 
-void run(const BenchModelOptions& o) {
-  apply_threads(o.threads);
+// Loads the model, prepares it in `dtype` and measures it; the read bandwidth is the run's.
+nlohmann::ordered_json run_dtype(const BenchModelOptions& o, const std::string& dtype,
+                                 double bandwidth) {
   nlohmann::ordered_json out;
-  out["machine"] = machine_json();
   LoadInfo li;
-  const DecodePrecision precision = parse_decode_precision(o.weights, "--dtype");
-  // Loaded straight into the packed weights (a directory: tensor by tensor); the peak resident
-  // set of the process so far is the load's.
-  Model model = load_model_for_inference(o.model, std::nullopt, precision, &li);
+  // Loaded straight into the packed weights (a directory: tensor by tensor; a quantised file in
+  // its own type); the peak resident set of the process so far is the load's.
+  Model model = load_model_for_inference(o.model, std::nullopt,
+                                         parse_decode_precision(dtype, "--dtype"), &li);
   const Config& c = model.config();
   const int64_t rss_load = current_rss_bytes(), rss_peak = peak_rss_bytes();
   const double prepare_s = 0;  // part of the load
   const int64_t rss_ready = rss_load;
-  const bool half = precision != DecodePrecision::F32;
-  // The bytes of the weights in the chosen dtype: the unit of the RSS goal.
+  const DecodePrecision precision = model.decode_precision();
+  const std::string weights = decode_precision_name(precision);
+  const bool quantised = decode_quant_type(precision).has_value();
+  // The bytes of the weights as held: the unit of the RSS goal. Quantised: the blocks (and a head
+  // kept in f32) plus the float32 rest (embedding, norms).
+  int64_t projection_params = 0;
+  for (auto [index, K] : model.projection_tensors())
+    projection_params += static_cast<int64_t>(std::as_const(model).params().layout()[index].numel);
   const double weight_bytes =
-      static_cast<double>(model.parameter_count() * decode_precision_bytes(precision));
-  std::printf("model %s: %lld parameters, stored %s (%s)\n", o.model.c_str(),
-              (long long)model.parameter_count(), li.source_dtype.c_str(),
+      quantised ? static_cast<double>(model.packed_bytes() +
+                                      4 * (model.parameter_count() - projection_params))
+                : static_cast<double>(model.parameter_count() * decode_precision_bytes(precision));
+  std::printf("== %s\nmodel %s: %lld parameters, stored %s (%s)\n", weights.c_str(),
+              o.model.c_str(), (long long)model.parameter_count(), li.source_dtype.c_str(),
               human_bytes(double(li.stored_bytes)).c_str());
   std::printf(
       "load into %s %.3f s: peak RSS %s = %.2fx, RSS after %s = %.2fx the weights in "
       "%s (%s)\n",
-      o.weights.c_str(), li.load_seconds, human_bytes(double(rss_peak)).c_str(),
+      weights.c_str(), li.load_seconds, human_bytes(double(rss_peak)).c_str(),
       rss_peak / weight_bytes, human_bytes(double(rss_ready)).c_str(), rss_ready / weight_bytes,
-      o.weights.c_str(), human_bytes(weight_bytes).c_str());
-  out["model"] = {{"path", o.model},
-                  {"parameters", model.parameter_count()},
-                  {"stored_dtype", li.source_dtype},
-                  {"stored_bytes", li.stored_bytes},
-                  {"load_seconds", li.load_seconds},
-                  {"rss_after_load_bytes", rss_load},
-                  {"dtype", o.weights},
-                  {"prepare_seconds", prepare_s},
-                  {"weight_bytes_in_dtype", weight_bytes},
+      weights.c_str(), human_bytes(weight_bytes).c_str());
+  out["model"] = {{"path", o.model}, {"parameters", model.parameter_count()},
+                  {"stored_dtype", li.source_dtype}, {"stored_bytes", li.stored_bytes},
+                  {"load_seconds", li.load_seconds}, {"rss_after_load_bytes", rss_load},
+                  {"dtype", weights}, {"bits_per_weight", decode_precision_bits(precision)},
+                  {"prepare_seconds", prepare_s}, {"weight_bytes_in_dtype", weight_bytes},
                   {"rss_after_prepare_bytes", rss_ready},
                   {"peak_rss_during_load_bytes", rss_peak},
                   {"peak_rss_during_load_over_weight_bytes", rss_peak / weight_bytes},
@@ -139,8 +146,10 @@ void run(const BenchModelOptions& o) {
   }
   out["prefill"] = prefill;
 
-  const double bandwidth = read_bandwidth(o.reps);
-  const double bytes = decode_bytes_per_token(model, half ? 2.0 : 4.0);
+  // Quantised: the blocks every step streams (packed_bytes) and one embedding row.
+  const double bytes =
+      quantised ? static_cast<double>(model.packed_bytes()) + 4.0 * static_cast<double>(c.embed_dim)
+                : decode_bytes_per_token(model, precision == DecodePrecision::F32 ? 4.0 : 2.0);
   Session s(model);
   s.add_sequence();
   const std::vector<int32_t> prompt = bench_tokens(16, c.vocab_size, 3);
@@ -160,12 +169,39 @@ void run(const BenchModelOptions& o) {
               100 * tps / roofline);
   std::printf("RSS after decoding: %s = %.2fx the weights in %s (%s)\n",
               human_bytes(double(rss_decoded)).c_str(), rss_decoded / weight_bytes,
-              o.weights.c_str(), human_bytes(weight_bytes).c_str());
+              weights.c_str(), human_bytes(weight_bytes).c_str());
   out["decode"] = {{"tokens", o.decode}, {"tokens_per_s", tps},
                    {"read_bandwidth_bytes_per_s", bandwidth}, {"bytes_per_token", bytes},
                    {"roofline_tokens_per_s", roofline}, {"fraction_of_roofline", tps / roofline},
                    {"rss_after_decoding_bytes", rss_decoded},
                    {"rss_after_decoding_over_weight_bytes", rss_decoded / weight_bytes}};
+  return out;
+}
+
+void run(const BenchModelOptions& o) {
+  apply_threads(o.threads);
+  nlohmann::ordered_json out;
+  out["machine"] = machine_json();
+  const double bandwidth = read_bandwidth(o.reps);
+  std::vector<nlohmann::ordered_json> runs;
+  for (const std::string& dtype : o.dtypes) runs.push_back(run_dtype(o, dtype, bandwidth));
+  if (runs.size() == 1) {  // one dtype: the layout this command always wrote
+    for (auto& [key, value] : runs[0].items()) out[key] = value;
+  } else {
+    // Several: each one's results, and decode speed relative to the first, from the same run.
+    const double first = runs[0]["decode"]["tokens_per_s"].get<double>();
+    std::printf("\n%-6s %12s %12s %10s %12s\n", "dtype", "bits/weight", "decode t/s",
+                "vs first", "of roofline");
+    for (auto& r : runs) {
+      const double tps = r["decode"]["tokens_per_s"].get<double>();
+      r["decode"]["speedup_over_first"] = tps / first;
+      std::printf("%-6s %12.2f %12.2f %9.2fx %11.0f%%\n",
+                  r["model"]["dtype"].get<std::string>().c_str(),
+                  r["model"]["bits_per_weight"].get<double>(), tps, tps / first,
+                  100 * r["decode"]["fraction_of_roofline"].get<double>());
+    }
+    out["runs"] = runs;
+  }
   if (!o.json.empty()) write_json(o.json, out);
 }
 
@@ -178,7 +214,13 @@ void register_bench_model(CLI::App* bench) {
       "GEMM ceiling, batch-1 decode tokens/s against the memory-bandwidth roofline (weight bytes "
       "per token / a STREAM-like read bandwidth), both measured in the same run");
   cmd->add_option("--model,-m", o->model, "Model .safetensors file or directory")->required();
-  add_inference_dtype_option(cmd, o->weights);
+  cmd->add_option("--dtype,--weights", o->dtypes,
+                  "Weights used for inference: f32, bf16, f16, q8_0, q4_1, q4_0; several "
+                  "(comma-separated) are measured one after another in the same run, with decode "
+                  "speed relative to the first")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0", "q4_0", "q4_1"}))
+      ->capture_default_str();
   cmd->add_option("--prefill", o->prefill, "Prompt lengths to time")->capture_default_str();
   add_checked(cmd, "--decode", o->decode, "Tokens to decode", integer_at_least(1));
   add_bench_run_options(cmd, o->reps, o->threads, o->json);

@@ -1,6 +1,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <utility>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -24,9 +25,9 @@ void register_info(CLI::App& app) {
                   "Tokens a sequence has consumed, for its state size (default 1024)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   cmd->add_option("--dtype", o->dtype,
-                  "Also prepare the weights for inference in f32, bf16 or f16 and report the "
-                  "time and resident memory after it")
-      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+                  "Also prepare the weights for inference in f32, bf16, f16, q8_0, q4_1 or q4_0 "
+                  "and report the time and resident memory after it")
+      ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0", "q4_0", "q4_1"}));
   cmd->callback([o] {
     LoadInfo li;
     // With --dtype the weights are read straight into the packed copy (part of the load time).
@@ -55,6 +56,14 @@ void register_info(CLI::App& app) {
     } catch (const Error& e) {
       tokenizer_problem = e.what();
     }
+    // Quantised projections (a quantised file, or --dtype q*): their bits per weight and the
+    // bytes of every weight as held (the rest stays float32).
+    const bool quantised = model.decode_prepared() &&
+                           decode_quant_type(model.decode_precision()).has_value();
+    int64_t projection_params = 0;
+    for (auto [index, K] : model.projection_tensors())
+      projection_params += static_cast<int64_t>(std::as_const(model).params().layout()[index].numel);
+    const int64_t held_bytes = model.packed_bytes() + 4 * (params - projection_params);
     const std::string source =
         !li.flavour.empty() ? li.flavour : li.torchscale ? "torchscale" : "retnet";
     if (o->json) {
@@ -86,6 +95,14 @@ void register_info(CLI::App& app) {
       j["load_seconds"] = li.load_seconds;
       j["rss_bytes"] = static_cast<int64_t>(rss);
       j["peak_rss_bytes"] = static_cast<int64_t>(peak);
+      if (quantised)
+        j["quantization"] = {
+            {"type", decode_precision_name(model.decode_precision())},
+            {"bits_per_weight", decode_precision_bits(model.decode_precision())},
+            {"lm_head", model.head_kept_f32() ? "f32" : decode_precision_name(model.decode_precision())},
+            {"projection_bytes", model.packed_bytes()},
+            {"weight_bytes", held_bytes},
+            {"bits_per_parameter", 8.0 * double(held_bytes) / double(params)}};
       if (!o->dtype.empty())
         j["inference"] = {{"dtype", o->dtype},
                           {"prepare_seconds", prepare_s},
@@ -100,7 +117,9 @@ void register_info(CLI::App& app) {
                                                : "retnet format v1";
     std::printf("model:        %s (%s, %s %s)\n", o->model.c_str(), layout.c_str(),
                 li.source_dtype.c_str(),
-                li.zero_copy ? "memory-mapped, zero copy" : "converted to float32 on load");
+                li.zero_copy  ? "memory-mapped, zero copy"
+                : quantised   ? "quantised blocks, the rest float32"
+                              : "converted to float32 on load");
     if (o->dtype.empty())
       std::printf("loaded in:    %.3f s; resident memory %s (peak %s)\n", li.load_seconds,
                   human_bytes(rss).c_str(), human_bytes(peak).c_str());
@@ -141,6 +160,14 @@ void register_info(CLI::App& app) {
     std::printf("parameters:   %lld (%s as float32; stored %s in %s)\n", (long long)params,
                 human_bytes(4.0 * params).c_str(), human_bytes(double(li.stored_bytes)).c_str(),
                 li.source_dtype.c_str());
+    if (quantised)
+      std::printf("quantised:    projections in %s (%.1f bits per weight%s): %s; with the float32 "
+                  "embedding and norms %s, %.2f bits per parameter\n",
+                  decode_precision_name(model.decode_precision()),
+                  decode_precision_bits(model.decode_precision()),
+                  model.head_kept_f32() ? ", LM head float32" : "",
+                  human_bytes(double(model.packed_bytes())).c_str(),
+                  human_bytes(double(held_bytes)).c_str(), 8.0 * double(held_bytes) / double(params));
     if (c.cache_floats_per_token() > 0 && state > 0)
       std::printf(
           "state:        %s per sequence constant (%lld floats) plus a cache of %s per token "

@@ -16,6 +16,7 @@ namespace retnet::cli {
 void register_init(CLI::App& app);
 void register_info(CLI::App& app);
 void register_export(CLI::App& app);
+void register_quantize(CLI::App& app);
 void register_logits(CLI::App& app);
 void register_demo(CLI::App& app);
 void register_grad(CLI::App& app);

@@ -47,13 +47,19 @@ CLI::Option* add_inference_dtype_option(CLI::App* cmd, std::string& dtype) {
   return cmd
       ->add_option("--dtype,--weights", dtype,
                    "Weights used for inference: f32 (exact), bf16 or f16 (half the memory and "
-                   "bytes per token, float32 accumulation; norms and states stay float32)")
-      ->check(CLI::IsMember({"f32", "bf16", "f16"}))
+                   "bytes per token, float32 accumulation; norms and states stay float32), "
+                   "q8_0, q4_1 or q4_0 (blocks of 32 quantised at load: 8.5, 5 and 4.5 bits per "
+                   "weight). A file written by `retnet quantize` is used in its own type")
+      ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0", "q4_0", "q4_1"}))
       ->capture_default_str();
 }
 
 void prepare_for_inference(Model& model, const std::string& dtype, bool only_if_half) {
   const DecodePrecision p = parse_decode_precision(dtype, "--dtype");
+  if (!model.weights_complete()) {  // a quantised file: prepared in its own type at load
+    prepare_loaded_for_inference(model, p, "--dtype");
+    return;
+  }
   if (only_if_half && p == DecodePrecision::F32) return;
   model.prepare_inference(p);
 }

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   retnet::cli::register_init(app);
   retnet::cli::register_info(app);
   retnet::cli::register_export(app);
+  retnet::cli::register_quantize(app);
   retnet::cli::register_logits(app);
   retnet::cli::register_demo(app);
   retnet::cli::register_grad(app);

@@ -45,8 +45,9 @@ void register_serve(CLI::App& app) {
                   "tokenizer_config.json chat_template, else the default template; see "
                   "docs/chat-templates.md)");
   cmd->add_option("--dtype", o->dtype,
-                  "Weights inference reads: f32 (exact), bf16 or f16 (half the bytes per token)")
-      ->check(CLI::IsMember({"f32", "bf16", "f16"}))
+                  "Weights inference reads: f32 (exact), bf16 or f16 (half the bytes per token), "
+                  "q8_0, q4_1 or q4_0 (quantised at load); a quantised file is used in its type")
+      ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0", "q4_0", "q4_1"}))
       ->capture_default_str();
   cmd->add_flag("--no-ui", o->no_ui, "No chat page at / (404)");
   cmd->callback([o] { server::run_server(*o); });

@@ -64,7 +64,7 @@ void run_server(ServeOptions o) {
       load_model(o.model, o.config.empty() ? std::nullopt
                                            : std::optional<Config>(Config::from_file(o.config)));
   // One copy of the weights, in the chosen dtype (the float32 projections are released).
-  model.prepare_inference(parse_decode_precision(o.dtype, "--dtype"));
+  prepare_loaded_for_inference(model, parse_decode_precision(o.dtype, "--dtype"), "--dtype");
   std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(o.model);
   RETNET_CHECK(tokenizer->vocab_size() <= model.config().vocab_size,
                "the tokenizer has {} tokens but the model's vocabulary only {}",

@@ -38,7 +38,7 @@ ModelPtr load(const std::string& path, const py::object& dtype, const py::object
   // (NumPy/PyTorch spellings too), the float32 projections released as `--dtype` does.
   std::optional<DecodePrecision> precision;
   if (!dtype.is_none()) {
-    RETNET_CHECK(py::isinstance<py::str>(dtype), "dtype must be a string (f32, bf16, f16) or None");
+    RETNET_CHECK(py::isinstance<py::str>(dtype), "dtype must be a string (f32, bf16, f16, q8_0, q4_0, q4_1) or None");
     std::string d = dtype.cast<std::string>();
     if (d == "float32") d = "f32";
     if (d == "bfloat16") d = "bf16";
@@ -51,7 +51,7 @@ ModelPtr load(const std::string& path, const py::object& dtype, const py::object
   Model model = [&] {
     py::gil_scoped_release release;
     Model loaded = load_model(path, c);
-    if (precision) loaded.prepare_inference(*precision);
+    if (precision) prepare_loaded_for_inference(loaded, *precision, "dtype");
     tokenizer = load_model_tokenizer(path);
     return loaded;
   }();
@@ -262,7 +262,11 @@ void bind_model(py::module_& m) {
           py::arg("tokens"), py::arg("form") = "parallel", py::arg("chunk") = py::none(),
           "(loss, {parameter name: gradient array}) of the mean next-token loss.")
       .def(
-          "state_dict", [](const PyModel& p) { return named_arrays(p.model.params()); },
+          "state_dict",
+          [](const PyModel& p) {
+            p.model.require_complete_weights("state_dict");  // not released nor quantised
+            return named_arrays(p.model.params());
+          },
           "Copies of the parameters by torchscale name.")
       .def("__repr__", [](const PyModel& p) {
         const Config& c = p.model.config();

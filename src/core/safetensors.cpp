@@ -256,8 +256,8 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   };
   for (const auto& t : tensors) {
     const bool half = t.bf16 || t.as_bf16;
-    const size_t bytes = (half ? 2 : 4) * numel(t);
-    header[t.name] = {{"dtype", half ? "BF16" : "F32"},
+    const size_t bytes = (t.u8 ? 1 : half ? 2 : 4) * numel(t);
+    header[t.name] = {{"dtype", t.u8 ? "U8" : half ? "BF16" : "F32"},
                       {"shape", t.shape},
                       {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
@@ -275,7 +275,9 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
     std::vector<uint16_t> block;
     for (const auto& t : tensors) {
       const size_t n = numel(t);
-      if (t.bf16) {
+      if (t.u8) {
+        sink(reinterpret_cast<const char*>(t.u8), n);
+      } else if (t.bf16) {
         sink(reinterpret_cast<const char*>(t.bf16), 2 * n);
       } else if (t.as_bf16) {
         constexpr size_t kBlock = size_t{1} << 16;

@@ -10,6 +10,7 @@
 #include "retnet/core/finite_check.h"
 #include "retnet/core/gemm.h"
 #include "retnet/core/parallel.h"
+#include "retnet/core/quant.h"
 #include "retnet/ops/activation.h"
 #include "retnet/ops/rmsnorm.h"
 #include "retnet/ops/rotation.h"
@@ -27,6 +28,8 @@ void project(const Model& model, size_t w, int64_t M, int64_t N, int64_t K, cons
                           (M <= kSkinnyMaxRows || !p->f32 || !model.weights_complete());
   if (!use_packed)
     sgemm(Trans::No, Trans::Yes, M, N, K, 1.f, x, ldx, model.param(w), K, beta, y, ldy);
+  else if (p->quant)
+    quant_gemm_nt(p->quant_type, M, N, K, x, ldx, p->quant, beta, y, ldy);
   else if (p->f16)
     packed_gemm_nt_f16(M, N, K, x, ldx, p->f16, beta, y, ldy);
   else if (p->bf16)
@@ -116,11 +119,15 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
   const PackedProjection* half_embed = model.packed(w.embed);
   if (half_embed && w.embed == w.output_projection) {
     // A tied embedding is the LM head: its rows are read from the head's panels.
-    RETNET_CHECK(half_embed->f32 || half_embed->bf16 || half_embed->f16,
-                 "a tied embedding is read from the LM head packed in f32, bf16 or f16");
     parallel_for_if(N * d > 65536, N, [&](int64_t n) {
       float* row = x + n * d;
-      if (half_embed->f32)
+      if (half_embed->quant) {
+        const size_t row_bytes = quant_row_bytes(half_embed->quant_type, d);
+        dequantize_rows(half_embed->quant_type,
+                        half_embed->quant + static_cast<size_t>(tokens[n]) * row_bytes, 1, d, row,
+                        d);
+        for (int64_t i = 0; i < d; ++i) row[i] *= scale;
+      } else if (half_embed->f32)
         packed_row(half_embed->f32, d, tokens[n], scale, row);
       else if (half_embed->bf16)
         packed_row(half_embed->bf16, d, tokens[n], scale, row);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <tuple>
 #include <unordered_map>
 
@@ -144,6 +145,8 @@ struct DecodePack {
   // up, not multiplied: no panels); its by_tensor entry points here.
   std::vector<uint16_t> embed_f16;
   std::vector<BFloat16> embed_bf16;
+  std::vector<uint8_t> quant;  // the quantised precisions: every product's blocks, one after another
+  bool head_f32 = false;       // a quantised model whose LM head stays float32 (in f32)
   std::unordered_map<size_t, PackedProjection> by_tensor;
 };
 
@@ -151,11 +154,44 @@ DecodePrecision parse_decode_precision(const std::string& name, const std::strin
   if (name == "f32") return DecodePrecision::F32;
   if (name == "bf16") return DecodePrecision::BF16;
   if (name == "f16") return DecodePrecision::F16;
-  throw Error(fmt::format("{}: '{}' is not a weight dtype (expected f32, bf16 or f16)", option,
-                          name));
+  if (name == "q8_0") return DecodePrecision::Q8_0;
+  if (name == "q4_0") return DecodePrecision::Q4_0;
+  if (name == "q4_1") return DecodePrecision::Q4_1;
+  throw Error(fmt::format(
+      "{}: '{}' is not a weight dtype (expected f32, bf16, f16, q8_0, q4_0 or q4_1)", option, name));
+}
+
+std::optional<QuantType> decode_quant_type(DecodePrecision precision) {
+  switch (precision) {
+    case DecodePrecision::Q8_0:
+      return QuantType::Q8_0;
+    case DecodePrecision::Q4_0:
+      return QuantType::Q4_0;
+    case DecodePrecision::Q4_1:
+      return QuantType::Q4_1;
+    default:
+      return std::nullopt;
+  }
+}
+
+DecodePrecision decode_precision_of(QuantType type) {
+  switch (type) {
+    case QuantType::Q8_0:
+      return DecodePrecision::Q8_0;
+    case QuantType::Q4_0:
+      return DecodePrecision::Q4_0;
+    default:
+      return DecodePrecision::Q4_1;
+  }
+}
+
+double decode_precision_bits(DecodePrecision precision) {
+  if (const auto type = decode_quant_type(precision)) return quant_bits_per_weight(*type);
+  return 8.0 * static_cast<double>(decode_precision_bytes(precision));
 }
 
 const char* decode_precision_name(DecodePrecision precision) {
+  if (const auto type = decode_quant_type(precision)) return quant_type_name(*type);
   switch (precision) {
     case DecodePrecision::F16:
       return "f16";
@@ -167,6 +203,7 @@ const char* decode_precision_name(DecodePrecision precision) {
 }
 
 int64_t decode_precision_bytes(DecodePrecision precision) {
+  if (decode_quant_type(precision)) return 1;
   return precision == DecodePrecision::F32 ? 4 : 2;
 }
 
@@ -278,8 +315,15 @@ void Model::pack_half_embedding(DecodePack& pack, bool release) {
   }
 }
 
-void Model::pack_projections(DecodePrecision precision, bool release) {
+void Model::pack_projections(DecodePrecision precision, bool release, const QuantOptions& quant) {
   const auto products = projection_products(config_, layer_configs_, tensors_);
+  if (const auto type = decode_quant_type(precision)) {
+    auto pack = std::make_shared<DecodePack>();
+    pack->precision = precision;
+    pack_quantized(*type, products, release, quant, *pack);
+    packed_ = std::move(pack);
+    return;
+  }
   auto pack = empty_pack(precision, products);
   size_t offset = 0;
   for (auto [index, N, K] : products) pack_product(*pack, index, N, K, offset, release);
@@ -292,6 +336,13 @@ void Model::pack_projections(DecodePrecision precision, bool release) {
 
 void Model::prepare_inference(DecodePrecision precision, const TensorSource& source) {
   require_complete_weights("preparing the weights again");
+  if (decode_quant_type(precision)) {
+    // Quantising reads each product whole in float32: the buffer is filled first (the peak holds
+    // the float32 weights once), then quantised, releasing the originals.
+    for (size_t i = 0; i < params_.layout().size(); ++i) source(i, params_.tensor(i));
+    prepare_inference(precision);
+    return;
+  }
   RETNET_CHECK(params_.sole_holder() && params_.owns_memory(),
                "loading weights into a model while preparing it needs a buffer of its own");
   const auto products = projection_products(config_, layer_configs_, tensors_);
@@ -326,15 +377,99 @@ void Model::prepare_inference(DecodePrecision precision, const TensorSource& sou
   packed_ = std::move(pack);
 }
 
-void Model::prepare_inference(DecodePrecision precision) {
+// Quantises each product (or takes its stored blocks), releasing the float32 originals as it goes
+// like the other precisions. The LM head may stay float32, packed in panels.
+void Model::pack_quantized(QuantType type,
+                           const std::vector<std::tuple<size_t, int64_t, int64_t>>& products,
+                           bool release, const QuantOptions& quant, DecodePack& pack) {
+  const ParamLayout& layout = params_.layout();
+  auto keeps_f32 = [&](size_t index) {
+    return quant.keep_head_f32 && index == tensors_.output_projection;
+  };
+  size_t quant_bytes = 0, f32_elements = 0;
+  for (auto [index, N, K] : products) {
+    if (keeps_f32(index))
+      f32_elements += packed_weight_elements(N, K);
+    else
+      quant_bytes += static_cast<size_t>(N) * quant_row_bytes(type, K, layout[index].name);
+  }
+  pack.quant.reserve(quant_bytes);  // no reallocation below: the pointers taken stay valid
+  pack.f32.reserve(f32_elements);
+  pack.head_f32 = quant.keep_head_f32;
+  for (auto [index, N, K] : products) {
+    PackedProjection p{N, K, nullptr, nullptr, nullptr};
+    if (keeps_f32(index)) {
+      const size_t offset = pack.f32.size();
+      pack.f32.resize(offset + packed_weight_elements(N, K));
+      pack_weights(params_.tensor(index), N, K, K, pack.f32.data() + offset);
+      p.f32 = pack.f32.data() + offset;
+    } else {
+      const size_t row_bytes = quant_row_bytes(type, K, layout[index].name);
+      const size_t offset = pack.quant.size();
+      pack.quant.resize(offset + static_cast<size_t>(N) * row_bytes);
+      uint8_t* out = pack.quant.data() + offset;
+      if (quant.stored) {  // the product's tensors (q|k|v|g, fc1|gate), each stored on its own
+        for (int64_t row = 0, i = static_cast<int64_t>(index); row < N; ++i) {
+          const auto it = quant.stored->find(static_cast<size_t>(i));
+          RETNET_CHECK(it != quant.stored->end(), "tensor '{}' is not stored quantised",
+                       layout[static_cast<size_t>(i)].name);
+          const int64_t rows = static_cast<int64_t>(layout[static_cast<size_t>(i)].numel) / K;
+          RETNET_CHECK(it->second.size == static_cast<size_t>(rows) * row_bytes,
+                       "tensor '{}': {} bytes stored, but {} rows of {} values in {} take {}",
+                       layout[static_cast<size_t>(i)].name, it->second.size, rows, K,
+                       quant_type_name(type), static_cast<size_t>(rows) * row_bytes);
+          std::memcpy(out + static_cast<size_t>(row) * row_bytes, it->second.data,
+                      it->second.size);
+          row += rows;
+        }
+      } else {
+        quantize_rows(type, params_.tensor(index), N, K, K, out, layout[index].name);
+      }
+      p.quant = out;
+      p.quant_type = type;
+    }
+    pack.by_tensor[index] = p;
+    if (release) {
+      params_.release_pages(layout[index].offset, static_cast<size_t>(N * K));
+      const size_t end = layout[index].offset + static_cast<size_t>(N * K);
+      for (size_t i = index; i < layout.size() && layout[i].offset < end; ++i) released_[i] = true;
+    }
+  }
+}
+
+std::vector<std::pair<size_t, int64_t>> Model::projection_tensors() const {
+  const ParamLayout& layout = params_.layout();
+  std::vector<std::pair<size_t, int64_t>> out;
+  for (auto [index, N, K] : projection_products(config_, layer_configs_, tensors_)) {
+    const size_t end = layout[index].offset + static_cast<size_t>(N * K);
+    for (size_t i = index; i < layout.size() && layout[i].offset < end; ++i) out.emplace_back(i, K);
+  }
+  return out;
+}
+
+bool Model::head_kept_f32() const { return packed_ && packed_->head_f32; }
+
+void Model::prepare_inference(DecodePrecision precision, const QuantOptions& quant) {
   require_complete_weights("preparing the weights again");
-  if (!params_.sole_holder()) {  // a copy shares the storage: keep it intact
-    prepare_decode(precision);
+  RETNET_CHECK(!quant.stored || decode_quant_type(precision),
+               "stored quantised tensors need a quantised precision, not {}",
+               decode_precision_name(precision));
+  if (!params_.sole_holder() && !quant.stored) {  // a copy shares the storage: keep it intact
+    pack_projections(precision, false, quant);
     return;
   }
   fingerprint_ = model_fingerprint(*this);
+  if (quant.stored)  // the float32 buffer holds no projections: the stored blocks identify them
+    for (const auto& [index, bytes] : *quant.stored)
+      fingerprint_ = fnv1a(bytes.data, bytes.size, fingerprint_ ^ index);
   released_.assign(params_.layout().size(), false);
-  pack_projections(precision, true);  // reads the originals through params_, not param()
+  try {
+    pack_projections(precision, true, quant);  // reads the originals through params_, not param()
+  } catch (...) {  // refused before releasing anything (a width not a multiple of 32): unchanged
+    if (std::none_of(released_.begin(), released_.end(), [](bool r) { return r; }))
+      released_.clear();
+    throw;
+  }
 }
 
 DecodePrecision Model::decode_precision() const {
@@ -345,10 +480,15 @@ int64_t Model::packed_bytes() const {
   if (!packed_) return 0;
   return static_cast<int64_t>(packed_->f32.size() * sizeof(float) +
                               packed_->f16.size() * sizeof(uint16_t) +
-                              packed_->bf16.size() * sizeof(BFloat16));
+                              packed_->bf16.size() * sizeof(BFloat16) + packed_->quant.size());
 }
 
 void Model::require_complete_weights(const std::string& what) const {
+  if (!released_.empty() && decode_quant_type(decode_precision()))
+    throw Error(fmt::format(
+        "{} needs the float32 weights, but this model's projections are quantised ({}): their "
+        "float32 values were released or never stored; use the float32 model",
+        what, decode_precision_name(decode_precision())));
   RETNET_CHECK(released_.empty(),
                "{} needs the float32 weights, but this model was prepared for inference in {}: "
                "its float32 projections were released (load the model again without preparing "

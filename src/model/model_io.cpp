@@ -9,6 +9,7 @@
 #include "retnet/core/error.h"
 #include "retnet/core/safetensors.h"
 #include "retnet/model/hf_directory.h"
+#include "retnet/model/quant_io.h"
 #include "retnet/ops/rotation.h"
 
 namespace retnet {
@@ -105,7 +106,8 @@ Model load_model_for_inference(const std::string& path, const std::optional<Conf
     model.emplace(load_directory(path, config, info, precision));
   } else {
     model.emplace(load_file(path, config, info));
-    model->prepare_inference(precision);
+    // A quantised file comes prepared in its own type.
+    prepare_loaded_for_inference(*model, precision, "dtype");
   }
   if (info)
     info->load_seconds =
@@ -140,6 +142,11 @@ Model load_file(const std::string& path, const std::optional<Config>& config_ove
     config = Config::from_json(c->second, path + " (metadata config)");
   }
   config.validate();
+  if (meta.count(kQuantizationKey)) {  // projections stored quantised (`retnet quantize`)
+    Model model = load_quantized_file(file, config, li);
+    if (info) *info = li;
+    return model;
+  }
 
   // fairseq checkpoints prefix every name with "decoder.".
   std::string prefix;

@@ -89,6 +89,13 @@ double loss_and_gradients(const Model& model, const int32_t* tokens, const int32
   const StateView view{state, nullptr, B, c.state_floats_per_sequence(), nullptr, 0};
   detail::run_layers(model, tokens, B, T, nullptr, o.form, chunk, 0, arena, &view, acts);
   const ModelTensors& w = model.tensors();
+  if (!grads && !model.weights_complete()) {  // inference weights: the head's packed copy
+    const HeadProduct head = [&](const float* xn, int64_t R, float* logits) {
+      detail::project(model, w.output_projection, R, c.vocab_size, d, xn, d, false, logits,
+                      c.vocab_size);
+    };
+    return cross_entropy_with_head(acts.xn_f, head, targets, N, T, d, c.vocab_size, g.logits);
+  }
   const float* head = model.param(w.output_projection);
   if (!grads)
     return cross_entropy_with_head(acts.xn_f, head, targets, N, T, d, c.vocab_size, g.logits,

@@ -9,13 +9,17 @@
 
 namespace retnet {
 
-double cross_entropy_with_head(const float* xn, const float* W, const int32_t* targets, int64_t N,
-                               int64_t T, int64_t d, int64_t V, float* logits, float* dxn,
-                               float* dW) {
+namespace {
+
+// `product(r0, R)` writes the logits of rows r0..r0+R into `logits`.
+template <typename Product>
+double cross_entropy_blocks(const Product& product, const float* xn, const float* W,
+                            const int32_t* targets, int64_t N, int64_t T, int64_t d, int64_t V,
+                            float* logits, float* dxn, float* dW) {
   double total = 0;
   for (int64_t r0 = 0; r0 < N; r0 += kCrossEntropyBlock) {
     const int64_t R = std::min(kCrossEntropyBlock, N - r0);
-    sgemm(Trans::No, Trans::Yes, R, V, d, 1.f, xn + r0 * d, d, W, d, 0.f, logits, V);
+    product(r0, R);
     check_finite_rows(logits, R, V, V, {T, nullptr, 0, r0}, "the logits", -1, FLT_MAX);
     double block_loss = 0;
 #pragma omp parallel for schedule(static) reduction(+ : block_loss) if (R * V > 16384)
@@ -41,6 +45,23 @@ double cross_entropy_with_head(const float* xn, const float* W, const int32_t* t
     }
   }
   return total / static_cast<double>(N);
+}
+
+}  // namespace
+
+double cross_entropy_with_head(const float* xn, const float* W, const int32_t* targets, int64_t N,
+                               int64_t T, int64_t d, int64_t V, float* logits, float* dxn,
+                               float* dW) {
+  auto product = [&](int64_t r0, int64_t R) {
+    sgemm(Trans::No, Trans::Yes, R, V, d, 1.f, xn + r0 * d, d, W, d, 0.f, logits, V);
+  };
+  return cross_entropy_blocks(product, xn, W, targets, N, T, d, V, logits, dxn, dW);
+}
+
+double cross_entropy_with_head(const float* xn, const HeadProduct& head, const int32_t* targets,
+                               int64_t N, int64_t T, int64_t d, int64_t V, float* logits) {
+  auto product = [&](int64_t r0, int64_t R) { head(xn + r0 * d, R, logits); };
+  return cross_entropy_blocks(product, xn, nullptr, targets, N, T, d, V, logits, nullptr, nullptr);
 }
 
 }  // namespace retnet

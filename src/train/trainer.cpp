@@ -116,6 +116,7 @@ Model starting_model(const TrainOptions& o, const Tokenizer& tokenizer,
                "of '{}'",
                o.init_from);
   Model loaded = load_model(o.init_from);
+  loaded.require_complete_weights("training from '" + o.init_from + "'");  // not a quantised file
   RETNET_CHECK(loaded.config().vocab_size == tokenizer.vocab_size(),
                "'{}' has vocab_size {} but the tokenizer '{}' has {} tokens", o.init_from,
                loaded.config().vocab_size, tokenizer_spec, tokenizer.vocab_size());

@@ -51,6 +51,7 @@ struct TensorToWrite {
   const float* data = nullptr;
   const uint16_t* bf16 = nullptr;  // when set, the tensor is written as BF16 from these bits
   bool as_bf16 = false;            // write `data` as BF16 (rounded to nearest even while writing)
+  const uint8_t* u8 = nullptr;     // when set, the tensor is written as U8 bytes (quantised blocks)
 };
 
 // Writes float32 (or BF16) tensors in the given order, contiguously, with the data section 64-byte aligned.

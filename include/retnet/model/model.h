@@ -3,12 +3,16 @@
 // buffer under torchscale's state_dict names. Forward passes are in forward.h, files in model_io.h.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "retnet/core/half.h"
 #include "retnet/core/param_buffer.h"
+#include "retnet/core/quant.h"
 #include "retnet/model/config.h"
 
 namespace retnet {
@@ -37,11 +41,33 @@ ParamLayout make_param_layout(const Config& config, ModelTensors* indices = null
 
 // The element type of the projection matrices used for inference (`--dtype`): F32 exact, F16 and
 // BF16 half the bytes with float32 accumulation. Norms, embeddings, states stay float32.
-enum class DecodePrecision { F32, F16, BF16 };
-// "f32" | "bf16" | "f16" (what --dtype takes); anything else is an Error naming `option`.
+// Q8_0, Q4_0, Q4_1: ggml's blocks of 32 (retnet/core/quant.h), 8.5, 4.5 and 5 bits per weight;
+// the embedding and the other tensors stay float32.
+enum class DecodePrecision { F32, F16, BF16, Q8_0, Q4_0, Q4_1 };
+// "f32" | "bf16" | "f16" | "q8_0" | "q4_0" | "q4_1" (what --dtype takes); anything else is an
+// Error naming `option`.
 DecodePrecision parse_decode_precision(const std::string& name, const std::string& option);
 const char* decode_precision_name(DecodePrecision precision);
+// Whole bytes per weight (1 for the quantised types: see decode_precision_bits).
 int64_t decode_precision_bytes(DecodePrecision precision);
+double decode_precision_bits(DecodePrecision precision);
+// The block type of a quantised precision, nullopt for F32/F16/BF16.
+std::optional<QuantType> decode_quant_type(DecodePrecision precision);
+
+DecodePrecision decode_precision_of(QuantType type);
+
+// Bytes of quantised blocks held elsewhere (a mapped file).
+struct QuantBytes {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+};
+// What prepare_inference does for the quantised precisions.
+struct QuantOptions {
+  bool keep_head_f32 = false;  // the LM head stays float32 (panels), the rest is quantised
+  // Tensors stored quantised (a file written by `retnet quantize`): their blocks by tensor index,
+  // copied as they are; their float32 values in the buffer are not read.
+  const std::map<size_t, QuantBytes>* stored = nullptr;
+};
 
 // One projection (possibly several adjacent tensors used as one matrix [N, K]) packed for decoding.
 struct PackedProjection {
@@ -49,6 +75,8 @@ struct PackedProjection {
   const float* f32 = nullptr;      // set for DecodePrecision::F32
   const uint16_t* f16 = nullptr;   // set for DecodePrecision::F16
   const BFloat16* bf16 = nullptr;  // set for DecodePrecision::BF16
+  const uint8_t* quant = nullptr;  // set for the quantised precisions: N rows of blocks
+  QuantType quant_type = QuantType::Q8_0;
 };
 struct DecodePack;
 
@@ -102,7 +130,7 @@ class Model {
   // copy of its weights, in `precision`; prefill and decode both use it. Training, saving and
   // exporting need the originals: they fail with an Error afterwards. When the buffer's storage
   // is shared with another Model (a copy), nothing is released (the copy would lose its weights).
-  void prepare_inference(DecodePrecision precision);
+  void prepare_inference(DecodePrecision precision, const QuantOptions& quant = {});
   // Writes tensor `index` of the layout's float32 values into `out` (a loader reading a file).
   using TensorSource = std::function<void(size_t index, float* out)>;
   // prepare_inference for a model whose buffer does not hold its weights yet (zeros, untouched:
@@ -116,6 +144,11 @@ class Model {
   bool weights_complete() const { return released_.empty(); }
   // Throws an Error saying `what` needs the float32 weights if some were released.
   void require_complete_weights(const std::string& what) const;
+  // The tensors the projection products read (each layer's q, k, v, g, out, fc1, gate, fc2 and
+  // the LM head: what the quantised precisions quantise), by index, with their row length K.
+  std::vector<std::pair<size_t, int64_t>> projection_tensors() const;
+  // Whether the LM head is kept float32 in a quantised model.
+  bool head_kept_f32() const;
   // Bytes of the packed projections (0 before prepare_decode).
   int64_t packed_bytes() const;
   bool decode_prepared() const { return packed_ != nullptr; }
@@ -138,7 +171,10 @@ class Model {
   std::vector<bool> released_;       // per tensor, empty when none is released
   uint64_t fingerprint_ = 0;          // taken before releasing (model_fingerprint reads it then)
   [[noreturn]] void throw_released(size_t index) const;
-  void pack_projections(DecodePrecision precision, bool release);
+  void pack_projections(DecodePrecision precision, bool release, const QuantOptions& quant = {});
+  void pack_quantized(QuantType type,
+                      const std::vector<std::tuple<size_t, int64_t, int64_t>>& products,
+                      bool release, const QuantOptions& quant, DecodePack& pack);
   // Parts of pack_projections: one product (first tensor, N, K) at `offset` of the pack, and the
   // f16/bf16 row-major embedding, each optionally releasing its float32 pages.
   void pack_product(DecodePack& pack, size_t index, int64_t N, int64_t K, size_t& offset,

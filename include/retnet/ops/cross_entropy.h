@@ -3,6 +3,7 @@
 // kCrossEntropyBlock rows and never stored whole, and with gradients requested the backward runs
 // in the same pass: d xn = dlogits W, dW += dlogits^T xn, where dlogits = (softmax - onehot) / N.
 #include <cstdint>
+#include <functional>
 
 namespace retnet {
 
@@ -15,5 +16,11 @@ inline constexpr int64_t kCrossEntropyBlock = 256;
 double cross_entropy_with_head(const float* xn, const float* W, const int32_t* targets, int64_t N,
                                int64_t T, int64_t D, int64_t V, float* logits, float* dxn,
                                float* dW);
+
+// The loss alone, with the head's product given: head(xn rows [R, D], R, logits [R, V]). For a
+// head held only in an inference copy (f16/bf16 panels, quantised blocks).
+using HeadProduct = std::function<void(const float* xn, int64_t R, float* logits)>;
+double cross_entropy_with_head(const float* xn, const HeadProduct& head, const int32_t* targets,
+                               int64_t N, int64_t T, int64_t D, int64_t V, float* logits);
 
 }  // namespace retnet

@@ -1,0 +1,60 @@
+#pragma once
+// Block-quantised weights in the layouts llama.cpp and rwkv.cpp use (ggml's Q8_0, Q4_0, Q4_1): a
+// weight row of K values is cut into blocks of 32 consecutive values along K, each stored with its
+// own f16 scale (and, for Q4_1, an f16 minimum):
+//   Q8_0: f16 d, int8 q[32]                value = d * q                  34 bytes, 8.5 bits/weight
+//   Q4_0: f16 d, 16 bytes of nibbles       value = d * (nibble - 8)       18 bytes, 4.5 bits/weight
+//   Q4_1: f16 d, f16 m, 16 bytes nibbles   value = d * nibble + m         20 bytes, 5.0 bits/weight
+// Nibbles as ggml packs them: byte j holds value j in its low nibble and value j + 16 in its high
+// one. A quantised matrix [N, K] is N rows of K / 32 blocks, row-major; K must be a multiple of 32.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace retnet {
+
+enum class QuantType { Q8_0, Q4_0, Q4_1 };
+inline constexpr int64_t kQuantBlock = 32;  // weights per block
+
+// "q8_0" | "q4_0" | "q4_1"; anything else is an Error naming `option`.
+QuantType parse_quant_type(const std::string& name, const std::string& option);
+const char* quant_type_name(QuantType type);
+// Bytes of one block (34, 18, 20) and bits per weight (8.5, 4.5, 5).
+int64_t quant_block_bytes(QuantType type);
+double quant_bits_per_weight(QuantType type);
+// Bytes of one quantised row of K values; an Error naming `what` unless K is a positive multiple
+// of 32.
+size_t quant_row_bytes(QuantType type, int64_t K, const std::string& what = "a quantised matrix");
+
+// W [N, K] (row stride ldw) -> N * quant_row_bytes(type, K) bytes. Scales round to f16; values
+// round to nearest. Non-finite weights are an Error naming `what`.
+void quantize_rows(QuantType type, const float* W, int64_t N, int64_t K, int64_t ldw, uint8_t* out,
+                   const std::string& what = "weights");
+// The inverse: N rows of K float32 values (row stride ldo).
+void dequantize_rows(QuantType type, const uint8_t* q, int64_t N, int64_t K, float* out,
+                     int64_t ldo);
+
+// Which implementation computes the integer dot products of quant_gemm_nt. Best is chosen at run
+// time from the CPU (cpuid), so one binary serves every x86-64 machine.
+enum class QuantKernel { Scalar, Avx2, Avx512Vnni };
+const char* quant_kernel_name(QuantKernel kernel);
+bool quant_kernel_available(QuantKernel kernel);
+QuantKernel quant_kernel_best();
+
+// C[M,N] = A[M,K] W^T + beta C with W quantised [N, K]. Few rows (M <= kSkinnyMaxRows, decoding):
+// each row of A is quantised to int8 per block of 32 (ggml's Q8 activation path) and every C[m,n]
+// is an integer block dot product scaled in float, computed the same way whatever M is
+// (batch-invariant). Many rows (prefill): blocks of W are dequantised to float32 and multiplied by
+// sgemm with A in float32.
+void quant_gemm_nt(QuantType type, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                   const uint8_t* W, float beta, float* C, int64_t ldc);
+// The few-rows product with a chosen kernel, for any M (tests compare the ISA paths); an Error if
+// the CPU lacks it.
+void quant_gemm_nt_with(QuantKernel kernel, QuantType type, int64_t M, int64_t N, int64_t K,
+                        const float* A, int64_t lda, const uint8_t* W, float beta, float* C,
+                        int64_t ldc);
+// Naive reference: A in float32 times the dequantised W, accumulated in double.
+void quant_gemm_nt_reference(QuantType type, int64_t M, int64_t N, int64_t K, const float* A,
+                             int64_t lda, const uint8_t* W, float beta, float* C, int64_t ldc);
+
+}  // namespace retnet
