@@ -26,11 +26,7 @@ PYTHON=(python3 python3-dev python3-numpy pybind11-dev python3-pybind11 python3-
 # Multi-process training (`mpirun -np N retnet train`): CMake turns RETNET_MPI on when it finds it.
 MPI=(openmpi-bin libopenmpi-dev)
 TEST=(libgtest-dev libgmock-dev libbenchmark-dev python3 python3-numpy python3-torch nodejs npm
-<<<<<<< HEAD
-      "${PYTHON[@]}" python3-pytest "${MPI[@]}")
-=======
-      chromium "${PYTHON[@]}" python3-pytest)
->>>>>>> serve2
+      chromium "${PYTHON[@]}" python3-pytest "${MPI[@]}")
 BENCH=(libbenchmark-dev python3-matplotlib)
 
 groups=()
@@ -47,12 +43,8 @@ for g in "${groups[@]}"; do
     python) PACKAGES+=("${PYTHON[@]}") ;;
     mpi) PACKAGES+=("${MPI[@]}") ;;
     bench) PACKAGES+=("${BENCH[@]}") ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-<<<<<<< HEAD
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install-deps: unknown group '$g' (expected: runtime, test, bench, python, mpi)" >&2; exit 2 ;;
-=======
-    *) echo "install-deps: unknown group '$g' (expected: runtime, test, bench, python)" >&2; exit 2 ;;
->>>>>>> serve2
   esac
 done
 # Drop duplicates (libbenchmark-dev is in two groups), keeping the order.
