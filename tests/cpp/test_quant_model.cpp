@@ -76,6 +76,22 @@ TEST(QuantModel, LogitsOfEveryTypeStayWithinTheirBoundOfF32ForEveryMixer) {
   }
 }
 
+TEST(QuantModel, ATiedEmbeddingIsReadFromTheQuantisedHead) {
+  // Tied: the embedding is the LM head, so quantising the head releases the embedding's float32
+  // rows; the lookup dequantises the head's rows instead.
+  Config c = quant_config();
+  c.tie_embeddings = true;
+  const auto tokens = tokens_of(40, 256);
+  const auto reference = logits_of(Model::init(c, 5), tokens);
+  for (DecodePrecision p : kQuant) {
+    SCOPED_TRACE(decode_precision_name(p));
+    Model m = Model::init(c, 5);
+    m.prepare_inference(p);
+    EXPECT_FALSE(m.weights_complete());
+    EXPECT_TRUE(test::close(logits_of(m, tokens), reference, logit_bound(p)));
+  }
+}
+
 TEST(QuantModel, DecodingFollowsPrefillAndBatchedSequencesEqualSingleOnes) {
   // Prefill (80 rows: dequantised to sgemm) then decoding (int8 activations): the decoded logits
   // follow the parallel ones within the activations' rounding; a batch of two sequences decodes
