@@ -66,9 +66,9 @@ TEST(Communicator, SingleProcessIsOneRankWhoseCollectivesKeepTheInput) {
   EXPECT_EQ(gathered[1], -2.f);
   EXPECT_TRUE(test::throws_error_naming([&] { comm->broadcast(&y, sizeof y, 1); }, {"rank 1"}));
   // The exclusive scan of the only rank is the identity.
-  const float identity[4] = {1, 0, 0, 1};
+  const float identity[4] = {1, 0, 0, 1}, mine[4] = {2, 3, 4, 5};
   float out[4];
-  exclusive_scan(*comm, x.data(), out, 4, identity, matmul2);
+  exclusive_scan(*comm, mine, out, 4, identity, matmul2);
   EXPECT_EQ(std::vector<float>(out, out + 4), std::vector<float>(identity, identity + 4));
 }
 
