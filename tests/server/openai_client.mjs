@@ -2,28 +2,11 @@
 // and not, usage with cached tokens, an API key, and the client's own error for a bad request.
 //   node openai_client.mjs --retnet BIN --workdir DIR
 import { spawn, execFileSync } from 'node:child_process';
-import fs from 'node:fs';
-import net from 'node:net';
-import path from 'node:path';
 import OpenAI from 'openai';
 
-const args = Object.fromEntries(
-  process.argv.slice(2).reduce((acc, a, i, all) => (a.startsWith('--') ? [...acc, [a.slice(2), all[i + 1]]] : acc), []));
-fs.mkdirSync(args.workdir, { recursive: true });
-const failures = [];
-const check = (cond, what) => { if (!cond) { failures.push(what); console.log(`FAIL: ${what}`); } };
+import { args, check, failures, freePort, tinyModel } from './harness.mjs';
 
-const freePort = () => new Promise((resolve) => {
-  const s = net.createServer();
-  s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => resolve(port)); });
-});
-
-const cfg = path.join(args.workdir, 'tiny.json');
-fs.writeFileSync(cfg, JSON.stringify({ decoder_embed_dim: 32, decoder_value_embed_dim: 48,
-  decoder_retention_heads: 4, decoder_ffn_embed_dim: 40, decoder_layers: 2, vocab_size: 256,
-  recurrent_chunk_size: 8 }));
-const model = path.join(args.workdir, 'tiny.safetensors');
-execFileSync(args.retnet, ['init', '--config', cfg, '-o', model, '-s', '5'], { stdio: 'ignore' });
+const model = tinyModel();
 const generate = (prompt, n, extra = []) => JSON.parse(execFileSync(args.retnet,
   ['generate', '-m', model, '-p', prompt, '-n', String(n), '--json', ...extra],
   { stdio: ['ignore', 'pipe', 'ignore'] }).toString()).text;
