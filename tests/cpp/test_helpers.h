@@ -61,6 +61,15 @@ inline Config model_config(int64_t d, int64_t value_dim, int64_t heads, int64_t 
 
 // A two-layer model small enough for finite differences and file round trips.
 inline Config tiny_config() { return model_config(16, 24, 2, 20, 2, 30); }
+// A config with flash-linear-attention's RetNet conventions (half-split rotation, unnormalised
+// scores, learned head-norm weights, swish gate), the shape an fla directory round-trips.
+inline Config fla_conventions(Config c) {
+  c.rotary = RotaryStyle::HalfSplit;
+  c.normalize_scores = false;
+  c.head_norm_weight = true;
+  c.activation = Activation::Swish;
+  return c;
+}
 
 // A two-layer byte-vocabulary model with chunks of 8 for decoding tests (prefill in chunks, steps).
 inline Config small_decode_config() {

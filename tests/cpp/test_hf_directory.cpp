@@ -15,11 +15,7 @@ namespace fs = std::filesystem;
 namespace {
 
 Config fla_style_config() {
-  Config c = test::model_config(32, 64, 4, 96, 2, 256);
-  c.rotary = RotaryStyle::HalfSplit;
-  c.normalize_scores = false;
-  c.head_norm_weight = true;
-  c.activation = Activation::Swish;
+  Config c = test::fla_conventions(test::model_config(32, 64, 4, 96, 2, 256));
   c.key_embed_dim = 64;
   return c;
 }

@@ -20,11 +20,7 @@ namespace fs = std::filesystem;
 namespace {
 
 Config fla_config(int64_t d, int64_t layers, int64_t vocab, bool tied) {
-  Config c = test::model_config(d, 2 * d, 4, 2 * d, layers, vocab);
-  c.rotary = RotaryStyle::HalfSplit;
-  c.normalize_scores = false;
-  c.head_norm_weight = true;
-  c.activation = Activation::Swish;
+  Config c = test::fla_conventions(test::model_config(d, 2 * d, 4, 2 * d, layers, vocab));
   c.tie_embeddings = tied;
   return c;
 }

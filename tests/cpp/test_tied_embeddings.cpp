@@ -23,11 +23,7 @@ namespace fs = std::filesystem;
 namespace {
 
 Config tied_config() {
-  Config c = test::model_config(32, 64, 4, 96, 2, 200);
-  c.rotary = RotaryStyle::HalfSplit;
-  c.normalize_scores = false;
-  c.head_norm_weight = true;
-  c.activation = Activation::Swish;
+  Config c = test::fla_conventions(test::model_config(32, 64, 4, 96, 2, 200));
   c.tie_embeddings = true;
   return c;
 }
