@@ -20,12 +20,12 @@ using retnet::test::to_double;
 
 namespace {
 
-struct Problem {
+struct AftProblem {
   int64_t B, T, C, L;
   std::vector<float> q, k, v, bias;  // q, k, v [B, T, C] contiguous; bias [L]
 
-  Problem(int64_t b, int64_t t, int64_t c, int64_t l, uint64_t seed, double k_scale = 1.0,
-          double bias_scale = 1.0)
+  AftProblem(int64_t b, int64_t t, int64_t c, int64_t l, uint64_t seed, double k_scale = 1.0,
+             double bias_scale = 1.0)
       : B(b), T(t), C(c), L(l) {
     q = random_vector(B * T * C, seed, 2.0, 0);
     k = random_vector(B * T * C, seed, k_scale, 1);
@@ -68,8 +68,8 @@ struct Problem {
 };
 
 // The view of tokens [t0, t0 + n) of x ([B, T, C] contiguous).
-TensorView time_slice(std::vector<float>& x, int64_t B, int64_t T, int64_t C, int64_t t0,
-                      int64_t n) {
+TensorView aft_time_slice(std::vector<float>& x, int64_t B, int64_t T, int64_t C, int64_t t0,
+                          int64_t n) {
   return TensorView::contiguous(x.data(), {B, T, C}).slice(1, t0, t0 + n);
 }
 
@@ -87,7 +87,7 @@ TEST(AftForward, MatchesTheDoubleReference) {
                                   {2, 70, 130, 100, 200}}) {
     SCOPED_TRACE(::testing::Message()
                  << "B " << B << " T " << T << " C " << C << " L " << L << " tile " << tile);
-    Problem p(B, T, C, L, 100 + T);
+    AftProblem p(B, T, C, L, 100 + T);
     std::array<std::vector<float>, 3> saved;
     auto out = p.forward(tile, &saved);
     EXPECT_TRUE(close(out, p.reference(), 1e-5));
@@ -102,14 +102,14 @@ TEST(AftForward, LargeKeysAndBiasStayFinite) {
   // range. Then a case built against a factored exp(w - max w) exp(k - max k): the key with the
   // largest k sits where the bias is -50 and the nearest key, with bias +50, has k = -1000, so
   // each factor of the dominant term underflows on its own.
-  Problem p(2, 45, 9, 6, 7, 400.0, 50.0);
+  AftProblem p(2, 45, 9, 6, 7, 400.0, 50.0);
   for (float& x : p.bias) x = std::clamp(x, -50.f, 50.f);
   for (float& x : p.k) x = std::clamp(x, -1000.f, 1000.f);
   auto out = p.forward(8);
   for (float x : out) ASSERT_TRUE(std::isfinite(x));
   EXPECT_TRUE(close(out, p.reference(), 1e-5));
 
-  Problem f(1, 12, 3, 4, 8);
+  AftProblem f(1, 12, 3, 4, 8);
   f.bias = {50.f, -50.f, -50.f, -50.f};
   for (int64_t t = 0; t < f.T; ++t)
     for (int64_t c = 0; c < f.C; ++c) f.k[t * f.C + c] = (t % 2 == 0) ? 1000.f : -1000.f + c;
@@ -121,7 +121,7 @@ TEST(AftForward, LargeKeysAndBiasStayFinite) {
 TEST(AftForward, StridedViews) {
   // q, k, v interleaved in one [B, T, 3, C] buffer (a fused projection) and out with padded rows.
   const int64_t B = 2, T = 29, C = 12, L = 7, pad = 5;
-  Problem p(B, T, C, L, 11);
+  AftProblem p(B, T, C, L, 11);
   std::vector<float> qkv(B * T * 3 * C), out(B * T * (C + pad), NAN);
   for (int64_t r = 0; r < B * T; ++r)
     for (int64_t c = 0; c < C; ++c) {
@@ -160,7 +160,7 @@ TEST(AftForward, WorkspaceIsPerThreadTilesOnly) {
 }
 
 TEST(AftForward, RejectsBadInput) {
-  Problem p(1, 4, 8, 3, 3);
+  AftProblem p(1, 4, 8, 3, 3);
   std::vector<float> out(p.B * p.T * 4), saved(p.B * p.T * p.C);
   AftArgs a;
   a.q = p.view(p.q), a.k = p.view(p.k), a.v = p.view(p.v);
@@ -184,9 +184,9 @@ TEST(AftForward, RejectsBadInput) {
 namespace {
 
 // The definition in double, one sequence: q, k, v [T, C], bias [L] -> out [T, C].
-std::vector<double> forward_ref(const std::vector<double>& q, const std::vector<double>& k,
-                                const std::vector<double>& v, const std::vector<double>& bias,
-                                int64_t T, int64_t C) {
+std::vector<double> aft_forward_ref(const std::vector<double>& q, const std::vector<double>& k,
+                                    const std::vector<double>& v, const std::vector<double>& bias,
+                                    int64_t T, int64_t C) {
   const int64_t L = static_cast<int64_t>(bias.size());
   std::vector<double> out(T * C), e(T);
   for (int64_t n = 0; n < T; ++n)
@@ -204,10 +204,11 @@ std::vector<double> forward_ref(const std::vector<double>& q, const std::vector<
 }
 
 // Its gradient for the loss sum(out * d_out), written out from the softmax Jacobian.
-void backward_ref(const std::vector<double>& q, const std::vector<double>& k,
-                  const std::vector<double>& v, const std::vector<double>& bias,
-                  const std::vector<double>& d_out, int64_t T, int64_t C, std::vector<double>& dq,
-                  std::vector<double>& dk, std::vector<double>& dv, std::vector<double>& dbias) {
+void aft_backward_ref(const std::vector<double>& q, const std::vector<double>& k,
+                      const std::vector<double>& v, const std::vector<double>& bias,
+                      const std::vector<double>& d_out, int64_t T, int64_t C,
+                      std::vector<double>& dq, std::vector<double>& dk, std::vector<double>& dv,
+                      std::vector<double>& dbias) {
   const int64_t L = static_cast<int64_t>(bias.size());
   dq.assign(T * C, 0), dk.assign(T * C, 0), dv.assign(T * C, 0), dbias.assign(L, 0);
   std::vector<double> p(T);
@@ -233,7 +234,7 @@ void backward_ref(const std::vector<double>& q, const std::vector<double>& k,
 struct KernelGradients {
   std::vector<float> dq, dk, dv, dbias;
 };
-KernelGradients kernel_gradients(Problem& p, const std::vector<float>& d_out, int64_t tile,
+KernelGradients kernel_gradients(AftProblem& p, const std::vector<float>& d_out, int64_t tile,
                                  int calls = 1) {
   std::array<std::vector<float>, 3> saved;
   p.forward(tile, &saved);
@@ -262,9 +263,9 @@ TEST(AftBackward, ReferenceMatchesFiniteDifferences) {
   auto v = to_double(random_vector(T * C, 3)), bias = to_double(random_vector(L, 4));
   auto d_out = to_double(random_vector(T * C, 5));
   std::vector<double> dq, dk, dv, dbias;
-  backward_ref(q, k, v, bias, d_out, T, C, dq, dk, dv, dbias);
+  aft_backward_ref(q, k, v, bias, d_out, T, C, dq, dk, dv, dbias);
   auto loss = [&] {
-    auto o = forward_ref(q, k, v, bias, T, C);
+    auto o = aft_forward_ref(q, k, v, bias, T, C);
     double s = 0;
     for (size_t i = 0; i < o.size(); ++i) s += o[i] * d_out[i];
     return s;
@@ -277,7 +278,7 @@ TEST(AftBackward, KernelMatchesFiniteDifferences) {
   // The float kernels against central differences of the double definition, on every input:
   // two sequences (bias gradients sum over both), T > L, tiles that don't divide T.
   const int64_t B = 2, T = 11, C = 5, L = 4, tile = 4;
-  Problem p(B, T, C, L, 31);
+  AftProblem p(B, T, C, L, 31);
   auto d_out = random_vector(B * T * C, 32);
   const auto got = kernel_gradients(p, d_out, tile);
   auto q = to_double(p.q), k = to_double(p.k), v = to_double(p.v), bias = to_double(p.bias);
@@ -287,7 +288,7 @@ TEST(AftBackward, KernelMatchesFiniteDifferences) {
       auto part = [&](const std::vector<double>& x) {
         return std::vector<double>(x.begin() + b * T * C, x.begin() + (b + 1) * T * C);
       };
-      auto o = forward_ref(part(q), part(k), part(v), bias, T, C);
+      auto o = aft_forward_ref(part(q), part(k), part(v), bias, T, C);
       for (int64_t i = 0; i < T * C; ++i) s += o[i] * d_out[b * T * C + i];
     }
     return s;
@@ -310,14 +311,14 @@ TEST(AftBackward, MatchesTheDoubleGradient) {
         Case{1, 40, 8, 12, 16, 300, 20}}) {
     SCOPED_TRACE(::testing::Message()
                  << "B " << B << " T " << T << " C " << C << " L " << L << " tile " << tile);
-    Problem p(B, T, C, L, 50 + T, k_scale, bias_scale);
+    AftProblem p(B, T, C, L, 50 + T, k_scale, bias_scale);
     auto d_out = random_vector(B * T * C, 60 + T);
     std::vector<double> eq(p.q.size()), ek(p.k.size()), ev(p.v.size()), ebias(L, 0.0);
     for (int64_t b = 0; b < B; ++b) {
       std::vector<double> dq, dk, dv, dbias;
-      backward_ref(to_double(p.sequence(p.q, b)), to_double(p.sequence(p.k, b)),
-                   to_double(p.sequence(p.v, b)), to_double(p.bias),
-                   to_double(p.sequence(d_out, b)), T, C, dq, dk, dv, dbias);
+      aft_backward_ref(to_double(p.sequence(p.q, b)), to_double(p.sequence(p.k, b)),
+                       to_double(p.sequence(p.v, b)), to_double(p.bias),
+                       to_double(p.sequence(d_out, b)), T, C, dq, dk, dv, dbias);
       std::copy(dq.begin(), dq.end(), eq.begin() + b * T * C);
       std::copy(dk.begin(), dk.end(), ek.begin() + b * T * C);
       std::copy(dv.begin(), dv.end(), ev.begin() + b * T * C);
@@ -350,7 +351,7 @@ using OwnedCache = retnet::test::OwnedCache<AftCache>;
 
 TEST(AftCache, StepByStepEqualsTheForward) {
   const int64_t B = 2, T = 37, C = 20, L = 8;
-  Problem p(B, T, C, L, 21);
+  AftProblem p(B, T, C, L, 21);
   const auto want = p.forward(16);
   OwnedCache c(B);
   std::vector<float> out(B * T * C, NAN);
@@ -358,9 +359,9 @@ TEST(AftCache, StepByStepEqualsTheForward) {
   for (int64_t t = 0; t < T; ++t) {
     aft_cache_reserve(c.cache, c.storage, B, C, 1);  // grows 16 -> 32 -> 64
     arena.reset();
-    aft_step(time_slice(p.q, B, T, C, t, 1), time_slice(p.k, B, T, C, t, 1),
-             time_slice(p.v, B, T, C, t, 1), time_slice(out, B, T, C, t, 1), c.cache, p.bias.data(),
-             L, arena);
+    aft_step(aft_time_slice(p.q, B, T, C, t, 1), aft_time_slice(p.k, B, T, C, t, 1),
+             aft_time_slice(p.v, B, T, C, t, 1), aft_time_slice(out, B, T, C, t, 1), c.cache,
+             p.bias.data(), L, arena);
   }
   EXPECT_EQ(c.length, (std::vector<int64_t>{T, T}));
   EXPECT_EQ(c.cache.capacity, 64);
@@ -371,24 +372,24 @@ TEST(AftCache, StepByStepEqualsTheForward) {
 TEST(AftCache, LongStepCrossesDecodeBlocks) {
   // 600 cached tokens: the step splits them across threads; large k and bias on top.
   const int64_t B = 1, T = 600, C = 33, L = 100;
-  Problem p(B, T, C, L, 33, 300.0, 20.0);
+  AftProblem p(B, T, C, L, 33, 300.0, 20.0);
   OwnedCache c(B);
   aft_cache_reserve(c.cache, c.storage, B, C, T);
   std::vector<float> out(B * T * C, NAN);
   Arena arena(aft_workspace_floats(kAftDefaultTile) + aft_step_workspace_floats(B, C));
-  aft_prefill(time_slice(p.q, B, T, C, 0, T - 1), time_slice(p.k, B, T, C, 0, T - 1),
-              time_slice(p.v, B, T, C, 0, T - 1), time_slice(out, B, T, C, 0, T - 1), c.cache,
-              p.bias.data(), L, arena);
+  aft_prefill(aft_time_slice(p.q, B, T, C, 0, T - 1), aft_time_slice(p.k, B, T, C, 0, T - 1),
+              aft_time_slice(p.v, B, T, C, 0, T - 1), aft_time_slice(out, B, T, C, 0, T - 1),
+              c.cache, p.bias.data(), L, arena);
   arena.reset();
-  aft_step(time_slice(p.q, B, T, C, T - 1, 1), time_slice(p.k, B, T, C, T - 1, 1),
-           time_slice(p.v, B, T, C, T - 1, 1), time_slice(out, B, T, C, T - 1, 1), c.cache,
+  aft_step(aft_time_slice(p.q, B, T, C, T - 1, 1), aft_time_slice(p.k, B, T, C, T - 1, 1),
+           aft_time_slice(p.v, B, T, C, T - 1, 1), aft_time_slice(out, B, T, C, T - 1, 1), c.cache,
            p.bias.data(), L, arena);
   EXPECT_TRUE(close(out, p.reference(), 1e-5));
 }
 
 TEST(AftCache, PrefillInPiecesEqualsTheForward) {
   const int64_t B = 2, T = 45, C = 70, L = 12;
-  Problem p(B, T, C, L, 5);
+  AftProblem p(B, T, C, L, 5);
   const auto want = p.forward(64);
   for (auto pieces : {std::vector<int64_t>{T}, {7, 1, 20, 17}, {16, 16, 13}}) {
     OwnedCache c(B);
@@ -398,8 +399,8 @@ TEST(AftCache, PrefillInPiecesEqualsTheForward) {
     for (int64_t n : pieces) {
       aft_cache_reserve(c.cache, c.storage, B, C, n);
       arena.reset();
-      aft_prefill(time_slice(p.q, B, T, C, t0, n), time_slice(p.k, B, T, C, t0, n),
-                  time_slice(p.v, B, T, C, t0, n), time_slice(out, B, T, C, t0, n), c.cache,
+      aft_prefill(aft_time_slice(p.q, B, T, C, t0, n), aft_time_slice(p.k, B, T, C, t0, n),
+                  aft_time_slice(p.v, B, T, C, t0, n), aft_time_slice(out, B, T, C, t0, n), c.cache,
                   p.bias.data(), L, arena, 8);
       t0 += n;
     }
@@ -412,7 +413,7 @@ TEST(AftCache, BatchedDecodeEqualsEachSequenceAlone) {
   // Sequence 1 is prefilled with 5 tokens on its own (a one-sequence cache over its block), then
   // both decode together at different lengths.
   const int64_t C = 10, L = 6, T0 = 5, steps = 9, T = T0 + steps;
-  Problem p0(1, T, C, L, 70), p1(1, T, C, L, 71);
+  AftProblem p0(1, T, C, L, 70), p1(1, T, C, L, 71);
   p1.bias = p0.bias;  // one layer: one bias table
   OwnedCache c(2);
   aft_cache_reserve(c.cache, c.storage, 2, C, T);
@@ -420,8 +421,8 @@ TEST(AftCache, BatchedDecodeEqualsEachSequenceAlone) {
                   c.length.data() + 1};
   std::vector<float> out1(T * C, NAN), out0(steps * C, NAN);
   Arena arena(aft_workspace_floats(kAftDefaultTile) + aft_step_workspace_floats(2, C));
-  aft_prefill(time_slice(p1.q, 1, T, C, 0, T0), time_slice(p1.k, 1, T, C, 0, T0),
-              time_slice(p1.v, 1, T, C, 0, T0), time_slice(out1, 1, T, C, 0, T0), second,
+  aft_prefill(aft_time_slice(p1.q, 1, T, C, 0, T0), aft_time_slice(p1.k, 1, T, C, 0, T0),
+              aft_time_slice(p1.v, 1, T, C, 0, T0), aft_time_slice(out1, 1, T, C, 0, T0), second,
               p0.bias.data(), L, arena);
   for (int64_t s = 0; s < steps; ++s) {
     // Batch rows: sequence 0 at token s, sequence 1 at token T0 + s.
@@ -449,7 +450,7 @@ TEST(AftCache, BatchedDecodeEqualsEachSequenceAlone) {
 
 TEST(AftCache, FullCacheThrowsAndLeavesItUnchanged) {
   const int64_t B = 1, T = 3, C = 4, L = 2;
-  Problem p(B, T, C, L, 9);
+  AftProblem p(B, T, C, L, 9);
   std::vector<float> storage(aft_cache_floats(C, 2)), out(T * C);
   std::vector<int64_t> length{0};
   AftCache c{storage.data(), 2, length.data()};

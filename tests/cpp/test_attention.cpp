@@ -15,9 +15,9 @@ using namespace retnet::test;
 
 namespace {
 
-struct Problem : HeadInputs {
-  Problem(int64_t b, int64_t t, int64_t h, int64_t dk, int64_t dv, uint64_t seed,
-          double q_scale = 2.0)
+struct AttentionProblem : HeadInputs {
+  AttentionProblem(int64_t b, int64_t t, int64_t h, int64_t dk, int64_t dv, uint64_t seed,
+                   double q_scale = 2.0)
       : HeadInputs(b, t, h, dk, dv, seed, q_scale, 1.0) {}
   int64_t window = 0;  // every kernel's sliding window (0: none)
 
@@ -59,8 +59,8 @@ struct Problem : HeadInputs {
 };
 
 // The view of tokens [t0, t0 + n) of x ([B, T, H, D] contiguous).
-TensorView time_slice(std::vector<float>& x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t t0,
-                      int64_t n) {
+TensorView attention_time_slice(std::vector<float>& x, int64_t B, int64_t T, int64_t H, int64_t D,
+                                int64_t t0, int64_t n) {
   return TensorView::contiguous(x.data(), {B, T, H, D}).slice(1, t0, t0 + n);
 }
 
@@ -77,7 +77,7 @@ TEST(AttentionForward, MatchesTheDoubleReference) {
                                        {2, 70, 2, 32, 16, 200}}) {
     SCOPED_TRACE(::testing::Message() << "B " << B << " T " << T << " H " << H << " Dk " << Dk
                                       << " Dv " << Dv << " tile " << tile);
-    Problem p(B, T, H, Dk, Dv, 100 + T);
+    AttentionProblem p(B, T, H, Dk, Dv, 100 + T);
     std::vector<float> lse;
     auto out = p.forward(tile, &lse);
     std::vector<double> want_lse;
@@ -89,7 +89,7 @@ TEST(AttentionForward, MatchesTheDoubleReference) {
 
 TEST(AttentionForward, LargeScoresStayFinite) {
   // Scores of +-100s: the running maximum keeps every exponential in range.
-  Problem p(1, 40, 2, 16, 16, 7, 60.0);
+  AttentionProblem p(1, 40, 2, 16, 16, 7, 60.0);
   auto out = p.forward(8);
   EXPECT_TRUE(close(out, p.reference(), 1e-5));
 }
@@ -98,7 +98,7 @@ TEST(AttentionForward, StridedViews) {
   // q, k, v interleaved in one [B, T, 3, H, D] buffer (a fused QKV projection) and out with
   // padded rows: every operand has a row stride other than H * D.
   const int64_t B = 2, T = 29, H = 2, D = 8, pad = 5;
-  Problem p(B, T, H, D, D, 11);
+  AttentionProblem p(B, T, H, D, D, 11);
   std::vector<float> qkv(B * T * 3 * H * D), out(B * T * (H * D + pad), NAN);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
@@ -138,7 +138,7 @@ TEST(AttentionForward, WorkspaceIsTileSquaredNotTSquared) {
 }
 
 TEST(AttentionForward, RejectsBadShapes) {
-  Problem p(1, 4, 2, 8, 8, 3);
+  AttentionProblem p(1, 4, 2, 8, 8, 3);
   std::vector<float> out(p.B * p.T * p.H * 4);
   AttentionArgs a;
   a.q = p.view(p.q, 8), a.k = p.view(p.k, 8), a.v = p.view(p.v, 8);
@@ -170,8 +170,10 @@ std::vector<double> softmax_row(const std::vector<double>& q, const std::vector<
 }
 
 // The definition in double, one head: q, k [T, Dk], v [T, Dv] -> out [T, Dv].
-std::vector<double> forward_ref(const std::vector<double>& q, const std::vector<double>& k,
-                                const std::vector<double>& v, int64_t T, int64_t Dk, int64_t Dv) {
+std::vector<double> attention_forward_ref(const std::vector<double>& q,
+                                          const std::vector<double>& k,
+                                          const std::vector<double>& v, int64_t T, int64_t Dk,
+                                          int64_t Dv) {
   std::vector<double> out(T * Dv, 0.0);
   for (int64_t n = 0; n < T; ++n) {
     const std::vector<double> p = softmax_row(q, k, n, Dk);
@@ -182,10 +184,10 @@ std::vector<double> forward_ref(const std::vector<double>& q, const std::vector<
 }
 
 // Its gradient for the loss sum(out * d_out), written out from the softmax Jacobian.
-void backward_ref(const std::vector<double>& q, const std::vector<double>& k,
-                  const std::vector<double>& v, const std::vector<double>& d_out, int64_t T,
-                  int64_t Dk, int64_t Dv, std::vector<double>& dq, std::vector<double>& dk,
-                  std::vector<double>& dv) {
+void attention_backward_ref(const std::vector<double>& q, const std::vector<double>& k,
+                            const std::vector<double>& v, const std::vector<double>& d_out,
+                            int64_t T, int64_t Dk, int64_t Dv, std::vector<double>& dq,
+                            std::vector<double>& dk, std::vector<double>& dv) {
   dq.assign(T * Dk, 0), dk.assign(T * Dk, 0), dv.assign(T * Dv, 0);
   const double scale = 1 / std::sqrt(double(Dk));
   for (int64_t n = 0; n < T; ++n) {
@@ -214,9 +216,9 @@ TEST(AttentionBackward, ReferenceMatchesFiniteDifferences) {
   auto q = to_double(random_vector(T * Dk, 1, 2.0)), k = to_double(random_vector(T * Dk, 2));
   auto v = to_double(random_vector(T * Dv, 3)), d_out = to_double(random_vector(T * Dv, 4));
   std::vector<double> dq, dk, dv;
-  backward_ref(q, k, v, d_out, T, Dk, Dv, dq, dk, dv);
+  attention_backward_ref(q, k, v, d_out, T, Dk, Dv, dq, dk, dv);
   auto loss = [&] {
-    auto o = forward_ref(q, k, v, T, Dk, Dv);
+    auto o = attention_forward_ref(q, k, v, T, Dk, Dv);
     double s = 0;
     for (size_t i = 0; i < o.size(); ++i) s += o[i] * d_out[i];
     return s;
@@ -234,15 +236,15 @@ TEST(AttentionBackward, MatchesTheDoubleGradient) {
                                        {1, 70, 2, 16, 8, 32},
                                        {1, 130, 1, 64, 64, 64}}) {
     SCOPED_TRACE(::testing::Message() << "B " << B << " T " << T << " H " << H << " tile " << tile);
-    Problem p(B, T, H, Dk, Dv, 50 + T);
+    AttentionProblem p(B, T, H, Dk, Dv, 50 + T);
     auto d_out = random_vector(B * T * H * Dv, 60 + T);
     std::vector<double> eq(p.q.size()), ek(p.k.size()), ev(p.v.size());
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < H; ++h) {
         std::vector<double> dq, dk, dv;
-        backward_ref(to_double(p.head(p.q, Dk, b, h)), to_double(p.head(p.k, Dk, b, h)),
-                     to_double(p.head(p.v, Dv, b, h)), to_double(p.head(d_out, Dv, b, h)), T, Dk,
-                     Dv, dq, dk, dv);
+        attention_backward_ref(to_double(p.head(p.q, Dk, b, h)), to_double(p.head(p.k, Dk, b, h)),
+                               to_double(p.head(p.v, Dv, b, h)), to_double(p.head(d_out, Dv, b, h)),
+                               T, Dk, Dv, dq, dk, dv);
         for (int64_t t = 0; t < T; ++t) {
           for (int64_t i = 0; i < Dk; ++i) {
             eq[((b * T + t) * H + h) * Dk + i] = dq[t * Dk + i];
@@ -283,7 +285,7 @@ using OwnedAttentionCache = retnet::test::OwnedCache<AttentionCache>;
 
 TEST(AttentionCache, StepByStepEqualsTheTiledForward) {
   const int64_t B = 2, T = 37, H = 2, Dk = 8, Dv = 6;
-  Problem p(B, T, H, Dk, Dv, 21);
+  AttentionProblem p(B, T, H, Dk, Dv, 21);
   const auto want = p.forward(16);
   OwnedAttentionCache c(B);
   std::vector<float> out(B * T * H * Dv, NAN);
@@ -291,9 +293,10 @@ TEST(AttentionCache, StepByStepEqualsTheTiledForward) {
   for (int64_t t = 0; t < T; ++t) {
     attention_cache_reserve(c.cache, c.storage, B, H, Dk, Dv, 1);  // grows 16 -> 32 -> 64
     arena.reset();
-    attention_step(time_slice(p.q, B, T, H, Dk, t, 1), time_slice(p.k, B, T, H, Dk, t, 1),
-                   time_slice(p.v, B, T, H, Dv, t, 1), time_slice(out, B, T, H, Dv, t, 1), c.cache,
-                   arena);
+    attention_step(attention_time_slice(p.q, B, T, H, Dk, t, 1),
+                   attention_time_slice(p.k, B, T, H, Dk, t, 1),
+                   attention_time_slice(p.v, B, T, H, Dv, t, 1),
+                   attention_time_slice(out, B, T, H, Dv, t, 1), c.cache, arena);
   }
   EXPECT_EQ(c.length, (std::vector<int64_t>{T, T}));
   EXPECT_EQ(c.cache.capacity, 64);
@@ -307,7 +310,7 @@ TEST(AttentionCache, SlidingWindowInEveryKernelMatchesTheReference) {
   const int64_t B = 2, T = 45, H = 2, Dk = 8, Dv = 6;
   for (int64_t W : {1, 5, 16, 44}) {
     SCOPED_TRACE(::testing::Message() << "window " << W);
-    Problem p(B, T, H, Dk, Dv, 31 + W);
+    AttentionProblem p(B, T, H, Dk, Dv, 31 + W);
     p.window = W;
     const auto want = p.reference();
     for (int64_t tile : {4, 16, 64}) EXPECT_TRUE(close(p.forward(tile), want, 1e-5)) << tile;
@@ -316,19 +319,21 @@ TEST(AttentionCache, SlidingWindowInEveryKernelMatchesTheReference) {
     Arena arena(attention_step_workspace_floats(B, H, Dv) + attention_workspace_floats(T, Dk, Dv, 8));
     attention_cache_reserve(c.cache, c.storage, B, H, Dk, Dv, T);
     const int64_t split = 19;
-    attention_prefill(time_slice(p.q, B, T, H, Dk, 0, split), time_slice(p.k, B, T, H, Dk, 0, split),
-                      time_slice(p.v, B, T, H, Dv, 0, split), time_slice(out, B, T, H, Dv, 0, split),
-                      c.cache, arena, 8, W);
+    attention_prefill(attention_time_slice(p.q, B, T, H, Dk, 0, split),
+                      attention_time_slice(p.k, B, T, H, Dk, 0, split),
+                      attention_time_slice(p.v, B, T, H, Dv, 0, split),
+                      attention_time_slice(out, B, T, H, Dv, 0, split), c.cache, arena, 8, W);
     for (int64_t t = split; t < T; ++t) {
       arena.reset();
-      attention_step(time_slice(p.q, B, T, H, Dk, t, 1), time_slice(p.k, B, T, H, Dk, t, 1),
-                     time_slice(p.v, B, T, H, Dv, t, 1), time_slice(out, B, T, H, Dv, t, 1),
-                     c.cache, arena, W);
+      attention_step(attention_time_slice(p.q, B, T, H, Dk, t, 1),
+                     attention_time_slice(p.k, B, T, H, Dk, t, 1),
+                     attention_time_slice(p.v, B, T, H, Dv, t, 1),
+                     attention_time_slice(out, B, T, H, Dv, t, 1), c.cache, arena, W);
     }
     EXPECT_TRUE(close(out, want, 1e-5));
   }
   // The window changes the function (else the test above could not fail).
-  Problem p(1, 30, 1, 4, 4, 5);
+  AttentionProblem p(1, 30, 1, 4, 4, 5);
   const auto all = p.reference();
   p.window = 3;
   EXPECT_FALSE(close(p.reference(), all, 1e-3));
@@ -337,25 +342,27 @@ TEST(AttentionCache, SlidingWindowInEveryKernelMatchesTheReference) {
 TEST(AttentionCache, LongStepCrossesDecodeBlocks) {
   // 600 cached tokens: the step splits them across threads and each split folds several blocks.
   const int64_t B = 1, T = 600, H = 1, Dk = 16, Dv = 16;
-  Problem p(B, T, H, Dk, Dv, 33);
+  AttentionProblem p(B, T, H, Dk, Dv, 33);
   OwnedAttentionCache c(B);
   attention_cache_reserve(c.cache, c.storage, B, H, Dk, Dv, T);
   std::vector<float> out(B * T * H * Dv, NAN);
   Arena arena(attention_workspace_floats(T, Dk, Dv, kAttentionDefaultTile) +
               attention_step_workspace_floats(B, H, Dv));
-  attention_prefill(time_slice(p.q, B, T, H, Dk, 0, T - 1), time_slice(p.k, B, T, H, Dk, 0, T - 1),
-                    time_slice(p.v, B, T, H, Dv, 0, T - 1), time_slice(out, B, T, H, Dv, 0, T - 1),
-                    c.cache, arena);
+  attention_prefill(attention_time_slice(p.q, B, T, H, Dk, 0, T - 1),
+                    attention_time_slice(p.k, B, T, H, Dk, 0, T - 1),
+                    attention_time_slice(p.v, B, T, H, Dv, 0, T - 1),
+                    attention_time_slice(out, B, T, H, Dv, 0, T - 1), c.cache, arena);
   arena.reset();
-  attention_step(time_slice(p.q, B, T, H, Dk, T - 1, 1), time_slice(p.k, B, T, H, Dk, T - 1, 1),
-                 time_slice(p.v, B, T, H, Dv, T - 1, 1), time_slice(out, B, T, H, Dv, T - 1, 1),
-                 c.cache, arena);
+  attention_step(attention_time_slice(p.q, B, T, H, Dk, T - 1, 1),
+                 attention_time_slice(p.k, B, T, H, Dk, T - 1, 1),
+                 attention_time_slice(p.v, B, T, H, Dv, T - 1, 1),
+                 attention_time_slice(out, B, T, H, Dv, T - 1, 1), c.cache, arena);
   EXPECT_TRUE(close(out, p.reference(), 1e-5));
 }
 
 TEST(AttentionCache, ChunkedPrefillEqualsOnePass) {
   const int64_t B = 2, T = 45, H = 3, Dk = 8, Dv = 4;
-  Problem p(B, T, H, Dk, Dv, 5);
+  AttentionProblem p(B, T, H, Dk, Dv, 5);
   const auto want = p.forward(64);
   for (auto chunks : {std::vector<int64_t>{T}, {7, 1, 20, 17}, {16, 16, 13}}) {
     OwnedAttentionCache c(B);
@@ -365,9 +372,10 @@ TEST(AttentionCache, ChunkedPrefillEqualsOnePass) {
     for (int64_t n : chunks) {
       attention_cache_reserve(c.cache, c.storage, B, H, Dk, Dv, n);
       arena.reset();
-      attention_prefill(time_slice(p.q, B, T, H, Dk, t0, n), time_slice(p.k, B, T, H, Dk, t0, n),
-                        time_slice(p.v, B, T, H, Dv, t0, n), time_slice(out, B, T, H, Dv, t0, n),
-                        c.cache, arena, 8);
+      attention_prefill(attention_time_slice(p.q, B, T, H, Dk, t0, n),
+                        attention_time_slice(p.k, B, T, H, Dk, t0, n),
+                        attention_time_slice(p.v, B, T, H, Dv, t0, n),
+                        attention_time_slice(out, B, T, H, Dv, t0, n), c.cache, arena, 8);
       t0 += n;
     }
     EXPECT_EQ(c.length, (std::vector<int64_t>{T, T}));
@@ -379,7 +387,7 @@ TEST(AttentionCache, BatchedDecodeEqualsEachSequenceAlone) {
   // Sequence 1 is prefilled with 5 tokens on its own (a one-sequence cache over its block), then
   // both decode together at different lengths.
   const int64_t H = 2, Dk = 8, Dv = 8, T0 = 5, steps = 9, T = T0 + steps;
-  Problem p0(1, T, H, Dk, Dv, 70), p1(1, T, H, Dk, Dv, 71);
+  AttentionProblem p0(1, T, H, Dk, Dv, 70), p1(1, T, H, Dk, Dv, 71);
   OwnedAttentionCache c(2);
   attention_cache_reserve(c.cache, c.storage, 2, H, Dk, Dv, T);
   AttentionCache second{c.cache.data + attention_cache_floats(H, Dk, Dv, c.cache.capacity),
@@ -387,9 +395,10 @@ TEST(AttentionCache, BatchedDecodeEqualsEachSequenceAlone) {
   std::vector<float> out1(T * H * Dv, NAN), out0(steps * H * Dv, NAN);
   Arena arena(attention_workspace_floats(T, Dk, Dv, kAttentionDefaultTile) +
               attention_step_workspace_floats(2, H, Dv));
-  attention_prefill(time_slice(p1.q, 1, T, H, Dk, 0, T0), time_slice(p1.k, 1, T, H, Dk, 0, T0),
-                    time_slice(p1.v, 1, T, H, Dv, 0, T0), time_slice(out1, 1, T, H, Dv, 0, T0),
-                    second, arena);
+  attention_prefill(attention_time_slice(p1.q, 1, T, H, Dk, 0, T0),
+                    attention_time_slice(p1.k, 1, T, H, Dk, 0, T0),
+                    attention_time_slice(p1.v, 1, T, H, Dv, 0, T0),
+                    attention_time_slice(out1, 1, T, H, Dv, 0, T0), second, arena);
   for (int64_t s = 0; s < steps; ++s) {
     // Batch rows: sequence 0 at token s, sequence 1 at token T0 + s.
     auto pack = [&](std::vector<float>& x0, std::vector<float>& x1, int64_t D) {
@@ -417,7 +426,7 @@ TEST(AttentionCache, BatchedDecodeEqualsEachSequenceAlone) {
 
 TEST(AttentionCache, FullCacheThrowsAndLeavesItUnchanged) {
   const int64_t B = 1, T = 3, H = 1, D = 4;
-  Problem p(B, T, H, D, D, 9);
+  AttentionProblem p(B, T, H, D, D, 9);
   std::vector<float> storage(attention_cache_floats(H, D, D, 2)), out(T * D);
   std::vector<int64_t> length{0};
   AttentionCache c{storage.data(), 2, length.data()};

@@ -15,7 +15,7 @@ using nlohmann::json;
 
 namespace {
 
-fs::path tiny_model(const fs::path& dir) {
+fs::path serve_tiny_model(const fs::path& dir) {
   fs::create_directories(dir);
   std::ofstream(dir / "tiny.json")
       << R"({"decoder_embed_dim": 32, "decoder_value_embed_dim": 48, "decoder_retention_heads": 4,
@@ -33,7 +33,7 @@ fs::path tiny_model(const fs::path& dir) {
 TEST(BenchServe, QuickRunWritesEveryFigure) {
   const fs::path dir =
       fs::temp_directory_path() / ("retnet_bench_serve_" + std::to_string(getpid()));
-  const fs::path model = tiny_model(dir), out = dir / "serve.json";
+  const fs::path model = serve_tiny_model(dir), out = dir / "serve.json";
   auto r = retnet::test::run_retnet("bench serve -m " + model.string() +
                                         " --streams 1,3 -n 8 --reps 2 -t 1 --json " + out.string(),
                                     120);
@@ -66,7 +66,7 @@ TEST(BenchServe, QuickRunWritesEveryFigure) {
 TEST(BenchServe, ShortSoakEndsWithEverySlotFree) {
   const fs::path dir =
       fs::temp_directory_path() / ("retnet_bench_soak_" + std::to_string(getpid()));
-  const fs::path model = tiny_model(dir), out = dir / "soak.json";
+  const fs::path model = serve_tiny_model(dir), out = dir / "soak.json";
   auto r = retnet::test::run_retnet("bench serve -m " + model.string() +
                                         " --soak 3 --soak-clients 4 -n 16 -t 1 --rss-tolerance 0.5"
                                         " --json " +

@@ -11,18 +11,18 @@
 
 using retnet::ChatTemplate;
 using retnet::ChatTemplateLimits;
-using json = nlohmann::ordered_json;
+using ojson = nlohmann::ordered_json;
 
 namespace {
 
-std::string render(const std::string& source, const json& vars = json::object(),
+std::string render(const std::string& source, const ojson& vars = ojson::object(),
                    const ChatTemplateLimits& limits = {}) {
   return ChatTemplate::parse(source, "test.jinja", limits).render(vars);
 }
 
 // The Error a template raises (when parsing or rendering); "" when there is none.
-std::string error_of(const std::string& source, const json& vars = json::object(),
-                     const ChatTemplateLimits& limits = {}) {
+std::string template_error_of(const std::string& source, const ojson& vars = ojson::object(),
+                              const ChatTemplateLimits& limits = {}) {
   try {
     render(source, vars, limits);
   } catch (const retnet::Error& e) {
@@ -37,18 +37,20 @@ TEST(ChatTemplate, ArithmeticFollowsPython) {
   EXPECT_EQ(render("{{ 1 / 2 }} {{ 4 / 2 }} {{ 0.1 + 0.2 }} {{ 1e20 }} {{ 1.5e-5 }} {{ 0.0001 }} {{ -0.0 }}"),
             "0.5 2.0 0.30000000000000004 1e+20 1.5e-05 0.0001 -0.0");
   EXPECT_EQ(render("{{ -3 }} {{ +3 }} {{ -(2 - 5) }} {{ 3 - 1.5 }} {{ 'ab' * 3 }}"), "-3 3 3 1.5 ababab");
-  EXPECT_NE(error_of("{{ 1 // 0 }}").find("division"), std::string::npos);
-  EXPECT_NE(error_of("{{ 9223372036854775807 + 1 }}").find("integer overflow"), std::string::npos);
-  EXPECT_NE(error_of("{{ 1 + 'a' }}").find("unsupported operand"), std::string::npos);
+  EXPECT_NE(template_error_of("{{ 1 // 0 }}").find("division"), std::string::npos);
+  EXPECT_NE(template_error_of("{{ 9223372036854775807 + 1 }}").find("integer overflow"),
+            std::string::npos);
+  EXPECT_NE(template_error_of("{{ 1 + 'a' }}").find("unsupported operand"), std::string::npos);
 }
 
 TEST(ChatTemplate, StringsListsAndDicts) {
   EXPECT_EQ(render("{{ 'a' + \"b\" }}{{ 'c' ~ 1 ~ none }}{{ 'x\\ty\\n' | length }}"), "abc1None4");
   EXPECT_EQ(render("{{ [1, 'a', none, true] }} {{ {'k': 'v', 'n': [1.0]} }}"), "[1, 'a', None, True] {'k': 'v', 'n': [1.0]}");
-  EXPECT_EQ(render("{{ xs[0] }}{{ xs[-1] }}{{ xs[5] }}|{{ d.a }}{{ d['b'] }}{{ d.missing }}|{{ xs.1 }}",
-                   json{{"xs", {1, 2, 3}}, {"d", {{"a", "A"}, {"b", "B"}}}}),
-            "13|AB|2");
-  const json v = {{"xs", {0, 1, 2, 3, 4, 5}}, {"s", "añb€c"}};
+  EXPECT_EQ(
+      render("{{ xs[0] }}{{ xs[-1] }}{{ xs[5] }}|{{ d.a }}{{ d['b'] }}{{ d.missing }}|{{ xs.1 }}",
+             ojson{{"xs", {1, 2, 3}}, {"d", {{"a", "A"}, {"b", "B"}}}}),
+      "13|AB|2");
+  const ojson v = {{"xs", {0, 1, 2, 3, 4, 5}}, {"s", "añb€c"}};
   EXPECT_EQ(render("{{ xs[1:3] }} {{ xs[::-1] }} {{ xs[-2:] }} {{ xs[::2] }} {{ xs[4:1:-1] }} {{ xs[:100] | length }}", v),
             "[1, 2] [5, 4, 3, 2, 1, 0] [4, 5] [0, 2, 4] [4, 3, 2] 6");
   // Strings index by code point, as Python's str does.
@@ -66,7 +68,9 @@ TEST(ChatTemplate, LogicReturnsOperandsAndTernaries) {
 }
 
 TEST(ChatTemplate, Tests) {
-  const json v = {{"s", "x"}, {"n", nullptr}, {"i", 3}, {"f", 1.5}, {"b", true}, {"d", json::object()}, {"l", json::array()}};
+  const ojson v = {{"s", "x"},           {"n", nullptr}, {"i", 3},
+                   {"f", 1.5},           {"b", true},    {"d", ojson::object()},
+                   {"l", ojson::array()}};
   EXPECT_EQ(render("{{ s is string }}{{ n is none }}{{ i is integer }}{{ f is float }}{{ i is number }}{{ b is boolean }}"
                    "{{ d is mapping }}{{ l is iterable }}{{ s is sequence }}{{ missing is undefined }}{{ i is odd }}"
                    "{{ 4 is even }}{{ 9 is divisibleby(3) }}{{ s is equalto 'x' }}{{ b is true }}{{ 'ab' is lower }}",
@@ -76,8 +80,10 @@ TEST(ChatTemplate, Tests) {
 }
 
 TEST(ChatTemplate, FiltersAndMethods) {
-  const json msgs = {{"ms", {{{"role", "system"}, {"content", " hi "}}, {{"role", "user"}, {"content", "yo"}},
-                             {{"role", "user"}, {"content", "ok"}}}}};
+  const ojson msgs = {{"ms",
+                       {{{"role", "system"}, {"content", " hi "}},
+                        {{"role", "user"}, {"content", "yo"}},
+                        {{"role", "user"}, {"content", "ok"}}}}};
   EXPECT_EQ(render("{{ ms | map(attribute='role') | join(',') }}|{{ ms | selectattr('role', 'equalto', 'user') | list | length }}"
                    "|{{ ms | rejectattr('role', 'eq', 'user') | map(attribute='content') | first | trim }}"
                    "|{{ (ms | last).content }}|{{ ms | map(attribute='role') | unique | list }}"
@@ -92,23 +98,29 @@ TEST(ChatTemplate, FiltersAndMethods) {
                    "|{{ 'a,b,c'.split(',', 1) }}|{{ 'abc'.startswith('ab') }}{{ 'abc'.endswith(('x', 'c')) }}"
                    "|{{ 'aaa'.replace('a', 'b', 2) }}|{{ 'a-b'.replace('-', '') }}|{{ '-'.join(['a', 'b']) }}|{{ 'hi'.upper() }}"),
             "x|a|['a', 'b', 'c']|['a', 'b', '', 'c']|['a', 'b,c']|TrueTrue|bba|ab|a-b|HI");
-  EXPECT_EQ(render("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}{{ d | items | list | length }}{{ d.get('z', 0) }}{{ d.keys() | list }}",
-                   json{{"d", {{"b", 1}, {"a", 2}}}}),
+  EXPECT_EQ(render("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}{{ d | items | list | "
+                   "length }}{{ d.get('z', 0) }}{{ d.keys() | list }}",
+                   ojson{{"d", {{"b", 1}, {"a", 2}}}}),
             "b=1;a=2;20['b', 'a']");
   EXPECT_EQ(render("{{ [3, 1, 2] | sort }} {{ [3, 1, 2] | sort(reverse=true) | first }} {{ [1, 2] | reverse | list }} "
                    "{{ [1, 2, 3] | sum }} {{ [4, 2] | min }} {{ 'x' | string }} {{ '42' | int + 1 }} {{ 2 | float }} {{ -3 | abs }}"),
             "[1, 2, 3] 3 [2, 1] 6 2 x 43 2.0 3");
   EXPECT_EQ(render("{{ 'a\\nb\\n\\nc' | indent(2) }}|{{ 'a\\nb' | indent(2, true) }}"), "a\n  b\n\n  c|  a\n  b");
-  EXPECT_NE(error_of("{{ 1 | nosuchfilter }}").find("unknown filter 'nosuchfilter'"), std::string::npos);
+  EXPECT_NE(template_error_of("{{ 1 | nosuchfilter }}").find("unknown filter 'nosuchfilter'"),
+            std::string::npos);
 }
 
 TEST(ChatTemplate, ToJsonMatchesPythonJsonDumps) {
-  const json v = json::parse(R"({"z": 1, "a": [true, null, 1.5, "é\"\n\u0001"], "e": {}, "l": []})");
+  const ojson v =
+      ojson::parse(R"({"z": 1, "a": [true, null, 1.5, "é\"\n\u0001"], "e": {}, "l": []})");
   EXPECT_EQ(render("{{ v | tojson }}", {{"v", v}}),
             R"({"z": 1, "a": [true, null, 1.5, "é\"\n\u0001"], "e": {}, "l": []})");
-  EXPECT_EQ(render("{{ v | tojson(indent=2) }}", {{"v", json::parse(R"({"a": [1, 2], "b": {}})")}}),
-            "{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": {}\n}");
-  EXPECT_EQ(render("{{ v | tojson(sort_keys=true) }}", {{"v", json::parse(R"({"b": 1, "a": 2})")}}), R"({"a": 2, "b": 1})");
+  EXPECT_EQ(
+      render("{{ v | tojson(indent=2) }}", {{"v", ojson::parse(R"({"a": [1, 2], "b": {}})")}}),
+      "{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": {}\n}");
+  EXPECT_EQ(
+      render("{{ v | tojson(sort_keys=true) }}", {{"v", ojson::parse(R"({"b": 1, "a": 2})")}}),
+      R"({"a": 2, "b": 1})");
 }
 
 TEST(ChatTemplate, ControlFlow) {
@@ -135,16 +147,20 @@ TEST(ChatTemplate, ScopesNamespacesAndMacros) {
   EXPECT_EQ(render("{% macro m(who, greet='hi') %}{{ greet }} {{ who }}{% endmacro %}{{ m('a') }}|{{ m('b', greet='yo') }}|{{ m(who='c') }}"),
             "hi a|yo b|hi c");
   EXPECT_EQ(render("{% set s = 'x' %}{% macro f() %}{{ s }}{% endmacro %}{% for i in [1] %}{{ f() }}{% endfor %}"), "x");
-  EXPECT_NE(error_of("{% set x = 1 %}{% set x.a = 2 %}").find("not a namespace"), std::string::npos);
+  EXPECT_NE(template_error_of("{% set x = 1 %}{% set x.a = 2 %}").find("not a namespace"),
+            std::string::npos);
   // Self-references are allowed (and freed after the render: the ASan pass checks for leaks).
   EXPECT_EQ(render("{% set ns = namespace(a=1) %}{% set ns.self = ns %}{% set ns.l = [ns] %}{{ ns.self.self.a }}"
                    "{% macro m() %}{{ ns.a }}{% endmacro %}{% set ns.m = m %}{{ ns.m() }}"),
             "11");
-  EXPECT_NE(error_of("{% set ns = namespace() %}{% for i in [1] %}{% macro m() %}x{% endmacro %}{% set ns.m = m %}"
-                     "{% endfor %}{{ ns.m() }}")
+  EXPECT_NE(template_error_of("{% set ns = namespace() %}{% for i in [1] %}{% macro m() %}x{% "
+                              "endmacro %}{% set ns.m = m %}"
+                              "{% endfor %}{{ ns.m() }}")
                 .find("after the loop that defined it ended"),
             std::string::npos);
-  EXPECT_NE(error_of("{% macro m() %}{% endmacro %}{{ m(nope=1) }}").find("no parameter 'nope'"), std::string::npos);
+  EXPECT_NE(
+      template_error_of("{% macro m() %}{% endmacro %}{{ m(nope=1) }}").find("no parameter 'nope'"),
+      std::string::npos);
 }
 
 TEST(ChatTemplate, WhitespaceControlAsTransformers) {
@@ -162,27 +178,35 @@ TEST(ChatTemplate, WhitespaceControlAsTransformers) {
 }
 
 TEST(ChatTemplate, SyntaxErrorsNameTheTemplateLineAndColumn) {
-  EXPECT_NE(error_of("ok\n  {{ 1 + }}").find("test.jinja:2:10: expected an expression"), std::string::npos)
-      << error_of("ok\n  {{ 1 + }}");
-  EXPECT_NE(error_of("{% if x %}never closed").find("test.jinja:1:23: unexpected end of template: expected {% elif %}"),
+  EXPECT_NE(template_error_of("ok\n  {{ 1 + }}").find("test.jinja:2:10: expected an expression"),
             std::string::npos)
-      << error_of("{% if x %}never closed");
-  EXPECT_NE(error_of("a\nb {{ x").find("test.jinja:2:3: unterminated '{{'"), std::string::npos);
-  EXPECT_NE(error_of("{% frobnicate %}").find("test.jinja:1:4: unknown or misplaced statement 'frobnicate'"), std::string::npos);
-  EXPECT_NE(error_of("{{ 'abc }}").find("unterminated string"), std::string::npos);
-  EXPECT_NE(error_of("{{ a $ b }}").find("unexpected character '$'"), std::string::npos);
-  EXPECT_NE(error_of("{# open").find("unterminated comment"), std::string::npos);
-  EXPECT_NE(error_of("{% endfor %}").find("misplaced statement 'endfor'"), std::string::npos);
-  EXPECT_NE(error_of("{% break %}").find("outside a for loop"), std::string::npos);
+      << template_error_of("ok\n  {{ 1 + }}");
+  EXPECT_NE(template_error_of("{% if x %}never closed")
+                .find("test.jinja:1:23: unexpected end of template: expected {% elif %}"),
+            std::string::npos)
+      << template_error_of("{% if x %}never closed");
+  EXPECT_NE(template_error_of("a\nb {{ x").find("test.jinja:2:3: unterminated '{{'"),
+            std::string::npos);
+  EXPECT_NE(template_error_of("{% frobnicate %}")
+                .find("test.jinja:1:4: unknown or misplaced statement 'frobnicate'"),
+            std::string::npos);
+  EXPECT_NE(template_error_of("{{ 'abc }}").find("unterminated string"), std::string::npos);
+  EXPECT_NE(template_error_of("{{ a $ b }}").find("unexpected character '$'"), std::string::npos);
+  EXPECT_NE(template_error_of("{# open").find("unterminated comment"), std::string::npos);
+  EXPECT_NE(template_error_of("{% endfor %}").find("misplaced statement 'endfor'"),
+            std::string::npos);
+  EXPECT_NE(template_error_of("{% break %}").find("outside a for loop"), std::string::npos);
 }
 
 TEST(ChatTemplate, RuntimeErrorsNameTheTemplateAndPlace) {
-  EXPECT_EQ(error_of("line1\n{{ raise_exception('Roles must alternate') }}"),
+  EXPECT_EQ(template_error_of("line1\n{{ raise_exception('Roles must alternate') }}"),
             "chat template test.jinja:2:4: raise_exception: Roles must alternate");
-  EXPECT_NE(error_of("{{ m.content }}").find("'m' is undefined"), std::string::npos);
-  EXPECT_NE(error_of("{{ nofunc(1) }}").find("'nofunc' is undefined"), std::string::npos);
-  EXPECT_NE(error_of("{% for x in 3 %}{% endfor %}").find("int is not iterable"), std::string::npos);
-  EXPECT_NE(error_of("{{ x }}", json::array()).find("must be a JSON object"), std::string::npos);
+  EXPECT_NE(template_error_of("{{ m.content }}").find("'m' is undefined"), std::string::npos);
+  EXPECT_NE(template_error_of("{{ nofunc(1) }}").find("'nofunc' is undefined"), std::string::npos);
+  EXPECT_NE(template_error_of("{% for x in 3 %}{% endfor %}").find("int is not iterable"),
+            std::string::npos);
+  EXPECT_NE(template_error_of("{{ x }}", ojson::array()).find("must be a JSON object"),
+            std::string::npos);
 }
 
 TEST(ChatTemplate, HostileTemplatesEndInErrors) {
@@ -193,53 +217,76 @@ TEST(ChatTemplate, HostileTemplatesEndInErrors) {
   ChatTemplateLimits small_output = small;  // the size limit fires before the step budget
   small_output.max_steps = 100'000'000;
   // Runaway loops hit the step budget.
-  EXPECT_NE(error_of("{% for i in range(60000) %}{% for j in range(60000) %}{% endfor %}{% endfor %}", json::object(), small)
+  EXPECT_NE(template_error_of(
+                "{% for i in range(60000) %}{% for j in range(60000) %}{% endfor %}{% endfor %}",
+                ojson::object(), small)
                 .find("steps"),
             std::string::npos);
   // Doubling a string or a list hits the size limit long before memory runs out.
-  EXPECT_NE(error_of("{% set ns = namespace(s='ab') %}{% for i in range(100) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
-                     json::object(), small_output)
+  EXPECT_NE(template_error_of("{% set ns = namespace(s='ab') %}{% for i in range(100) %}{% set "
+                              "ns.s = ns.s + ns.s %}{% endfor %}",
+                              ojson::object(), small_output)
                 .find("exceed the limit"),
             std::string::npos);
-  EXPECT_NE(error_of("{% set ns = namespace(l=[1]) %}{% for i in range(100) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
-                     json::object(), small_output)
+  EXPECT_NE(template_error_of("{% set ns = namespace(l=[1]) %}{% for i in range(100) %}{% set ns.l "
+                              "= ns.l + ns.l %}{% endfor %}",
+                              ojson::object(), small_output)
                 .find("exceed the limit"),
             std::string::npos);
-  EXPECT_NE(error_of("{{ 'x' * 1000000000000 }}", json::object(), small).find("string"), std::string::npos);
-  EXPECT_NE(error_of("{{ range(1000000000000) | length }}", json::object(), small).find("range()"), std::string::npos);
-  EXPECT_NE(error_of("{% for i in range(1000) %}{{ 'y' * 10000 }}{% endfor %}", json::object(), small_output).find("the output"),
+  EXPECT_NE(template_error_of("{{ 'x' * 1000000000000 }}", ojson::object(), small).find("string"),
+            std::string::npos);
+  EXPECT_NE(template_error_of("{{ range(1000000000000) | length }}", ojson::object(), small)
+                .find("range()"),
+            std::string::npos);
+  EXPECT_NE(template_error_of("{% for i in range(1000) %}{{ 'y' * 10000 }}{% endfor %}",
+                              ojson::object(), small_output)
+                .find("the output"),
             std::string::npos);
   // Unbounded recursion hits the depth limit; deep nesting is refused by the parser.
-  EXPECT_NE(error_of("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}").find("nested deeper than 64"), std::string::npos);
-  EXPECT_NE(error_of("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").find("nested deeper"),
+  EXPECT_NE(template_error_of("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}")
+                .find("nested deeper than 64"),
             std::string::npos);
-  EXPECT_NE(error_of("{{ " + std::string(5000, '[') + "1" + std::string(5000, ']') + " }}").find("nested deeper"),
+  EXPECT_NE(template_error_of("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}")
+                .find("nested deeper"),
             std::string::npos);
-  EXPECT_NE(error_of("{{ " + std::string(5000, '[') + " }}").find("unterminated '{{'"), std::string::npos);
+  EXPECT_NE(template_error_of("{{ " + std::string(5000, '[') + "1" + std::string(5000, ']') + " }}")
+                .find("nested deeper"),
+            std::string::npos);
+  EXPECT_NE(template_error_of("{{ " + std::string(5000, '[') + " }}").find("unterminated '{{'"),
+            std::string::npos);
   // Steps count work, not just nodes: a loop copying long strings runs out sooner.
-  EXPECT_NE(error_of("{% set s = 'x' * 100000 %}{% for i in range(1000) %}{% set t = s ~ s %}{% endfor %}", json::object(), small)
-                .find("steps"),
+  EXPECT_NE(
+      template_error_of(
+          "{% set s = 'x' * 100000 %}{% for i in range(1000) %}{% set t = s ~ s %}{% endfor %}",
+          ojson::object(), small)
+          .find("steps"),
+      std::string::npos);
+  EXPECT_NE(
+      template_error_of(std::string(3000, '-').insert(0, "{{ ") + "1 }}").find("nested deeper"),
+      std::string::npos);
+  EXPECT_NE(template_error_of("{{ 2 ** 100000000000 }}", ojson::object(), small).find("overflow"),
             std::string::npos);
-  EXPECT_NE(error_of(std::string(3000, '-').insert(0, "{{ ") + "1 }}").find("nested deeper"), std::string::npos);
-  EXPECT_NE(error_of("{{ 2 ** 100000000000 }}", json::object(), small).find("overflow"), std::string::npos);
   // No file or network access: there is nothing to call but the builtins.
-  EXPECT_NE(error_of("{% include 'x' %}").find("unknown or misplaced statement 'include'"), std::string::npos);
-  EXPECT_NE(error_of("{{ open('/etc/passwd') }}").find("'open' is undefined"), std::string::npos);
+  EXPECT_NE(template_error_of("{% include 'x' %}").find("unknown or misplaced statement 'include'"),
+            std::string::npos);
+  EXPECT_NE(template_error_of("{{ open('/etc/passwd') }}").find("'open' is undefined"),
+            std::string::npos);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);
 }
 
 TEST(ChatTemplate, ApplyChatTemplateAndTheDefaultTemplate) {
-  const json messages = json::parse(R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])");
+  const ojson messages = ojson::parse(
+      R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])");
   const ChatTemplate def = ChatTemplate::parse(retnet::default_chat_template(), "default");
   EXPECT_EQ(retnet::apply_chat_template(def, messages, true, "<s>", "</s>"),
             "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\n");
   EXPECT_EQ(retnet::apply_chat_template(def, messages, false, "", ""), "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n");
   const ChatTemplate t = ChatTemplate::parse("{{ bos_token }}{{ messages | length }}{{ add_generation_prompt }}{{ eos_token }}{{ tools[0] }}", "t");
   // nlohmann::json (sorted keys) converts too.
-  EXPECT_EQ(retnet::apply_chat_template(t, nlohmann::json::array({{{"role", "user"}}}), true, "<s>", "</s>",
-                                        json{{"tools", {"calc"}}}),
+  EXPECT_EQ(retnet::apply_chat_template(t, nlohmann::json::array({{{"role", "user"}}}), true, "<s>",
+                                        "</s>", ojson{{"tools", {"calc"}}}),
             "<s>1True</s>calc");
-  EXPECT_THROW(retnet::apply_chat_template(t, json::object(), true, "", ""), retnet::Error);
+  EXPECT_THROW(retnet::apply_chat_template(t, ojson::object(), true, "", ""), retnet::Error);
   EXPECT_EQ(t.origin(), "t");
 }
 

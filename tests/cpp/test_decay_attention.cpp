@@ -14,13 +14,13 @@ using namespace retnet::test;
 
 namespace {
 
-
-struct Problem {
+struct DecayProblem {
   int64_t B, T, C;
   std::vector<float> r, k, v;  // [B, T, C] contiguous
   std::vector<float> w, u;     // [C]
 
-  Problem(int64_t b, int64_t t, int64_t c, uint64_t seed, double k_scale = 1.0) : B(b), T(t), C(c) {
+  DecayProblem(int64_t b, int64_t t, int64_t c, uint64_t seed, double k_scale = 1.0)
+      : B(b), T(t), C(c) {
     r = random_vector(B * T * C, seed, 1.0, 0);
     k = random_vector(B * T * C, seed, k_scale, 1);
     v = random_vector(B * T * C, seed, 1.0, 2);
@@ -68,20 +68,21 @@ struct Problem {
   }
 };
 
-void check_all_forms(Problem& p) {
+void check_all_decay_forms(DecayProblem& p) {
   auto ref = p.reference();
   SCOPED_TRACE(::testing::Message() << "B" << p.B << " T" << p.T << " C" << p.C);
   expect_forms_match_reference(p, ref);
 }
 
-using Shape = std::array<int64_t, 3>;  // B, T, C
+using DecayShape = std::array<int64_t, 3>;  // B, T, C
 // Channel counts below, at and across the 32-channel block; T not a multiple of the chunks.
-const Shape kShapes[] = {{1, 1, 1}, {2, 7, 5}, {1, 64, 32}, {3, 50, 45}, {2, 37, 70}};
+const DecayShape kDecayShapes[] = {{1, 1, 1}, {2, 7, 5}, {1, 64, 32}, {3, 50, 45}, {2, 37, 70}};
 
 // The definition in double over double inputs, all sequences: for finite differences.
-std::vector<double> forward_double(const std::vector<double>& r, const std::vector<double>& k,
-                                   const std::vector<double>& v, const std::vector<double>& w,
-                                   const std::vector<double>& u, int64_t B, int64_t T, int64_t C) {
+std::vector<double> decay_forward_double(const std::vector<double>& r, const std::vector<double>& k,
+                                         const std::vector<double>& v, const std::vector<double>& w,
+                                         const std::vector<double>& u, int64_t B, int64_t T,
+                                         int64_t C) {
   std::vector<double> out(B * T * C), x(T);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t c = 0; c < C; ++c)
@@ -106,8 +107,7 @@ struct Gradients {
 };
 
 // Forward with saved buffers, then backward (twice, checking that it accumulates; halved).
-Gradients run_backward(Problem& p, Form form, int64_t chunk,
-                       std::vector<float>& d_out) {
+Gradients run_backward(DecayProblem& p, Form form, int64_t chunk, std::vector<float>& d_out) {
   const int64_t n = p.B * p.T * p.C;
   std::vector<float> out(n), wkv(n), log_den(n), state(p.B * p.state_per_sequence(), 0.f);
   DecayAttentionArgs fa = p.args(out, 0, p.T);
@@ -141,12 +141,12 @@ Gradients run_backward(Problem& p, Form form, int64_t chunk,
   return g;
 }
 
-void check_gradients(Problem& p) {
+void check_decay_gradients(DecayProblem& p) {
   auto d_out = random_vector(p.B * p.T * p.C, 77);
   auto r = test::to_double(p.r), k = test::to_double(p.k), v = test::to_double(p.v),
        w = test::to_double(p.w), u = test::to_double(p.u);
   auto loss = [&] {
-    auto o = forward_double(r, k, v, w, u, p.B, p.T, p.C);
+    auto o = decay_forward_double(r, k, v, w, u, p.B, p.T, p.C);
     double s = 0;
     for (size_t i = 0; i < o.size(); ++i) s += o[i] * d_out[i];
     return s;
@@ -171,26 +171,26 @@ void check_gradients(Problem& p) {
 }  // namespace
 
 TEST(DecayAttention, AllFormsMatchDoubleReference) {
-  for (const Shape& s : kShapes) {
-    Problem p(s[0], s[1], s[2], 11 + s[1]);
-    check_all_forms(p);
+  for (const DecayShape& s : kDecayShapes) {
+    DecayProblem p(s[0], s[1], s[2], 11 + s[1]);
+    check_all_decay_forms(p);
   }
 }
 
 TEST(DecayAttention, LargeDecaysAndBonuses) {
   // w up to 50 (the previous token alone matters), u of +-20 (the current token alone, or not).
-  Problem p(2, 40, 40, 8);
+  DecayProblem p(2, 40, 40, 8);
   for (int64_t c = 0; c < p.C; ++c) {
     p.w[c] = c % 3 == 0 ? 50.f * p.w[c] : p.w[c];
     p.u[c] = c % 4 == 1 ? 20.f : (c % 4 == 2 ? -20.f : p.u[c]);
   }
-  check_all_forms(p);
+  check_all_decay_forms(p);
 }
 
 TEST(DecayAttention, ContinuesFromAStateInPieces) {
   // Recurrent, then chunkwise (chunk 8 over 29 tokens: a short last chunk), then recurrent again,
   // equals one pass; so does every other split of forms.
-  Problem p(2, 50, 40, 3);
+  DecayProblem p(2, 50, 40, 3);
   const auto whole = p.reference();
   const Form plans[][3] = {{Form::Recurrent, Form::Chunkwise, Form::Recurrent},
                                          {Form::Chunkwise, Form::Recurrent, Form::Chunkwise},
@@ -221,7 +221,7 @@ TEST(DecayAttention, ContinuesFromAStateInPieces) {
 
 TEST(DecayAttention, ContinuesFromAGivenState) {
   // A state from the first 20 tokens, handed to the double reference for the rest.
-  Problem p(1, 45, 33, 21);
+  DecayProblem p(1, 45, 33, 21);
   std::vector<float> state(p.state_per_sequence(), 0.f), out(p.T * p.C, NAN);
   p.run_span(Form::Recurrent, 8, 0, 20, state, out);
   const std::vector<double> s0(state.begin(), state.end());
@@ -239,7 +239,7 @@ TEST(DecayAttention, ContinuesFromAGivenState) {
 TEST(DecayAttention, ZeroStateIsTheEmptyState) {
   // An all-zero state block (what the engine allocates) must not pose as a sum with maximum
   // exponent 0: with keys of -1e4 and -50 that would underflow every term and give 0 / 0.
-  Problem p(2, 20, 36, 5);
+  DecayProblem p(2, 20, 36, 5);
   for (size_t i = 0; i < p.k.size(); ++i) p.k[i] += (i % 2 ? -1e4f : -50.f);
   const auto ref = p.reference();
   const auto parallel = p.run(Form::Parallel);  // never touches a state
@@ -257,7 +257,7 @@ TEST(DecayAttention, ZeroStateIsTheEmptyState) {
 
 TEST(DecayAttention, ZeroDecayAndBonusIsAftSimple) {
   // AFT-simple: out_n = sigmoid(q_n) * sum_{m<=n} softmax_m(k) v_m, directly.
-  Problem p(2, 30, 20, 9, 3.0);
+  DecayProblem p(2, 30, 20, 9, 3.0);
   std::fill(p.w.begin(), p.w.end(), 0.f);
   std::fill(p.u.begin(), p.u.end(), 0.f);
   std::vector<double> want(p.k.size());
@@ -280,7 +280,7 @@ TEST(DecayAttention, ZeroDecayAndBonusIsAftSimple) {
 
 TEST(DecayAttention, HugeKeysStayFiniteAndCorrect) {
   for (double scale : {1e2, 1e4}) {
-    Problem p(2, 40, 40, 12, scale);
+    DecayProblem p(2, 40, 40, 12, scale);
     SCOPED_TRACE(::testing::Message() << "key scale " << scale);
     const auto ref = p.reference();
     for (Form form : {Form::Parallel, Form::Recurrent, Form::Chunkwise}) {
@@ -293,7 +293,7 @@ TEST(DecayAttention, HugeKeysStayFiniteAndCorrect) {
   // resolves 1e-3. Without its rounding compensation the recurrent form's p -= w drifts by up to
   // 5e-4 a token here (measured 2.6e-4 relative error over 20 tokens).
   for (float base : {1e4f, -1e4f}) {
-    Problem p(1, 300, 40, 13);
+    DecayProblem p(1, 300, 40, 13);
     for (float& x : p.k) x += base;
     SCOPED_TRACE(::testing::Message() << "keys around " << base);
     const auto ref = p.reference();
@@ -305,7 +305,7 @@ TEST(DecayAttention, HugeKeysStayFiniteAndCorrect) {
 TEST(DecayAttention, StridedViews) {
   // r, k, v as column slices of one [B, T, 3C] projection, out into a wider buffer.
   const int64_t B = 2, T = 19, C = 37;
-  Problem p(B, T, C, 31);
+  DecayProblem p(B, T, C, 31);
   std::vector<float> rkv(B * T * 3 * C), wide(B * T * (C + 5), NAN);
   for (int64_t i = 0; i < B * T; ++i)
     for (int64_t c = 0; c < C; ++c) {
@@ -333,7 +333,7 @@ TEST(DecayAttention, StridedViews) {
 }
 
 TEST(DecayAttention, RejectsBadArguments) {
-  Problem p(1, 4, 4, 1);
+  DecayProblem p(1, 4, 4, 1);
   std::vector<float> out(16);
   DecayAttentionArgs a = p.args(out, 0, 4);
   Arena arena(1 << 16);
@@ -354,20 +354,20 @@ TEST(DecayAttention, RejectsBadArguments) {
 }
 
 TEST(DecayAttention, GradientsMatchFiniteDifferences) {
-  Problem p(2, 13, 35, 41);
-  check_gradients(p);
+  DecayProblem p(2, 13, 35, 41);
+  check_decay_gradients(p);
 }
 
 TEST(DecayAttention, GradientsWithLargeDecaysBonusesAndKeys) {
   // Strong decays and bonuses, keys of scale 5: weights spanning e^{+-30} in one row.
-  Problem p(1, 12, 6, 42, 5.0);
+  DecayProblem p(1, 12, 6, 42, 5.0);
   p.w = {0.f, 0.01f, 0.5f, 3.f, 10.f, 30.f};
   p.u = {0.f, -8.f, 8.f, 1.f, -1.f, 20.f};
-  check_gradients(p);
+  check_decay_gradients(p);
 }
 
 TEST(DecayAttention, BackwardParallelEqualsChunkwise) {
-  Problem p(2, 100, 70, 43, 2.0);
+  DecayProblem p(2, 100, 70, 43, 2.0);
   auto d_out = random_vector(p.B * p.T * p.C, 78);
   const Gradients want = run_backward(p, Form::Parallel, p.T, d_out);
   for (int64_t chunk : {1, 7, 16, 64, 99}) {
@@ -382,7 +382,7 @@ TEST(DecayAttention, BackwardParallelEqualsChunkwise) {
 }
 
 TEST(DecayAttention, BackwardWithHugeKeysStaysFinite) {
-  Problem p(1, 60, 40, 44, 1e4);
+  DecayProblem p(1, 60, 40, 44, 1e4);
   auto d_out = random_vector(p.B * p.T * p.C, 79);
   const Gradients par = run_backward(p, Form::Parallel, p.T, d_out);
   const Gradients chunked = run_backward(p, Form::Chunkwise, 8, d_out);

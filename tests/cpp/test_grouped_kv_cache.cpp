@@ -56,7 +56,7 @@ std::vector<float> run_cache(std::vector<float>& q, std::vector<float>& k, std::
   return out;
 }
 
-std::vector<int32_t> some_tokens(int64_t T, int64_t vocab) {
+std::vector<int32_t> kv_test_tokens(int64_t T, int64_t vocab) {
   std::vector<int32_t> t(T);
   for (int64_t i = 0; i < T; ++i) t[i] = static_cast<int32_t>((i * 29 + 3) % vocab);
   return t;
@@ -93,7 +93,7 @@ TEST(GroupedKvCache, ModelDecodesAsItsParallelFormWithCacheBytesByKvHeads) {
   // Cache floats per token: 2 layers x (keys + values of the kv heads), d_k = d_v = 4.
   for (int64_t kv : {1, 2, 8}) EXPECT_EQ(config(kv).cache_floats_per_token(), 2 * kv * (4 + 4));
   const Model m = Model::init(config(2), 11);
-  const std::vector<int32_t> tokens = some_tokens(30, 50);
+  const std::vector<int32_t> tokens = kv_test_tokens(30, 50);
   const int64_t T = static_cast<int64_t>(tokens.size()), V = 50;
   std::vector<float> want(T * V);
   Arena arena;
@@ -121,7 +121,7 @@ TEST(GroupedKvCache, AttentionLayersOfAHybridModelCacheTheirOwnWidths) {
   EXPECT_EQ(state.cache.row_floats, (std::vector<int64_t>{4 + 6, 2 * (8 + 4)}));
   EXPECT_EQ(c.cache_floats_per_token(), 10 + 24);
   const Model m = Model::init(c, 5);
-  const std::vector<int32_t> tokens = some_tokens(19, 30);
+  const std::vector<int32_t> tokens = kv_test_tokens(19, 30);
   const int64_t T = static_cast<int64_t>(tokens.size()), V = 30;
   std::vector<float> want(T * V);
   Arena arena;

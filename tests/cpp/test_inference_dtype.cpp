@@ -42,7 +42,7 @@ std::vector<int32_t> token_sequence(int64_t T, int64_t vocab) {
 // The stated bounds: max |logit - f32 logit| / max |f32 logit| over a 100-token sequence of the
 // small model (measured: f16 4.8e-4, bf16 4.0e-3, about 4x below the bounds; bf16 keeps 8
 // significant bits, f16 11; f32 differs from sgemm only in the order of its sums).
-double logit_bound(DecodePrecision p) {
+double dtype_logit_bound(DecodePrecision p) {
   switch (p) {
     case DecodePrecision::F16:
       return 2e-3;
@@ -114,7 +114,7 @@ TEST(InferenceDtype, LogitsOfEveryDtypeStayWithinTheirBoundOfF32) {
     EXPECT_FALSE(m.weights_complete());
     const auto logits = parallel_logits(m, tokens);
     const double err = retnet::test::rel_max_error(logits, reference);
-    EXPECT_TRUE(close(logits, reference, logit_bound(p)));
+    EXPECT_TRUE(close(logits, reference, dtype_logit_bound(p)));
     if (p != DecodePrecision::F32) {
       EXPECT_GT(err, 0.0) << "half weights should round";
     }

@@ -32,11 +32,11 @@ struct OwnedMap {
   OwnedMap(const OwnedMap& o) : w(o.w), map(o.map) { map.favor_w = w.empty() ? nullptr : w.data(); }
 };
 
-struct Problem : HeadInputs {
+struct LinearProblem : HeadInputs {
   OwnedMap features;
 
-  Problem(int64_t b, int64_t t, int64_t h, int64_t dk, int64_t dv, const OwnedMap& map,
-          uint64_t seed, double qk_scale = 1.0)
+  LinearProblem(int64_t b, int64_t t, int64_t h, int64_t dk, int64_t dv, const OwnedMap& map,
+                uint64_t seed, double qk_scale = 1.0)
       : HeadInputs(b, t, h, dk, dv, seed, qk_scale, qk_scale), features(map) {}
   int64_t F() const { return features.map.features(Dk); }
   int64_t state_per_sequence() const { return H * linear_attention_state_floats_per_head(F(), Dv); }
@@ -82,18 +82,19 @@ struct Problem : HeadInputs {
   }
 };
 
-void check_all_forms(Problem& p) {
+void check_all_linear_forms(LinearProblem& p) {
   auto ref = p.reference();
   SCOPED_TRACE(::testing::Message() << feature_map_name(p.features.map.kind) << " B" << p.B
                                     << " T" << p.T << " H" << p.H << " Dk" << p.Dk << " Dv" << p.Dv);
   expect_forms_match_reference(p, ref);
 }
 
-using Shape = std::array<int64_t, 5>;  // B, T, H, Dk, Dv
-const Shape kShapes[] = {{1, 1, 1, 4, 4}, {2, 7, 3, 8, 6}, {1, 64, 2, 16, 16}, {3, 50, 2, 8, 12}};
+using LinearShape = std::array<int64_t, 5>;  // B, T, H, Dk, Dv
+const LinearShape kLinearShapes[] = {
+    {1, 1, 1, 4, 4}, {2, 7, 3, 8, 6}, {1, 64, 2, 16, 16}, {3, 50, 2, 8, 12}};
 
 // Continuing from a state equals one pass, for both stateful forms and two split points.
-void check_continuation(Problem& p) {
+void check_continuation(LinearProblem& p) {
   auto whole = p.reference();
   for (Form form : {Form::Recurrent, Form::Chunkwise}) {
     for (int64_t split : {int64_t{1}, int64_t{23}}) {
@@ -107,9 +108,10 @@ void check_continuation(Problem& p) {
 }
 
 // The composite (feature map + attention) in double, all heads: q, k [B, T, H, Dk], v [B, T, H, Dv].
-std::vector<double> forward_double(const FeatureMap& map, const std::vector<double>& q,
-                                   const std::vector<double>& k, const std::vector<double>& v,
-                                   int64_t B, int64_t T, int64_t H, int64_t Dk, int64_t Dv) {
+std::vector<double> linear_forward_double(const FeatureMap& map, const std::vector<double>& q,
+                                          const std::vector<double>& k,
+                                          const std::vector<double>& v, int64_t B, int64_t T,
+                                          int64_t H, int64_t Dk, int64_t Dv) {
   const int64_t F = map.features(Dk), W = Dv + 1;
   std::vector<double> out(B * T * H * Dv), S(F * W), pq(F), pk(F), aug(W);
   for (int64_t b = 0; b < B; ++b)
@@ -138,15 +140,15 @@ void check_gradient(const std::vector<float>& got, const std::vector<double>& wa
   EXPECT_TRUE(retnet::test::close_or_zero(got, want, 1e-4, 1e-8)) << name;
 }
 
-void check_gradients(const OwnedMap& features, const Shape& shape, double qk_scale) {
+void check_linear_gradients(const OwnedMap& features, const LinearShape& shape, double qk_scale) {
   const auto [B, T, H, Dk, Dv] = shape;
-  Problem p(B, T, H, Dk, Dv, features, 40 + T, qk_scale);
+  LinearProblem p(B, T, H, Dk, Dv, features, 40 + T, qk_scale);
   const FeatureMap& map = p.features.map;
   auto d_out = random_vector(B * T * H * Dv, 77);
   // Expected gradients: central differences of the double-precision composite.
   std::vector<double> q(p.q.begin(), p.q.end()), k(p.k.begin(), p.k.end()), v(p.v.begin(), p.v.end());
   auto loss = [&] {
-    auto o = forward_double(map, q, k, v, B, T, H, Dk, Dv);
+    auto o = linear_forward_double(map, q, k, v, B, T, H, Dk, Dv);
     double s = 0;
     for (size_t i = 0; i < o.size(); ++i) s += o[i] * d_out[i];
     return s;
@@ -215,27 +217,27 @@ std::vector<double> softmax_attention(const std::vector<float>& q, const std::ve
 }  // namespace
 
 TEST(LinearAttention, AllFormsMatchDoubleReference) {
-  for (const Shape& s : kShapes) {
-    Problem p(s[0], s[1], s[2], s[3], s[4], OwnedMap::elu(), 11 + s[1]);
-    check_all_forms(p);
+  for (const LinearShape& s : kLinearShapes) {
+    LinearProblem p(s[0], s[1], s[2], s[3], s[4], OwnedMap::elu(), 11 + s[1]);
+    check_all_linear_forms(p);
   }
 }
 
 TEST(Performer, AllFormsMatchDoubleReference) {
-  for (const Shape& s : kShapes)
+  for (const LinearShape& s : kLinearShapes)
     for (int64_t m : {int64_t{16}, int64_t{3 * s[3] + 1}}) {  // fewer and more features than Dk
-      Problem p(s[0], s[1], s[2], s[3], s[4], OwnedMap::favor(m, s[3]), 11 + s[1]);
-      check_all_forms(p);
+      LinearProblem p(s[0], s[1], s[2], s[3], s[4], OwnedMap::favor(m, s[3]), 11 + s[1]);
+      check_all_linear_forms(p);
     }
 }
 
 TEST(LinearAttention, ContinuesFromAState) {
-  Problem p(2, 50, 2, 8, 8, OwnedMap::elu(), 3);
+  LinearProblem p(2, 50, 2, 8, 8, OwnedMap::elu(), 3);
   check_continuation(p);
 }
 
 TEST(Performer, ContinuesFromAState) {
-  Problem p(2, 50, 2, 8, 8, OwnedMap::favor(24, 8), 3);
+  LinearProblem p(2, 50, 2, 8, 8, OwnedMap::favor(24, 8), 3);
   check_continuation(p);
 }
 
@@ -243,7 +245,7 @@ TEST(LinearAttention, StridedViewsMatchContiguous) {
   // q, k, v as column slices of one fused [B, T, H, 2 Dk + Dv] buffer, the output likewise.
   const int64_t B = 2, T = 19, H = 2, Dk = 8, Dv = 4, D = 2 * Dk + Dv;
   for (const OwnedMap& map : {OwnedMap::elu(), OwnedMap::favor(12, Dk)}) {
-    Problem p(B, T, H, Dk, Dv, map, 9);
+    LinearProblem p(B, T, H, Dk, Dv, map, 9);
     auto fused = random_vector(B * T * H * D, 1);
     for (int64_t r = 0; r < B * T * H; ++r) {
       std::copy_n(&p.q[r * Dk], Dk, &fused[r * D]);
@@ -273,13 +275,13 @@ TEST(LinearAttention, StridedViewsMatchContiguous) {
 }
 
 TEST(LinearAttention, GradientsMatchFiniteDifferences) {
-  for (const Shape& s : {Shape{1, 1, 1, 4, 4}, Shape{2, 13, 2, 6, 5}})
-    for (double scale : {0.5, 2.0}) check_gradients(OwnedMap::elu(), s, scale);
+  for (const LinearShape& s : {LinearShape{1, 1, 1, 4, 4}, LinearShape{2, 13, 2, 6, 5}})
+    for (double scale : {0.5, 2.0}) check_linear_gradients(OwnedMap::elu(), s, scale);
 }
 
 TEST(Performer, GradientsMatchFiniteDifferences) {
-  for (const Shape& s : {Shape{1, 1, 1, 4, 4}, Shape{2, 13, 2, 6, 5}})
-    for (double scale : {0.5, 2.0}) check_gradients(OwnedMap::favor(10, s[3]), s, scale);
+  for (const LinearShape& s : {LinearShape{1, 1, 1, 4, 4}, LinearShape{2, 13, 2, 6, 5}})
+    for (double scale : {0.5, 2.0}) check_linear_gradients(OwnedMap::favor(10, s[3]), s, scale);
 }
 
 TEST(LinearAttention, FeatureMapBackwardMatchesFiniteDifferences) {
@@ -350,7 +352,7 @@ TEST(Performer, ApproximatesSoftmaxAttention) {
   auto want = softmax_attention(q, k, v, T, Dk, Dv);
   auto error_with = [&](int64_t m) {
     OwnedMap map = OwnedMap::favor(m, Dk, 99);
-    Problem p(1, T, 1, Dk, Dv, map, 1);
+    LinearProblem p(1, T, 1, Dk, Dv, map, 1);
     p.q = q, p.k = k, p.v = v;
     return retnet::test::rel_max_error(p.run(Form::Parallel), want);
   };
@@ -365,7 +367,7 @@ TEST(Performer, StaysFiniteForLargeInputs) {
   const int64_t B = 1, T = 20, H = 2, Dk = 16, Dv = 4;
   for (double q_scale : {1.0, 1e2, 1e4})
     for (double k_scale : {1.0, 1e2, 1e4}) {
-      Problem p(B, T, H, Dk, Dv, OwnedMap::favor(32, Dk), 4);
+      LinearProblem p(B, T, H, Dk, Dv, OwnedMap::favor(32, Dk), 4);
       for (float& x : p.q) x *= q_scale;
       for (float& x : p.k) x *= k_scale;
       SCOPED_TRACE(::testing::Message() << "q scale " << q_scale << ", k scale " << k_scale);
@@ -387,7 +389,7 @@ TEST(Performer, KeyShiftKeepsAlignedKeysFinite) {
   // Keys aligned with a random row (x' = w_j) reach the largest feature, exp(|w_j|^2 / 2): about
   // exp(140) at Dk = 256, beyond float. The key shift caps it at exp(kFavorKeyHeadroom) / sqrt(m).
   const int64_t T = 6, Dk = 256, Dv = 4, m = 64;
-  Problem p(1, T, 1, Dk, Dv, OwnedMap::favor(m, Dk), 6, 0.3);
+  LinearProblem p(1, T, 1, Dk, Dv, OwnedMap::favor(m, Dk), 6, 0.3);
   const FeatureMap& map = p.features.map;
   EXPECT_GT(map.favor_key_shift, 0.f);
   const float root4 = std::pow(float(Dk), 0.25f);
@@ -406,7 +408,7 @@ TEST(Performer, KeyShiftKeepsAlignedKeysFinite) {
 }
 
 TEST(LinearAttention, RejectsBadArguments) {
-  Problem p(1, 4, 1, 4, 4, OwnedMap::elu(), 1);
+  LinearProblem p(1, 4, 1, 4, 4, OwnedMap::elu(), 1);
   std::vector<float> out(16);
   LinearAttentionArgs a;
   a.q = p.view(p.q, 4), a.k = p.view(p.k, 4), a.v = p.view(p.v, 4), a.out = p.view(out, 4);

@@ -41,14 +41,14 @@ Model make_model(const Config& c, uint64_t seed, float qk_gain) {
   return m;
 }
 
-std::vector<int32_t> tokens_for(int64_t B, int64_t T, int64_t vocab) {
+std::vector<int32_t> forms_tokens_for(int64_t B, int64_t T, int64_t vocab) {
   std::vector<int32_t> t(B * T);
   for (int64_t i = 0; i < B * T; ++i) t[i] = static_cast<int32_t>((i * 7919 + i / 3) % vocab);
   return t;
 }
 
 void check_all_forms(const Model& m, int64_t B, int64_t T) {
-  auto tok = tokens_for(B, T, m.config().vocab_size);
+  auto tok = forms_tokens_for(B, T, m.config().vocab_size);
   auto ref = model_logits(m, tok, B, Form::Parallel);
   SCOPED_TRACE(::testing::Message() << "B=" << B << " T=" << T << " H=" << m.config().heads
                                     << " eps=" << m.config().layernorm_eps);
@@ -90,7 +90,7 @@ TEST(ModelForms, ChunkedPrefillContinuesTheState) {
   // Two chunkwise calls through one state equal one call; then recurrent steps continue it.
   Model m = make_model(small_config(4, 1e-6), 3, 3.f);
   const int64_t B = 2, T = 40, V = m.config().vocab_size;
-  auto tok = tokens_for(B, T, V);
+  auto tok = forms_tokens_for(B, T, V);
   auto ref = model_logits(m, tok, B, Form::Parallel);
   State state(m.config(), B);
   Arena arena;

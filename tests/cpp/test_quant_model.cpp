@@ -17,9 +17,10 @@
 #include "retnet/model/mixer.h"
 #include "retnet/model/model_io.h"
 #include "retnet/model/quant_io.h"
-#include "test_helpers.h"
+#include "test_support.h"
 
 using namespace retnet;
+using test::logits_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -34,15 +35,7 @@ Config quant_config() {
   return c;
 }
 
-std::vector<float> logits_of(const Model& m, const std::vector<int32_t>& tokens) {
-  const int64_t T = static_cast<int64_t>(tokens.size()), V = m.config().vocab_size;
-  std::vector<float> logits(T * V);
-  Arena arena;
-  forward_logits(m, tokens.data(), 1, T, logits.data(), {}, arena);
-  return logits;
-}
-
-std::vector<int32_t> tokens_of(int64_t T, int64_t vocab) {
+std::vector<int32_t> quant_tokens_of(int64_t T, int64_t vocab) {
   std::vector<int32_t> t(T);
   for (int64_t i = 0; i < T; ++i) t[i] = static_cast<int32_t>((i * 37 + 11) % vocab);
   return t;
@@ -51,7 +44,7 @@ std::vector<int32_t> tokens_of(int64_t T, int64_t vocab) {
 // The stated bounds, max |logit - f32 logit| / max |f32 logit| over every mixer (random init, 40
 // tokens, int8 activations; measured at most 0.022 for q8_0 and 0.20 for q4_0: 4-bit blocks keep
 // 16 levels, 16x coarser than 8-bit ones).
-double logit_bound(DecodePrecision p) { return p == DecodePrecision::Q8_0 ? 0.05 : 0.4; }
+double quant_logit_bound(DecodePrecision p) { return p == DecodePrecision::Q8_0 ? 0.05 : 0.4; }
 
 }  // namespace
 
@@ -62,7 +55,7 @@ TEST(QuantModel, LogitsOfEveryTypeStayWithinTheirBoundOfF32ForEveryMixer) {
     c.performer_features = 32;
     c.aft_max_distance = 16;
     const Model exact = Model::init(c, 5);
-    const auto tokens = tokens_of(40, 256);
+    const auto tokens = quant_tokens_of(40, 256);
     const auto reference = logits_of(exact, tokens);
     for (DecodePrecision p : kQuant) {
       SCOPED_TRACE(std::string(mixer->name) + " " + decode_precision_name(p));
@@ -70,7 +63,7 @@ TEST(QuantModel, LogitsOfEveryTypeStayWithinTheirBoundOfF32ForEveryMixer) {
       m.prepare_inference(p);
       EXPECT_FALSE(m.weights_complete());
       const auto logits = logits_of(m, tokens);
-      EXPECT_TRUE(test::close(logits, reference, logit_bound(p)));
+      EXPECT_TRUE(test::close(logits, reference, quant_logit_bound(p)));
       EXPECT_GT(test::rel_max_error(logits, reference), 0.0) << "quantised weights should round";
     }
   }
@@ -81,14 +74,14 @@ TEST(QuantModel, ATiedEmbeddingIsReadFromTheQuantisedHead) {
   // rows; the lookup dequantises the head's rows instead.
   Config c = quant_config();
   c.tie_embeddings = true;
-  const auto tokens = tokens_of(40, 256);
+  const auto tokens = quant_tokens_of(40, 256);
   const auto reference = logits_of(Model::init(c, 5), tokens);
   for (DecodePrecision p : kQuant) {
     SCOPED_TRACE(decode_precision_name(p));
     Model m = Model::init(c, 5);
     m.prepare_inference(p);
     EXPECT_FALSE(m.weights_complete());
-    EXPECT_TRUE(test::close(logits_of(m, tokens), reference, logit_bound(p)));
+    EXPECT_TRUE(test::close(logits_of(m, tokens), reference, quant_logit_bound(p)));
   }
 }
 
@@ -96,7 +89,7 @@ TEST(QuantModel, DecodingFollowsPrefillAndBatchedSequencesEqualSingleOnes) {
   // Prefill (80 rows: dequantised to sgemm) then decoding (int8 activations): the decoded logits
   // follow the parallel ones within the activations' rounding; a batch of two sequences decodes
   // bit for bit like each alone.
-  const auto tokens = tokens_of(90, 256);
+  const auto tokens = quant_tokens_of(90, 256);
   for (DecodePrecision p : kQuant) {
     SCOPED_TRACE(decode_precision_name(p));
     Model m = Model::init(quant_config(), 9);
@@ -126,7 +119,7 @@ TEST(QuantModel, DecodingFollowsPrefillAndBatchedSequencesEqualSingleOnes) {
 TEST(QuantModel, AQuantisedFileGivesTheLogitsOfQuantisingAtLoad) {
   const fs::path dir = test::fresh_temp_dir("quant_file");
   const Model f32 = Model::init(quant_config(), 11);
-  const auto tokens = tokens_of(30, 256);
+  const auto tokens = quant_tokens_of(30, 256);
   for (DecodePrecision p : kQuant)
     for (bool keep_head : {false, true}) {
       SCOPED_TRACE(std::string(decode_precision_name(p)) + (keep_head ? " head f32" : ""));
@@ -172,7 +165,7 @@ TEST(QuantModel, HuggingFaceDirectoriesQuantise) {
   const std::string path = (dir / "q.safetensors").string();
   save_quantized_model(imported, path, QuantType::Q4_1, false);
   imported.prepare_inference(DecodePrecision::Q4_1);
-  const auto tokens = tokens_of(20, 256);
+  const auto tokens = quant_tokens_of(20, 256);
   EXPECT_EQ(logits_of(load_model(path), tokens), logits_of(imported, tokens));
 }
 

@@ -11,10 +11,11 @@ using namespace retnet::test;
 
 namespace {
 
-struct Problem : HeadInputs {
+struct RetentionProblem : HeadInputs {
   std::vector<double> gammas;
 
-  Problem(int64_t b, int64_t t, int64_t h, int64_t dk, int64_t dv, uint64_t seed, double qk_scale)
+  RetentionProblem(int64_t b, int64_t t, int64_t h, int64_t dk, int64_t dv, uint64_t seed,
+                   double qk_scale)
       : HeadInputs(b, t, h, dk, dv, seed, qk_scale, qk_scale / std::sqrt(double(dk))) {
     for (int64_t i = 0; i < H; ++i) gammas.push_back(1.0 - std::exp2(-5.0 - i));
   }
@@ -75,7 +76,7 @@ TEST(Retention, AllFormsMatchDoubleReference) {
                                  {1, 64, 2, 16, 16},
                                  {3, 100, 4, 8, 12}}) {
     for (double qk_scale : {0.5, 4.0}) {
-      Problem p(B, T, H, Dk, Dv, 11 + T, qk_scale);
+      RetentionProblem p(B, T, H, Dk, Dv, 11 + T, qk_scale);
       auto ref = p.reference();
       SCOPED_TRACE(::testing::Message() << "B" << B << " T" << T << " H" << H << " scale " << qk_scale);
       EXPECT_TRUE(close(p.run(Form::Parallel), ref, 1e-5)) << "parallel";
@@ -90,8 +91,8 @@ TEST(Retention, AllFormsMatchDoubleReference) {
 
 // The test data must exercise both branches of the score normalisation max(|r_n| / sqrt(S_n), 1).
 TEST(Retention, TestDataCoversBothNormalisationBranches) {
-  Problem small(1, 100, 1, 8, 8, 5, 0.5), large(1, 100, 1, 8, 8, 5, 4.0);
-  auto fraction_clamped = [](Problem& p) {
+  RetentionProblem small(1, 100, 1, 8, 8, 5, 0.5), large(1, 100, 1, 8, 8, 5, 4.0);
+  auto fraction_clamped = [](RetentionProblem& p) {
     // With v = 1 the un-normalised output equals the row sum: detect rows where it exceeds sqrt(S).
     std::vector<float> ones(p.v.size(), 1.f);
     std::swap(p.v, ones);
@@ -109,7 +110,7 @@ TEST(Retention, TestDataCoversBothNormalisationBranches) {
 
 TEST(Retention, ContinuesFromAState) {
   // Feeding [0, T1) and then [T1, T) through the state equals one pass over [0, T).
-  Problem p(2, 50, 2, 8, 8, 3, 2.0);
+  RetentionProblem p(2, 50, 2, 8, 8, 3, 2.0);
   auto whole = p.run(Form::Recurrent);
   for (Form form : {Form::Recurrent, Form::Chunkwise, Form::Scan}) {
     std::vector<float> out(whole.size(), NAN);
@@ -140,7 +141,7 @@ TEST(Retention, ContinuesFromAState) {
 }
 
 TEST(Retention, RejectsBadArguments) {
-  Problem p(1, 4, 1, 4, 4, 1, 1.0);
+  RetentionProblem p(1, 4, 1, 4, 4, 1, 1.0);
   std::vector<float> out(16);
   RetentionArgs a;
   a.q = p.view(p.q, 4);
@@ -159,7 +160,7 @@ TEST(Retention, RejectsBadArguments) {
 // state that integrates ~4,000 steps at gamma = 1 - 2^-12; measured error is printed).
 TEST(RetentionSlow, LongSequenceMatchesDoubleRecurrence) {
   const int64_t T = 100000, H = 8;
-  Problem p(1, T, H, 8, 8, 99, 2.0);
+  RetentionProblem p(1, T, H, 8, 8, 99, 2.0);
   auto ref = p.reference();
   for (Form form : {Form::Recurrent, Form::Chunkwise, Form::Scan}) {
     auto out = p.run(form, 256);

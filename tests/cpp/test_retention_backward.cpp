@@ -11,9 +11,10 @@ using namespace retnet::test;
 namespace {
 
 // The definition in double, one head: q, k [T, Dk], v [T, Dv] -> out [T, Dv].
-std::vector<double> forward_ref(const std::vector<double>& q, const std::vector<double>& k,
-                                const std::vector<double>& v, int64_t T, int64_t Dk, int64_t Dv,
-                                double gamma) {
+std::vector<double> retention_forward_ref(const std::vector<double>& q,
+                                          const std::vector<double>& k,
+                                          const std::vector<double>& v, int64_t T, int64_t Dk,
+                                          int64_t Dv, double gamma) {
   std::vector<double> out(T * Dv);
   for (int64_t n = 0; n < T; ++n) {
     std::vector<double> a(Dv + 1, 0.0);
@@ -32,12 +33,13 @@ std::vector<double> forward_ref(const std::vector<double>& q, const std::vector<
 }
 
 // Its gradient, written out by hand: returns dq, dk, dv for the loss sum(out * d_out).
-void backward_ref(const std::vector<double>& q, const std::vector<double>& k,
-                  const std::vector<double>& v, const std::vector<double>& d_out, int64_t T,
-                  int64_t Dk, int64_t Dv, double gamma, std::vector<double>& dq,
-                  std::vector<double>& dk, std::vector<double>& dv) {
+void retention_backward_ref(const std::vector<double>& q, const std::vector<double>& k,
+                            const std::vector<double>& v, const std::vector<double>& d_out,
+                            int64_t T, int64_t Dk, int64_t Dv, double gamma,
+                            std::vector<double>& dq, std::vector<double>& dk,
+                            std::vector<double>& dv) {
   dq.assign(T * Dk, 0), dk.assign(T * Dk, 0), dv.assign(T * Dv, 0);
-  auto out = forward_ref(q, k, v, T, Dk, Dv, gamma);
+  auto out = retention_forward_ref(q, k, v, T, Dk, Dv, gamma);
   for (int64_t n = 0; n < T; ++n) {
     // Recompute the row sum r_n to know the clamp's branch.
     double r = 0;
@@ -76,9 +78,9 @@ TEST(RetentionBackward, ReferenceMatchesFiniteDifferences) {
     auto q = to_double(random_vector(T * Dk, 1, scale)), k = to_double(random_vector(T * Dk, 2, scale));
     auto v = to_double(random_vector(T * Dv, 3)), d_out = to_double(random_vector(T * Dv, 4));
     std::vector<double> dq, dk, dv;
-    backward_ref(q, k, v, d_out, T, Dk, Dv, gamma, dq, dk, dv);
+    retention_backward_ref(q, k, v, d_out, T, Dk, Dv, gamma, dq, dk, dv);
     auto loss = [&] {
-      auto o = forward_ref(q, k, v, T, Dk, Dv, gamma);
+      auto o = retention_forward_ref(q, k, v, T, Dk, Dv, gamma);
       double s = 0;
       for (size_t i = 0; i < o.size(); ++i) s += o[i] * d_out[i];
       return s;
@@ -108,7 +110,8 @@ TEST(RetentionBackward, BothFormsMatchTheReference) {
             return r;
           };
           std::vector<double> dq, dk, dv;
-          backward_ref(take(q, Dk), take(k, Dk), take(v, Dv), take(d_out, Dv), T, Dk, Dv, gammas[h], dq, dk, dv);
+          retention_backward_ref(take(q, Dk), take(k, Dk), take(v, Dv), take(d_out, Dv), T, Dk, Dv,
+                                 gammas[h], dq, dk, dv);
           for (int64_t t = 0; t < T; ++t) {
             for (int64_t i = 0; i < Dk; ++i) {
               eq[((b * T + t) * H + h) * Dk + i] = dq[t * Dk + i];

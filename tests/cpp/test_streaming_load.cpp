@@ -12,9 +12,10 @@
 #include "retnet/model/hf_directory.h"
 #include "retnet/model/model.h"
 #include "retnet/model/model_io.h"
-#include "test_helpers.h"
+#include "test_support.h"
 
 using namespace retnet;
+using test::logits_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -23,14 +24,6 @@ Config fla_config(int64_t d, int64_t layers, int64_t vocab, bool tied) {
   Config c = test::fla_conventions(test::model_config(d, 2 * d, 4, 2 * d, layers, vocab));
   c.tie_embeddings = tied;
   return c;
-}
-
-std::vector<float> logits_of(const Model& m, const std::vector<int32_t>& tokens) {
-  const int64_t T = static_cast<int64_t>(tokens.size());
-  std::vector<float> logits(T * m.config().vocab_size);
-  Arena arena;
-  forward_logits(m, tokens.data(), 1, T, logits.data(), {}, arena);
-  return logits;
 }
 
 // Resets the peak resident set (VmHWM) of this process; false where the kernel refuses.

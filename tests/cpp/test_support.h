@@ -24,6 +24,11 @@ inline std::vector<float> model_logits(const Model& m, const std::vector<int32_t
   return out;
 }
 
+// Logits [T, vocab] of one sequence in the default form.
+inline std::vector<float> logits_of(const Model& m, const std::vector<int32_t>& tokens) {
+  return model_logits(m, tokens, 1, ForwardOptions{}.form);
+}
+
 // Checks that the chunkwise form (chunk C) gives the parallel form's loss and
 // gradients on tokens and targets [B, T]; the parallel form's gradients are left in `gp`.
 inline void expect_chunkwise_gradients_match(const Model& m, const std::vector<int32_t>& tok,

@@ -15,9 +15,10 @@
 #include "retnet/model/hf_directory.h"
 #include "retnet/model/model.h"
 #include "retnet/model/training.h"
-#include "test_helpers.h"
+#include "test_support.h"
 
 using namespace retnet;
+using test::logits_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -40,14 +41,6 @@ Model untied_twin(const Model& tied) {
   std::memcpy(params.tensor(t.output_projection), tied.params().tensor(tied.tensors().embed),
               from[tied.tensors().embed].numel * 4);
   return Model(c, std::move(params));
-}
-
-std::vector<float> logits_of(const Model& m, const std::vector<int32_t>& tokens) {
-  const int64_t T = static_cast<int64_t>(tokens.size());
-  std::vector<float> logits(T * m.config().vocab_size);
-  Arena arena;
-  forward_logits(m, tokens.data(), 1, T, logits.data(), {}, arena);
-  return logits;
 }
 
 std::vector<int32_t> some_tokens(int64_t T, int64_t vocab) {

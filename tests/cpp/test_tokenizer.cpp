@@ -9,6 +9,7 @@
 
 #include "retnet/core/base64.h"
 #include "retnet/core/error.h"
+#include "retnet/core/read_file.h"
 #include "retnet/core/rng.h"
 #include "test_helpers.h"
 #include "tokenizer_fixture.h"
@@ -22,11 +23,6 @@ std::string concat_token_bytes(const Tokenizer& t, const std::vector<int32_t>& i
   std::string s;
   for (int32_t id : ids) s += t.token_bytes(id);
   return s;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 // Texts a lossless tokenizer must give back exactly.

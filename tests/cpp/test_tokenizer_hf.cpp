@@ -116,7 +116,7 @@ std::vector<std::string> pieces(const Tokenizer& t, const std::string& text) {
   return out;
 }
 
-std::string error_of(const json& j) {
+std::string tokenizer_error_of(const json& j) {
   try {
     make(j);
   } catch (const Error& e) {
@@ -269,11 +269,11 @@ TEST(TokenizerHf, InvalidUtf8IsAnError) {
 
 TEST(TokenizerHf, RefusesWhatItDoesNotRunNamingFileAndKey) {
   auto expect_error = [](const json& j, const std::string& key) {
-    const std::string what = error_of(j);
+    const std::string what = tokenizer_error_of(j);
     EXPECT_NE(what.find("test.json"), std::string::npos) << what;
     EXPECT_NE(what.find(key), std::string::npos) << what;
   };
-  EXPECT_NE(error_of(json()).find("test.json"), std::string::npos);
+  EXPECT_NE(tokenizer_error_of(json()).find("test.json"), std::string::npos);
   EXPECT_THROW(make_hf_tokenizer("{\"model\": ", "test.json"), Error);
   json j = sentencepiece_json();
   j["model"]["type"] = "WordPiece";
