@@ -45,6 +45,11 @@ struct MixerPass {
   SliceLink* link = nullptr;
 };
 
+// Sequence parallel, for a mixer whose state passes through a slice undecayed (the linear
+// mixers): the pass's state (`floats` per sequence for this layer) holds each sequence's summary;
+// through the link (decays 1) it becomes the state entering the slice, in place.
+void enter_slice_from_state(const MixerPass& p, int64_t floats, Arena& arena);
+
 // Rotates the queries and keys of a pass ([N, H, dk] rows `ld` floats apart) in place, by the
 // pass's table; the keys have Hk heads (-1: H).
 void rotate_queries_keys(const MixerPass& p, float* q, float* k, int64_t ld, int64_t H, int64_t dk,

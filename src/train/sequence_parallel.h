@@ -4,12 +4,14 @@
 // rank r trains the r-th of N contiguous slices of each, its chunkwise form starting from the state
 // the earlier ranks' slices leave, and sends that state's gradient back to them.
 #include <cstdint>
+#include <span>
 
 #include "retnet/core/arena.h"
 #include "retnet/core/param_buffer.h"
 #include "retnet/dist/communicator.h"
 #include "retnet/model/model.h"
 #include "retnet/model/slice_link.h"
+#include "retnet/train/evaluate.h"
 
 namespace retnet {
 
@@ -42,5 +44,11 @@ double sequence_parallel_loss_and_gradients(Communicator& comm, const Model& mod
                                             const int32_t* tokens, const int32_t* targets,
                                             int64_t B, int64_t T, int64_t chunk, Arena& arena,
                                             ParamBuffer* grads);
+
+// evaluate() (retnet/train/evaluate.h) over sequence parallel passes: every window's slices on the
+// ranks, forward only; the same Evaluation on every rank. Every rank must call it.
+Evaluation sequence_parallel_evaluate(Communicator& comm, const Model& model,
+                                      std::span<const int32_t> tokens, const EvalOptions& options,
+                                      Arena& arena);
 
 }  // namespace retnet

@@ -135,10 +135,14 @@ struct Validation {
   double bits_per_byte = 0;
 };
 
+// With seq_parallel on every rank (each window's slices on the ranks), else on one.
 Validation validate(const Model& model, std::span<const int32_t> tokens, int64_t bytes, int64_t B,
-                    int64_t T, int64_t max_tokens, const TrainingOptions& to, Arena& arena) {
+                    int64_t T, int64_t max_tokens, const TrainingOptions& to, Arena& arena,
+                    Communicator* seq_parallel = nullptr) {
   Validation v;
-  v.eval = evaluate(model, tokens, EvalOptions{T, B, max_tokens, to}, arena);
+  const EvalOptions eo{T, B, max_tokens, to};
+  v.eval = seq_parallel ? sequence_parallel_evaluate(*seq_parallel, model, tokens, eo, arena)
+                        : evaluate(model, tokens, eo, arena);
   // Nats per token over the split's text bytes per token: exact for the whole split, the split's
   // average rate when only its first windows are evaluated.
   const double bytes_per_token = static_cast<double>(bytes) / static_cast<double>(tokens.size());
@@ -407,9 +411,14 @@ TrainResult train(const TrainOptions& options) {
     saved_step = step;
   };
   auto run_eval = [&](int64_t step) {
-    if (lead)
+    if (o.seq_parallel) {  // every rank takes its slice of the windows; rank 0 logs
+      const Validation v =
+          validate(model, data.val, data.val_bytes, B, T, o.eval_tokens, to, arena, &comm);
+      if (lead) log_validation(v, step, o.quiet, tty, record, result);
+    } else if (lead) {
       log_validation(validate(model, data.val, data.val_bytes, B, T, o.eval_tokens, to, arena),
                      step, o.quiet, tty, record, result);
+    }
   };
   // The other ranks wait for rank 0's validation and checkpoint here rather than in the next
   // step's all-reduce, with a longer limit: those take longer than a step.

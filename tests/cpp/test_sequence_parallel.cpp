@@ -181,6 +181,15 @@ TEST(SequenceParallel, RetentionWithoutScoreNormalisationSlicesEqualTheWholeSequ
   expect_slices_match_whole(c, 2, 37, 8);
 }
 
+TEST(SequenceParallel, LinearAndPerformerSlicesEqualTheWholeSequence) {
+  for (const char* name : {"linear", "performer"}) {
+    SCOPED_TRACE(name);
+    Config c = test::tiny_config();
+    c.mixer = &find_mixer(name);
+    expect_slices_match_whole(c, 2, 37, 8);
+  }
+}
+
 TEST(SequenceParallel, MixersThatKeepTokensAreRefusedByName) {
   for (const char* name : {"attention", "aft"}) {
     Config c = test::tiny_config();
