@@ -250,7 +250,10 @@ std::optional<double> step_gradients(const TrainOptions& o, const TokenDataset& 
 
 void print_run_header(const TrainOptions& o, const Model& model, const Tokenizer& tokenizer,
                       const TokenDataset& data, double peak, int ranks) {
-  const std::string ranks_note = ranks > 1 ? fmt::format(" on each of {} ranks", ranks) : "";
+  const std::string ranks_note =
+      o.seq_parallel ? fmt::format(", each sequence split over {} ranks", ranks)
+      : ranks > 1    ? fmt::format(" on each of {} ranks", ranks)
+                     : "";
   std::fprintf(stderr,
                "%s model, %lld parameters, %s tokenizer (vocabulary %lld), %lld train / %lld val "
                "tokens%s, batch %lld x %lld (x%lld accum)%s, %s form, %d threads, GEMM peak %.0f "
