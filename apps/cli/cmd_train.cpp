@@ -78,7 +78,8 @@ void register_train(CLI::App& app) {
     apply_threads(*threads);
     o->form = parse_form(*form);
     // Under mpirun (`mpirun -np N retnet train ...`) the ranks train data-parallel (or sequence
-    // parallel with --seq-parallel); alone, one process. An error on one rank of several ends them all: the others would wait for it.
+    // parallel with --seq-parallel); alone, one process. An error on one rank of several ends
+    // them all: the others would wait for it.
     Communicator& comm = world();
     TrainResult r;
     try {

@@ -11,8 +11,9 @@ namespace retnet {
 void SliceLink::enter(int64_t layer, float* state, const float* decay, size_t n) {
   RETNET_CHECK(layer >= 0, "slice link: layer {} is negative", layer);
   scan_earlier(state, decay, n);
-  if (entered_.size() <= static_cast<size_t>(layer)) entered_.resize(static_cast<size_t>(layer) + 1);
-  entered_[static_cast<size_t>(layer)].assign(state, state + n);
+  const size_t l = static_cast<size_t>(layer);
+  if (entered_.size() <= l) entered_.resize(l + 1);
+  entered_[l].assign(state, state + n);
 }
 
 const float* SliceLink::entered(int64_t layer, size_t n) const {

@@ -50,7 +50,8 @@ double sequence_parallel_loss_and_gradients(Communicator& comm, const Model& mod
   o.link = &link;
   o.position0 = s.begin;
   o.grad_tokens = B * T;
-  const double mean = loss_and_gradients(model, in.data(), tgt.data(), B, s.length, o, arena, grads);
+  const double mean =
+      loss_and_gradients(model, in.data(), tgt.data(), B, s.length, o, arena, grads);
   return mean * static_cast<double>(s.length) / static_cast<double>(T);
 }
 

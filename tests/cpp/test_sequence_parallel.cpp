@@ -2,6 +2,7 @@
 // in-process communicator, through the same code the MPI ranks run, and their summed loss and
 // gradients must equal one pass over the whole sequences (the chunkwise form, whose chunks the
 // slices' boundaries cut anywhere). Also the slicing and the refusals.
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -11,6 +12,8 @@
 #include <vector>
 
 #include "../../src/train/sequence_parallel.h"
+#include "retnet/core/rng.h"
+#include "retnet/mixers/retention.h"
 #include "retnet/model/training.h"
 #include "test_helpers.h"
 
@@ -157,6 +160,51 @@ void expect_slices_match_whole(const Config& c, int64_t B, int64_t T, int64_t ch
 }
 
 }  // namespace
+
+TEST(SequenceParallel, RetentionSliceSummaryIsTheStateFromEmptyAndItsBackwardItsAdjoint) {
+  const int64_t B = 2, T = 23, H = 2, Dk = 4, Dv = 3, E = Dk * (Dv + 1), S = H * E;
+  std::vector<float> q(B * T * H * Dk), k(q.size()), v(B * T * H * Dv), out(v.size());
+  const Philox rng(5);
+  uint64_t draws = 0;
+  auto next = [&] { return static_cast<float>(2.0 * rng.uniform(0, draws++) - 1.0); };
+  for (auto* x : {&q, &k, &v})
+    for (float& e : *x) e = next();
+  const double gammas[H] = {0.9, 0.6};
+  auto view = [&](std::vector<float>& x, int64_t D) {
+    return TensorView::contiguous(x.data(), {B, T, H, D});
+  };
+  // The summary equals the state the recurrent form leaves from an empty one.
+  std::vector<float> summary(B * S), decay(B * S), state(B * S, 0.f);
+  retention_slice_summary(view(k, Dk), view(v, Dv), gammas, summary.data(), decay.data(), S);
+  RetentionArgs ra;
+  ra.q = view(q, Dk), ra.k = view(k, Dk), ra.v = view(v, Dv), ra.out = view(out, Dv);
+  ra.gammas = gammas, ra.state = state.data(), ra.state_stride = S;
+  Arena arena(1 << 16);
+  retention_forward(Form::Recurrent, ra, arena);
+  EXPECT_TRUE(close(summary, state, 1e-5));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      EXPECT_FLOAT_EQ(decay[b * S + h * E + 5], static_cast<float>(std::pow(gammas[h], T)));
+  // The summary is linear in k and in v, so for any dU: sum dU . U = sum dk . k = sum dv . v.
+  std::vector<float> dU(B * S), dk(k.size(), 0.f), dv(v.size(), 0.f);
+  for (float& e : dU) e = next();
+  retention_slice_summary_backward(view(k, Dk), view(v, Dv), gammas, dU.data(), S, view(dk, Dk),
+                                   view(dv, Dv));
+  double through_u = 0, through_k = 0, through_v = 0;
+  for (size_t i = 0; i < dU.size(); ++i) through_u += double(dU[i]) * summary[i];
+  for (size_t i = 0; i < k.size(); ++i) through_k += double(dk[i]) * k[i];
+  // The key-sum column is linear in k but does not depend on v.
+  double key_sums = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < Dk; ++i) {
+        const size_t at = b * S + h * E + i * (Dv + 1) + Dv;
+        key_sums += double(dU[at]) * summary[at];
+      }
+  for (size_t i = 0; i < v.size(); ++i) through_v += double(dv[i]) * v[i];
+  EXPECT_NEAR(through_k, through_u, 1e-5 * std::fabs(through_u) + 1e-6);
+  EXPECT_NEAR(through_v, through_u - key_sums, 1e-5 * std::fabs(through_u) + 1e-6);
+}
 
 TEST(SequenceParallel, SlicesAreContiguousAndCoverTheSequence) {
   const TokenSlice a = sequence_slice(37, 0, 2), b = sequence_slice(37, 1, 2);
