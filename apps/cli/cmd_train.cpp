@@ -69,12 +69,17 @@ void register_train(CLI::App& app) {
               "Under mpirun: seconds a rank waits for the others before it ends the job (a rank "
               "died or hung; 0: wait forever)",
               number_at_least(0));
+  cmd->add_flag("--seq-parallel", o->seq_parallel,
+                "Under mpirun: split each sequence into one contiguous slice per rank and pass "
+                "the mixers' states between ranks (every rank trains the same --batch sequences; "
+                "chunkwise form; constant-state mixers only)");
   add_threads_option(cmd, *threads);
   cmd->callback([o, form, threads] {
     apply_threads(*threads);
     o->form = parse_form(*form);
-    // Under mpirun (`mpirun -np N retnet train ...`) the ranks train data-parallel; alone, one
-    // process. An error on one rank of several ends them all: the others would wait for it.
+    // Under mpirun (`mpirun -np N retnet train ...`) the ranks train data-parallel (or sequence
+    // parallel with --seq-parallel); alone, one process. An error on one rank of several ends
+    // them all: the others would wait for it.
     Communicator& comm = world();
     TrainResult r;
     try {

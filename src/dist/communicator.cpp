@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -76,21 +77,38 @@ void exclusive_scan(Communicator& comm, const float* mine, float* out, size_t n,
   for (int j = 0; j < r; ++j) combine(out, all.data() + static_cast<size_t>(j) * n);
 }
 
-void state_decay_exclusive_scan(Communicator& comm, float* state, float* decay, size_t n) {
-  // One record: the state's n floats, then the decays' n floats.
-  std::vector<float> mine(2 * n), identity(2 * n, 0.f), out(2 * n);
+namespace {
+
+// The (state, decay) scan in rank order or in reverse: every rank gathers all records (the
+// state's n floats, then the decays' n floats) and folds those before it in that order.
+void state_decay_scan(Communicator& comm, float* state, float* decay, size_t n, bool reverse) {
+  std::vector<float> mine(2 * n), all(2 * n * static_cast<size_t>(comm.size()));
   std::memcpy(mine.data(), state, n * sizeof(float));
   std::memcpy(mine.data() + n, decay, n * sizeof(float));
-  std::fill(identity.begin() + static_cast<std::ptrdiff_t>(n), identity.end(), 1.f);
-  exclusive_scan(comm, mine.data(), out.data(), 2 * n, identity.data(),
-                 [n](float* acc, const float* x) {
-                   for (size_t i = 0; i < n; ++i) {
-                     acc[i] = x[n + i] * acc[i] + x[i];
-                     acc[n + i] *= x[n + i];
-                   }
-                 });
-  std::memcpy(state, out.data(), n * sizeof(float));
-  std::memcpy(decay, out.data() + n, n * sizeof(float));
+  comm.all_gather(mine.data(), all.data(), 2 * n * sizeof(float));
+  std::fill(state, state + n, 0.f);
+  std::fill(decay, decay + n, 1.f);
+  auto combine = [&](const float* x) {
+    for (size_t i = 0; i < n; ++i) {
+      state[i] = x[n + i] * state[i] + x[i];
+      decay[i] *= x[n + i];
+    }
+  };
+  const int r = comm.rank(), N = comm.size();
+  if (reverse)
+    for (int j = N - 1; j > r; --j) combine(all.data() + static_cast<size_t>(j) * 2 * n);
+  else
+    for (int j = 0; j < r; ++j) combine(all.data() + static_cast<size_t>(j) * 2 * n);
+}
+
+}  // namespace
+
+void state_decay_exclusive_scan(Communicator& comm, float* state, float* decay, size_t n) {
+  state_decay_scan(comm, state, decay, n, false);
+}
+
+void state_decay_reverse_exclusive_scan(Communicator& comm, float* state, float* decay, size_t n) {
+  state_decay_scan(comm, state, decay, n, true);
 }
 
 }  // namespace retnet

@@ -46,14 +46,14 @@ size_t backward_layers_scratch_floats(const Config& c, int64_t N) {
 
 void backward_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T, Form form,
                      int64_t chunk, Arena& arena, const Activations& acts, float* dx,
-                     ParamBuffer& grads) {
+                     ParamBuffer& grads, const int64_t* positions, SliceLink* link) {
   const Config& c = model.config();
   const ModelTensors& w = model.tensors();
   const int64_t N = B * T, d = c.embed_dim, F = c.ffn_dim;
   auto grad = [&](size_t index) { return grads.tensor(index); };
   GradScratch g = allocate_grad_scratch(arena, c, N);
-  // The rotation table the forward left: the last rotating layer's; recomputed (positions from 0)
-  // where a hybrid model's layers rotate by other tables.
+  // The rotation table the forward left: the last rotating layer's; recomputed (at the forward's
+  // positions) where a hybrid model's layers rotate by other tables.
   const std::vector<double>* table_thetas = nullptr;
   for (int64_t l = 0; l < c.layers; ++l)
     if (model.layer_config(l).mixer->rotates) table_thetas = &model.layer_thetas(l);
@@ -63,7 +63,7 @@ void backward_layers(const Model& model, const int32_t* tokens, int64_t B, int64
     const int64_t vd = lc.value_embed_dim, P = lc.projection_width();
     if (lc.mixer->rotates && table_thetas != &model.layer_thetas(l)) {
       table_thetas = &model.layer_thetas(l);
-      rotation_table(*table_thetas, B, T, nullptr, acts.rotation);
+      rotation_table(*table_thetas, B, T, positions, acts.rotation);
     }
     const LayerActivations& a = acts.layers[l];
     // FFN: x_out = x_mid + fc2(h), h = act(fc1 xn2) * gate xn2.
@@ -83,6 +83,7 @@ void backward_layers(const Model& model, const int32_t* tokens, int64_t B, int64
                  .proj = a.proj, .saved = a.saved, .rotation = acts.rotation, .d_out = g.dgo,
                  .d_proj = g.dproj};
     mg.grads = &grads;
+    mg.link = link;
     const LayerMixer& mixer = layer_mixer(lc);
     const float* go = mixer.output(mg, g.go);
     sgemm(Trans::Yes, Trans::No, d, vd, N, 1.f, dx, d, go, vd, 1.f, grad(L.out_proj), vd);

@@ -106,7 +106,7 @@ Activations allocate_activations(Arena& arena, const Config& c, int64_t B, int64
 
 void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T, float* logits,
                 Form form, int64_t chunk, int64_t scan_tile, Arena& arena,
-                const StateView* state, Activations& acts) {
+                const StateView* state, Activations& acts, SliceLink* link) {
   const Config& c = model.config();
   const ModelTensors& w = model.tensors();
   const int64_t N = B * T, d = c.embed_dim, F = c.ffn_dim;
@@ -183,6 +183,7 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
     mp.positions = positions;
     mp.rotation = rotates ? acts.rotation : nullptr;
     mp.rotation_stride = rotation_stride;
+    mp.link = link;
     const size_t mark = arena.used();
     const float* mixed = mixer.forward(mp, arena);
     arena.rewind(mark);  // the mixer's scratch is reused by the next layer

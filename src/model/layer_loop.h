@@ -10,6 +10,7 @@
 #include "retnet/core/param_buffer.h"
 #include "retnet/model/forward.h"
 #include "retnet/model/model.h"
+#include "retnet/model/slice_link.h"
 #include "retnet/model/state.h"
 
 namespace retnet::detail {
@@ -55,16 +56,18 @@ void project(const Model& model, size_t w, int64_t M, int64_t N, int64_t K, cons
 
 // Embedding, all layers and the final norm over B x T tokens; logits [N, vocab] if non-null.
 // `state` is the sequences' state (nullptr: from empty sequences without one, training's parallel
-// form).
+// form). `link`: the tokens are a slice of longer sequences (sequence parallel training).
 void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T, float* logits,
                 Form form, int64_t chunk, int64_t scan_tile, Arena& arena, const StateView* state,
-                Activations& acts);
+                Activations& acts, SliceLink* link = nullptr);
 
 // The backward of run_layers' blocks and embedding (training): from d loss / d x of the last
 // block's output in `dx` [N, d] (overwritten), accumulates every parameter's gradient into grads.
 size_t backward_layers_scratch_floats(const Config& c, int64_t N);
+// `positions` and `link` as the forward's (nullptr: whole sequences from position 0).
 void backward_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T, Form form,
                      int64_t chunk, Arena& arena, const Activations& acts, float* dx,
-                     ParamBuffer& grads);
+                     ParamBuffer& grads, const int64_t* positions = nullptr,
+                     SliceLink* link = nullptr);
 
 }  // namespace retnet::detail

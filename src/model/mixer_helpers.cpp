@@ -1,5 +1,6 @@
 // Helpers the mixers' blocks share: views of projection rows, the gated output, the rotation of
 // queries and keys by the pass's table, the cache lengths of a pass.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -32,6 +33,20 @@ RotationPairs rotation_pairs(const Model& model) {
                                                          : RotationPairs::Interleaved;
 }
 }  // namespace
+
+void enter_slice_from_state(const MixerPass& p, int64_t floats, Arena& arena) {
+  const size_t n = static_cast<size_t>(p.B * floats);
+  float* summary = arena.alloc(n);
+  float* ones = arena.alloc(n);
+  std::fill(ones, ones + n, 1.f);
+  for (int64_t b = 0; b < p.B; ++b)
+    std::memcpy(summary + b * floats, p.state + b * p.state_stride,
+                static_cast<size_t>(floats) * sizeof(float));
+  p.link->enter(p.layer, summary, ones, n);
+  for (int64_t b = 0; b < p.B; ++b)
+    std::memcpy(p.state + b * p.state_stride, summary + b * floats,
+                static_cast<size_t>(floats) * sizeof(float));
+}
 
 void rotate_queries_keys(const MixerPass& p, float* q, float* k, int64_t ld, int64_t H,
                          int64_t dk, int64_t Hk) {

@@ -11,6 +11,7 @@
 #include "retnet/core/tensor.h"
 #include "retnet/model/forward.h"
 #include "retnet/model/model.h"
+#include "retnet/model/slice_link.h"
 
 namespace retnet::detail {
 
@@ -38,14 +39,24 @@ struct MixerPass {
   // mixer does not rotate) and its row stride between sequences.
   const float* rotation = nullptr;
   int64_t rotation_stride = 0;
+  // Sequence parallel training: the pass is one slice of longer sequences (positions: where it
+  // starts), and the mixer's chunkwise form starts from the state the link returns for its
+  // summary; nullptr: whole sequences.
+  SliceLink* link = nullptr;
 };
+
+// Sequence parallel, for a mixer whose state passes through a slice undecayed (the linear
+// mixers): the pass's state (`floats` per sequence for this layer) holds each sequence's summary;
+// through the link (decays 1) it becomes the state entering the slice, in place.
+void enter_slice_from_state(const MixerPass& p, int64_t floats, Arena& arena);
 
 // Rotates the queries and keys of a pass ([N, H, dk] rows `ld` floats apart) in place, by the
 // pass's table; the keys have Hk heads (-1: H).
 void rotate_queries_keys(const MixerPass& p, float* q, float* k, int64_t ld, int64_t H, int64_t dk,
                          int64_t Hk = -1);
 
-// One layer's backward call (training: parallel or chunkwise, from an empty state).
+// One layer's backward call (training: parallel or chunkwise, from an empty state, or with a link
+// from the state the forward's link returned, sending that state's gradient back through it).
 struct MixerGrad {
   const Model* model = nullptr;
   int64_t layer = 0;
@@ -58,6 +69,7 @@ struct MixerGrad {
   const float* d_out = nullptr;     // [N, vd]
   float* d_proj = nullptr;          // [N, P], overwritten
   ParamBuffer* grads = nullptr;     // accumulates the mixer's own tensors' gradients
+  SliceLink* link = nullptr;        // as the forward's MixerPass::link
 };
 
 // The backward of rotate_queries_keys: rotates the queries' and keys' gradients back in place by
@@ -81,6 +93,8 @@ class LayerMixer {
   // buffer, or recomputed into `scratch` [N, vd].
   virtual const float* output(const MixerGrad& grad, float* scratch) const = 0;
   virtual void backward(const MixerGrad& grad, Arena& arena) const = 0;
+  // Whether forward and backward accept a SliceLink (sequence parallel training).
+  virtual bool joins_slices() const { return false; }
 };
 
 // The block of a (single-mixer or layer) config's mixer.

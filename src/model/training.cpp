@@ -8,6 +8,7 @@
 #include "mixer_layer.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
+#include "retnet/model/slice_link.h"
 #include "retnet/ops/cross_entropy.h"
 #include "retnet/ops/rmsnorm.h"
 
@@ -38,7 +39,32 @@ LossScratch allocate_loss_scratch(Arena& arena, const Config& c, int64_t N) {
   return g;
 }
 
+// Floats of the link's buffers in a layer's forward or backward (the summary or the state's
+// gradient, and the decays), for the largest layer state.
+size_t link_floats(const Config& c, int64_t B) {
+  int64_t largest = 0;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const Config lc = c.layer(l);
+    if (lc.mixer->state_floats_per_layer)
+      largest = std::max(largest, lc.mixer->state_floats_per_layer(lc));
+  }
+  return 2 * Arena::footprint(static_cast<size_t>(B * largest));
+}
+
 }  // namespace
+
+void check_slices_supported(const Config& c) {
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const Config lc = c.layer(l);
+    RETNET_CHECK(lc.mixer->state_floats_per_layer && !lc.mixer->keeps_tokens &&
+                     detail::layer_mixer(lc).joins_slices(),
+                 "sequence parallel training needs a mixer with a constant-size state in every "
+                 "layer; layer {} uses '{}', which {}",
+                 l, lc.mixer->name,
+                 lc.mixer->keeps_tokens ? "keeps every earlier token"
+                                        : "does not pass its state between slices yet");
+  }
+}
 
 size_t training_workspace_floats(const Config& c, int64_t B, int64_t T, const TrainingOptions& o) {
   const int64_t N = B * T;
@@ -52,7 +78,8 @@ size_t training_workspace_floats(const Config& c, int64_t B, int64_t T, const Tr
   }
   return detail::activation_floats(c, B, T, true) + loss_scratch_floats(c, N) +
          detail::backward_layers_scratch_floats(c, N) +
-         Arena::footprint(static_cast<size_t>(B * c.state_floats_per_sequence())) + mixer;
+         Arena::footprint(static_cast<size_t>(B * c.state_floats_per_sequence())) + mixer +
+         (o.link ? link_floats(c, B) + Arena::footprint(static_cast<size_t>(2 * B)) : 0);
 }
 
 double loss_and_gradients(const Model& model, const int32_t* tokens, const int32_t* targets,
@@ -85,9 +112,19 @@ double loss_and_gradients(const Model& model, const int32_t* tokens, const int32
     state = arena.alloc(static_cast<size_t>(B * c.state_floats_per_sequence()));
     std::fill(state, state + B * c.state_floats_per_sequence(), 0.f);
   }
-  // A view with no positions: every sequence from 0.
-  const StateView view{state, nullptr, B, c.state_floats_per_sequence(), nullptr, 0};
-  detail::run_layers(model, tokens, B, T, nullptr, o.form, chunk, 0, arena, &view, acts);
+  // Whole sequences start at position 0 (no positions); a slice at o.position0.
+  int64_t* positions = nullptr;
+  if (o.link) {
+    RETNET_CHECK(o.form == Form::Chunkwise,
+                 "sequence parallel training runs the chunkwise form, not {}", form_name(o.form));
+    RETNET_CHECK(o.position0 >= 0, "a slice's first position must be >= 0, got {}", o.position0);
+    check_slices_supported(c);
+    // Arena floats are 4 bytes and 64-byte aligned: 2 B floats hold B positions.
+    positions = reinterpret_cast<int64_t*>(arena.alloc(static_cast<size_t>(2 * B)));
+    std::fill(positions, positions + B, o.position0);
+  }
+  const StateView view{state, positions, B, c.state_floats_per_sequence(), nullptr, 0};
+  detail::run_layers(model, tokens, B, T, nullptr, o.form, chunk, 0, arena, &view, acts, o.link);
   const ModelTensors& w = model.tensors();
   if (!grads && !model.weights_complete()) {  // inference weights: the head's packed copy
     const HeadProduct head = [&](const float* xn, int64_t R, float* logits) {
@@ -103,12 +140,14 @@ double loss_and_gradients(const Model& model, const int32_t* tokens, const int32
 
   auto grad = [&](size_t index) { return grads->tensor(index); };
   const double loss = cross_entropy_with_head(acts.xn_f, head, targets, N, T, d, c.vocab_size,
-                                              g.logits, g.dxn, grad(w.output_projection));
+                                              g.logits, g.dxn, grad(w.output_projection),
+                                              o.grad_tokens);
   std::fill(g.dx, g.dx + N * d, 0.f);
   rmsnorm_backward(acts.x, d, model.param(w.final_norm), acts.rstd_f, g.dxn, d, g.dx, d,
                    grad(w.final_norm), N, d);
 
-  detail::backward_layers(model, tokens, B, T, o.form, chunk, arena, acts, g.dx, *grads);
+  detail::backward_layers(model, tokens, B, T, o.form, chunk, arena, acts, g.dx, *grads, positions,
+                          o.link);
   return loss;
 }
 

@@ -15,8 +15,9 @@ namespace {
 template <typename Product>
 double cross_entropy_blocks(const Product& product, const float* xn, const float* W,
                             const int32_t* targets, int64_t N, int64_t T, int64_t d, int64_t V,
-                            float* logits, float* dxn, float* dW) {
+                            float* logits, float* dxn, float* dW, int64_t grad_count) {
   double total = 0;
+  const float inv_n = 1.f / static_cast<float>(grad_count > 0 ? grad_count : N);
   for (int64_t r0 = 0; r0 < N; r0 += kCrossEntropyBlock) {
     const int64_t R = std::min(kCrossEntropyBlock, N - r0);
     product(r0, R);
@@ -32,7 +33,6 @@ double cross_entropy_blocks(const Product& product, const float* xn, const float
       const int32_t t = targets[r0 + r];
       block_loss += lse - z[t];
       if (dxn) {
-        const float inv_n = 1.f / static_cast<float>(N);
         for (int64_t j = 0; j < V; ++j)
           z[j] = static_cast<float>(std::exp(static_cast<double>(z[j]) - lse)) * inv_n;
         z[t] -= inv_n;
@@ -51,17 +51,18 @@ double cross_entropy_blocks(const Product& product, const float* xn, const float
 
 double cross_entropy_with_head(const float* xn, const float* W, const int32_t* targets, int64_t N,
                                int64_t T, int64_t d, int64_t V, float* logits, float* dxn,
-                               float* dW) {
+                               float* dW, int64_t grad_count) {
   auto product = [&](int64_t r0, int64_t R) {
     sgemm(Trans::No, Trans::Yes, R, V, d, 1.f, xn + r0 * d, d, W, d, 0.f, logits, V);
   };
-  return cross_entropy_blocks(product, xn, W, targets, N, T, d, V, logits, dxn, dW);
+  return cross_entropy_blocks(product, xn, W, targets, N, T, d, V, logits, dxn, dW, grad_count);
 }
 
 double cross_entropy_with_head(const float* xn, const HeadProduct& head, const int32_t* targets,
                                int64_t N, int64_t T, int64_t d, int64_t V, float* logits) {
   auto product = [&](int64_t r0, int64_t R) { head(xn + r0 * d, R, logits); };
-  return cross_entropy_blocks(product, xn, nullptr, targets, N, T, d, V, logits, nullptr, nullptr);
+  return cross_entropy_blocks(product, xn, nullptr, targets, N, T, d, V, logits, nullptr, nullptr,
+                              0);
 }
 
 }  // namespace retnet

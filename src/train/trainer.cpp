@@ -28,6 +28,7 @@
 #include "retnet/train/data.h"
 #include "retnet/train/evaluate.h"
 #include "data_parallel.h"
+#include "sequence_parallel.h"
 #include "run_directory.h"
 
 namespace retnet {
@@ -134,10 +135,14 @@ struct Validation {
   double bits_per_byte = 0;
 };
 
+// With seq_parallel on every rank (each window's slices on the ranks), else on one.
 Validation validate(const Model& model, std::span<const int32_t> tokens, int64_t bytes, int64_t B,
-                    int64_t T, int64_t max_tokens, const TrainingOptions& to, Arena& arena) {
+                    int64_t T, int64_t max_tokens, const TrainingOptions& to, Arena& arena,
+                    Communicator* seq_parallel = nullptr) {
   Validation v;
-  v.eval = evaluate(model, tokens, EvalOptions{T, B, max_tokens, to}, arena);
+  const EvalOptions eo{T, B, max_tokens, to};
+  v.eval = seq_parallel ? sequence_parallel_evaluate(*seq_parallel, model, tokens, eo, arena)
+                        : evaluate(model, tokens, eo, arena);
   // Nats per token over the split's text bytes per token: exact for the whole split, the split's
   // average rate when only its first windows are evaluated.
   const double bytes_per_token = static_cast<double>(bytes) / static_cast<double>(tokens.size());
@@ -151,7 +156,8 @@ Validation validate(const Model& model, std::span<const int32_t> tokens, int64_t
 // number of ranks when the global batch is the same.
 std::string run_json(const TrainOptions& o, const Tokenizer& tokenizer, int ranks) {
   nlohmann::ordered_json j;
-  j["batch"] = o.batch * ranks;
+  j["batch"] = o.seq_parallel ? o.batch : o.batch * ranks;
+  if (o.seq_parallel) j["seq_parallel"] = true;
   j["seq"] = o.seq;
   j["grad_accum"] = o.grad_accum;
   j["form"] = form_name(o.form);
@@ -215,17 +221,25 @@ int64_t resume_from_checkpoint(const TrainOptions& o, const Tokenizer& tokenizer
 // stopping at the end of a step instead).
 std::optional<double> step_gradients(const TrainOptions& o, const TokenDataset& data,
                                      const Model& model, int64_t step, const TrainingOptions& to,
-                                     const Communicator& comm, std::vector<int32_t>& in,
+                                     Communicator& comm, std::vector<int32_t>& in,
                                      std::vector<int32_t>& tgt, Arena& arena, ParamBuffer& grads) {
   std::fill(grads.data(), grads.data() + grads.size(), 0.f);
   double loss = 0;
   for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
     if (g_signal.load() != 0 && comm.size() == 1) return std::nullopt;
+    // Sequence parallel: every rank takes the same rows, and its slice of each.
     sample_batch(data.train, o.batch, o.seq, o.seed,
                  static_cast<uint64_t>(step * o.grad_accum + micro), in.data(), tgt.data(),
-                 comm.rank() * o.batch);
-    loss += loss_and_gradients(model, in.data(), tgt.data(), o.batch, o.seq, to, arena, &grads) /
-            o.grad_accum;
+                 o.seq_parallel ? 0 : comm.rank() * o.batch);
+    if (o.seq_parallel)
+      loss += sequence_parallel_loss_and_gradients(comm, model,
+                                                   in.data(), tgt.data(), o.batch, o.seq,
+                                                   to.chunk, arena, &grads) /
+              o.grad_accum;
+    else
+      loss += loss_and_gradients(model, in.data(), tgt.data(), o.batch, o.seq, to, arena,
+                                 &grads) /
+              o.grad_accum;
   }
   if (o.grad_accum > 1) {
     const float s = 1.f / static_cast<float>(o.grad_accum);
@@ -236,7 +250,10 @@ std::optional<double> step_gradients(const TrainOptions& o, const TokenDataset& 
 
 void print_run_header(const TrainOptions& o, const Model& model, const Tokenizer& tokenizer,
                       const TokenDataset& data, double peak, int ranks) {
-  const std::string ranks_note = ranks > 1 ? fmt::format(" on each of {} ranks", ranks) : "";
+  const std::string ranks_note =
+      o.seq_parallel ? fmt::format(", each sequence split over {} ranks", ranks)
+      : ranks > 1    ? fmt::format(" on each of {} ranks", ranks)
+                     : "";
   std::fprintf(stderr,
                "%s model, %lld parameters, %s tokenizer (vocabulary %lld), %lld train / %lld val "
                "tokens%s, batch %lld x %lld (x%lld accum)%s, %s form, %d threads, GEMM peak %.0f "
@@ -354,7 +371,14 @@ TrainResult train(const TrainOptions& options) {
   TrainingOptions to;
   to.form = o.form;
   to.chunk = o.chunk;
-  const int64_t B = o.batch, T = o.seq, tokens_per_step = B * T * o.grad_accum * ranks;
+  if (o.seq_parallel) {
+    check_slices_supported(config);
+    sequence_slice(o.seq, comm.rank(), ranks);  // refuses sequences shorter than the ranks
+    to.form = o.form = Form::Chunkwise;
+  }
+  // The ranks' sequences: N x B rows (data parallel) or the same B rows (sequence parallel).
+  const int64_t B = o.batch, T = o.seq,
+                tokens_per_step = B * T * o.grad_accum * (o.seq_parallel ? 1 : ranks);
   const double peak = measure_peak_flops();
   const double fpt =
       flops_per_token(config, T, o.form, o.chunk > 0 ? o.chunk : config.recurrent_chunk_size);
@@ -390,9 +414,14 @@ TrainResult train(const TrainOptions& options) {
     saved_step = step;
   };
   auto run_eval = [&](int64_t step) {
-    if (lead)
+    if (o.seq_parallel) {  // every rank takes its slice of the windows; rank 0 logs
+      const Validation v =
+          validate(model, data.val, data.val_bytes, B, T, o.eval_tokens, to, arena, &comm);
+      if (lead) log_validation(v, step, o.quiet, tty, record, result);
+    } else if (lead) {
       log_validation(validate(model, data.val, data.val_bytes, B, T, o.eval_tokens, to, arena),
                      step, o.quiet, tty, record, result);
+    }
   };
   // The other ranks wait for rank 0's validation and checkpoint here rather than in the next
   // step's all-reduce, with a longer limit: those take longer than a step.
@@ -417,10 +446,15 @@ TrainResult train(const TrainOptions& options) {
       break;
     }
     const auto t_comm = Clock::now();
-    average_gradients(comm, grads);
     double loss = *step_loss;
-    comm.all_reduce_sum(&loss, 1);
-    loss /= ranks;
+    if (o.seq_parallel) {  // the ranks' shares add up to the batch's mean
+      if (ranks > 1) comm.all_reduce_sum(grads.data(), grads.size());
+      comm.all_reduce_sum(&loss, 1);
+    } else {
+      average_gradients(comm, grads);
+      comm.all_reduce_sum(&loss, 1);
+      loss /= ranks;
+    }
     // Includes waiting for the slowest rank: the cost of the step's synchronisation as a whole.
     const double comm_ms = since(t_comm) * 1e3;
     comm_ms_total += comm_ms;

@@ -1,8 +1,9 @@
 """`mpirun -np 2 retnet train` on loopback: data parallel against one process, resume on another
-number of ranks, a killed or hung rank, ranks started with other settings or data.
+number of ranks, a killed or hung rank, ranks started with other settings or data; sequence
+parallel (--seq-parallel) against one process.
 
 Usage: check_data_parallel.py --retnet BIN --workdir DIR CASE   (CASE: equivalence, faults,
-mismatch). Exits 77 (skipped) when mpirun is missing or retnet was built without MPI, unless
+mismatch, sequence). Exits 77 (skipped) when mpirun is missing or retnet was built without MPI, unless
 CI=true, where that is a failure."""
 import argparse
 import json
@@ -38,10 +39,11 @@ def skip_or_fail(why):
     sys.exit(77)
 
 
-def train_args(a, work, out, batch, steps=20, extra=(), data="data.txt"):
+def train_args(a, work, out, batch, steps=20, extra=(), data="data.txt", seq=48,
+               config="config.json"):
     return [a.retnet, "train", "--data", os.path.join(work, data), "--config",
-            os.path.join(work, "config.json"), "--out", os.path.join(work, out), "--steps",
-            str(steps), "--batch", str(batch), "--seq", "48", "--warmup", "5", "--eval-interval",
+            os.path.join(work, config), "--out", os.path.join(work, out), "--steps",
+            str(steps), "--batch", str(batch), "--seq", str(seq), "--warmup", "5", "--eval-interval",
             "1000", "--eval-tokens", "2048", "--checkpoint-interval", "10", "--hash-interval", "5",
             "-t", "1", *extra]
 
@@ -117,6 +119,32 @@ def case_equivalence(a, work):
                        capture_output=True, text=True, timeout=120)
     if p.returncode == 0 or "other settings" not in p.stderr:
         print(f"FAIL: resuming with another global batch was not refused:\n{p.stderr}")
+        bad += 1
+    return bad
+
+
+def case_sequence(a, work):
+    """--seq-parallel: 2 ranks, each half of every sequence of 47 tokens (odd: slices of 24 and
+    23, neither a multiple of the chunk of 8), against 1 rank on the whole sequences (chunkwise),
+    20 steps; the same batch rows on both."""
+    extra = ["--form", "chunkwise", "--chunk", "8"]
+    run(MPIRUN + ["-np", "2"] + train_args(a, work, "two_ranks", batch=2, seq=47,
+                                           extra=extra + ["--seq-parallel"]))
+    run(train_args(a, work, "one_rank", batch=2, seq=47, extra=extra))
+    two, one = os.path.join(work, "two_ranks"), os.path.join(work, "one_rank")
+    bad = compare_curves("2 ranks x half sequences vs 1 rank", losses(two), losses(one),
+                         list(range(1, 21)))
+    bad += compare_weights("2 ranks x half sequences vs 1 rank",
+                           os.path.join(two, "model.safetensors"),
+                           os.path.join(one, "model.safetensors"))
+    # A mixer that keeps every token cannot be split: refused, naming it.
+    with open(os.path.join(work, "attention.json"), "w") as f:
+        json.dump({**CONFIG, "mixer": "attention"}, f)
+    p = subprocess.run(MPIRUN + ["-np", "2"] + train_args(a, work, "attention", batch=2,
+                       config="attention.json", extra=["--seq-parallel"]),
+                       capture_output=True, text=True, timeout=120)
+    if p.returncode == 0 or "'attention'" not in p.stdout + p.stderr:
+        print(f"FAIL: --seq-parallel with attention was not refused by name:\n{p.stderr}")
         bad += 1
     return bad
 
@@ -219,7 +247,7 @@ def main():
     ap.add_argument("--retnet", required=True)
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--no-mpi-build", action="store_true", help="retnet was built without MPI")
-    ap.add_argument("case", choices=["equivalence", "faults", "mismatch"])
+    ap.add_argument("case", choices=["equivalence", "faults", "mismatch", "sequence"])
     a = ap.parse_args()
     if a.no_mpi_build:
         skip_or_fail("retnet was built without MPI (RETNET_MPI=OFF)")
@@ -234,7 +262,8 @@ def main():
         f.write(text)
     with open(os.path.join(work, "config.json"), "w") as f:
         json.dump(CONFIG, f)
-    bad = {"equivalence": case_equivalence, "faults": case_faults, "mismatch": case_mismatch}[a.case](a, work)
+    bad = {"equivalence": case_equivalence, "faults": case_faults, "mismatch": case_mismatch,
+           "sequence": case_sequence}[a.case](a, work)
     if bad:
         print(f"FAIL: {bad} check(s) failed")
         sys.exit(1)

@@ -63,4 +63,9 @@ void exclusive_scan(Communicator& comm, const float* mine, float* out, size_t n,
 // (s_a, d_a) (+) (s_b, d_b) = (d_b * s_a + s_b, d_a * d_b), elementwise.
 void state_decay_exclusive_scan(Communicator& comm, float* state, float* decay, size_t n);
 
+// The same scan over the ranks in reverse order (rank N-1 first), for gradients flowing back
+// through the recurrence: on rank r, state becomes sum over j > r of (decay_{r+1} ... decay_{j-1})
+// * state_j, and decay the product of the later ranks' decays (zeros and ones on the last rank).
+void state_decay_reverse_exclusive_scan(Communicator& comm, float* state, float* decay, size_t n);
+
 }  // namespace retnet

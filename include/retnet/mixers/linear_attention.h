@@ -25,6 +25,7 @@
 // unit stride in the last dim, any other strides). state: per sequence b, H blocks of [F, Dv + 1]
 // floats starting at state + b * state_stride. OpenMP over heads; scratch from the arena.
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "retnet/core/arena.h"
@@ -60,6 +61,12 @@ struct CausalLinearGradArgs {
   TensorView d_phi_q, d_phi_k, d_v;
   const float* inv_denominators = nullptr;  // [B, T, H] from the forward
   int64_t chunk = 64;
+  // Chunkwise only: the state the forward started from (the layout of CausalLinearArgs::state;
+  // nullptr: empty) and where d loss / d start_state goes (same layout, overwritten; nullptr: not
+  // wanted).
+  const float* start_state = nullptr;
+  float* d_start_state = nullptr;
+  int64_t state_stride = 0;
 };
 size_t causal_linear_attention_backward_workspace_floats(Form form, int64_t B,
                                                          int64_t T, int64_t H, int64_t F,
@@ -79,6 +86,10 @@ struct LinearAttentionArgs {
   float* saved_phi_q = nullptr;
   float* saved_phi_k = nullptr;
   float* saved_inv_denominators = nullptr;
+  // Sequence parallel (chunkwise): called once the features are known, with `state` holding what
+  // these tokens add to an empty state (sum_m phi(k_m)^T [v_m, 1]); it replaces that by the state
+  // entering them (retnet/model/slice_link.h). Empty: the state as given.
+  std::function<void()> enter_slice;
 };
 size_t linear_attention_workspace_floats(Form form, const FeatureMap& features,
                                          int64_t B, int64_t T, int64_t H, int64_t Dk, int64_t Dv,
@@ -96,6 +107,14 @@ struct LinearAttentionGradArgs {
   const float* phi_k = nullptr;
   const float* inv_denominators = nullptr;  // [B, T, H]
   int64_t chunk = 64;
+  // Sequence parallel (chunkwise): the state the forward started from and its gradient, as in
+  // CausalLinearGradArgs; leave_slice is then called with d_start_state holding this slice's
+  // d loss / d start state and replaces it by d loss / d (the state the tokens leave), whose share
+  // through each key and value is added to their gradients.
+  const float* start_state = nullptr;
+  float* d_start_state = nullptr;
+  int64_t state_stride = 0;
+  std::function<void()> leave_slice;
 };
 size_t linear_attention_backward_workspace_floats(Form form,
                                                   const FeatureMap& features, int64_t B,

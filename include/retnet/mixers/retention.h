@@ -52,10 +52,32 @@ struct RetentionGradArgs {
   const float* row_stats = nullptr;  // [B, T, H, 2] from the forward
   const double* gammas = nullptr;
   int64_t chunk = 64;
+  // Chunkwise only: the state the forward started from (per sequence b, H blocks of [Dk, Dv + 1]
+  // at start_state + b * state_stride; nullptr: empty), and where d loss / d start_state goes
+  // (same layout, overwritten; nullptr: not wanted).
+  const float* start_state = nullptr;
+  float* d_start_state = nullptr;
+  int64_t state_stride = 0;
 };
 size_t retention_backward_workspace_floats(Form form, int64_t T, int64_t Dk, int64_t Dv,
                                            int64_t chunk);
 void retention_backward(Form form, const RetentionGradArgs& args, Arena& arena);
+
+// Sequence parallel (retnet/model/slice_link.h): the state T tokens leave when they start from an
+// empty state, sum_i gamma^(T-1-i) k_i [v_i, 1]^T per head, into `state` (the layout of
+// RetentionArgs::state), and the decay gamma^T that multiplies a state entering them, into `decay`
+// (the same layout: every element of head h's block).
+void retention_slice_summary(const TensorView& k, const TensorView& v, const double* gammas,
+                             float* state, float* decay, int64_t state_stride);
+// The decays alone (as retention_slice_summary writes them) of a slice of T tokens, for B sequences
+// of H heads of [Dk, Dv + 1].
+void retention_slice_decay(const double* gammas, int64_t B, int64_t T, int64_t H, int64_t Dk,
+                           int64_t Dv, float* decay, int64_t state_stride);
+// Its backward: with d_state = d loss / d (the summary), accumulates (+=) into d_k, d_v.
+void retention_slice_summary_backward(const TensorView& k, const TensorView& v,
+                                      const double* gammas, const float* d_state,
+                                      int64_t state_stride, const TensorView& d_k,
+                                      const TensorView& d_v);
 
 inline int64_t retention_state_floats_per_head(int64_t Dk, int64_t Dv) { return Dk * (Dv + 1); }
 

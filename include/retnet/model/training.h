@@ -10,12 +10,24 @@
 
 namespace retnet {
 
-class Arena;  // core/arena.h: scratch memory, sized by training_workspace_floats
+class Arena;      // core/arena.h: scratch memory, sized by training_workspace_floats
+class SliceLink;  // model/slice_link.h: sequence parallel
 
 struct TrainingOptions {
   Form form = Form::Parallel;  // parallel or chunkwise
   int64_t chunk = 0;                             // chunkwise: 0 = the config's recurrent_chunk_size
+  // Sequence parallel (chunkwise form, constant-state mixers only): the pass's T tokens are one
+  // slice of longer sequences, starting at position `position0`; `link` joins it to the other
+  // slices, and the gradient is the mean over `grad_tokens` tokens (all slices' B x T), so the
+  // slices' gradients add up to the whole sequences'. nullptr: whole sequences.
+  SliceLink* link = nullptr;
+  int64_t position0 = 0;
+  int64_t grad_tokens = 0;
 };
+
+// Throws Error naming the first mixer of the config that cannot train on slices of a sequence
+// (one without a constant-size state, e.g. attention or AFT-full).
+void check_slices_supported(const Config& config);
 
 // Arena floats one training pass of B x T tokens needs.
 size_t training_workspace_floats(const Config& config, int64_t B, int64_t T,

@@ -28,6 +28,10 @@ struct TrainOptions {
   // batch is per rank: started by `mpirun -np N`, rank r trains on rows [r*batch, (r+1)*batch)
   // of the global batch of N*batch rows one process would draw (data parallel).
   int64_t batch = 8, seq = 256, grad_accum = 1;
+  // Sequence parallel instead: every rank takes the same `batch` sequences of `seq` tokens and
+  // trains the r-th of N contiguous slices of each, in the chunkwise form, passing the mixers'
+  // states between ranks (constant-state mixers only; docs/distributed.md).
+  bool seq_parallel = false;
   Form form = Form::Parallel;
   int64_t chunk = 0;                 // chunkwise: 0 = the config's recurrent_chunk_size
   uint64_t seed = 1;

@@ -153,6 +153,22 @@ TensorView features_view(float* data, int64_t B, int64_t T, int64_t H, int64_t F
   return TensorView::contiguous(data, {B, T, H, F});
 }
 
+// What the tokens add to an empty state, into k.state: per head sum_m phi(k_m)^T [v_m, 1].
+void slice_summary(const CausalLinearArgs& k, Arena& arena) {
+  const int64_t B = k.phi_k.shape[0], T = k.phi_k.shape[1], H = k.phi_k.shape[2];
+  const int64_t F = k.phi_k.shape[3], Dv = k.v.shape[3], W = Dv + 1;
+  detail::for_each_head(B, H, arena, 0, [&](int64_t b, int64_t h, float*) {
+    float* S = k.state + b * k.state_stride + h * linear_attention_state_floats_per_head(F, Dv);
+    const float* pk = &k.phi_k.at(b, 0, h, 0);
+    const int64_t ldk = k.phi_k.stride[1];
+    sgemm(Trans::Yes, Trans::No, F, Dv, T, 1.f, pk, ldk, &k.v.at(b, 0, h, 0), k.v.stride[1], 0.f,
+          S, W);
+    for (int64_t f = 0; f < F; ++f) S[f * W + Dv] = 0.f;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t f = 0; f < F; ++f) S[f * W + Dv] += pk[t * ldk + f];
+  });
+}
+
 }  // namespace
 
 size_t causal_linear_attention_workspace_floats(Form form, int64_t B, int64_t T,
@@ -215,6 +231,12 @@ void linear_attention_forward(Form form, const LinearAttentionArgs& a,
   k.inv_denominators = a.saved_inv_denominators;
   feature_map_forward(a.features, FeatureRole::Query, a.q, k.phi_q);
   feature_map_forward(a.features, FeatureRole::Key, a.k, k.phi_k);
+  if (a.enter_slice) {
+    RETNET_CHECK(form == Form::Chunkwise && a.state != nullptr,
+                 "linear attention: a slice of a sequence runs the chunkwise form with a state");
+    slice_summary(k, arena);
+    a.enter_slice();
+  }
   causal_linear_attention_forward(form, k, arena);
 }
 

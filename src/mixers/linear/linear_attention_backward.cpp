@@ -22,6 +22,8 @@ namespace {
 struct GradHead : detail::HeadGradRows {
   const float* inv;
   int64_t ld_inv;
+  const float* start_state;  // [F, Dv + 1] or nullptr (empty)
+  float* d_start_state;      // [F, Dv + 1] or nullptr
 };
 
 struct Dims {
@@ -80,7 +82,10 @@ void chunkwise_backward_head(const GradHead& g, const Dims& d, int64_t C, float*
   float* R = S + F * W;     // [F, Dv + 1] the gradient of the state leaving a chunk
 
   // Forward sweep: dPhiQ_c += G_c S_c^T, then S += PhiK_c^T Vaug_c.
-  std::fill(S, S + F * W, 0.f);
+  if (g.start_state)
+    std::memcpy(S, g.start_state, static_cast<size_t>(F * W) * sizeof(float));
+  else
+    std::fill(S, S + F * W, 0.f);
   for (int64_t t0 = 0; t0 < T; t0 += C) {
     const int64_t L = std::min(C, T - t0);
     build_rows(g, t0, L, Dv, G, vaug);
@@ -102,6 +107,8 @@ void chunkwise_backward_head(const GradHead& g, const Dims& d, int64_t C, float*
     // R entering this chunk: R + PhiQ_c^T G_c.
     sgemm(Trans::Yes, Trans::No, F, W, L, 1.f, g.q + t0 * g.ldq, g.ldq, G, W, 1.f, R, W);
   }
+  // R is now the gradient of the state entering the first chunk.
+  if (g.d_start_state) std::memcpy(g.d_start_state, R, static_cast<size_t>(F * W) * sizeof(float));
 }
 
 size_t backward_scratch(Form form, int64_t T, int64_t F, int64_t Dv,
@@ -118,6 +125,8 @@ Dims check_grad_args(Form form, const CausalLinearGradArgs& a) {
   RETNET_CHECK(a.inv_denominators != nullptr,
                "linear attention backward needs the forward's inverse denominators");
   RETNET_CHECK(a.chunk >= 1, "linear attention: chunk size must be at least 1, got {}", a.chunk);
+  RETNET_CHECK(form == Form::Chunkwise || (!a.start_state && !a.d_start_state),
+               "linear attention backward: only the chunkwise form starts from a given state");
   const Dims d{a.phi_q.shape[0], a.phi_q.shape[1], a.phi_q.shape[2], a.phi_q.shape[3],
                a.v.shape[3]};
   auto check = [&](const TensorView& t, int64_t last, const char* name) {
@@ -137,9 +146,28 @@ Dims check_grad_args(Form form, const CausalLinearGradArgs& a) {
 }
 
 GradHead grad_head(const CausalLinearGradArgs& a, const Dims& d, int64_t b, int64_t h) {
+  const int64_t at = b * a.state_stride + h * linear_attention_state_floats_per_head(d.F, d.Dv);
   return {detail::head_grad_rows(a.phi_q, a.phi_k, a.v, a.out, a.d_out, a.d_phi_q, a.d_phi_k,
                                  a.d_v, b, h),
-          a.inv_denominators + b * d.T * d.H + h, d.H};
+          a.inv_denominators + b * d.T * d.H + h, d.H,
+          a.start_state ? a.start_state + at : nullptr,
+          a.d_start_state ? a.d_start_state + at : nullptr};
+}
+
+// The backward of a slice's summary sum_m phi(k_m)^T [v_m, 1] per head: with dU its gradient,
+// dPhiK += V dU[:, :Dv]^T + dU[:, Dv]^T and dV += PhiK dU[:, :Dv].
+void slice_summary_backward(const CausalLinearGradArgs& a, const Dims& d, const float* d_state,
+                            Arena& arena) {
+  const int64_t W = d.Dv + 1;
+  detail::for_each_head(d.B, d.H, arena, 0, [&](int64_t b, int64_t h, float*) {
+    const GradHead g = grad_head(a, d, b, h);
+    const float* dU = d_state + b * a.state_stride +
+                      h * linear_attention_state_floats_per_head(d.F, d.Dv);
+    sgemm(Trans::No, Trans::Yes, d.T, d.F, d.Dv, 1.f, g.v, g.ldv, dU, W, 1.f, g.d_k, g.ld_dk);
+    for (int64_t t = 0; t < d.T; ++t)
+      for (int64_t f = 0; f < d.F; ++f) g.d_k[t * g.ld_dk + f] += dU[f * W + d.Dv];
+    sgemm(Trans::No, Trans::No, d.T, d.Dv, d.F, 1.f, g.k, g.ldk, dU, W, 1.f, g.d_v, g.ld_dv);
+  });
 }
 
 }  // namespace
@@ -203,9 +231,19 @@ void linear_attention_backward(Form form, const LinearAttentionGradArgs& a,
   k.d_v = a.d_v;
   k.inv_denominators = a.inv_denominators;
   k.chunk = a.chunk;
+  k.start_state = a.start_state;
+  k.d_start_state = a.d_start_state;
+  k.state_stride = a.state_stride;
   const size_t mark = arena.used();
   causal_linear_attention_backward(form, k, arena);
   arena.rewind(mark);
+  if (a.leave_slice) {
+    RETNET_CHECK(a.d_start_state != nullptr,
+                 "linear attention backward: leaving a slice needs d_start_state");
+    a.leave_slice();
+    slice_summary_backward(k, check_grad_args(form, k), a.d_start_state, arena);
+    arena.rewind(mark);
+  }
   feature_map_backward(a.features, a.q, k.phi_q, k.d_phi_q, a.d_q, arena);
   arena.rewind(mark);
   feature_map_backward(a.features, a.k, k.phi_k, k.d_phi_k, a.d_k, arena);

@@ -27,6 +27,8 @@ struct GradHead : detail::HeadGradRows {
   const float* stats;
   int64_t ld_stats;
   double gamma;
+  const float* start_state;  // [Dk, Dv+1] the forward started from, or nullptr (empty)
+  float* d_start_state;      // [Dk, Dv+1] its gradient, or nullptr
 };
 
 void decay_powers(double gamma, int64_t n, float* gp) {
@@ -98,7 +100,10 @@ void chunkwise_backward_head(const GradHead& g, int64_t T, int64_t Dk, int64_t D
   decay_powers(g.gamma, C + 1, gp);
 
   // Forward sweep: dQ's share from the state, dQ_c += diag(gamma^(j+1)) G_c S_c^T.
-  std::fill(S, S + Dk * W, 0.f);
+  if (g.start_state)
+    std::memcpy(S, g.start_state, static_cast<size_t>(Dk * W) * sizeof(float));
+  else
+    std::fill(S, S + Dk * W, 0.f);
   for (int64_t t0 = 0; t0 < T; t0 += C) {
     const int64_t L = std::min(C, T - t0);
     build_rows(g, t0, L, Dv, G, vaug);
@@ -132,11 +137,17 @@ void chunkwise_backward_head(const GradHead& g, int64_t T, int64_t Dk, int64_t D
       for (int64_t c = 0; c < Dk; ++c) qd[j * Dk + c] = q[j * g.ldq + c] * gp[j + 1];
     sgemm(Trans::Yes, Trans::No, Dk, W, L, 1.f, qd, Dk, G, W, gp[L], R, W);
   }
+  // R is now the gradient of the state entering the first chunk.
+  if (g.d_start_state) std::memcpy(g.d_start_state, R, static_cast<size_t>(Dk * W) * sizeof(float));
 }
 
-GradHead grad_head(const RetentionGradArgs& a, int64_t T, int64_t H, int64_t b, int64_t h) {
+GradHead grad_head(const RetentionGradArgs& a, int64_t T, int64_t H, int64_t b, int64_t h,
+                   int64_t state_floats) {
+  const int64_t at = b * a.state_stride + h * state_floats;
   return {detail::head_grad_rows(a.q, a.k, a.v, a.out, a.d_out, a.d_q, a.d_k, a.d_v, b, h),
-          a.row_stats + (b * T * H + h) * 2, H * 2, a.gammas[h]};
+          a.row_stats + (b * T * H + h) * 2, H * 2, a.gammas[h],
+          a.start_state ? a.start_state + at : nullptr,
+          a.d_start_state ? a.d_start_state + at : nullptr};
 }
 
 }  // namespace
@@ -165,12 +176,14 @@ void retention_backward(Form form, const RetentionGradArgs& a, Arena& arena) {
     RETNET_CHECK(detail::is_head_view(*t, B, T, H, Dv),
                  "retention backward: v, out and their gradients must be [B, T, H, Dv]");
   RETNET_CHECK(a.chunk >= 1, "chunk size must be at least 1, got {}", a.chunk);
+  RETNET_CHECK(form == Form::Chunkwise || (!a.start_state && !a.d_start_state),
+               "retention backward: only the chunkwise form starts from a given state");
   const int64_t C = std::min(a.chunk, T);
   const size_t per_head = form == Form::Parallel
                               ? 2 * T * T + 2 * T * (Dv + 1) + T
                               : chunkwise_backward_scratch(C, Dk, Dv);
   detail::for_each_head(B, H, arena, per_head, [&](int64_t b, int64_t h, float* s) {
-    const GradHead g = grad_head(a, T, H, b, h);
+    const GradHead g = grad_head(a, T, H, b, h, retention_state_floats_per_head(Dk, Dv));
     if (form == Form::Parallel)
       parallel_backward_head(g, T, Dk, Dv, s);
     else

@@ -52,6 +52,8 @@ Saved carve(const float* base, const Config& c, int64_t N) {
   return {o, phi_q, phi_k, inv_den};
 }
 
+int64_t linear_state_floats(const Config& c);
+
 class LinearMixer final : public SavedRegionsMixer<saved_sizes> {
  public:
   size_t workspace_floats(const Config& c, Form form, int64_t B, int64_t T, int64_t chunk,
@@ -83,6 +85,7 @@ class LinearMixer final : public SavedRegionsMixer<saved_sizes> {
       a.saved_phi_q = sv.phi_q, a.saved_phi_k = sv.phi_k;
       a.saved_inv_denominators = sv.inv_den;
     }
+    if (p.link) a.enter_slice = [&] { enter_slice_from_state(p, linear_state_floats(c), arena); };
     linear_attention_forward(p.form, a, arena);
     return o;
   }
@@ -104,8 +107,21 @@ class LinearMixer final : public SavedRegionsMixer<saved_sizes> {
     ga.features = layer_features(*gr.model, gr.layer);
     ga.phi_q = sv.phi_q, ga.phi_k = sv.phi_k, ga.inv_denominators = sv.inv_den;
     ga.chunk = gr.chunk;
+    if (gr.link) {
+      // No decay: a state passes through a slice unchanged but for what the slice adds.
+      const int64_t S = linear_state_floats(c);
+      const size_t n = static_cast<size_t>(B * S);
+      ga.start_state = gr.link->entered(gr.layer, n);
+      ga.d_start_state = arena.alloc(n);
+      ga.state_stride = S;
+      float* ones = arena.alloc(n);
+      std::fill(ones, ones + n, 1.f);
+      ga.leave_slice = [&] { gr.link->leave_gradient(gr.layer, ga.d_start_state, ones, n); };
+    }
     linear_attention_backward(gr.form, ga, arena);
   }
+
+  bool joins_slices() const override { return true; }
 };
 
 // Per head an F x (d_v + 1) state: the sum of phi(k) v^T and of phi(k) (the normaliser).

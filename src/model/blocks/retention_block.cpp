@@ -126,6 +126,25 @@ void transform_queries_keys(const MixerPass& p, float* pre) {
   rotate_queries_keys(p, p.proj, k, col.P, c.heads, c.key_dim(), c.kv_head_count());
 }
 
+int64_t retention_state_floats(const Config& c);
+
+// Sequence parallel: this slice's summary through the link, whose answer (the state the earlier
+// slices leave) becomes the state the chunkwise form starts from.
+void enter_slice(const MixerPass& p, const RetentionArgs& ra, Arena& arena) {
+  const Config& c = p.model->layer_config(p.layer);
+  RETNET_CHECK(p.form == Form::Chunkwise && p.state,
+               "sequence parallel retention runs the chunkwise form with a state");
+  const int64_t S = retention_state_floats(c);
+  const size_t n = static_cast<size_t>(p.B * S);
+  float* summary = arena.alloc(n);
+  float* decay = arena.alloc(n);
+  retention_slice_summary(ra.k, ra.v, ra.gammas, summary, decay, S);
+  p.link->enter(p.layer, summary, decay, n);
+  for (int64_t b = 0; b < p.B; ++b)
+    std::memcpy(p.state + b * p.state_stride, summary + b * S,
+                static_cast<size_t>(S) * sizeof(float));
+}
+
 class RetentionMixer final : public LayerMixer {
  public:
   size_t saved_floats(const Config& c, int64_t B, int64_t T) const override {
@@ -177,6 +196,7 @@ class RetentionMixer final : public LayerMixer {
     ra.scan_tile = p.scan_tile;
     ra.row_stats = p.saved ? sv.stats : nullptr;
     ra.normalize_scores = c.normalize_scores;
+    if (p.link) enter_slice(p, ra, arena);
     retention_forward(p.form, ra, arena);
     head_norm(model, p.layer, o, on, p.saved ? sv.rstd : nullptr, N);
     gate_output(c, p.proj, on, p.out, N);
@@ -191,6 +211,8 @@ class RetentionMixer final : public LayerMixer {
     gate_output(c, gr.proj, scratch, scratch, N);
     return scratch;
   }
+
+  bool joins_slices() const override { return true; }
 
   void backward(const MixerGrad& gr, Arena& arena) const override {
     const Model& model = *gr.model;
@@ -237,7 +259,21 @@ class RetentionMixer final : public LayerMixer {
     ga.row_stats = sv.stats;
     ga.gammas = model.gammas().data();
     ga.chunk = gr.chunk;
+    float* d_start = nullptr;
+    const int64_t S = retention_state_floats(c);
+    if (gr.link) {
+      ga.start_state = gr.link->entered(gr.layer, static_cast<size_t>(B * S));
+      ga.d_start_state = d_start = arena.alloc(static_cast<size_t>(B * S));
+      ga.state_stride = S;
+    }
     retention_backward(gr.form, ga, arena);
+    if (gr.link) {
+      // The later slices' gradient of the state this slice leaves, into this slice's k and v.
+      float* decay = arena.alloc(static_cast<size_t>(B * S));
+      retention_slice_decay(ga.gammas, B, T, H, dk, dv, decay, S);
+      gr.link->leave_gradient(gr.layer, d_start, decay, static_cast<size_t>(B * S));
+      retention_slice_summary_backward(ga.k, ga.v, ga.gammas, d_start, S, ga.d_k, ga.d_v);
+    }
     const int64_t Hkv = c.kv_head_count(), G = c.kv_groups();
     if (G > 1) {
       reduce_kv_heads(dkv.k, gr.d_proj + col.k(), P, N, Hkv, G, dk);
