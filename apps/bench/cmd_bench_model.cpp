@@ -75,6 +75,7 @@ struct BenchModelOptions {
   std::vector<int64_t> prefill = {512, 4096};
   int64_t decode = 1000;
   int reps = 3, threads = 0;
+  bool no_mmap = false;
 };
 
 // Loads the model, prepares it in `dtype` and measures it; the read bandwidth is the run's.
@@ -85,7 +86,8 @@ nlohmann::ordered_json run_dtype(const BenchModelOptions& o, const std::string& 
   // Loaded straight into the packed weights (a directory: tensor by tensor; a quantised file in
   // its own type); the peak resident set of the process so far is the load's.
   Model model = load_model_for_inference(o.model, std::nullopt,
-                                         parse_decode_precision(dtype, "--dtype"), &li);
+                                         parse_decode_precision(dtype, "--dtype"), &li,
+                                         !o.no_mmap);
   const Config& c = model.config();
   const int64_t rss_load = current_rss_bytes(), rss_peak = peak_rss_bytes();
   const double prepare_s = li.prepare_seconds;  // part of the load
@@ -227,6 +229,9 @@ void register_bench_model(CLI::App* bench) {
   cmd->add_option("--prefill", o->prefill, "Prompt lengths to time")->capture_default_str();
   add_checked(cmd, "--decode", o->decode, "Tokens to decode", integer_at_least(1));
   add_bench_run_options(cmd, o->reps, o->threads, o->json);
+  cmd->add_flag("--no-mmap", o->no_mmap,
+                "Pack every weight at load instead of using a directory's tensors stored in the "
+                "dtype where they lie in the mapped files");
   cmd->callback([o = o] { run(*o); });
 }
 
