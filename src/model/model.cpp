@@ -424,9 +424,9 @@ void Model::fill_and_pack(DecodePrecision precision, const TensorSource& source,
     packed_ = std::move(pack);
     return;
   }
-  auto pack = empty_pack(precision, products);
   // The products (and the embedding) whose every tensor is stored in the precision's type are
   // used where they lie: their tensors are never read here.
+  auto pack = std::make_shared<DecodePack>();
   std::vector<bool> viewed(layout.size(), false);
   auto stored_at = [&](size_t i) -> const void* {
     const void* p = in_place ? in_place(i) : nullptr;
@@ -455,6 +455,15 @@ void Model::fill_and_pack(DecodePrecision precision, const TensorSource& source,
       use_in_place(index, last, N, K);
     }
     if (!tied) use_in_place(tensors_.embed, tensors_.embed, config_.vocab_size, config_.embed_dim);
+  }
+  {  // room for the products still to pack (only those: the reservation's pointers stay valid)
+    std::vector<std::tuple<size_t, int64_t, int64_t>> to_pack;
+    for (const auto& product : products)
+      if (!viewed[std::get<0>(product)]) to_pack.push_back(product);
+    auto room = empty_pack(precision, to_pack);
+    room->by_tensor = std::move(pack->by_tensor);
+    room->in_place_bytes = pack->in_place_bytes;
+    pack = std::move(room);
   }
   const bool any_viewed = std::find(viewed.begin(), viewed.end(), true) != viewed.end();
   const std::string config = config_.to_json();
