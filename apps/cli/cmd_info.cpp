@@ -122,8 +122,9 @@ void register_info(CLI::App& app) {
                                                : "retnet format v1";
     std::printf("model:        %s (%s, %s %s)\n", o->model.c_str(), layout.c_str(),
                 li.source_dtype.c_str(),
-                li.zero_copy  ? "memory-mapped, zero copy"
-                : quantised   ? "quantised blocks, the rest float32"
+                li.zero_copy                  ? "memory-mapped, zero copy"
+                : model.in_place_bytes() > 0  ? "memory-mapped, used in place"
+                : quantised                   ? "quantised blocks, the rest float32"
                               : "converted to float32 on load");
     if (o->dtype.empty())
       std::printf("loaded in:    %.3f s; resident memory %s (peak %s)\n", li.load_seconds,
