@@ -110,9 +110,10 @@ TEST(StreamingLoad, QuantisingADirectoryPeaksNearTheBlocksNotTheFloat32Weights) 
   const int64_t before = current_rss_bytes();
   const Model streamed = load_hf_directory_for_inference(out, DecodePrecision::Q8_0);
   const double grew = static_cast<double>(peak_rss_bytes() - before);
-  // Filling the float32 buffer first peaked at all of it (33 MB); product by product at the
-  // blocks plus the float32 embedding and one product.
-  EXPECT_LT(grew, 0.5 * f32_bytes) << "peak grew " << grew << " bytes; float32 " << f32_bytes;
+  // Filling the float32 buffer first peaked at all of it plus the blocks (41 MB, 1.25x the
+  // float32 bytes); product by product at the blocks plus the float32 embedding and one product
+  // (12 MB, 0.36x), with room for allocator and sanitizer slack.
+  EXPECT_LT(grew, 0.7 * f32_bytes) << "peak grew " << grew << " bytes; float32 " << f32_bytes;
   EXPECT_EQ(streamed.decode_precision(), DecodePrecision::Q8_0);
   EXPECT_EQ(streamed.packed_bytes(), whole.packed_bytes());
   EXPECT_EQ(model_fingerprint(streamed), fingerprint);
