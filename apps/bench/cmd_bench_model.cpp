@@ -75,6 +75,7 @@ struct BenchModelOptions {
   std::vector<int64_t> prefill = {512, 4096};
   int64_t decode = 1000;
   int reps = 3, threads = 0;
+  bool no_mmap = false;
 };
 
 // Loads the model, prepares it in `dtype` and measures it; the read bandwidth is the run's.
@@ -85,10 +86,11 @@ nlohmann::ordered_json run_dtype(const BenchModelOptions& o, const std::string& 
   // Loaded straight into the packed weights (a directory: tensor by tensor; a quantised file in
   // its own type); the peak resident set of the process so far is the load's.
   Model model = load_model_for_inference(o.model, std::nullopt,
-                                         parse_decode_precision(dtype, "--dtype"), &li);
+                                         parse_decode_precision(dtype, "--dtype"), &li,
+                                         !o.no_mmap);
   const Config& c = model.config();
   const int64_t rss_load = current_rss_bytes(), rss_peak = peak_rss_bytes();
-  const double prepare_s = 0;  // part of the load
+  const double prepare_s = li.prepare_seconds;  // part of the load
   const int64_t rss_ready = rss_load;
   const DecodePrecision precision = model.decode_precision();
   const std::string weights = decode_precision_name(precision);
@@ -106,14 +108,17 @@ nlohmann::ordered_json run_dtype(const BenchModelOptions& o, const std::string& 
               o.model.c_str(), (long long)model.parameter_count(), li.source_dtype.c_str(),
               human_bytes(double(li.stored_bytes)).c_str());
   std::printf(
-      "load into %s %.3f s: peak RSS %s = %.2fx, RSS after %s = %.2fx the weights in "
-      "%s (%s)\n",
-      weights.c_str(), li.load_seconds, human_bytes(double(rss_peak)).c_str(),
+      "load into %s %.3f s (open %.3f s, prepare %.3f s; %s used in place): peak RSS %s = "
+      "%.2fx, RSS after %s = %.2fx the weights in %s (%s)\n",
+      weights.c_str(), li.load_seconds, li.open_seconds, li.prepare_seconds,
+      human_bytes(double(model.in_place_bytes())).c_str(), human_bytes(double(rss_peak)).c_str(),
       rss_peak / weight_bytes, human_bytes(double(rss_ready)).c_str(), rss_ready / weight_bytes,
       weights.c_str(), human_bytes(weight_bytes).c_str());
   out["model"] = {{"path", o.model}, {"parameters", model.parameter_count()},
                   {"stored_dtype", li.source_dtype}, {"stored_bytes", li.stored_bytes},
-                  {"load_seconds", li.load_seconds}, {"rss_after_load_bytes", rss_load},
+                  {"load_seconds", li.load_seconds}, {"open_seconds", li.open_seconds},
+                  {"rss_after_load_bytes", rss_load},
+                  {"weights_in_place_bytes", model.in_place_bytes()},
                   {"dtype", weights}, {"bits_per_weight", decode_precision_bits(precision)},
                   {"prepare_seconds", prepare_s}, {"weight_bytes_in_dtype", weight_bytes},
                   {"rss_after_prepare_bytes", rss_ready},
@@ -224,6 +229,9 @@ void register_bench_model(CLI::App* bench) {
   cmd->add_option("--prefill", o->prefill, "Prompt lengths to time")->capture_default_str();
   add_checked(cmd, "--decode", o->decode, "Tokens to decode", integer_at_least(1));
   add_bench_run_options(cmd, o->reps, o->threads, o->json);
+  cmd->add_flag("--no-mmap", o->no_mmap,
+                "Pack every weight at load instead of using a directory's tensors stored in the "
+                "dtype where they lie in the mapped files");
   cmd->callback([o = o] { run(*o); });
 }
 

@@ -25,7 +25,7 @@ struct GenerateArgs {
   int64_t seed = -1;
   std::vector<std::string> stop;
   int threads = 0;
-  bool stats = false, json = false, ignore_eos = false, no_bos = false;
+  bool stats = false, json = false, ignore_eos = false, no_bos = false, no_mmap = false;
 };
 
 std::vector<int32_t> encode_prompt(const Tokenizer& tok, const std::string& text,
@@ -122,10 +122,11 @@ void run_generate(const GenerateArgs& a) {
   RETNET_CHECK(sources == 1 || !a.state_in.empty(),
                "nothing to continue: give --prompt, --prompt-file, --prompts-file or --state-in");
 
-  Model model = load_for_inference(a.model, a.config, a.weights);
+  Model model = load_for_inference(a.model, a.config, a.weights, false, !a.no_mmap);
   std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(a.model);
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  const int64_t rss_after_load = current_rss_bytes();
 
   const GenerateOptions go = generate_options(a);
   const std::vector<std::string> texts = prompt_texts(a);
@@ -184,6 +185,10 @@ void run_generate(const GenerateArgs& a) {
     stats["decode_tokens_per_s"] =
         timings.decode_s > 0 ? timings.decode_tokens / timings.decode_s : 0.0;
     stats["latency_ms_by_position"] = latency_by_position(timings.steps);
+    stats["load_seconds"] = load_s;  // model and tokenizer, until the first prompt is encoded
+    stats["rss_after_load_bytes"] = rss_after_load;
+    stats["weights_in_place_bytes"] = model.in_place_bytes();
+    stats["rss_bytes"] = static_cast<int64_t>(current_rss_bytes());
     stats["peak_rss_bytes"] = static_cast<int64_t>(peak_rss_bytes());
     // The first sequence's state at its end (with its cache, for the mixers that keep one).
     const int64_t end_position =
@@ -261,7 +266,11 @@ void register_generate(CLI::App& app) {
   add_threads_option(cmd, a->threads,
                      "Threads (default: all cores; decoding a small model uses one)");
   cmd->add_flag("--stats", a->stats,
-                "Measure prefill and decode speed, latency by position, peak RSS, state bytes");
+                "Measure load time and RSS after it, prefill and decode speed, latency by "
+                "position, peak RSS, state bytes");
+  cmd->add_flag("--no-mmap", a->no_mmap,
+                "Copy the weights into packed panels at load instead of using a directory's "
+                "tensors where they lie in the mapped files (when stored in the --dtype)");
   cmd->add_flag("--json", a->json, "Print one JSON object instead of streaming text");
   cmd->callback([a, p] {
     a->prompt_given = p->count() > 0;

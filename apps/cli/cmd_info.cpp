@@ -13,7 +13,7 @@ namespace retnet::cli {
 void register_info(CLI::App& app) {
   struct Opts {
     std::string model, config, dtype;
-    bool json = false;
+    bool json = false, no_mmap = false;
     int64_t length = 1024;
   };
   auto o = std::make_shared<Opts>();
@@ -28,14 +28,17 @@ void register_info(CLI::App& app) {
                   "Also prepare the weights for inference in f32, bf16, f16, q8_0, q4_1 or q4_0 "
                   "and report the time and resident memory after it")
       ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0", "q4_0", "q4_1"}));
+  cmd->add_flag("--no-mmap", o->no_mmap,
+                "With --dtype: copy the weights into packed panels instead of using a "
+                "directory's tensors stored in that dtype where they lie in the mapped files");
   cmd->callback([o] {
     LoadInfo li;
     // With --dtype the weights are read straight into the packed copy (part of the load time).
     Model model = o->dtype.empty()
                       ? load_model(o->model, optional_config(o->config), &li)
                       : load_model_for_inference(o->model, optional_config(o->config),
-                                                 parse_decode_precision(o->dtype, "--dtype"), &li);
-    const double prepare_s = 0;
+                                                 parse_decode_precision(o->dtype, "--dtype"), &li,
+                                                 !o->no_mmap);
     const double rss = static_cast<double>(current_rss_bytes());
     const double peak = static_cast<double>(peak_rss_bytes());
     int64_t file_bytes = 0;
@@ -93,6 +96,7 @@ void register_info(CLI::App& app) {
       j["eos_token_id"] = li.eos_id;
       j["memory_mapped"] = li.zero_copy;
       j["load_seconds"] = li.load_seconds;
+      if (!o->dtype.empty()) j["open_seconds"] = li.open_seconds;
       j["rss_bytes"] = static_cast<int64_t>(rss);
       j["peak_rss_bytes"] = static_cast<int64_t>(peak);
       if (quantised)
@@ -105,8 +109,9 @@ void register_info(CLI::App& app) {
             {"bits_per_parameter", 8.0 * double(held_bytes) / double(params)}};
       if (!o->dtype.empty())
         j["inference"] = {{"dtype", o->dtype},
-                          {"prepare_seconds", prepare_s},
-                          {"packed_weight_bytes", model.packed_bytes()}};
+                          {"prepare_seconds", li.prepare_seconds},
+                          {"packed_weight_bytes", model.packed_bytes()},
+                          {"in_place_weight_bytes", model.in_place_bytes()}};
       std::printf("%s\n", j.dump(2).c_str());
       return;
     }
@@ -117,18 +122,21 @@ void register_info(CLI::App& app) {
                                                : "retnet format v1";
     std::printf("model:        %s (%s, %s %s)\n", o->model.c_str(), layout.c_str(),
                 li.source_dtype.c_str(),
-                li.zero_copy  ? "memory-mapped, zero copy"
-                : quantised   ? "quantised blocks, the rest float32"
+                li.zero_copy                  ? "memory-mapped, zero copy"
+                : model.in_place_bytes() > 0  ? "memory-mapped, used in place"
+                : quantised                   ? "quantised blocks, the rest float32"
                               : "converted to float32 on load");
     if (o->dtype.empty())
       std::printf("loaded in:    %.3f s; resident memory %s (peak %s)\n", li.load_seconds,
                   human_bytes(rss).c_str(), human_bytes(peak).c_str());
     else
       std::printf(
-          "loaded in:    %.3f s, for inference in %s (projections %s); resident memory "
-          "%s (peak %s)\n",
-          li.load_seconds, o->dtype.c_str(), human_bytes(double(model.packed_bytes())).c_str(),
-          human_bytes(rss).c_str(), human_bytes(peak).c_str());
+          "loaded in:    %.3f s (open %.3f s, prepare %.3f s), for inference in %s (packed %s, "
+          "used in place from the mapped files %s); resident memory %s (peak %s)\n",
+          li.load_seconds, li.open_seconds, li.prepare_seconds, o->dtype.c_str(),
+          human_bytes(double(model.packed_bytes())).c_str(),
+          human_bytes(double(model.in_place_bytes())).c_str(), human_bytes(rss).c_str(),
+          human_bytes(peak).c_str());
     std::printf("config:       %s\n", c.to_json().c_str());
     std::printf(
         "layers %lld, d %lld, value dim %lld, heads %lld (d_k %lld, d_v %lld), ffn %lld, "

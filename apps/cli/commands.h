@@ -61,9 +61,11 @@ CLI::Option* add_inference_dtype_option(CLI::App* cmd, std::string& dtype);
 // float32 originals); with `only_if_half`, f32 leaves the model as loaded (exact sgemm path).
 void prepare_for_inference(Model& model, const std::string& dtype, bool only_if_half = false);
 // load_model then prepare_for_inference, a model directory read straight into the packed weights
-// (load_model_for_inference: no whole float32 copy while loading).
+// (load_model_for_inference: no whole float32 copy while loading; with `in_place`, tensors stored
+// in the dtype are used where they lie in the mapped files).
 Model load_for_inference(const std::string& path, const std::string& config_json,
-                         const std::string& dtype, bool only_if_half = false);
+                         const std::string& dtype, bool only_if_half = false,
+                         bool in_place = true);
 
 // --format fla|syncdoth (a Hugging Face directory's layout) and --dtype f32|bf16 (its stored
 // weights), for `init` and `export`.

@@ -65,11 +65,11 @@ void prepare_for_inference(Model& model, const std::string& dtype, bool only_if_
 }
 
 Model load_for_inference(const std::string& path, const std::string& config_json,
-                         const std::string& dtype, bool only_if_half) {
+                         const std::string& dtype, bool only_if_half, bool in_place) {
   const DecodePrecision p = parse_decode_precision(dtype, "--dtype");
   if (only_if_half && p == DecodePrecision::F32)
     return load_model(path, optional_config(config_json));
-  return load_model_for_inference(path, optional_config(config_json), p);
+  return load_model_for_inference(path, optional_config(config_json), p, nullptr, in_place);
 }
 
 CLI::Option* add_directory_options(CLI::App* cmd, std::string& format, std::string& dtype,

@@ -24,7 +24,9 @@ float* Session::state_data(int64_t b) {
 Session::Session(const Model& model, const SessionOptions& options)
     : model_(model),
       options_(options),
-      fingerprint_(retnet::model_fingerprint(model)),
+      fingerprint_(model.fingerprint_deferred()
+                       ? std::nullopt
+                       : std::optional<uint64_t>(retnet::model_fingerprint(model))),
       state_(std::make_unique<State>(model.config(), std::max<int64_t>(options.capacity, 1))),
       arena_(std::make_unique<Arena>()),
       scratch_(model.config().vocab_size) {
@@ -194,12 +196,12 @@ void Session::restore(int64_t b, const SavedSequence& s) {
 void Session::save(const std::string& path, int64_t b, const std::string& text_tail) const {
   SavedSequence s = snapshot(b);
   s.text_tail = text_tail;
-  write_state_file(path, model_, fingerprint_, s);
+  write_state_file(path, model_, model_fingerprint(), s);
 }
 
 std::string Session::load(const std::string& path, int64_t b) {
   check_index(b);
-  const SavedSequence s = read_state_file(path, model_, fingerprint_);
+  const SavedSequence s = read_state_file(path, model_, model_fingerprint());
   restore(b, s);
   return s.text_tail;
 }

@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -172,22 +174,35 @@ struct ResolvedDirectory {
   const SafetensorsTensor* tied_head = nullptr;  // an lm_head stored beside a tied embedding
 
   // Layout entry i's float32 values into `out`: converted, checked finite, the file's pages
-  // released.
-  void fill(size_t i, float* out) const {
+  // released unless `keep_pages` (weights used in place: the pages are the weights).
+  void fill(size_t i, float* out, bool keep_pages = false) const {
     const SafetensorsTensor& t = *source[i];
     const std::string& file = shards.file_of.at(names[i]);
     copy_as_float32(t, out);
     check_finite(out, layout[i].numel, file, names[i]);
-    release_mapped(t.data, t.nbytes);
+    if (!keep_pages) release_mapped(t.data, t.nbytes);
     if (i == idx.embed && tied_head) {  // a stored head must equal the embedding it is tied to
-      const std::string head = tied_head->name;
       std::vector<float> values(layout[i].numel);
       copy_as_float32(*tied_head, values.data());
-      RETNET_CHECK(std::equal(values.begin(), values.end(), out),
-                   "'{}': tensor '{}' differs from the embedding, but config.json ties them "
-                   "(tie_word_embeddings)",
-                   shards.file_of.at(head), head);
+      check_tied_head(std::equal(values.begin(), values.end(), out));
     }
+  }
+  void check_tied_head(bool equal) const {
+    const std::string head = tied_head->name;
+    RETNET_CHECK(equal,
+                 "'{}': tensor '{}' differs from the embedding, but config.json ties them "
+                 "(tie_word_embeddings)",
+                 shards.file_of.at(head), head);
+  }
+
+  // Layout entry i where it lies when it is stored in `precision`'s type (row-major, as every
+  // safetensors tensor is), else nullptr.
+  const void* stored_as(size_t i, DecodePrecision precision) const {
+    const char* dtype = precision == DecodePrecision::F32   ? "F32"
+                        : precision == DecodePrecision::F16 ? "F16"
+                        : precision == DecodePrecision::BF16 ? "BF16"
+                                                             : "";
+    return source[i]->dtype == dtype ? source[i]->data : nullptr;
   }
 };
 
@@ -260,11 +275,33 @@ Model load_hf_directory(const std::string& dir, HfLoadInfo* info) {
 }
 
 Model load_hf_directory_for_inference(const std::string& dir, DecodePrecision precision,
-                                      HfLoadInfo* info) {
-  ResolvedDirectory r = resolve_directory(dir);
-  Model model(r.li.hf.config, ParamBuffer(r.layout));  // zeros: no memory until filled
-  model.prepare_inference(precision, [&](size_t i, float* out) { r.fill(i, out); });
-  if (info) *info = std::move(r.li);
+                                      HfLoadInfo* info, bool in_place) {
+  const auto start = std::chrono::steady_clock::now();
+  auto r = std::make_shared<const ResolvedDirectory>(resolve_directory(dir));
+  const auto opened = std::chrono::steady_clock::now();
+  Model model(r->li.hf.config, ParamBuffer(r->layout));  // zeros: no memory until filled
+  if (!in_place) {
+    model.prepare_inference(precision, [&](size_t i, float* out) { r->fill(i, out); });
+  } else {
+    // The tensors stored in `precision`'s type are used where they lie in the mapped shards; the
+    // rest are read, converted and packed. `r` (and with it the mappings) lives in the model.
+    if (r->tied_head && r->stored_as(r->idx.embed, precision)) {  // checked without converting
+      const SafetensorsTensor& e = *r->source[r->idx.embed];
+      r->check_tied_head(std::memcmp(e.data, r->tied_head->data, e.nbytes) == 0);
+    }
+    model.prepare_inference(
+        precision,
+        [r, precision](size_t i, float* out) {
+          r->fill(i, out, r->stored_as(i, precision) != nullptr);
+        },
+        [r, precision](size_t i) { return r->stored_as(i, precision); }, r);
+  }
+  if (info) {
+    *info = r->li;
+    info->open_seconds = std::chrono::duration<double>(opened - start).count();
+    info->prepare_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - opened).count();
+  }
   return model;
 }
 

@@ -9,6 +9,7 @@
 #include "retnet/core/error.h"
 #include "retnet/core/finite_check.h"
 #include "retnet/core/gemm.h"
+#include "retnet/core/gemm_rowmajor.h"
 #include "retnet/core/parallel.h"
 #include "retnet/core/quant.h"
 #include "retnet/ops/activation.h"
@@ -24,6 +25,28 @@ void project(const Model& model, size_t w, int64_t M, int64_t N, int64_t K, cons
   // half precision (prefill and decode then compute with the same weights); a float32 model that
   // kept its originals prefills straight from them.
   const PackedProjection* p = model.packed(w);
+  if (p && !p->in_place.empty() && p->N == N && p->K == K) {  // weights used where they lie
+    // The product's tensors (q|k|v|g, fc1|gate: one slice each) in one call.
+    const int parts = static_cast<int>(p->in_place.size());
+    const float* f32[kMaxRowMajorParts];
+    const uint16_t* f16[kMaxRowMajorParts];
+    const BFloat16* bf16[kMaxRowMajorParts];
+    int64_t rows[kMaxRowMajorParts];
+    for (int i = 0; i < parts; ++i) {
+      const RowMajorSlice& s = p->in_place[static_cast<size_t>(i)];
+      f32[i] = s.f32;
+      f16[i] = s.f16;
+      bf16[i] = s.bf16;
+      rows[i] = s.rows;
+    }
+    if (f32[0])
+      rowmajor_gemm_nt_parts(M, K, x, ldx, parts, f32, rows, beta, y, ldy);
+    else if (f16[0])
+      rowmajor_gemm_nt_parts(M, K, x, ldx, parts, f16, rows, beta, y, ldy);
+    else
+      rowmajor_gemm_nt_parts(M, K, x, ldx, parts, bf16, rows, beta, y, ldy);
+    return;
+  }
   const bool use_packed = p && p->N == N && p->K == K &&
                           (M <= kSkinnyMaxRows || !p->f32 || !model.weights_complete());
   if (!use_packed)
@@ -117,7 +140,19 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
   // A model prepared for inference in f16/bf16 keeps its embedding rows in that type too
   // (row-major, under the embedding's packed entry; a tied one: the LM head's panels).
   const PackedProjection* half_embed = model.packed(w.embed);
-  if (half_embed && w.embed == w.output_projection) {
+  if (half_embed && !half_embed->in_place.empty()) {
+    // Rows read where they lie (a mapped file; tied: the LM head's own rows).
+    const RowMajorSlice& s = half_embed->in_place.front();
+    parallel_for_if(N * d > 65536, N, [&](int64_t n) {
+      float* row = x + n * d;
+      if (s.f32)
+        rowmajor_row(s.f32, d, d, tokens[n], scale, row);
+      else if (s.f16)
+        rowmajor_row(s.f16, d, d, tokens[n], scale, row);
+      else
+        rowmajor_row(s.bf16, d, d, tokens[n], scale, row);
+    });
+  } else if (half_embed && w.embed == w.output_projection) {
     // A tied embedding is the LM head: its rows are read from the head's panels.
     parallel_for_if(N * d > 65536, N, [&](int64_t n) {
       float* row = x + n * d;

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <tuple>
 #include <unordered_map>
 
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
+#include "retnet/core/gemm_rowmajor.h"
 #include "retnet/core/hash.h"
 #include "retnet/core/rng.h"
 #include "retnet/ops/rotation.h"
@@ -148,6 +150,15 @@ struct DecodePack {
   std::vector<uint8_t> quant;  // the quantised precisions: every product's blocks, one after another
   bool head_f32 = false;       // a quantised model whose LM head stays float32 (in f32)
   std::unordered_map<size_t, PackedProjection> by_tensor;
+  // Weights used in place: what holds their storage (the file mappings), and their bytes.
+  std::shared_ptr<const void> keep_alive;
+  int64_t in_place_bytes = 0;
+};
+
+struct Model::LazyFingerprint {
+  std::once_flag once;
+  uint64_t value = 0;
+  std::function<uint64_t()> compute;
 };
 
 DecodePrecision parse_decode_precision(const std::string& name, const std::string& option) {
@@ -260,7 +271,9 @@ std::shared_ptr<DecodePack> empty_pack(
 void Model::pack_product(DecodePack& pack, size_t index, int64_t N, int64_t K, size_t& offset,
                          bool release) {
   const DecodePrecision precision = pack.precision;
-  PackedProjection p{N, K, nullptr, nullptr, nullptr};
+  PackedProjection p;
+  p.N = N;
+  p.K = K;
   const float* w = params_.tensor(index);
   const size_t n = packed_weight_elements(N, K);
   if (precision == DecodePrecision::F32) {
@@ -294,7 +307,9 @@ void Model::pack_product(DecodePack& pack, size_t index, int64_t N, int64_t K, s
 void Model::pack_half_embedding(DecodePack& pack, bool release) {
   const size_t e = tensors_.embed, n = params_.layout()[e].numel;
   const float* w = params_.tensor(e);
-  PackedProjection p{config_.vocab_size, config_.embed_dim, nullptr, nullptr, nullptr};
+  PackedProjection p;
+  p.N = config_.vocab_size;
+  p.K = config_.embed_dim;
   if (pack.precision == DecodePrecision::F16) {
     for (size_t i = 0; i < n; ++i)
       RETNET_CHECK(std::fabs(w[i]) <= 65504.f,
@@ -335,14 +350,39 @@ void Model::pack_projections(DecodePrecision precision, bool release, const Quan
 }
 
 void Model::prepare_inference(DecodePrecision precision, const TensorSource& source) {
+  fill_and_pack(precision, source, nullptr, nullptr);
+}
+
+void Model::prepare_inference(DecodePrecision precision, const TensorSource& source,
+                              const InPlaceSource& in_place,
+                              std::shared_ptr<const void> keep_alive) {
+  fill_and_pack(precision, source, in_place, std::move(keep_alive));
+}
+
+namespace {
+
+// The element size of a precision's row-major weights (f32, f16, bf16).
+size_t element_bytes(DecodePrecision precision) {
+  return precision == DecodePrecision::F32 ? sizeof(float) : sizeof(uint16_t);
+}
+
+RowMajorSlice row_major_slice(DecodePrecision precision, int64_t first_row, int64_t rows,
+                              const void* data) {
+  RowMajorSlice s{first_row, rows, nullptr, nullptr, nullptr};
+  if (precision == DecodePrecision::F32)
+    s.f32 = static_cast<const float*>(data);
+  else if (precision == DecodePrecision::F16)
+    s.f16 = static_cast<const uint16_t*>(data);
+  else
+    s.bf16 = static_cast<const BFloat16*>(data);
+  return s;
+}
+
+}  // namespace
+
+void Model::fill_and_pack(DecodePrecision precision, const TensorSource& source,
+                          const InPlaceSource& in_place, std::shared_ptr<const void> keep_alive) {
   require_complete_weights("preparing the weights again");
-  if (decode_quant_type(precision)) {
-    // Quantising reads each product whole in float32: the buffer is filled first (the peak holds
-    // the float32 weights once), then quantised, releasing the originals.
-    for (size_t i = 0; i < params_.layout().size(); ++i) source(i, params_.tensor(i));
-    prepare_inference(precision);
-    return;
-  }
   RETNET_CHECK(params_.sole_holder() && params_.owns_memory(),
                "loading weights into a model while preparing it needs a buffer of its own");
   const auto products = projection_products(config_, layer_configs_, tensors_);
@@ -356,16 +396,87 @@ void Model::prepare_inference(DecodePrecision precision, const TensorSource& sou
     while (last + 1 < layout.size() && layout[last + 1].offset < end) ++last;
     ending_at[last] = product;
   }
-  auto pack = empty_pack(precision, products);
   released_.assign(layout.size(), false);
   const bool tied = tensors_.embed == tensors_.output_projection;
+  if (const auto type = decode_quant_type(precision)) {
+    // Each product is quantised as soon as its tensors are in, and its float32 pages released:
+    // the resident set peaks at the blocks plus one product in float32.
+    auto pack = std::make_shared<DecodePack>();
+    pack->precision = precision;
+    reserve_quantized(*type, products, {}, *pack);
+    const std::string config = config_.to_json();
+    uint64_t hash = fnv1a(config.data(), config.size());  // as model_fingerprint
+    try {
+      for (size_t i = 0; i < layout.size(); ++i) {
+        float* w = params_.tensor(i);
+        source(i, w);
+        hash = fnv1a(w, layout[i].numel * sizeof(float), hash);
+        if (auto it = ending_at.find(i); it != ending_at.end()) {
+          const auto [index, N, K] = it->second;
+          pack_quantized_product(*type, index, N, K, true, {}, *pack);
+        }
+      }
+    } catch (...) {  // a width not a multiple of 32, a non-finite weight: the model is unusable
+      released_.clear();
+      throw;
+    }
+    fingerprint_ = hash;
+    packed_ = std::move(pack);
+    return;
+  }
+  // The products (and the embedding) whose every tensor is stored in the precision's type are
+  // used where they lie: their tensors are never read here.
+  auto pack = std::make_shared<DecodePack>();
+  std::vector<bool> viewed(layout.size(), false);
+  auto stored_at = [&](size_t i) -> const void* {
+    const void* p = in_place ? in_place(i) : nullptr;
+    return p && reinterpret_cast<uintptr_t>(p) % element_bytes(precision) == 0 ? p : nullptr;
+  };
+  auto use_in_place = [&](size_t first, size_t last, int64_t N, int64_t K) {
+    PackedProjection p;
+    p.N = N;
+    p.K = K;
+    if (last - first + 1 > static_cast<size_t>(kMaxRowMajorParts)) return;
+    for (size_t i = first; i <= last; ++i) {
+      const void* data = stored_at(i);
+      if (!data) return;
+      const int64_t rows = static_cast<int64_t>(layout[i].numel) / K;
+      p.in_place.push_back(row_major_slice(
+          precision, p.in_place.empty() ? 0 : p.in_place.back().first_row + p.in_place.back().rows,
+          rows, data));
+    }
+    for (size_t i = first; i <= last; ++i) viewed[i] = true;
+    pack->in_place_bytes += N * K * static_cast<int64_t>(element_bytes(precision));
+    pack->by_tensor[first] = std::move(p);
+  };
+  if (in_place) {
+    for (const auto& [last, product] : ending_at) {
+      const auto [index, N, K] = product;
+      use_in_place(index, last, N, K);
+    }
+    if (!tied) use_in_place(tensors_.embed, tensors_.embed, config_.vocab_size, config_.embed_dim);
+  }
+  {  // room for the products still to pack (only those: the reservation's pointers stay valid)
+    std::vector<std::tuple<size_t, int64_t, int64_t>> to_pack;
+    for (const auto& product : products)
+      if (!viewed[std::get<0>(product)]) to_pack.push_back(product);
+    auto room = empty_pack(precision, to_pack);
+    room->by_tensor = std::move(pack->by_tensor);
+    room->in_place_bytes = pack->in_place_bytes;
+    pack = std::move(room);
+  }
+  const bool any_viewed = std::find(viewed.begin(), viewed.end(), true) != viewed.end();
   const std::string config = config_.to_json();
   uint64_t hash = fnv1a(config.data(), config.size());  // as model_fingerprint, tensor by tensor
   size_t offset = 0;
   for (size_t i = 0; i < layout.size(); ++i) {
+    if (viewed[i]) {  // no float32 values in the buffer: like released ones
+      released_[i] = true;
+      continue;
+    }
     float* w = params_.tensor(i);
     source(i, w);
-    hash = fnv1a(w, layout[i].numel * sizeof(float), hash);
+    if (!any_viewed) hash = fnv1a(w, layout[i].numel * sizeof(float), hash);
     if (auto it = ending_at.find(i); it != ending_at.end()) {
       const auto [index, N, K] = it->second;
       pack_product(*pack, index, N, K, offset, true);
@@ -373,67 +484,93 @@ void Model::prepare_inference(DecodePrecision precision, const TensorSource& sou
     if (i == tensors_.embed && !tied && precision != DecodePrecision::F32)
       pack_half_embedding(*pack, true);
   }
-  fingerprint_ = hash;
+  if (any_viewed) {
+    // Hashing every weight would read the whole file at open: deferred to the first state file.
+    pack->keep_alive = std::move(keep_alive);
+    lazy_fingerprint_ = std::make_shared<LazyFingerprint>();
+    lazy_fingerprint_->compute = [source, layout, config] {
+      uint64_t h = fnv1a(config.data(), config.size());
+      std::vector<float> values;
+      for (size_t i = 0; i < layout.size(); ++i) {
+        values.resize(layout[i].numel);
+        source(i, values.data());
+        h = fnv1a(values.data(), values.size() * sizeof(float), h);
+      }
+      return h;
+    };
+  } else {
+    fingerprint_ = hash;
+  }
   packed_ = std::move(pack);
 }
+
+int64_t Model::in_place_bytes() const { return packed_ ? packed_->in_place_bytes : 0; }
 
 // Quantises each product (or takes its stored blocks), releasing the float32 originals as it goes
 // like the other precisions. The LM head may stay float32, packed in panels.
 void Model::pack_quantized(QuantType type,
                            const std::vector<std::tuple<size_t, int64_t, int64_t>>& products,
                            bool release, const QuantOptions& quant, DecodePack& pack) {
+  reserve_quantized(type, products, quant, pack);
+  for (auto [index, N, K] : products) pack_quantized_product(type, index, N, K, release, quant, pack);
+}
+
+void Model::reserve_quantized(QuantType type,
+                              const std::vector<std::tuple<size_t, int64_t, int64_t>>& products,
+                              const QuantOptions& quant, DecodePack& pack) const {
   const ParamLayout& layout = params_.layout();
-  auto keeps_f32 = [&](size_t index) {
-    return quant.keep_head_f32 && index == tensors_.output_projection;
-  };
   size_t quant_bytes = 0, f32_elements = 0;
   for (auto [index, N, K] : products) {
-    if (keeps_f32(index))
+    if (quant.keep_head_f32 && index == tensors_.output_projection)
       f32_elements += packed_weight_elements(N, K);
     else
       quant_bytes += static_cast<size_t>(N) * quant_row_bytes(type, K, layout[index].name);
   }
-  pack.quant.reserve(quant_bytes);  // no reallocation below: the pointers taken stay valid
+  pack.quant.reserve(quant_bytes);  // no reallocation later: the pointers taken stay valid
   pack.f32.reserve(f32_elements);
   pack.head_f32 = quant.keep_head_f32;
-  for (auto [index, N, K] : products) {
-    PackedProjection p{N, K, nullptr, nullptr, nullptr};
-    if (keeps_f32(index)) {
-      const size_t offset = pack.f32.size();
-      pack.f32.resize(offset + packed_weight_elements(N, K));
-      pack_weights(params_.tensor(index), N, K, K, pack.f32.data() + offset);
-      p.f32 = pack.f32.data() + offset;
-    } else {
-      const size_t row_bytes = quant_row_bytes(type, K, layout[index].name);
-      const size_t offset = pack.quant.size();
-      pack.quant.resize(offset + static_cast<size_t>(N) * row_bytes);
-      uint8_t* out = pack.quant.data() + offset;
-      if (quant.stored) {  // the product's tensors (q|k|v|g, fc1|gate), each stored on its own
-        for (int64_t row = 0, i = static_cast<int64_t>(index); row < N; ++i) {
-          const auto it = quant.stored->find(static_cast<size_t>(i));
-          RETNET_CHECK(it != quant.stored->end(), "tensor '{}' is not stored quantised",
-                       layout[static_cast<size_t>(i)].name);
-          const int64_t rows = static_cast<int64_t>(layout[static_cast<size_t>(i)].numel) / K;
-          RETNET_CHECK(it->second.size == static_cast<size_t>(rows) * row_bytes,
-                       "tensor '{}': {} bytes stored, but {} rows of {} values in {} take {}",
-                       layout[static_cast<size_t>(i)].name, it->second.size, rows, K,
-                       quant_type_name(type), static_cast<size_t>(rows) * row_bytes);
-          std::memcpy(out + static_cast<size_t>(row) * row_bytes, it->second.data,
-                      it->second.size);
-          row += rows;
-        }
-      } else {
-        quantize_rows(type, params_.tensor(index), N, K, K, out, layout[index].name);
+}
+
+void Model::pack_quantized_product(QuantType type, size_t index, int64_t N, int64_t K,
+                                   bool release, const QuantOptions& quant, DecodePack& pack) {
+  const ParamLayout& layout = params_.layout();
+  PackedProjection p;
+  p.N = N;
+  p.K = K;
+  if (quant.keep_head_f32 && index == tensors_.output_projection) {
+    const size_t offset = pack.f32.size();
+    pack.f32.resize(offset + packed_weight_elements(N, K));
+    pack_weights(params_.tensor(index), N, K, K, pack.f32.data() + offset);
+    p.f32 = pack.f32.data() + offset;
+  } else {
+    const size_t row_bytes = quant_row_bytes(type, K, layout[index].name);
+    const size_t offset = pack.quant.size();
+    pack.quant.resize(offset + static_cast<size_t>(N) * row_bytes);
+    uint8_t* out = pack.quant.data() + offset;
+    if (quant.stored) {  // the product's tensors (q|k|v|g, fc1|gate), each stored on its own
+      for (int64_t row = 0, i = static_cast<int64_t>(index); row < N; ++i) {
+        const auto it = quant.stored->find(static_cast<size_t>(i));
+        RETNET_CHECK(it != quant.stored->end(), "tensor '{}' is not stored quantised",
+                     layout[static_cast<size_t>(i)].name);
+        const int64_t rows = static_cast<int64_t>(layout[static_cast<size_t>(i)].numel) / K;
+        RETNET_CHECK(it->second.size == static_cast<size_t>(rows) * row_bytes,
+                     "tensor '{}': {} bytes stored, but {} rows of {} values in {} take {}",
+                     layout[static_cast<size_t>(i)].name, it->second.size, rows, K,
+                     quant_type_name(type), static_cast<size_t>(rows) * row_bytes);
+        std::memcpy(out + static_cast<size_t>(row) * row_bytes, it->second.data, it->second.size);
+        row += rows;
       }
-      p.quant = out;
-      p.quant_type = type;
+    } else {
+      quantize_rows(type, params_.tensor(index), N, K, K, out, layout[index].name);
     }
-    pack.by_tensor[index] = p;
-    if (release) {
-      params_.release_pages(layout[index].offset, static_cast<size_t>(N * K));
-      const size_t end = layout[index].offset + static_cast<size_t>(N * K);
-      for (size_t i = index; i < layout.size() && layout[i].offset < end; ++i) released_[i] = true;
-    }
+    p.quant = out;
+    p.quant_type = type;
+  }
+  pack.by_tensor[index] = p;
+  if (release) {
+    params_.release_pages(layout[index].offset, static_cast<size_t>(N * K));
+    const size_t end = layout[index].offset + static_cast<size_t>(N * K);
+    for (size_t i = index; i < layout.size() && layout[i].offset < end; ++i) released_[i] = true;
   }
 }
 
@@ -510,6 +647,10 @@ const PackedProjection* Model::packed(size_t index) const {
 }
 
 uint64_t model_fingerprint(const Model& model) {
+  if (const auto& lazy = model.lazy_fingerprint_) {
+    std::call_once(lazy->once, [&] { lazy->value = lazy->compute(); });
+    return lazy->value;
+  }
   if (!model.weights_complete()) return model.fingerprint_;
   const std::string config = model.config().to_json();
   uint64_t h = fnv1a(config.data(), config.size());

@@ -59,15 +59,18 @@ namespace {
 
 // A directory, loaded whole (no `precision`) or for inference in `precision`.
 Model load_directory(const std::string& path, const std::optional<Config>& config_override,
-                     LoadInfo* info, const std::optional<DecodePrecision>& precision = {}) {
+                     LoadInfo* info, const std::optional<DecodePrecision>& precision = {},
+                     bool in_place = true) {
   RETNET_CHECK(is_hf_directory(path), "'{}' is a directory without a config.json", path);
   RETNET_CHECK(!config_override, "'{}': a model directory carries its config.json; --config-json "
                                  "is for single files",
                path);
   HfLoadInfo hi;
-  Model model = precision ? load_hf_directory_for_inference(path, *precision, &hi)
+  Model model = precision ? load_hf_directory_for_inference(path, *precision, &hi, in_place)
                           : load_hf_directory(path, &hi);
   if (info) {
+    info->open_seconds = hi.open_seconds;
+    info->prepare_seconds = hi.prepare_seconds;
     info->flavour = hf_flavour_name(hi.hf.flavour);
     info->weight_files = hi.weight_files;
     info->stored_bytes = hi.stored_bytes;
@@ -98,16 +101,22 @@ Model load_model(const std::string& path, const std::optional<Config>& config_ov
 }
 
 Model load_model_for_inference(const std::string& path, const std::optional<Config>& config,
-                               DecodePrecision precision, LoadInfo* info) {
+                               DecodePrecision precision, LoadInfo* info, bool in_place) {
   const auto start = std::chrono::steady_clock::now();
   std::error_code ec;
   std::optional<Model> model;
   if (std::filesystem::is_directory(path, ec)) {
-    model.emplace(load_directory(path, config, info, precision));
+    model.emplace(load_directory(path, config, info, precision, in_place));
   } else {
     model.emplace(load_file(path, config, info));
+    const auto opened = std::chrono::steady_clock::now();
     // A quantised file comes prepared in its own type.
     prepare_loaded_for_inference(*model, precision, "dtype");
+    if (info) {
+      info->open_seconds = std::chrono::duration<double>(opened - start).count();
+      info->prepare_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - opened).count();
+    }
   }
   if (info)
     info->load_seconds =

@@ -50,7 +50,8 @@ TEST(StreamingLoad, EqualsLoadingWholeThenPreparing) {
       const uint64_t fingerprint = model_fingerprint(whole);
       whole.prepare_inference(p);
       HfLoadInfo info;
-      const Model streamed = load_hf_directory_for_inference(out, p, &info);
+      // Packed (not used in place: the bf16 tensors would be, test_in_place_load.cpp).
+      const Model streamed = load_hf_directory_for_inference(out, p, &info, false);
       EXPECT_EQ(info.stored_dtypes.at("BF16"),
                 static_cast<int64_t>(streamed.params().layout().size()));
       EXPECT_FALSE(streamed.weights_complete());
@@ -60,7 +61,7 @@ TEST(StreamingLoad, EqualsLoadingWholeThenPreparing) {
       EXPECT_EQ(logits_of(streamed, tokens), logits_of(whole, tokens));
       // Through the generic entry point too.
       LoadInfo li;
-      const Model generic = load_model_for_inference(out, std::nullopt, p, &li);
+      const Model generic = load_model_for_inference(out, std::nullopt, p, &li, false);
       EXPECT_EQ(li.flavour, "fla");
       EXPECT_EQ(logits_of(generic, tokens), logits_of(whole, tokens));
     }
@@ -76,7 +77,7 @@ TEST(StreamingLoad, PeakResidentSetStaysNearThePackedBytes) {
                     {});
   if (!reset_peak_rss()) GTEST_SKIP() << "/proc/self/clear_refs cannot reset the peak RSS here";
   const int64_t before = current_rss_bytes();
-  const Model m = load_hf_directory_for_inference(out, DecodePrecision::BF16);
+  const Model m = load_hf_directory_for_inference(out, DecodePrecision::BF16, nullptr, false);
   const double grew = static_cast<double>(peak_rss_bytes() - before);
   const double packed =
       static_cast<double>(m.packed_bytes() + m.config().vocab_size * m.config().embed_dim * 2);
@@ -84,5 +85,33 @@ TEST(StreamingLoad, PeakResidentSetStaysNearThePackedBytes) {
   // streaming at the packed bytes plus one projection in float32 (the LM head's 8 MB here, a few
   // percent of a pretrained-size model) and allocator slack.
   EXPECT_LT(grew, 1.6 * packed) << "peak grew " << grew << " bytes; packed " << packed;
+  fs::remove_all(dir);
+}
+
+TEST(StreamingLoad, QuantisingADirectoryPeaksNearTheBlocksNotTheFloat32Weights) {
+  const fs::path dir = test::fresh_temp_dir("streaming_quant");
+  const std::string out = (dir / "m").string();
+  // ~8.3M parameters, 33 MB in float32, most of them in the projections (8 layers of d = 256):
+  // q8_0 blocks 8.3 MB, the float32 embedding 2 MB, the largest product (q|k|v|g) 1.6 MB.
+  const Model source = Model::init(fla_config(256, 8, 2048, false), 3);
+  save_hf_directory(source, out, HfFlavour::Fla, "bf16", {});
+  Model whole = load_hf_directory(out);
+  const uint64_t fingerprint = model_fingerprint(whole);
+  whole.prepare_inference(DecodePrecision::Q8_0);
+  const double f32_bytes = 4.0 * static_cast<double>(whole.parameter_count());
+  if (!reset_peak_rss()) GTEST_SKIP() << "/proc/self/clear_refs cannot reset the peak RSS here";
+  const int64_t before = current_rss_bytes();
+  const Model streamed = load_hf_directory_for_inference(out, DecodePrecision::Q8_0);
+  const double grew = static_cast<double>(peak_rss_bytes() - before);
+  // Filling the float32 buffer first peaked at all of it plus the blocks (41 MB, 1.25x the
+  // float32 bytes); product by product at the blocks plus the float32 embedding and one product
+  // (12 MB, 0.36x), with room for allocator and sanitizer slack.
+  EXPECT_LT(grew, 0.7 * f32_bytes) << "peak grew " << grew << " bytes; float32 " << f32_bytes;
+  EXPECT_EQ(streamed.decode_precision(), DecodePrecision::Q8_0);
+  EXPECT_EQ(streamed.packed_bytes(), whole.packed_bytes());
+  EXPECT_EQ(model_fingerprint(streamed), fingerprint);
+  std::vector<int32_t> tokens(24);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 31 + 5) % 2048);
+  EXPECT_EQ(logits_of(streamed, tokens), logits_of(whole, tokens));
   fs::remove_all(dir);
 }

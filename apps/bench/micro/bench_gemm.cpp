@@ -2,9 +2,11 @@
 // and at the shapes of the default model. The peak found here is the denominator of MFU figures.
 #include <benchmark/benchmark.h>
 
+#include <string>
 #include <vector>
 
 #include "retnet/core/gemm.h"
+#include "retnet/core/gemm_rowmajor.h"
 #include "retnet/core/parallel.h"
 
 using namespace retnet;
@@ -62,6 +64,69 @@ BENCHMARK(BM_PackedPrefill)
     ->Args({512, 5632, 2048, 0})
     ->Args({512, 5632, 2048, 1})
     ->Args({512, 5632, 2048, 2})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// Weights used where they lie (row-major, a mapped file) against the packed panels, in the same
+// run, at a 1.3B fla model's fc1|gate shape (2 x 2816 outputs, 2048 inputs: 23 MB in bf16, far
+// beyond the caches, so batch 1 measures the weight stream): M rows (decode batch 1..64, prefill
+// 512), type 0 f32, 1 f16, 2 bf16, layout 0 packed, 1 row-major. GB/s counts the weight bytes.
+static void BM_WeightLayout(benchmark::State& st) {
+  const int64_t M = st.range(0), type = st.range(1), row_major = st.range(2);
+  const int64_t N = 5632, K = 2048;
+  std::vector<float> A(M * K, 0.5f), C(M * N), W(N * K);
+  for (size_t i = 0; i < W.size(); ++i) W[i] = static_cast<float>(i % 97) / 97.f - 0.5f;
+  std::vector<float> f32;
+  std::vector<uint16_t> f16;
+  std::vector<BFloat16> bf16;
+  const size_t n = row_major ? W.size() : packed_weight_elements(N, K);
+  if (type == 0) {
+    f32.resize(n);
+    if (row_major) f32 = W; else pack_weights(W.data(), N, K, K, f32.data());
+  } else if (type == 1) {
+    f16.resize(n);
+    if (row_major)
+      for (size_t i = 0; i < n; ++i) f16[i] = float_to_half(W[i]);
+    else
+      pack_weights_f16(W.data(), N, K, K, f16.data());
+  } else {
+    bf16.resize(n);
+    if (row_major)
+      for (size_t i = 0; i < n; ++i) bf16[i] = BFloat16{float_to_bf16(W[i])};
+    else
+      pack_weights_bf16(W.data(), N, K, K, bf16.data());
+  }
+  for (auto _ : st) {
+    if (type == 0 && row_major)
+      rowmajor_gemm_nt(M, N, K, A.data(), K, f32.data(), K, 0.f, C.data(), N);
+    else if (type == 0)
+      packed_gemm_nt(M, N, K, A.data(), K, f32.data(), 0.f, C.data(), N);
+    else if (type == 1 && row_major)
+      rowmajor_gemm_nt(M, N, K, A.data(), K, f16.data(), K, 0.f, C.data(), N);
+    else if (type == 1)
+      packed_gemm_nt_f16(M, N, K, A.data(), K, f16.data(), 0.f, C.data(), N);
+    else if (row_major)
+      rowmajor_gemm_nt(M, N, K, A.data(), K, bf16.data(), K, 0.f, C.data(), N);
+    else
+      packed_gemm_nt_bf16(M, N, K, A.data(), K, bf16.data(), 0.f, C.data(), N);
+    benchmark::ClobberMemory();
+  }
+  const double bytes = double(N * K) * (type == 0 ? 4 : 2);
+  st.counters["GB/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate,
+                                           benchmark::Counter::kIs1000);
+  st.counters["GFLOPS"] = benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate,
+                                             benchmark::Counter::kIs1000);
+  st.SetLabel(std::string(type == 0 ? "f32 " : type == 1 ? "f16 " : "bf16 ") +
+              (row_major ? "row-major (" + std::string(rowmajor_kernel_name(rowmajor_kernel_best())) + ")"
+                         : "packed"));
+}
+BENCHMARK(BM_WeightLayout)
+    ->ArgNames({"M", "type", "rowmajor"})
+    ->ArgsProduct({{1, 4, 16, 64}, {0, 1, 2}, {0, 1}})
+    ->Args({512, 0, 0})
+    ->Args({512, 0, 1})
+    ->Args({512, 2, 0})
+    ->Args({512, 2, 1})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

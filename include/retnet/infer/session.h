@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <memory>
+#include <optional>
 
 #include "retnet/infer/sampler.h"
 #include "retnet/infer/state_file.h"
@@ -89,7 +90,11 @@ class Session {
   // mixers that keep every token): a binding shows it without a copy, and what is written there
   // is what the next step reads.
   float* state_data(int64_t b);
-  uint64_t model_fingerprint() const { return fingerprint_; }
+  // Taken when the session starts, or on first use for a model whose weights are used in place
+  // (hashing them would read the whole file).
+  uint64_t model_fingerprint() const {
+    return fingerprint_ ? *fingerprint_ : retnet::model_fingerprint(model_);
+  }
   // The thread count steps run with (after resolving "automatic").
   int decode_threads() const { return decode_threads_; }
 
@@ -99,7 +104,7 @@ class Session {
 
   const Model& model_;
   SessionOptions options_;
-  uint64_t fingerprint_;
+  std::optional<uint64_t> fingerprint_;
   int decode_threads_ = 0;
   int64_t active_ = 0;
   std::unique_ptr<State> state_;  // the model layer's state and scratch, private to the session

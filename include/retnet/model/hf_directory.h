@@ -57,6 +57,8 @@ struct HfLoadInfo {
   std::vector<std::string> weight_files;  // the shards, in order
   std::map<std::string, int64_t> stored_dtypes;  // dtype -> tensors stored in it
   int64_t stored_bytes = 0;
+  // For inference: mapping and validating the shards, then reading/converting/packing weights.
+  double open_seconds = 0, prepare_seconds = 0;
 };
 
 // Loads a directory: every tensor by name, dtype and shape (F32, F16, BF16; converted to float32),
@@ -66,8 +68,14 @@ Model load_hf_directory(const std::string& dir, HfLoadInfo* info = nullptr);
 // Loads a directory for inference only: as load_hf_directory then Model::prepare_inference, but
 // tensor by tensor (read, converted, packed in `precision`, released), never a whole float32 copy:
 // the resident set stays near the packed weights' bytes during and after loading.
+// With `in_place`, the tensors stored in `precision`'s type (a BF16 directory for bf16, F32 for
+// f32, F16 for f16) are not read at all: the model multiplies by them where they lie in the
+// mapped shards (Model::prepare_inference with an InPlaceSource), so it opens in milliseconds and
+// its pages come in as decoding touches them; their values are not scanned for non-finite numbers
+// (the logits are). A shard replaced or truncated on disk while a model maps it is undefined
+// behaviour (as for any mapped file).
 Model load_hf_directory_for_inference(const std::string& dir, DecodePrecision precision,
-                                      HfLoadInfo* info = nullptr);
+                                      HfLoadInfo* info = nullptr, bool in_place = true);
 
 // Writes `model` as a directory in a flavour (config.json, model.safetensors in F32 or BF16 with
 // the flavour's names, generation_config.json), atomically per file; `tokenizer_files` (name ->

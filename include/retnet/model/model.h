@@ -69,7 +69,17 @@ struct QuantOptions {
   const std::map<size_t, QuantBytes>* stored = nullptr;
 };
 
-// One projection (possibly several adjacent tensors used as one matrix [N, K]) packed for decoding.
+// Rows [first_row, first_row + rows) of a projection used where they lie (a mapped file),
+// row-major with row stride K, in the inference precision's type (one pointer set).
+struct RowMajorSlice {
+  int64_t first_row = 0, rows = 0;
+  const float* f32 = nullptr;
+  const uint16_t* f16 = nullptr;
+  const BFloat16* bf16 = nullptr;
+};
+
+// One projection (possibly several adjacent tensors used as one matrix [N, K]) packed for decoding,
+// or used in place.
 struct PackedProjection {
   int64_t N = 0, K = 0;
   const float* f32 = nullptr;      // set for DecodePrecision::F32
@@ -77,6 +87,9 @@ struct PackedProjection {
   const BFloat16* bf16 = nullptr;  // set for DecodePrecision::BF16
   const uint8_t* quant = nullptr;  // set for the quantised precisions: N rows of blocks
   QuantType quant_type = QuantType::Q8_0;
+  // Instead of the packed pointers above: the stored row-major weights, one slice per stored
+  // tensor (q|k|v|g are separate tensors of a file), multiplied by rowmajor_gemm_nt.
+  std::vector<RowMajorSlice> in_place;
 };
 struct DecodePack;
 
@@ -140,6 +153,21 @@ class Model {
   // peaks at the packed weights plus one projection in float32. Same result and fingerprint as
   // filling the buffer and calling prepare_inference(precision).
   void prepare_inference(DecodePrecision precision, const TensorSource& source);
+  // Where a tensor is stored ready to use as it is (row-major, in the inference precision's type),
+  // or nullptr when it must be read through the TensorSource.
+  using InPlaceSource = std::function<const void*(size_t index)>;
+  // As above, but every projection (and the embedding) whose tensors `in_place` finds is used
+  // where it lies: nothing is read or copied, so a mapped file opens without touching its pages
+  // and they page in as decoding uses them. `keep_alive` holds the storage (the mappings) for as
+  // long as the model or a copy of it lives. Those tensors' values are not scanned for non-finite
+  // numbers (the logits are). The fingerprint is then computed on first use, by calling `source`
+  // again for every tensor: `source` is kept and must own what it reads.
+  void prepare_inference(DecodePrecision precision, const TensorSource& source,
+                         const InPlaceSource& in_place, std::shared_ptr<const void> keep_alive);
+  // Bytes of the weights used in place (0 unless prepared from an InPlaceSource).
+  int64_t in_place_bytes() const;
+  // Whether model_fingerprint reads every weight on its first call (weights used in place).
+  bool fingerprint_deferred() const { return lazy_fingerprint_ != nullptr; }
   // Whether every float32 parameter is still present (false after prepare_inference released some).
   bool weights_complete() const { return released_.empty(); }
   // Throws an Error saying `what` needs the float32 weights if some were released.
@@ -170,16 +198,28 @@ class Model {
   std::shared_ptr<const DecodePack> packed_;
   std::vector<bool> released_;       // per tensor, empty when none is released
   uint64_t fingerprint_ = 0;          // taken before releasing (model_fingerprint reads it then)
+  // With weights used in place, the fingerprint is computed on first use (shared by copies).
+  struct LazyFingerprint;
+  std::shared_ptr<LazyFingerprint> lazy_fingerprint_;
   [[noreturn]] void throw_released(size_t index) const;
   void pack_projections(DecodePrecision precision, bool release, const QuantOptions& quant = {});
   void pack_quantized(QuantType type,
                       const std::vector<std::tuple<size_t, int64_t, int64_t>>& products,
                       bool release, const QuantOptions& quant, DecodePack& pack);
+  // Parts of pack_quantized: room for every product's blocks (pointers into the pack stay valid),
+  // and one product (first tensor, N, K) quantised, optionally releasing its float32 pages.
+  void reserve_quantized(QuantType type,
+                         const std::vector<std::tuple<size_t, int64_t, int64_t>>& products,
+                         const QuantOptions& quant, DecodePack& pack) const;
+  void pack_quantized_product(QuantType type, size_t index, int64_t N, int64_t K, bool release,
+                              const QuantOptions& quant, DecodePack& pack);
   // Parts of pack_projections: one product (first tensor, N, K) at `offset` of the pack, and the
   // f16/bf16 row-major embedding, each optionally releasing its float32 pages.
   void pack_product(DecodePack& pack, size_t index, int64_t N, int64_t K, size_t& offset,
                     bool release);
   void pack_half_embedding(DecodePack& pack, bool release);
+  void fill_and_pack(DecodePrecision precision, const TensorSource& source,
+                     const InPlaceSource& in_place, std::shared_ptr<const void> keep_alive);
   friend uint64_t model_fingerprint(const Model& model);
 };
 

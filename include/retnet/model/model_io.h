@@ -23,7 +23,11 @@ struct LoadInfo {
   std::vector<std::string> weight_files;  // the files the weights came from
   int64_t stored_bytes = 0;               // bytes of the stored weights
   int64_t bos_id = -1, eos_id = -1;       // a directory's config ids, else -1
-  double load_seconds = 0;
+  double load_seconds = 0;  // open_seconds + prepare_seconds for inference
+  // For inference: opening (mapping the files, validating headers; a float32 file: its values
+  // too) and preparing the weights (reading, converting, packing; nothing for weights used in
+  // place).
+  double open_seconds = 0, prepare_seconds = 0;
 };
 
 // Loads and validates a model: every tensor by name, dtype and shape, every value finite.
@@ -34,9 +38,12 @@ Model load_model(const std::string& path, const std::optional<Config>& config = 
 
 // load_model, then Model::prepare_inference(precision), for inference only. A Hugging Face
 // directory is read tensor by tensor into the packed weights (load_hf_directory_for_inference), so
-// loading never holds a whole float32 copy; load_seconds counts both steps.
+// loading never holds a whole float32 copy, and with `in_place` its tensors stored in
+// `precision`'s type are used where they lie in the mapped files (no read, no copy);
+// load_seconds counts both steps.
 Model load_model_for_inference(const std::string& path, const std::optional<Config>& config,
-                               DecodePrecision precision, LoadInfo* info = nullptr);
+                               DecodePrecision precision, LoadInfo* info = nullptr,
+                               bool in_place = true);
 
 // Writes the model atomically, with the config and the format version in the metadata, plus
 // `extra_metadata` (such as the tokenizer's entries, text/tokenizer.h).

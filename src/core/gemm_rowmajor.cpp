@@ -1,0 +1,349 @@
+// Products against row-major weights used where they lie (retnet/core/gemm_rowmajor.h): decode
+// kernels per ISA, picked at run time, and the prefill path (block conversion + sgemm).
+// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized (see gemm_skinny.cpp).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include "retnet/core/gemm_rowmajor.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "retnet/core/error.h"
+#include "retnet/core/gemm.h"
+
+namespace retnet {
+namespace {
+
+inline float to_float(float w) { return w; }
+inline float to_float(uint16_t w) { return half_to_float(w); }
+inline float to_float(BFloat16 w) { return bf16_to_float(w.bits); }
+
+// Weight rows per task: each task streams 8 consecutive rows once for every row of A.
+constexpr int64_t kRowsPerTask = 8;
+
+template <typename W>
+using BlockFn = void (*)(int64_t M, const float* A, int64_t lda, const W* B, int64_t ldb,
+                         float beta, float* C, int64_t ldc, int64_t N, int64_t K, int64_t n0,
+                         int64_t rows);
+
+// Plain C++: 8 lanes, lane j summing k = j, j + 8, ... in order, then the lanes in order (the
+// AVX2 kernel's order, so the two agree closely; they need not agree bit for bit).
+template <typename W>
+void rows_scalar(int64_t M, const float* A, int64_t lda, const W* B, int64_t ldb, float beta,
+                 float* C, int64_t ldc, int64_t /*N*/, int64_t K, int64_t n0, int64_t rows) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t m = 0; m < M; ++m) {
+      const float* a = A + m * lda;
+      const W* w = B + (n0 + r) * ldb;
+      float lanes[8] = {};
+      for (int64_t k = 0; k < K; ++k) lanes[k % 8] += a[k] * to_float(w[k]);
+      const float dot = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
+                        ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+      float& c = C[m * ldc + n0 + r];
+      c = beta == 0.f ? dot : dot + beta * c;
+    }
+}
+
+#if defined(__x86_64__)
+#define RETNET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define RETNET_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
+
+RETNET_AVX2 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+RETNET_AVX2 inline __m256 load8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+RETNET_AVX2 inline __m256 load8(const BFloat16* p) {  // bf16 -> f32: the bits move to the top half
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
+}
+RETNET_AVX2 inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+RETNET_AVX512 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+RETNET_AVX512 inline __m512 load16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+RETNET_AVX512 inline __m512 load16(const BFloat16* p) {
+  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+}
+RETNET_AVX512 inline float hsum16(__m512 v) {
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Weight rows n0..n0+R against rows 0..MR of A: R x MR accumulators of L lanes, each C[m,n] one
+// lane-wise FMA chain over the full vectors of k, then the K % L tail (zero-padded copies), then
+// a fixed horizontal sum. Every loop is unrolled so the accumulators stay in registers. The body
+// is written once and compiled under each ISA's target attribute.
+#define RETNET_ROWMAJOR_BLOCK(NAME, TARGET, REG, L, ZERO, LOADA, LOADW, FMA, HSUM)               \
+  template <int R, int MR, typename W>                                                          \
+  TARGET void NAME(const float* A, int64_t lda, const W* B, int64_t ldb, float beta, float* C,   \
+                   int64_t ldc, int64_t K, int64_t n0) {                                         \
+    REG acc[R][MR];                                                                             \
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)                                          \
+        _Pragma("GCC unroll 4") for (int m = 0; m < MR; ++m) acc[r][m] = ZERO();                 \
+    const int64_t body = K / L * L;                                                              \
+    for (int64_t k = 0; k < body; k += L) {                                                      \
+      REG x[MR];                                                                                 \
+      _Pragma("GCC unroll 4") for (int m = 0; m < MR; ++m) x[m] = LOADA(A + m * lda + k);        \
+      _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {                                      \
+        const REG w = LOADW(B + (n0 + r) * ldb + k);                                             \
+        _Pragma("GCC unroll 4") for (int m = 0; m < MR; ++m) acc[r][m] = FMA(w, x[m], acc[r][m]); \
+      }                                                                                          \
+    }                                                                                            \
+    if (body < K) {                                                                              \
+      const int64_t n = K - body;                                                                \
+      _Pragma("GCC unroll 4") for (int m = 0; m < MR; ++m) {                                     \
+        float a[L] = {};                                                                         \
+        std::memcpy(a, A + m * lda + body, static_cast<size_t>(n) * sizeof(float));              \
+        const REG x = LOADA(a);                                                                  \
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {                                    \
+          W w[L] = {};                                                                           \
+          std::memcpy(w, B + (n0 + r) * ldb + body, static_cast<size_t>(n) * sizeof(W));         \
+          acc[r][m] = FMA(LOADW(w), x, acc[r][m]);                                               \
+        }                                                                                        \
+      }                                                                                          \
+    }                                                                                            \
+    _Pragma("GCC unroll 4") for (int m = 0; m < MR; ++m)                                         \
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {                                    \
+      float& c = C[m * ldc + n0 + r];                                                            \
+      const float dot = HSUM(acc[r][m]);                                                         \
+      c = beta == 0.f ? dot : dot + beta * c;                                                    \
+    }                                                                                            \
+  }
+
+RETNET_ROWMAJOR_BLOCK(block_avx2, RETNET_AVX2, __m256, 8, _mm256_setzero_ps, _mm256_loadu_ps,
+                      load8, _mm256_fmadd_ps, hsum8)
+RETNET_ROWMAJOR_BLOCK(block_avx512, RETNET_AVX512, __m512, 16, _mm512_setzero_ps,
+                      _mm512_loadu_ps, load16, _mm512_fmadd_ps, hsum16)
+#undef RETNET_ROWMAJOR_BLOCK
+
+// One task's rows (8, fewer at the end) against every row of A, in groups of up to 4 rows of A.
+// Registers: AVX2 has 16, so 1 row of A takes 8 weight rows at once, 2 rows 4, 3-4 rows 2;
+// AVX-512 has 32: 8 weight rows for 1-2 rows of A, 4 for 3-4.
+#define RETNET_ROWMAJOR_ROWS(NAME, TARGET, BLOCK, R2, R3)                                           \
+  template <typename W>                                                                         \
+  TARGET void NAME(int64_t M, const float* A, int64_t lda, const W* B, int64_t ldb, float beta,  \
+                   float* C, int64_t ldc, int64_t /*N*/, int64_t K, int64_t n0, int64_t rows) {  \
+    for (int64_t m0 = 0; m0 < M; m0 += 4) {                                                      \
+      const float* a = A + m0 * lda;                                                             \
+      float* c = C + m0 * ldc;                                                                   \
+      const int64_t mr = std::min<int64_t>(4, M - m0);                                           \
+      if (rows < kRowsPerTask) {                                                                 \
+        for (int64_t r = 0; r < rows; ++r) switch (mr) {                                         \
+            case 1: BLOCK<1, 1>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); break;                 \
+            case 2: BLOCK<1, 2>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); break;                 \
+            case 3: BLOCK<1, 3>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); break;                 \
+            default: BLOCK<1, 4>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); break;                \
+          }                                                                                      \
+        continue;                                                                                \
+      }                                                                                          \
+      switch (mr) {                                                                              \
+        case 1:                                                                                  \
+          BLOCK<8, 1>(a, lda, B, ldb, beta, c, ldc, K, n0);                                      \
+          break;                                                                                 \
+        case 2:                                                                                  \
+          for (int64_t r = 0; r < 8; r += R2) BLOCK<R2, 2>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); \
+          break;                                                                                 \
+        case 3:                                                                                  \
+          for (int64_t r = 0; r < 8; r += R3) BLOCK<R3, 3>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); \
+          break;                                                                                 \
+        default:                                                                                 \
+          for (int64_t r = 0; r < 8; r += R3) BLOCK<R3, 4>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); \
+          break;                                                                                 \
+      }                                                                                          \
+    }                                                                                            \
+  }
+RETNET_ROWMAJOR_ROWS(rows_avx2, RETNET_AVX2, block_avx2, 4, 2)
+RETNET_ROWMAJOR_ROWS(rows_avx512, RETNET_AVX512, block_avx512, 8, 4)
+#undef RETNET_ROWMAJOR_ROWS
+#endif
+
+template <typename W>
+BlockFn<W> rows_function(RowMajorKernel kernel) {
+  RETNET_CHECK(rowmajor_kernel_available(kernel),
+               "the {} kernel for row-major weights needs a CPU feature this machine lacks",
+               rowmajor_kernel_name(kernel));
+#if defined(__x86_64__)
+  if (kernel == RowMajorKernel::Avx512) return rows_avx512<W>;
+  if (kernel == RowMajorKernel::Avx2) return rows_avx2<W>;
+#endif
+  return rows_scalar<W>;
+}
+
+// Parts stacked as one matrix (RowMajorParts): part i's rows go to C's columns after part i-1's.
+// One parallel region for all of them: a fork and join per part costs a scheduler quantum when
+// the cores are shared with other work.
+template <typename W>
+void few_rows(BlockFn<W> rows, int64_t M, int parts, const W* const* B, const int64_t* part_rows,
+              int64_t K, const float* A, int64_t lda, int64_t ldb, float beta, float* C,
+              int64_t ldc) {
+  RETNET_CHECK(parts >= 1 && parts <= kMaxRowMajorParts, "{} parts of a row-major product (1 to {})",
+               parts, kMaxRowMajorParts);
+  int64_t first_task[kMaxRowMajorParts + 1] = {0}, first_column[kMaxRowMajorParts + 1] = {0};
+  for (int i = 0; i < parts; ++i) {
+    first_task[i + 1] = first_task[i] + (part_rows[i] + kRowsPerTask - 1) / kRowsPerTask;
+    first_column[i + 1] = first_column[i] + part_rows[i];
+  }
+  const int64_t tasks = first_task[parts];
+  // Threads only when the product is worth a fork (below ~32k multiply-adds one thread wins).
+  // Static schedule: each thread streams one contiguous run of rows.
+  const bool parallel = M * first_column[parts] * K >= (1 << 15) && tasks > 1;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t t = 0; t < tasks; ++t) {
+    int part = 0;
+    while (t >= first_task[part + 1]) ++part;
+    const int64_t n0 = (t - first_task[part]) * kRowsPerTask;
+    rows(M, A, lda, B[part], ldb, beta, C + first_column[part], ldc, part_rows[part], K, n0,
+         std::min(kRowsPerTask, part_rows[part] - n0));
+  }
+}
+
+template <typename W>
+void few_rows(BlockFn<W> rows, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+              const W* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  few_rows(rows, M, 1, &B, &N, K, A, lda, ldb, beta, C, ldc);
+}
+
+// Prefill: rows of W converted to float32 per block (256 rows x K = 4 MiB at K = 4096, reused
+// across calls), then sgemm. The conversion is O(N K) against the product's O(M N K).
+constexpr int64_t kConvertRows = 256;
+
+template <typename W>
+void converted_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const W* B,
+                    int64_t ldb, float beta, float* C, int64_t ldc) {
+  thread_local std::vector<float> block;
+  block.resize(static_cast<size_t>(std::min(N, kConvertRows) * K));
+  for (int64_t n0 = 0; n0 < N; n0 += kConvertRows) {
+    const int64_t rows = std::min(kConvertRows, N - n0);
+    float* b = block.data();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) rowmajor_row(B, ldb, K, n0 + r, 1.f, b + r * K);
+    sgemm(Trans::No, Trans::Yes, M, rows, K, 1.f, A, lda, b, K, beta, C + n0, ldc);
+  }
+}
+
+template <typename W>
+void product(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const W* B, int64_t ldb,
+             float beta, float* C, int64_t ldc) {
+  if (M <= kSkinnyMaxRows) {
+    static const BlockFn<W> best = rows_function<W>(rowmajor_kernel_best());
+    few_rows(best, M, N, K, A, lda, B, ldb, beta, C, ldc);
+  } else if constexpr (std::is_same_v<W, float>) {
+    sgemm(Trans::No, Trans::Yes, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);
+  } else {
+    converted_gemm(M, N, K, A, lda, B, ldb, beta, C, ldc);
+  }
+}
+
+template <typename W>
+void parts_product(int64_t M, int64_t K, const float* A, int64_t lda, int parts,
+                   const W* const* B, const int64_t* rows, float beta, float* C, int64_t ldc) {
+  if (M <= kSkinnyMaxRows) {
+    static const BlockFn<W> best = rows_function<W>(rowmajor_kernel_best());
+    few_rows(best, M, parts, B, rows, K, A, lda, K, beta, C, ldc);
+    return;
+  }
+  for (int i = 0, column = 0; i < parts; column += static_cast<int>(rows[i]), ++i)
+    product(M, rows[i], K, A, lda, B[i], K, beta, C + column, ldc);
+}
+
+template <typename W>
+void reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const W* B,
+               int64_t ldb, float beta, float* C, int64_t ldc) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k)
+        acc += static_cast<double>(A[m * lda + k]) * to_float(B[n * ldb + k]);
+      float& c = C[m * ldc + n];
+      c = static_cast<float>(beta == 0.f ? acc : acc + static_cast<double>(beta) * c);
+    }
+}
+
+template <typename W>
+void row_of(const W* B, int64_t ldb, int64_t K, int64_t n, float scale, float* out) {
+  const W* w = B + n * ldb;
+  for (int64_t k = 0; k < K; ++k) out[k] = scale * to_float(w[k]);
+}
+
+}  // namespace
+
+const char* rowmajor_kernel_name(RowMajorKernel kernel) {
+  switch (kernel) {
+    case RowMajorKernel::Avx2:
+      return "avx2";
+    case RowMajorKernel::Avx512:
+      return "avx512";
+    default:
+      return "scalar";
+  }
+}
+
+bool rowmajor_kernel_available(RowMajorKernel kernel) {
+#if defined(__x86_64__)
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+  switch (kernel) {
+    case RowMajorKernel::Avx2:
+      return avx2;
+    case RowMajorKernel::Avx512:
+      return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl");
+    default:
+      return true;
+  }
+#else
+  return kernel == RowMajorKernel::Scalar;
+#endif
+}
+
+RowMajorKernel rowmajor_kernel_best() {
+  static const RowMajorKernel best = [] {
+    if (rowmajor_kernel_available(RowMajorKernel::Avx512)) return RowMajorKernel::Avx512;
+    if (rowmajor_kernel_available(RowMajorKernel::Avx2)) return RowMajorKernel::Avx2;
+    return RowMajorKernel::Scalar;
+  }();
+  return best;
+}
+
+#define RETNET_ROWMAJOR_API(W)                                                                  \
+  void rowmajor_gemm_nt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,           \
+                        const W* B, int64_t ldb, float beta, float* C, int64_t ldc) {           \
+    product(M, N, K, A, lda, B, ldb, beta, C, ldc);                                             \
+  }                                                                                             \
+  void rowmajor_gemm_nt_with(RowMajorKernel kernel, int64_t M, int64_t N, int64_t K,            \
+                             const float* A, int64_t lda, const W* B, int64_t ldb, float beta,  \
+                             float* C, int64_t ldc) {                                           \
+    few_rows(rows_function<W>(kernel), M, N, K, A, lda, B, ldb, beta, C, ldc);                  \
+  }                                                                                             \
+  void rowmajor_gemm_nt_reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, \
+                                  const W* B, int64_t ldb, float beta, float* C, int64_t ldc) { \
+    reference(M, N, K, A, lda, B, ldb, beta, C, ldc);                                           \
+  }                                                                                             \
+  void rowmajor_row(const W* B, int64_t ldb, int64_t K, int64_t n, float scale, float* out) {   \
+    row_of(B, ldb, K, n, scale, out);                                                           \
+  }                                                                                             \
+  void rowmajor_gemm_nt_parts(int64_t M, int64_t K, const float* A, int64_t lda, int parts,     \
+                              const W* const* B, const int64_t* rows, float beta, float* C,     \
+                              int64_t ldc) {                                                    \
+    parts_product(M, K, A, lda, parts, B, rows, beta, C, ldc);                                  \
+  }
+RETNET_ROWMAJOR_API(float)
+RETNET_ROWMAJOR_API(uint16_t)
+RETNET_ROWMAJOR_API(BFloat16)
+#undef RETNET_ROWMAJOR_API
+
+}  // namespace retnet

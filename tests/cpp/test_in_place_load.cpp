@@ -1,0 +1,169 @@
+// Hugging Face directories whose tensors are stored in the inference dtype, used where they lie in
+// the mapped files (load_hf_directory_for_inference with in_place): the same function as the
+// packed copy of the same weights (f32, bf16, f16; tied and untied; decode and prefill row counts),
+// the same fingerprint, a mixed directory (one tensor in another dtype is packed, the rest used in
+// place), nothing read at open, a model that outlives its files' names, and truncated shards
+// still refused naming the file.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "retnet/core/arena.h"
+#include "retnet/core/error.h"
+#include "retnet/core/gemm.h"
+#include "retnet/core/half.h"
+#include "retnet/core/process_memory.h"
+#include "retnet/core/safetensors.h"
+#include "retnet/model/forward.h"
+#include "retnet/model/hf_directory.h"
+#include "retnet/model/model.h"
+#include "retnet/model/model_io.h"
+#include "test_helpers.h"
+
+using namespace retnet;
+namespace fs = std::filesystem;
+
+namespace {
+
+Config fla_config(int64_t d, int64_t layers, int64_t vocab, bool tied) {
+  Config c = test::fla_conventions(test::model_config(d, 2 * d, 4, 2 * d, layers, vocab));
+  c.tie_embeddings = tied;
+  return c;
+}
+
+std::vector<float> logits_of(const Model& m, int64_t T) {
+  std::vector<int32_t> tokens(static_cast<size_t>(T));
+  for (int64_t i = 0; i < T; ++i)
+    tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * 31 + 5) % m.config().vocab_size);
+  std::vector<float> logits(static_cast<size_t>(T * m.config().vocab_size));
+  Arena arena;
+  forward_logits(m, tokens.data(), 1, T, logits.data(), {}, arena);
+  return logits;
+}
+
+// A copy of an F32 directory with every tensor stored as F16, except `keep_f32` (none if empty):
+// the safetensors header written by hand, its length padded so every tensor stays aligned.
+void write_f16_copy(const fs::path& from, const fs::path& to, const std::string& keep_f32 = "") {
+  fs::create_directories(to);
+  fs::copy_file(from / "config.json", to / "config.json");
+  const SafetensorsFile in = SafetensorsFile::open((from / "model.safetensors").string());
+  std::string header = "{";
+  std::vector<std::vector<uint8_t>> data;
+  size_t offset = 0;
+  for (const SafetensorsTensor& t : in.tensors()) {
+    const bool f32 = t.name == keep_f32;
+    std::vector<float> values(static_cast<size_t>(t.numel()));
+    copy_as_float32(t, values.data());
+    std::vector<uint8_t> bytes(values.size() * (f32 ? 4 : 2));
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (f32) {
+        std::memcpy(bytes.data() + 4 * i, &values[i], 4);
+      } else {
+        const uint16_t h = float_to_half(values[i]);
+        std::memcpy(bytes.data() + 2 * i, &h, 2);
+      }
+    }
+    std::string shape;
+    for (int64_t s : t.shape) shape += (shape.empty() ? "" : ",") + std::to_string(s);
+    header += (header.size() > 1 ? "," : "") + ("\"" + t.name + "\":{\"dtype\":\"") +
+              (f32 ? "F32" : "F16") + "\",\"shape\":[" + shape + "],\"data_offsets\":[" +
+              std::to_string(offset) + "," + std::to_string(offset + bytes.size()) + "]}";
+    offset += bytes.size();
+    while (offset % 8) {  // the next tensor starts 8-byte aligned
+      bytes.push_back(0);
+      ++offset;
+    }
+    data.push_back(std::move(bytes));
+  }
+  header += "}";
+  while ((header.size() + 8) % 8) header += ' ';
+  std::ofstream f(to / "model.safetensors", std::ios::binary);
+  const uint64_t n = header.size();
+  f.write(reinterpret_cast<const char*>(&n), 8);
+  f << header;
+  for (const auto& b : data) f.write(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+}  // namespace
+
+TEST(InPlaceLoad, EveryDtypeComputesWhatThePackedCopyOfItsWeightsComputes) {
+  const fs::path dir = test::fresh_temp_dir("in_place_load");
+  for (bool tied : {false, true}) {
+    const Model source = Model::init(fla_config(32, 2, 96, tied), 4);
+    const fs::path f32 = dir / (tied ? "tied_f32" : "f32"), bf16 = dir / (tied ? "tied_bf16" : "bf16");
+    const fs::path f16 = dir / (tied ? "tied_f16" : "f16");
+    save_hf_directory(source, f32.string(), HfFlavour::Fla, "f32", {});
+    save_hf_directory(source, bf16.string(), HfFlavour::Fla, "bf16", {});
+    write_f16_copy(f32, f16);
+    for (auto [path, p] : {std::pair{f32, DecodePrecision::F32}, {bf16, DecodePrecision::BF16},
+                           {f16, DecodePrecision::F16}}) {
+      SCOPED_TRACE(::testing::Message() << (tied ? "tied " : "untied ") << decode_precision_name(p));
+      const Model packed = load_hf_directory_for_inference(path.string(), p, nullptr, false);
+      const Model mapped = load_hf_directory_for_inference(path.string(), p, nullptr, true);
+      EXPECT_EQ(mapped.packed_bytes(), 0);  // every projection and the embedding in place
+      EXPECT_GT(mapped.in_place_bytes(), 0);
+      EXPECT_TRUE(mapped.fingerprint_deferred());
+      EXPECT_EQ(model_fingerprint(mapped), model_fingerprint(packed));
+      // The same weights summed in another order: within float32 rounding. 24 rows run the
+      // decode kernels, 80 the prefill path (sgemm on the mapping, or converted blocks).
+      for (int64_t T : {24, 80})
+        EXPECT_TRUE(test::close(logits_of(mapped, T), logits_of(packed, T), 1e-5)) << T;
+    }
+  }
+  fs::remove_all(dir);
+}
+
+TEST(InPlaceLoad, ATensorInAnotherDtypeIsPackedAndTheRestUsedInPlace) {
+  const fs::path dir = test::fresh_temp_dir("in_place_mixed");
+  const Model source = Model::init(fla_config(32, 2, 96, false), 5);
+  save_hf_directory(source, (dir / "f32").string(), HfFlavour::Fla, "f32", {});
+  // fc1 of layer 1 (fla's gate_proj) stays F32: the fc1|gate product of that layer is packed.
+  write_f16_copy(dir / "f32", dir / "mixed", "model.layers.1.mlp.gate_proj.weight");
+  const Model packed =
+      load_hf_directory_for_inference((dir / "mixed").string(), DecodePrecision::F16, nullptr, false);
+  HfLoadInfo info;
+  const Model mapped =
+      load_hf_directory_for_inference((dir / "mixed").string(), DecodePrecision::F16, &info, true);
+  EXPECT_EQ(info.stored_dtypes.at("F32"), 1);
+  const int64_t d = 32, F = 64;
+  EXPECT_EQ(mapped.packed_bytes(), 2 * static_cast<int64_t>(packed_weight_elements(2 * F, d)));
+  EXPECT_GT(mapped.in_place_bytes(), 0);
+  EXPECT_EQ(model_fingerprint(mapped), model_fingerprint(packed));
+  EXPECT_TRUE(test::close(logits_of(mapped, 24), logits_of(packed, 24), 1e-5));
+  fs::remove_all(dir);
+}
+
+TEST(InPlaceLoad, OpeningReadsNoWeightsAndTheModelOutlivesTheFileNames) {
+  const fs::path dir = test::fresh_temp_dir("in_place_open");
+  const std::string out = (dir / "m").string();
+  // ~10M parameters: 20 MB in bf16.
+  save_hf_directory(Model::init(fla_config(256, 6, 8192, false), 1), out, HfFlavour::Fla, "bf16",
+                    {});
+  const int64_t before = current_rss_bytes();
+  std::optional<Model> model;
+  model.emplace(load_hf_directory_for_inference(out, DecodePrecision::BF16));
+  const double grew = static_cast<double>(current_rss_bytes() - before);
+  const double weights = static_cast<double>(model->in_place_bytes());
+  EXPECT_GT(weights, 19e6);
+  // The packed copy would be all of it; opening in place maps the file and reads its header.
+  EXPECT_LT(grew, 0.2 * weights) << "resident set grew " << grew << " bytes at open";
+  const std::vector<float> first = logits_of(*model, 4);
+  // The model holds the mappings: its files may lose their names (a directory replaced by a
+  // download) and it keeps computing the same function; so does a copy after the original goes.
+  fs::remove_all(dir);
+  const Model copy = *model;
+  model.reset();
+  EXPECT_EQ(logits_of(copy, 4), first);
+}
+
+TEST(InPlaceLoad, ATruncatedShardIsStillRefusedNamingTheFile) {
+  const fs::path dir = test::fresh_temp_dir("in_place_truncated");
+  const std::string out = (dir / "m").string();
+  save_hf_directory(Model::init(fla_config(32, 2, 96, false), 2), out, HfFlavour::Fla, "bf16", {});
+  const fs::path file = fs::path(out) / "model.safetensors";
+  fs::resize_file(file, fs::file_size(file) - 100);
+  EXPECT_TRUE(test::throws_error_naming(
+      [&] { load_hf_directory_for_inference(out, DecodePrecision::BF16); }, {"model.safetensors"}));
+  fs::remove_all(dir);
+}
