@@ -23,58 +23,101 @@ namespace retnet {
 namespace {
 
 // Activation rows quantised to int8 blocks: q [M][K], per block the scale d, d * sum(q), and (for
-// Q4_0, whose nibbles carry +8) the 16 pair sums 8 * (q[2i] + q[2i+1]) that the SIMD kernels
-// subtract from their unsigned-nibble products.
+// Q4_0, whose nibbles carry +8) the 16 int16 that the SIMD kernels subtract from their
+// unsigned-nibble products: 8 * (q[2j] + q[2j+1] + q[2j+16] + q[2j+17]), j = i mod 8 (the int16
+// lanes of two rows' values 0-15 and 16-31 added together; see gemm_quant_simd.inc).
 struct ActivationRow {
   const int8_t* q;
   const float *d, *s;
-  const int16_t* pair8;
+  const int16_t* corr8;
 };
 struct ActivationRows {
   std::vector<int8_t> q;
   std::vector<float> d, s;
-  std::vector<int16_t> pair8;
+  std::vector<int16_t> corr8;
   int64_t K = 0, nb = 0;
   ActivationRow row(int64_t m) const {
     return {q.data() + m * K, d.data() + m * nb, s.data() + m * nb,
-            pair8.empty() ? nullptr : pair8.data() + m * nb * 16};
+            corr8.empty() ? nullptr : corr8.data() + m * nb * 16};
   }
 };
 
+// One block of 32 activations to int8 with scale d = max|a| / 127 (round to nearest even); NaN or
+// Inf in the block gives d = NaN and zeros, so that its products come out NaN.
+float quantise_block_scalar(const float* a, int8_t* q) {
+  float amax = 0.f;
+  for (int64_t i = 0; i < kQuantBlock; ++i) amax = std::max(amax, std::fabs(a[i]));
+  for (int64_t i = 0; i < kQuantBlock; ++i) amax = std::isnan(a[i]) ? a[i] : amax;
+  if (!std::isfinite(amax)) {
+    std::memset(q, 0, kQuantBlock);
+    return std::nanf("");
+  }
+  const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+  for (int64_t i = 0; i < kQuantBlock; ++i) q[i] = static_cast<int8_t>(std::nearbyint(a[i] * id));
+  return d;
+}
+
+#if defined(__x86_64__)
+#define RETNET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define RETNET_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+
+// The same block with AVX2, bit for bit (max is exact, a * id is one rounding, cvtps rounds to
+// nearest even as nearbyint does in the default mode). False, writing nothing, for a block with
+// NaN or Inf: the scalar version handles it.
+RETNET_AVX2 bool quantise_block_avx2(const float* a, int8_t* q, float& d_out) {
+  __m256 v[4], amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+  const __m256 sign = _mm256_set1_ps(-0.f), zero = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_loadu_ps(a + 8 * i);
+    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_mul_ps(v[i], zero), zero, _CMP_NEQ_UQ));
+  }
+  if (_mm256_movemask_ps(bad) != 0) return false;
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  const float d = _mm_cvtss_f32(m) / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+  const __m256 idv = _mm256_set1_ps(id);
+  __m256i x[4];
+  for (int i = 0; i < 4; ++i) x[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], idv));
+  // packs interleave the 128-bit lanes: groups of 4 bytes come out in the order 0 2 4 6 1 3 5 7.
+  const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(x[0], x[1]),
+                                           _mm256_packs_epi32(x[2], x[3]));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q),
+                      _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  d_out = d;
+  return true;
+}
+#endif
+
+// `simd`: quantise with AVX2 (the same bytes, faster); the scalar kernel uses the scalar version.
 void quantise_activations(QuantType type, int64_t M, int64_t K, const float* A, int64_t lda,
-                          ActivationRows& out) {
+                          bool simd, ActivationRows& out) {
   const int64_t nb = K / kQuantBlock;
   out.K = K;
   out.nb = nb;
   out.q.resize(static_cast<size_t>(M * K));
   out.d.resize(static_cast<size_t>(M * nb));
   out.s.resize(static_cast<size_t>(M * nb));
-  out.pair8.resize(type == QuantType::Q4_0 ? static_cast<size_t>(M * nb * 16) : 0);
+  out.corr8.resize(type == QuantType::Q4_0 ? static_cast<size_t>(M * nb * 16) : 0);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t b = 0; b < nb; ++b) {
       const float* a = A + m * lda + b * kQuantBlock;
       int8_t* q = out.q.data() + m * K + b * kQuantBlock;
-      float amax = 0.f;
-      for (int64_t i = 0; i < kQuantBlock; ++i) amax = std::max(amax, std::fabs(a[i]));
-      for (int64_t i = 0; i < kQuantBlock; ++i) amax = std::isnan(a[i]) ? a[i] : amax;
-      int sum = 0;
       float d;
-      if (!std::isfinite(amax)) {  // NaN/Inf in the input: the block's products come out NaN
-        d = std::nanf("");
-        std::memset(q, 0, kQuantBlock);
-      } else {
-        d = amax / 127.f;
-        const float id = d != 0.f ? 1.f / d : 0.f;
-        for (int64_t i = 0; i < kQuantBlock; ++i) {
-          q[i] = static_cast<int8_t>(std::nearbyint(a[i] * id));
-          sum += q[i];
-        }
-      }
+#if defined(__x86_64__)
+      if (!simd || !quantise_block_avx2(a, q, d)) d = quantise_block_scalar(a, q);
+#else
+      d = quantise_block_scalar(a, q);
+#endif
+      int sum = 0;
+      for (int64_t i = 0; i < kQuantBlock; ++i) sum += q[i];
       out.d[m * nb + b] = d;
       out.s[m * nb + b] = d * static_cast<float>(sum);
       if (type == QuantType::Q4_0)
         for (int64_t i = 0; i < kQuantBlock / 2; ++i)
-          out.pair8[(m * nb + b) * 16 + i] = static_cast<int16_t>(8 * (q[2 * i] + q[2 * i + 1]));
+          out.corr8[(m * nb + b) * 16 + i] = static_cast<int16_t>(
+              8 * (q[i % 8 * 2] + q[i % 8 * 2 + 1] + q[i % 8 * 2 + 16] + q[i % 8 * 2 + 17]));
     }
 }
 
@@ -122,24 +165,30 @@ void scalar_rows_range(QuantType type, const uint8_t* W, size_t row_bytes,
 constexpr int64_t kRowsPerPass = 4;
 
 #if defined(__x86_64__)
-#define RETNET_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define RETNET_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
-
 // AVX2: maddubs (unsigned x signed bytes to int16 pairs; cannot overflow here: |q_w| <= 127 or
-// 15, |q_a| <= 127) then madd to int32. Q4_0's -8 is subtracted from the int16 pairs.
+// 15, |q_a| <= 127, and two nibble products plus Q4_0's correction stay within 4 * 15 * 127) then
+// madd to int32. Q4_0's -8 is subtracted from the int16 lanes.
 namespace avx2 {
 struct Q40Correction {
-  __m256i pair8;
+  __m256i corr8;
 };
-RETNET_AVX2 inline Q40Correction corr_for(const int16_t* pair8) {
-  return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pair8))};
+RETNET_AVX2 inline Q40Correction corr_for(const int16_t* corr8) {
+  return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr8))};
 }
 RETNET_AVX2 inline __m256i dot_u8s8(__m256i u, __m256i s) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
-RETNET_AVX2 inline __m256i dot_nibbles(__m256i n, __m256i a, Q40Correction c) {
-  return _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(n, a), c.pair8),
-                           _mm256_set1_epi16(1));
+RETNET_AVX2 inline __m256i dot_u8s8_2(__m256i u0, __m256i s0, __m256i u1, __m256i s1) {
+  return _mm256_madd_epi16(
+      _mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1)),
+      _mm256_set1_epi16(1));
+}
+RETNET_AVX2 inline __m256i dot_nibbles2(__m256i u0, __m256i s0, __m256i u1, __m256i s1,
+                                        Q40Correction c) {
+  return _mm256_madd_epi16(
+      _mm256_sub_epi16(
+          _mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1)), c.corr8),
+      _mm256_set1_epi16(1));
 }
 }  // namespace avx2
 #define QK_NS avx2
@@ -149,20 +198,24 @@ RETNET_AVX2 inline __m256i dot_nibbles(__m256i n, __m256i a, Q40Correction c) {
 #undef QK_TARGET
 
 // AVX-512 VNNI (256-bit): dpbusd does maddubs + madd + add in one instruction; Q4_0's -8 becomes
-// the accumulator's starting value, -8 * (sum of the lane's 4 activations).
+// the accumulator's starting value, -8 * (sum of the lane's activations).
 namespace vnni {
 struct Q40Correction {
   __m256i minus_sum8;
 };
-RETNET_VNNI inline Q40Correction corr_for(const int16_t* pair8) {
-  return {_mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pair8)),
+RETNET_VNNI inline Q40Correction corr_for(const int16_t* corr8) {
+  return {_mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr8)),
                             _mm256_set1_epi16(-1))};
 }
 RETNET_VNNI inline __m256i dot_u8s8(__m256i u, __m256i s) {
   return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
 }
-RETNET_VNNI inline __m256i dot_nibbles(__m256i n, __m256i a, Q40Correction c) {
-  return _mm256_dpbusd_epi32(c.minus_sum8, n, a);
+RETNET_VNNI inline __m256i dot_u8s8_2(__m256i u0, __m256i s0, __m256i u1, __m256i s1) {
+  return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u0, s0), u1, s1);
+}
+RETNET_VNNI inline __m256i dot_nibbles2(__m256i u0, __m256i s0, __m256i u1, __m256i s1,
+                                        Q40Correction c) {
+  return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(c.minus_sum8, u0, s0), u1, s1);
 }
 }  // namespace vnni
 #define QK_NS vnni
@@ -191,7 +244,7 @@ void few_rows(RowsFn rows_fn, QuantType type, int64_t M, int64_t N, int64_t K, c
   const size_t row_bytes = quant_row_bytes(type, K, "the weights of a quantised product");
   const int64_t nb = K / kQuantBlock;
   thread_local ActivationRows act;
-  quantise_activations(type, M, K, A, lda, act);
+  quantise_activations(type, M, K, A, lda, rows_fn != scalar_rows_range, act);
   // Groups of rows of W per task: each weight row is read from memory once and reused (from L1)
   // by every row of A.
   constexpr int64_t kRowsPerTask = 8;

@@ -209,6 +209,27 @@ TEST(QuantGemm, EachOutputIsTheSameWhicheverRowsItIsComputedWith) {
   }
 }
 
+TEST(QuantGemm, ActivationTiesRoundToEvenOnEveryPath) {
+  // Blocks whose largest value is 127 (scale 1) and the rest halfway between integers: every
+  // path must round them to even, as the scalar one does (nearbyint). One value rounded the other
+  // way moves an output by a whole weight step, far beyond the tolerance.
+  const int64_t K = 64, N = 5;
+  std::vector<float> A(K);
+  for (int64_t i = 0; i < K; ++i) A[i] = i % 32 == 0 ? 127.f : float(i % 32) - 16.5f;
+  for (QuantKernel kernel : {QuantKernel::Avx2, QuantKernel::Avx512Vnni}) {
+    if (!quant_kernel_available(kernel)) continue;
+    for (QuantType type : kTypes) {
+      SCOPED_TRACE(std::string(quant_type_name(type)) + " " + quant_kernel_name(kernel));
+      const auto q = quantised(type, std::vector<float>(N * K, 0.5f), N, K);
+      std::vector<float> got(N), scalar(N);
+      quant_gemm_nt_with(kernel, type, 1, N, K, A.data(), K, q.data(), 0.f, got.data(), N);
+      quant_gemm_nt_with(QuantKernel::Scalar, type, 1, N, K, A.data(), K, q.data(), 0.f,
+                         scalar.data(), N);
+      EXPECT_TRUE(test::close(got, scalar, 1e-6));
+    }
+  }
+}
+
 TEST(QuantGemm, PrefillDequantisesToFloat32) {
   // Above kSkinnyMaxRows the activations stay float32: the naive reference to float rounding.
   // N = 300 > 256 rows per dequantised block: a partial last block; strided A and C.
