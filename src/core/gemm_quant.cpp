@@ -81,10 +81,11 @@ RETNET_AVX2 bool quantise_block_avx2(const float* a, int8_t* q, float& d_out) {
   __m256i x[4];
   for (int i = 0; i < 4; ++i) x[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], idv));
   // packs interleave the 128-bit lanes: groups of 4 bytes come out in the order 0 2 4 6 1 3 5 7.
-  const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(x[0], x[1]),
-                                           _mm256_packs_epi32(x[2], x[3]));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q),
-                      _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  const __m256i bytes =
+      _mm256_packs_epi16(_mm256_packs_epi32(x[0], x[1]), _mm256_packs_epi32(x[2], x[3]));
+  _mm256_storeu_si256(
+      reinterpret_cast<__m256i*>(q),
+      _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
   d_out = d;
   return true;
 }
@@ -186,8 +187,8 @@ RETNET_AVX2 inline __m256i dot_u8s8_2(__m256i u0, __m256i s0, __m256i u1, __m256
 RETNET_AVX2 inline __m256i dot_nibbles2(__m256i u0, __m256i s0, __m256i u1, __m256i s1,
                                         Q40Correction c) {
   return _mm256_madd_epi16(
-      _mm256_sub_epi16(
-          _mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1)), c.corr8),
+      _mm256_sub_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1)),
+                       c.corr8),
       _mm256_set1_epi16(1));
 }
 }  // namespace avx2
@@ -225,8 +226,8 @@ RETNET_VNNI inline __m256i dot_nibbles2(__m256i u0, __m256i s0, __m256i u1, __m2
 #undef QK_TARGET
 #endif
 
-using RowsFn = void (*)(QuantType, const uint8_t*, size_t, const ActivationRows&, int64_t,
-                        int64_t, int64_t, int64_t, float, float*, int64_t);
+using RowsFn = void (*)(QuantType, const uint8_t*, size_t, const ActivationRows&, int64_t, int64_t,
+                        int64_t, int64_t, float, float*, int64_t);
 
 RowsFn rows_function(QuantKernel kernel) {
   RETNET_CHECK(quant_kernel_available(kernel),
@@ -253,15 +254,15 @@ void few_rows(RowsFn rows_fn, QuantType type, int64_t M, int64_t N, int64_t K, c
   const ActivationRows* shared = &act;  // the calling thread's rows, read by every thread
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t t = 0; t < tasks; ++t)
-    rows_fn(type, W, row_bytes, *shared, M, t * kRowsPerTask,
-            std::min(N, (t + 1) * kRowsPerTask), nb, beta, C, ldc);
+    rows_fn(type, W, row_bytes, *shared, M, t * kRowsPerTask, std::min(N, (t + 1) * kRowsPerTask),
+            nb, beta, C, ldc);
 }
 
 // Rows of W dequantised per block: 256 rows x K = 4 MiB at K = 4096, reused across calls.
 constexpr int64_t kDequantRows = 256;
 
-void dequantised_gemm(QuantType type, int64_t M, int64_t N, int64_t K, const float* A,
-                      int64_t lda, const uint8_t* W, float beta, float* C, int64_t ldc) {
+void dequantised_gemm(QuantType type, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                      const uint8_t* W, float beta, float* C, int64_t ldc) {
   const size_t row_bytes = quant_row_bytes(type, K, "the weights of a quantised product");
   thread_local std::vector<float> block;
   block.resize(static_cast<size_t>(std::min(N, kDequantRows) * K));

@@ -79,7 +79,8 @@ static void BM_QuantDecode(benchmark::State& st) {
     return;
   }
   std::vector<float> A(M * K), W(N * K), C(M * N);
-  for (size_t i = 0; i < W.size(); ++i) W[i] = float(int64_t(i * 2654435761u % 2001) - 1000) / 1000;
+  for (size_t i = 0; i < W.size(); ++i)
+    W[i] = float(int64_t(i * 2654435761u % 2001) - 1000) / 1000;
   for (size_t i = 0; i < A.size(); ++i) A[i] = float(int64_t(i * 40503u % 2001) - 1000) / 1000;
   std::vector<uint8_t> q(N * quant_row_bytes(type, K));
   quantize_rows(type, W.data(), N, K, K, q.data());
@@ -88,8 +89,8 @@ static void BM_QuantDecode(benchmark::State& st) {
     quant_gemm_nt_with(kernel, type, M, N, K, A.data(), K, q.data(), 0.f, C.data(), N);
     benchmark::ClobberMemory();
   }
-  st.counters["GB/s"] = benchmark::Counter(double(q.size()), benchmark::Counter::kIsIterationInvariantRate,
-                                           benchmark::Counter::kIs1000);
+  st.counters["GB/s"] = benchmark::Counter(
+      double(q.size()), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
   st.SetLabel(std::string(quant_type_name(type)) + " " + quant_kernel_name(kernel));
 }
 BENCHMARK(BM_QuantDecode)
