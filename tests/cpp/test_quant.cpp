@@ -186,6 +186,50 @@ TEST(QuantGemm, BatchedRowsEqualSingleRowsBitForBit) {
   }
 }
 
+TEST(QuantGemm, EachOutputIsTheSameWhicheverRowsItIsComputedWith) {
+  // The SIMD kernels take several weight rows per pass and the last rows one at a time: a row's
+  // result must not depend on which pass it fell in (nor on M), so N = 1 at every offset gives
+  // the N = 37 product's columns bit for bit, on every kernel this CPU has.
+  const int64_t K = 192, N = 37, M = 2;
+  for (QuantKernel kernel : {QuantKernel::Scalar, QuantKernel::Avx2, QuantKernel::Avx512Vnni}) {
+    if (!quant_kernel_available(kernel)) continue;
+    for (QuantType type : kTypes) {
+      SCOPED_TRACE(std::string(quant_type_name(type)) + " " + quant_kernel_name(kernel));
+      const auto q = quantised(type, weights(N, K, 10), N, K);
+      const auto A = random_vector(M * K, 11);
+      std::vector<float> all(M * N);
+      quant_gemm_nt_with(kernel, type, M, N, K, A.data(), K, q.data(), 0.f, all.data(), N);
+      for (int64_t n = 0; n < N; ++n) {
+        float one[M];
+        quant_gemm_nt_with(kernel, type, M, 1, K, A.data(), K,
+                           q.data() + n * quant_row_bytes(type, K), 0.f, one, 1);
+        for (int64_t m = 0; m < M; ++m) ASSERT_EQ(one[m], all[m * N + n]) << m << "," << n;
+      }
+    }
+  }
+}
+
+TEST(QuantGemm, ActivationTiesRoundToEvenOnEveryPath) {
+  // Blocks whose largest value is 127 (scale 1) and the rest halfway between integers: every
+  // path must round them to even, as the scalar one does (nearbyint). One value rounded the other
+  // way moves an output by a whole weight step, far beyond the tolerance.
+  const int64_t K = 64, N = 5;
+  std::vector<float> A(K);
+  for (int64_t i = 0; i < K; ++i) A[i] = i % 32 == 0 ? 127.f : float(i % 32) - 16.5f;
+  for (QuantKernel kernel : {QuantKernel::Avx2, QuantKernel::Avx512Vnni}) {
+    if (!quant_kernel_available(kernel)) continue;
+    for (QuantType type : kTypes) {
+      SCOPED_TRACE(std::string(quant_type_name(type)) + " " + quant_kernel_name(kernel));
+      const auto q = quantised(type, std::vector<float>(N * K, 0.5f), N, K);
+      std::vector<float> got(N), scalar(N);
+      quant_gemm_nt_with(kernel, type, 1, N, K, A.data(), K, q.data(), 0.f, got.data(), N);
+      quant_gemm_nt_with(QuantKernel::Scalar, type, 1, N, K, A.data(), K, q.data(), 0.f,
+                         scalar.data(), N);
+      EXPECT_TRUE(test::close(got, scalar, 1e-6));
+    }
+  }
+}
+
 TEST(QuantGemm, PrefillDequantisesToFloat32) {
   // Above kSkinnyMaxRows the activations stay float32: the naive reference to float rounding.
   // N = 300 > 256 rows per dequantised block: a partial last block; strided A and C.
