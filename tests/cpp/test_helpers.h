@@ -71,6 +71,13 @@ inline Config fla_conventions(Config c) {
   return c;
 }
 
+// A model of width d with fla's conventions (4 heads, value and FFN width 2 d), tied or not.
+inline Config fla_model_config(int64_t d, int64_t layers, int64_t vocab, bool tied) {
+  Config c = fla_conventions(model_config(d, 2 * d, 4, 2 * d, layers, vocab));
+  c.tie_embeddings = tied;
+  return c;
+}
+
 // A two-layer byte-vocabulary model with chunks of 8 for decoding tests (prefill in chunks, steps).
 inline Config small_decode_config() {
   Config c = model_config(32, 48, 4, 40, 2, 256);

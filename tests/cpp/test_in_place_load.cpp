@@ -26,13 +26,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-Config fla_config(int64_t d, int64_t layers, int64_t vocab, bool tied) {
-  Config c = test::fla_conventions(test::model_config(d, 2 * d, 4, 2 * d, layers, vocab));
-  c.tie_embeddings = tied;
-  return c;
-}
-
-std::vector<float> logits_of(const Model& m, int64_t T) {
+// Logits of T tokens of a fixed pattern.
+std::vector<float> logits_of_pattern(const Model& m, int64_t T) {
   std::vector<int32_t> tokens(static_cast<size_t>(T));
   for (int64_t i = 0; i < T; ++i)
     tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * 31 + 5) % m.config().vocab_size);
@@ -90,7 +85,7 @@ void write_f16_copy(const fs::path& from, const fs::path& to, const std::string&
 TEST(InPlaceLoad, EveryDtypeComputesWhatThePackedCopyOfItsWeightsComputes) {
   const fs::path dir = test::fresh_temp_dir("in_place_load");
   for (bool tied : {false, true}) {
-    const Model source = Model::init(fla_config(32, 2, 96, tied), 4);
+    const Model source = Model::init(test::fla_model_config(32, 2, 96, tied), 4);
     const fs::path f32 = dir / (tied ? "tied_f32" : "f32"), bf16 = dir / (tied ? "tied_bf16" : "bf16");
     const fs::path f16 = dir / (tied ? "tied_f16" : "f16");
     save_hf_directory(source, f32.string(), HfFlavour::Fla, "f32", {});
@@ -108,7 +103,7 @@ TEST(InPlaceLoad, EveryDtypeComputesWhatThePackedCopyOfItsWeightsComputes) {
       // The same weights summed in another order: within float32 rounding. 24 rows run the
       // decode kernels, 80 the prefill path (sgemm on the mapping, or converted blocks).
       for (int64_t T : {24, 80})
-        EXPECT_TRUE(test::close(logits_of(mapped, T), logits_of(packed, T), 1e-5)) << T;
+        EXPECT_TRUE(test::close(logits_of_pattern(mapped, T), logits_of_pattern(packed, T), 1e-5)) << T;
     }
   }
   fs::remove_all(dir);
@@ -116,7 +111,7 @@ TEST(InPlaceLoad, EveryDtypeComputesWhatThePackedCopyOfItsWeightsComputes) {
 
 TEST(InPlaceLoad, ATensorInAnotherDtypeIsPackedAndTheRestUsedInPlace) {
   const fs::path dir = test::fresh_temp_dir("in_place_mixed");
-  const Model source = Model::init(fla_config(32, 2, 96, false), 5);
+  const Model source = Model::init(test::fla_model_config(32, 2, 96, false), 5);
   save_hf_directory(source, (dir / "f32").string(), HfFlavour::Fla, "f32", {});
   // fc1 of layer 1 (fla's gate_proj) stays F32: the fc1|gate product of that layer is packed.
   write_f16_copy(dir / "f32", dir / "mixed", "model.layers.1.mlp.gate_proj.weight");
@@ -130,7 +125,7 @@ TEST(InPlaceLoad, ATensorInAnotherDtypeIsPackedAndTheRestUsedInPlace) {
   EXPECT_EQ(mapped.packed_bytes(), 2 * static_cast<int64_t>(packed_weight_elements(2 * F, d)));
   EXPECT_GT(mapped.in_place_bytes(), 0);
   EXPECT_EQ(model_fingerprint(mapped), model_fingerprint(packed));
-  EXPECT_TRUE(test::close(logits_of(mapped, 24), logits_of(packed, 24), 1e-5));
+  EXPECT_TRUE(test::close(logits_of_pattern(mapped, 24), logits_of_pattern(packed, 24), 1e-5));
   fs::remove_all(dir);
 }
 
@@ -138,7 +133,7 @@ TEST(InPlaceLoad, OpeningReadsNoWeightsAndTheModelOutlivesTheFileNames) {
   const fs::path dir = test::fresh_temp_dir("in_place_open");
   const std::string out = (dir / "m").string();
   // ~10M parameters: 20 MB in bf16.
-  save_hf_directory(Model::init(fla_config(256, 6, 8192, false), 1), out, HfFlavour::Fla, "bf16",
+  save_hf_directory(Model::init(test::fla_model_config(256, 6, 8192, false), 1), out, HfFlavour::Fla, "bf16",
                     {});
   const int64_t before = current_rss_bytes();
   std::optional<Model> model;
@@ -148,19 +143,19 @@ TEST(InPlaceLoad, OpeningReadsNoWeightsAndTheModelOutlivesTheFileNames) {
   EXPECT_GT(weights, 19e6);
   // The packed copy would be all of it; opening in place maps the file and reads its header.
   EXPECT_LT(grew, 0.2 * weights) << "resident set grew " << grew << " bytes at open";
-  const std::vector<float> first = logits_of(*model, 4);
+  const std::vector<float> first = logits_of_pattern(*model, 4);
   // The model holds the mappings: its files may lose their names (a directory replaced by a
   // download) and it keeps computing the same function; so does a copy after the original goes.
   fs::remove_all(dir);
   const Model copy = *model;
   model.reset();
-  EXPECT_EQ(logits_of(copy, 4), first);
+  EXPECT_EQ(logits_of_pattern(copy, 4), first);
 }
 
 TEST(InPlaceLoad, ATruncatedShardIsStillRefusedNamingTheFile) {
   const fs::path dir = test::fresh_temp_dir("in_place_truncated");
   const std::string out = (dir / "m").string();
-  save_hf_directory(Model::init(fla_config(32, 2, 96, false), 2), out, HfFlavour::Fla, "bf16", {});
+  save_hf_directory(Model::init(test::fla_model_config(32, 2, 96, false), 2), out, HfFlavour::Fla, "bf16", {});
   const fs::path file = fs::path(out) / "model.safetensors";
   fs::resize_file(file, fs::file_size(file) - 100);
   EXPECT_TRUE(test::throws_error_naming(

@@ -20,12 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-Config fla_config(int64_t d, int64_t layers, int64_t vocab, bool tied) {
-  Config c = test::fla_conventions(test::model_config(d, 2 * d, 4, 2 * d, layers, vocab));
-  c.tie_embeddings = tied;
-  return c;
-}
-
 // Resets the peak resident set (VmHWM) of this process; false where the kernel refuses.
 bool reset_peak_rss() {
   std::ofstream f("/proc/self/clear_refs");
@@ -42,7 +36,7 @@ TEST(StreamingLoad, EqualsLoadingWholeThenPreparing) {
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 31 + 5) % 96);
   for (bool tied : {false, true}) {
     const std::string out = (dir / (tied ? "tied" : "untied")).string();
-    save_hf_directory(Model::init(fla_config(32, 2, 96, tied), 4), out, HfFlavour::Fla, "bf16", {});
+    save_hf_directory(Model::init(test::fla_model_config(32, 2, 96, tied), 4), out, HfFlavour::Fla, "bf16", {});
     for (DecodePrecision p : {DecodePrecision::F32, DecodePrecision::BF16, DecodePrecision::F16}) {
       SCOPED_TRACE(::testing::Message()
                    << (tied ? "tied " : "untied ") << decode_precision_name(p));
@@ -73,7 +67,7 @@ TEST(StreamingLoad, PeakResidentSetStaysNearThePackedBytes) {
   const fs::path dir = test::fresh_temp_dir("streaming_rss");
   const std::string out = (dir / "m").string();
   // ~10M parameters: 40 MB in float32, 20 MB in bf16 (the file and the packed copy).
-  save_hf_directory(Model::init(fla_config(256, 6, 8192, false), 1), out, HfFlavour::Fla, "bf16",
+  save_hf_directory(Model::init(test::fla_model_config(256, 6, 8192, false), 1), out, HfFlavour::Fla, "bf16",
                     {});
   if (!reset_peak_rss()) GTEST_SKIP() << "/proc/self/clear_refs cannot reset the peak RSS here";
   const int64_t before = current_rss_bytes();
@@ -93,7 +87,7 @@ TEST(StreamingLoad, QuantisingADirectoryPeaksNearTheBlocksNotTheFloat32Weights) 
   const std::string out = (dir / "m").string();
   // ~8.3M parameters, 33 MB in float32, most of them in the projections (8 layers of d = 256):
   // q8_0 blocks 8.3 MB, the float32 embedding 2 MB, the largest product (q|k|v|g) 1.6 MB.
-  const Model source = Model::init(fla_config(256, 8, 2048, false), 3);
+  const Model source = Model::init(test::fla_model_config(256, 8, 2048, false), 3);
   save_hf_directory(source, out, HfFlavour::Fla, "bf16", {});
   Model whole = load_hf_directory(out);
   const uint64_t fingerprint = model_fingerprint(whole);
