@@ -58,40 +58,14 @@ double sequence_parallel_loss_and_gradients(Communicator& comm, const Model& mod
 Evaluation sequence_parallel_evaluate(Communicator& comm, const Model& model,
                                       std::span<const int32_t> tokens, const EvalOptions& o,
                                       Arena& arena) {
-  RETNET_CHECK(tokens.size() >= 2, "evaluation needs at least 2 tokens, got {}", tokens.size());
-  RETNET_CHECK(o.seq >= 1 && o.batch >= 1, "evaluation windows of {} tokens, {} per batch", o.seq,
-               o.batch);
-  const int64_t T = o.seq, B = o.batch, chunk = o.form.chunk;
-  const int64_t predictions = static_cast<int64_t>(tokens.size()) - 1;
-  int64_t windows = predictions / T;  // whole windows, as evaluate() takes them
-  if (o.max_tokens > 0) windows = std::min(windows, std::max<int64_t>(1, o.max_tokens / T));
-  std::vector<int32_t> in(static_cast<size_t>(B * T)), target(in.size());
-  Evaluation e;
-  for (int64_t w0 = 0; w0 < windows; w0 += B) {
-    const int64_t rows = std::min(B, windows - w0);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t t = 0; t < T; ++t) {
-        in[r * T + t] = tokens[(w0 + r) * T + t];
-        target[r * T + t] = tokens[(w0 + r) * T + t + 1];
-      }
-    double share = sequence_parallel_loss_and_gradients(comm, model, in.data(), target.data(),
-                                                        rows, T, chunk, arena, nullptr);
+  // The shorter last window only if every rank gets a token of it.
+  return evaluate_windows(tokens, o, comm.size(), [&](const int32_t* in, const int32_t* target,
+                                                      int64_t rows, int64_t T) {
+    double share = sequence_parallel_loss_and_gradients(comm, model, in, target, rows, T,
+                                                        o.form.chunk, arena, nullptr);
     comm.all_reduce_sum(&share, 1);
-    e.nats += share * rows * T;
-    e.tokens += rows * T;
-  }
-  // The shorter last window (when the whole split is asked for), if every rank gets a token.
-  const int64_t rest = predictions - windows * T;
-  if ((o.max_tokens == 0 || windows == 0) && rest >= comm.size()) {
-    const int32_t* start = tokens.data() + windows * T;
-    double share = sequence_parallel_loss_and_gradients(comm, model, start, start + 1, 1, rest,
-                                                        chunk, arena, nullptr);
-    comm.all_reduce_sum(&share, 1);
-    e.nats += share * rest;
-    e.tokens += rest;
-  }
-  e.loss = e.nats / static_cast<double>(e.tokens);
-  return e;
+    return share;
+  });
 }
 
 }  // namespace retnet

@@ -2,6 +2,7 @@
 // Evaluation: the mean next-token loss of a model over a token sequence, in non-overlapping windows.
 // The trainer's validation and `retnet eval` both use it.
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "retnet/model/training.h"
@@ -26,5 +27,14 @@ struct Evaluation {
 // Predicts tokens[i + 1] from tokens[..i] over windows of `seq`; throws Error with fewer than 2.
 Evaluation evaluate(const Model& model, std::span<const int32_t> tokens, const EvalOptions& options,
                     Arena& arena);
+
+// The loss of `rows` windows of T tokens (inputs and targets [rows, T], rows T apart), as a mean
+// over their predictions.
+using WindowLoss =
+    std::function<double(const int32_t* in, const int32_t* target, int64_t rows, int64_t T)>;
+// evaluate()'s walk over the windows with any loss: batches of whole windows, then the shorter
+// last one (when every window is asked for, or none fits) if it has at least `min_rest` tokens.
+Evaluation evaluate_windows(std::span<const int32_t> tokens, const EvalOptions& options,
+                            int64_t min_rest, const WindowLoss& mean_loss);
 
 }  // namespace retnet
