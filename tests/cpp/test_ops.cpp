@@ -235,7 +235,8 @@ TEST(Activation, GeluErfWithinFloatPrecision) {
   }
   EXPECT_LE(worst, 1e-5);  // 8e-6 in the far tail (1 + erf below 1e-30), 2 ulp elsewhere
   EXPECT_LE(worst_gelu, 2e-7);
-  EXPECT_LE(worst_grad, 2e-7);
+  // 2 ulp of values up to 1.13 (inline: the including file's optimisation level moves it by one)
+  EXPECT_LE(worst_grad, 2.5e-7);
   EXPECT_EQ(gelu(0.f), 0.f);
 }
 

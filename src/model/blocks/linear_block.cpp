@@ -116,7 +116,10 @@ class LinearMixer final : public SavedRegionsMixer<saved_sizes> {
       ga.state_stride = S;
       float* ones = arena.alloc(n);
       std::fill(ones, ones + n, 1.f);
-      ga.leave_slice = [&] { gr.link->leave_gradient(gr.layer, ga.d_start_state, ones, n); };
+      // Called after this if statement ends: ones and n by value.
+      ga.leave_slice = [&gr, &ga, ones, n] {
+        gr.link->leave_gradient(gr.layer, ga.d_start_state, ones, n);
+      };
     }
     linear_attention_backward(gr.form, ga, arena);
   }
