@@ -137,6 +137,22 @@ def case_sequence(a, work):
     bad += compare_weights("2 ranks x half sequences vs 1 rank",
                            os.path.join(two, "model.safetensors"),
                            os.path.join(one, "model.safetensors"))
+    # Resume the 2-rank run's step-10 checkpoint, sliced again: the same curve to step 20.
+    resumed = os.path.join(work, "resumed_slices")
+    shutil.copytree(two, resumed)
+    for f in os.listdir(resumed):
+        if f.startswith("checkpoint-00000020") or f == "model.safetensors":
+            os.remove(os.path.join(resumed, f))
+    p = run(MPIRUN + ["-np", "2"] + train_args(a, work, "resumed_slices", batch=2, seq=47,
+                                               extra=extra + ["--seq-parallel", "--resume"]))
+    if "resuming from step 10" not in p.stdout + p.stderr:
+        print(f"FAIL: the resumed sliced run did not start from step 10:\n{p.stderr}")
+        bad += 1
+    bad += compare_curves("resumed with --seq-parallel vs 1 rank", losses(resumed), losses(one),
+                          list(range(11, 21)))
+    bad += compare_weights("resumed with --seq-parallel vs 1 rank",
+                           os.path.join(resumed, "model.safetensors"),
+                           os.path.join(one, "model.safetensors"))
     # A mixer that keeps every token cannot be split: refused, naming it.
     with open(os.path.join(work, "attention.json"), "w") as f:
         json.dump({**CONFIG, "mixer": "attention"}, f)
