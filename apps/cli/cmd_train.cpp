@@ -42,7 +42,8 @@ void register_train(CLI::App& app) {
               number_at_least(0));
   add_checked(cmd, "--clip", o->optimizer.clip_norm, "Gradient norm limit (0: off)",
               number_at_least(0));
-  add_checked(cmd, "--form", *form, "Training form", CLI::IsMember({"parallel", "chunkwise"}));
+  CLI::Option* form_option = add_checked(cmd, "--form", *form, "Training form",
+                                         CLI::IsMember({"parallel", "chunkwise"}));
   cmd->add_option("--chunk", o->chunk, "Chunk size of the chunkwise form (0: the config's)")
       ->check(integer_at_least(0));
   add_checked(cmd, "--seed,-s", o->seed, "Seed of the initialisation and the batches",
@@ -74,8 +75,11 @@ void register_train(CLI::App& app) {
                 "the mixers' states between ranks (every rank trains the same --batch sequences; "
                 "chunkwise form; constant-state mixers only)");
   add_threads_option(cmd, *threads);
-  cmd->callback([o, form, threads] {
+  cmd->callback([o, form, form_option, threads] {
     apply_threads(*threads);
+    // Slices pass states between ranks, which only the chunkwise form takes.
+    RETNET_CHECK(!(o->seq_parallel && form_option->count() > 0 && *form == "parallel"),
+                 "--seq-parallel trains in the chunkwise form; drop --form parallel");
     o->form = parse_form(*form);
     // Under mpirun (`mpirun -np N retnet train ...`) the ranks train data-parallel (or sequence
     // parallel with --seq-parallel); alone, one process. An error on one rank of several ends

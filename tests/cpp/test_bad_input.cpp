@@ -103,6 +103,12 @@ int sh(const fs::path& script) {
 
 }  // namespace
 
+// Sequence parallel runs the chunkwise form: asking for the parallel one is an error, not ignored.
+TEST_F(BadInput, SequenceParallelRefusesTheParallelForm) {
+  EXPECT_TRUE(fails_cleanly(run(train_args(path("run"), "--steps 1 --seq-parallel --form parallel")),
+                            "--seq-parallel trains in the chunkwise form"));
+}
+
 // 1. Zero intervals divided by zero (SIGFPE); the library refuses them too.
 TEST_F(BadInput, ZeroIntervalsAreRefused) {
   for (const char* option : {"--log-interval", "--eval-interval", "--checkpoint-interval"}) {
