@@ -91,6 +91,16 @@ def compare_weights(label, got_path, want_path):
     return bad
 
 
+def copy_at_step_10(run_dir, dest):
+    """A copy of a 20-step run directory as it stood after step 10: the step-20 checkpoint and the
+    final model removed, so --resume starts from the step-10 checkpoint."""
+    shutil.copytree(run_dir, dest)
+    for f in os.listdir(dest):
+        if f.startswith("checkpoint-00000020") or f == "model.safetensors":
+            os.remove(os.path.join(dest, f))
+    return dest
+
+
 def case_equivalence(a, work):
     two = os.path.join(work, "two_ranks")
     one = os.path.join(work, "one_rank")
@@ -100,11 +110,7 @@ def case_equivalence(a, work):
     bad += compare_weights("2 ranks x 2 vs 1 rank x 4", os.path.join(two, "model.safetensors"),
                            os.path.join(one, "model.safetensors"))
     # Resume the 2-rank run's step-10 checkpoint on 1 rank with the same global batch.
-    resumed = os.path.join(work, "resumed")
-    shutil.copytree(two, resumed)
-    for f in os.listdir(resumed):
-        if f.startswith("checkpoint-00000020") or f == "model.safetensors":
-            os.remove(os.path.join(resumed, f))
+    resumed = copy_at_step_10(two, os.path.join(work, "resumed"))
     p = run(train_args(a, work, "resumed", batch=4, extra=["--resume"]))
     if "resuming from step 10" not in p.stderr:
         print(f"FAIL: the resumed run did not start from step 10:\n{p.stderr}")
@@ -138,11 +144,7 @@ def case_sequence(a, work):
                            os.path.join(two, "model.safetensors"),
                            os.path.join(one, "model.safetensors"))
     # Resume the 2-rank run's step-10 checkpoint, sliced again: the same curve to step 20.
-    resumed = os.path.join(work, "resumed_slices")
-    shutil.copytree(two, resumed)
-    for f in os.listdir(resumed):
-        if f.startswith("checkpoint-00000020") or f == "model.safetensors":
-            os.remove(os.path.join(resumed, f))
+    resumed = copy_at_step_10(two, os.path.join(work, "resumed_slices"))
     p = run(MPIRUN + ["-np", "2"] + train_args(a, work, "resumed_slices", batch=2, seq=47,
                                                extra=extra + ["--seq-parallel", "--resume"]))
     if "resuming from step 10" not in p.stdout + p.stderr:
