@@ -45,11 +45,13 @@ TEST(BenchServe, QuickRunWritesEveryFigure) {
     EXPECT_EQ(x["streams"].get<int>(), i == 0 ? 1 : 3);
     EXPECT_EQ(x["failed_requests"].get<int>(), 0);
     for (const char* key : {"per_stream_tokens_per_s", "ttft_ms_p50", "ttft_ms_p95",
-                            "ratio_to_generate", "server_rss_bytes"}) {
+                            "ratio_to_generate", "ratio_to_generate_end_to_end",
+                            "server_rss_bytes"}) {
       const double v = x[key].get<double>();
       EXPECT_TRUE(std::isfinite(v) && v > 0) << key << " " << v;
     }
-    for (const char* key : {"tokens_per_s", "generate_batch_tokens_per_s"}) {
+    for (const char* key : {"tokens_per_s", "generate_batch_tokens_per_s",
+                            "generate_end_to_end_tokens_per_s"}) {
       const double v = x[key]["median"].get<double>();
       EXPECT_TRUE(std::isfinite(v) && v > 0) << key << " " << v;
     }
