@@ -34,6 +34,7 @@ void project(const Model& model, size_t w, int64_t M, int64_t N, int64_t K, cons
     int64_t rows[kMaxRowMajorParts];
     for (int i = 0; i < parts; ++i) {
       const RowMajorSlice& s = p->in_place[static_cast<size_t>(i)];
+      check_finite_in_place(s, K);
       f32[i] = s.f32;
       f16[i] = s.f16;
       bf16[i] = s.bf16;
@@ -143,6 +144,7 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
   if (half_embed && !half_embed->in_place.empty()) {
     // Rows read where they lie (a mapped file; tied: the LM head's own rows).
     const RowMajorSlice& s = half_embed->in_place.front();
+    check_finite_in_place(s, d);
     parallel_for_if(N * d > 65536, N, [&](int64_t n) {
       float* row = x + n * d;
       if (s.f32)

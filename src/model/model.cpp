@@ -367,8 +367,9 @@ size_t element_bytes(DecodePrecision precision) {
 }
 
 RowMajorSlice row_major_slice(DecodePrecision precision, int64_t first_row, int64_t rows,
-                              const void* data) {
-  RowMajorSlice s{first_row, rows, nullptr, nullptr, nullptr};
+                              const void* data, const std::string& tensor) {
+  RowMajorSlice s{first_row, rows, nullptr, nullptr, nullptr, tensor,
+                  std::make_shared<std::once_flag>()};
   if (precision == DecodePrecision::F32)
     s.f32 = static_cast<const float*>(data);
   else if (precision == DecodePrecision::F16)
@@ -443,7 +444,7 @@ void Model::fill_and_pack(DecodePrecision precision, const TensorSource& source,
       const int64_t rows = static_cast<int64_t>(layout[i].numel) / K;
       p.in_place.push_back(row_major_slice(
           precision, p.in_place.empty() ? 0 : p.in_place.back().first_row + p.in_place.back().rows,
-          rows, data));
+          rows, data, layout[i].name));
     }
     for (size_t i = first; i <= last; ++i) viewed[i] = true;
     pack->in_place_bytes += N * K * static_cast<int64_t>(element_bytes(precision));

@@ -162,3 +162,61 @@ TEST(InPlaceLoad, ATruncatedShardIsStillRefusedNamingTheFile) {
       [&] { load_hf_directory_for_inference(out, DecodePrecision::BF16); }, {"model.safetensors"}));
   fs::remove_all(dir);
 }
+
+namespace {
+
+// Overwrites element `index` of tensor `name` in a directory's model.safetensors with `bits` (a
+// 16-bit value: a bf16 or f16 NaN or infinity).
+void poke_half(const fs::path& dir, const std::string& name, int64_t index, uint16_t bits) {
+  const fs::path file = dir / "model.safetensors";
+  uint64_t header_bytes = 0;
+  size_t offset = 0;
+  {
+    const SafetensorsFile in = SafetensorsFile::open(file.string());
+    const SafetensorsTensor* t = nullptr;
+    for (const SafetensorsTensor& x : in.tensors())
+      if (x.name == name) t = &x;
+    ASSERT_NE(t, nullptr) << name;
+    std::ifstream f(file, std::ios::binary);
+    f.read(reinterpret_cast<char*>(&header_bytes), 8);
+    offset = 8 + header_bytes + t->data_offset + 2 * static_cast<size_t>(index);
+  }
+  std::fstream f(file, std::ios::binary | std::ios::in | std::ios::out);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(reinterpret_cast<const char*>(&bits), 2);
+}
+
+}  // namespace
+
+// A used-in-place tensor is not read at open; its values are scanned when a forward pass first
+// uses it, and a NaN or infinity is an error naming the tensor (every time, not only the first).
+TEST(InPlaceLoad, ANonFiniteWeightIsAnErrorNamingTheTensorAtFirstUse) {
+  const fs::path dir = test::fresh_temp_dir("in_place_nan");
+  const Model source = Model::init(test::fla_model_config(32, 2, 96, false), 6);
+  struct Case {
+    const char* file_tensor;  // fla's name in the file
+    const char* engine_part;  // what the error names
+    int64_t index;            // row 1, column 5 of the tensor (32 columns, or 64 for down_proj)
+    uint16_t bits;            // a NaN, +infinity, -infinity
+  };
+  for (const Case& c : {Case{"model.layers.1.attn.k_proj.weight", "layers.1.", 37, 0x7fc0},
+                        Case{"model.layers.0.mlp.down_proj.weight", "layers.0.", 69, 0x7f80},
+                        Case{"model.embeddings.weight", "embed", 37, 0xff80}}) {
+    SCOPED_TRACE(c.file_tensor);
+    const fs::path out = dir / "m";
+    fs::remove_all(out);
+    save_hf_directory(source, out.string(), HfFlavour::Fla, "bf16", {});
+    poke_half(out, c.file_tensor, c.index, c.bits);
+    const Model mapped = load_hf_directory_for_inference(out.string(), DecodePrecision::BF16);
+    ASSERT_GT(mapped.in_place_bytes(), 0);
+    for (int attempt = 0; attempt < 2; ++attempt)
+      EXPECT_TRUE(test::throws_error_naming([&] { logits_of_pattern(mapped, 4); },
+                                            {c.engine_part, "non-finite", "row 1, column 5"}));
+  }
+  // The same directory without the poke computes, and scans once.
+  fs::remove_all(dir / "m");
+  save_hf_directory(source, (dir / "m").string(), HfFlavour::Fla, "bf16", {});
+  const Model clean = load_hf_directory_for_inference((dir / "m").string(), DecodePrecision::BF16);
+  EXPECT_EQ(logits_of_pattern(clean, 4), logits_of_pattern(clean, 4));
+  fs::remove_all(dir);
+}

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -76,7 +77,14 @@ struct RowMajorSlice {
   const float* f32 = nullptr;
   const uint16_t* f16 = nullptr;
   const BFloat16* bf16 = nullptr;
+  std::string tensor;  // the parameter's name, for errors
+  // Set once the values have been found finite: they are scanned when first used, when decoding
+  // pages them in anyway, rather than at open (which would read the whole file).
+  std::shared_ptr<std::once_flag> scanned;
 };
+// Throws Error naming the tensor if the slice (rows x K) holds a NaN or an infinity; scans only
+// on the first call for a slice (later calls return at once).
+void check_finite_in_place(const RowMajorSlice& slice, int64_t K);
 
 // One projection (possibly several adjacent tensors used as one matrix [N, K]) packed for decoding,
 // or used in place.
