@@ -29,6 +29,7 @@ struct BenchServeOptions {
   int64_t tokens = 128;
   int reps = 3;
   int threads = 0;
+  int server_threads = -1;  // the server's --threads; -1: the same as --threads
   double soak_s = 0;
   int64_t soak_streams = 64;
   double rss_tolerance = 0.05;
@@ -144,7 +145,7 @@ std::vector<std::string> server_args(const BenchServeOptions& o, int64_t paralle
           "--max-queue",
           std::to_string(std::max<int64_t>(parallel, 64)),
           "--threads",
-          std::to_string(o.threads),
+          std::to_string(o.server_threads >= 0 ? o.server_threads : o.threads),
           "--dtype",
           o.dtype};
 }
@@ -321,6 +322,7 @@ void run(const BenchServeOptions& o) {
                         {"machine", machine_json()},
                         {"model", o.model},
                         {"threads", o.threads},
+                        {"server_threads", o.server_threads >= 0 ? o.server_threads : o.threads},
                         {"dtype", o.dtype},
                         {"tokens_per_stream", o.tokens},
                         {"load_average_before", load_average()},
@@ -349,6 +351,10 @@ void register_bench_serve(CLI::App* bench) {
       ->capture_default_str();
   add_checked(cmd, "--tokens,-n", o->tokens, "Tokens each stream generates", integer_at_least(1));
   add_bench_run_options(cmd, o->reps, o->threads, o->json);
+  cmd->add_option("--server-threads", o->server_threads,
+                  "The server's --threads, 0: all cores (default: the same as --threads; the "
+                  "generate baseline keeps --threads)")
+      ->check(integer_at_least(0));
   add_checked(cmd, "--soak", o->soak_s,
               "Instead: this many seconds of mixed streamed/non-streamed requests with random "
               "disconnects; fails on any error, a busy slot at the end or RSS growth",
