@@ -71,6 +71,7 @@ void backward_layers(const Model& model, const int32_t* tokens, int64_t B, int64
                      int64_t chunk, Arena& arena, const Activations& acts, float* dx,
                      ParamBuffer& grads, const int64_t* positions = nullptr,
                      SliceLink* link = nullptr,
-                     const std::function<void(size_t, size_t)>* gradients_ready = nullptr);
+                     const std::function<void(size_t, size_t)>* gradients_ready = nullptr,
+                     const std::function<void()>* tick = nullptr);
 
 }  // namespace retnet::detail

@@ -150,7 +150,7 @@ double loss_and_gradients(const Model& model, const int32_t* tokens, const int32
   if (o.gradients_ready) o.gradients_ready(grads->layout()[w.final_norm].offset, grads->size());
 
   detail::backward_layers(model, tokens, B, T, o.form, chunk, arena, acts, g.dx, *grads, positions,
-                          o.link, &o.gradients_ready);
+                          o.link, &o.gradients_ready, &o.backward_tick);
   return loss;
 }
 

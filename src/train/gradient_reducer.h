@@ -24,6 +24,8 @@ class GradientReducer {
   void begin(float scale);
   // grads[begin, end) is final for this step.
   void ready(size_t begin, size_t end);
+  // Lets the started reductions advance (call it often during the backward pass).
+  void progress() { comm_.progress_reductions(); }
   // Reduces what was not reported, waits for every bucket, and leaves grads = the mean over ranks
   // of (scale x each rank's grads).
   void finish();

@@ -233,6 +233,7 @@ std::optional<double> step_gradients(const TrainOptions& o, const TokenDataset& 
   if (reducer) {
     last_to = to;
     last_to.gradients_ready = [reducer](size_t begin, size_t end) { reducer->ready(begin, end); };
+    last_to.backward_tick = [reducer] { reducer->progress(); };
     reducer->begin(1.f / static_cast<float>(o.grad_accum));
   }
   for (int64_t micro = 0; micro < o.grad_accum; ++micro) {

@@ -29,6 +29,9 @@ struct TrainingOptions {
   // from its start) that the pass will not change again: the head and final norm, then each layer
   // from the last, then the embedding. Data parallel starts reducing them while the pass goes on.
   std::function<void(size_t begin, size_t end)> gradients_ready;
+  // Called between the backward pass's large operations (a few times per layer), so that the
+  // caller can keep work of its own going: data parallel lets its reductions advance there.
+  std::function<void()> backward_tick;
 };
 
 // Throws Error naming the first mixer of the config that cannot train on slices of a sequence
