@@ -350,6 +350,9 @@ TrainResult train(const TrainOptions& options) {
                "the hash interval must be >= 1 and the communication timeout a finite number >= "
                "0, got {} and {}",
                options.hash_interval, options.comm_timeout_s);
+  RETNET_CHECK(std::isfinite(options.bucket_mib) && options.bucket_mib >= 0 &&
+                   options.bucket_mib <= 1 << 20,
+               "--bucket-mib must be a number from 0 to 1048576, got {}", options.bucket_mib);
   Communicator& comm = options.comm ? *options.comm : world();
   comm.set_timeout(options.comm_timeout_s);
   const int ranks = comm.size();
