@@ -70,6 +70,10 @@ void register_train(CLI::App& app) {
               "Under mpirun: seconds a rank waits for the others before it ends the job (a rank "
               "died or hung; 0: wait forever)",
               number_at_least(0));
+  add_checked(cmd, "--bucket-mib", o->bucket_mib,
+              "Under mpirun (data parallel): MiB of gradients per all-reduce bucket, each started "
+              "while the backward pass goes on (0: one all-reduce after the backward pass)",
+              number_at_least(0));
   cmd->add_flag("--seq-parallel", o->seq_parallel,
                 "Under mpirun: split each sequence into one contiguous slice per rank and pass "
                 "the mixers' states between ranks (every rank trains the same --batch sequences; "

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "mpi_backend.h"
 #include "retnet/core/error.h"
@@ -50,6 +51,35 @@ class MpiCommunicator final : public Communicator {
 
   void all_reduce_sum(float* data, size_t n) override { reduce(data, n, MPI_FLOAT, 4); }
   void all_reduce_sum(double* data, size_t n) override { reduce(data, n, MPI_DOUBLE, 8); }
+
+  void start_all_reduce_sum(float* data, size_t n) override {
+    for (size_t done = 0; done < n;) {
+      const size_t count = std::min(n - done, kMaxCount / 4);
+      MPI_Request request = MPI_REQUEST_NULL;
+      check(MPI_Iallreduce(MPI_IN_PLACE, data + done, static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                           MPI_COMM_WORLD, &request),
+            "all-reduce (start)");
+      pending_.push_back(request);
+      done += count;
+    }
+  }
+
+  void progress_reductions() override {
+    if (pending_.empty()) return;
+    int done = 0;
+    check(MPI_Testall(static_cast<int>(pending_.size()), pending_.data(), &done,
+                      MPI_STATUSES_IGNORE),
+          "all-reduce (progress)");
+    if (done) pending_.clear();
+  }
+
+  void wait_reductions() override {
+    if (pending_.empty()) return;
+    Waiting w(*this, "all-reduce");
+    check(MPI_Waitall(static_cast<int>(pending_.size()), pending_.data(), MPI_STATUSES_IGNORE),
+          "all-reduce");
+    pending_.clear();
+  }
 
   void broadcast(void* data, size_t bytes, int root) override {
     RETNET_CHECK(root >= 0 && root < size_, "broadcast from rank {} in a job of {} ranks", root,
@@ -143,6 +173,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   int rank_ = 0, size_ = 1;
+  std::vector<MPI_Request> pending_;  // started reductions (completed ones are MPI_REQUEST_NULL)
   std::atomic<int64_t> since_ns_{0};  // when the current collective began; 0: none
   std::atomic<const char*> what_{""};
   std::thread watchdog_;

@@ -3,7 +3,9 @@
 // inference (forward.cpp) and training (training.cpp); the backward loop (layer_backward.cpp)
 // reads what a training forward saved. Inference reuses one set of buffers for every layer and
 // works in place; training gives every layer its own buffers, which the backward pass reads.
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "retnet/core/arena.h"
@@ -68,6 +70,8 @@ size_t backward_layers_scratch_floats(const Config& c, int64_t N);
 void backward_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T, Form form,
                      int64_t chunk, Arena& arena, const Activations& acts, float* dx,
                      ParamBuffer& grads, const int64_t* positions = nullptr,
-                     SliceLink* link = nullptr);
+                     SliceLink* link = nullptr,
+                     const std::function<void(size_t, size_t)>* gradients_ready = nullptr,
+                     const std::function<void()>* tick = nullptr);
 
 }  // namespace retnet::detail

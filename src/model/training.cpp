@@ -145,9 +145,12 @@ double loss_and_gradients(const Model& model, const int32_t* tokens, const int32
   std::fill(g.dx, g.dx + N * d, 0.f);
   rmsnorm_backward(acts.x, d, model.param(w.final_norm), acts.rstd_f, g.dxn, d, g.dx, d,
                    grad(w.final_norm), N, d);
+  // The final norm and, untied, the head lie at the end of the layout (a tied head's gradient is
+  // the embedding's, final only after the layers).
+  if (o.gradients_ready) o.gradients_ready(grads->layout()[w.final_norm].offset, grads->size());
 
   detail::backward_layers(model, tokens, B, T, o.form, chunk, arena, acts, g.dx, *grads, positions,
-                          o.link);
+                          o.link, &o.gradients_ready, &o.backward_tick);
   return loss;
 }
 

@@ -28,6 +28,7 @@
 #include "retnet/train/data.h"
 #include "retnet/train/evaluate.h"
 #include "data_parallel.h"
+#include "gradient_reducer.h"
 #include "sequence_parallel.h"
 #include "run_directory.h"
 
@@ -218,13 +219,23 @@ int64_t resume_from_checkpoint(const TrainOptions& o, const Tokenizer& tokenizer
 // One optimizer step's mean loss over its micro-batches, its gradients accumulated into `grads`
 // (zeroed first): this rank's rows of the step's global batch. Returns nullopt when a signal
 // arrived between micro-batches of a one-rank run: the step is dropped (several ranks agree on
-// stopping at the end of a step instead).
+// stopping at the end of a step instead). With a reducer (data parallel), the last micro-batch's
+// backward pass hands it each finished range of `grads`, scaled by 1 / micro-batches there; the
+// caller's reducer->finish() completes the average.
 std::optional<double> step_gradients(const TrainOptions& o, const TokenDataset& data,
                                      const Model& model, int64_t step, const TrainingOptions& to,
                                      Communicator& comm, std::vector<int32_t>& in,
-                                     std::vector<int32_t>& tgt, Arena& arena, ParamBuffer& grads) {
+                                     std::vector<int32_t>& tgt, Arena& arena, ParamBuffer& grads,
+                                     GradientReducer* reducer) {
   std::fill(grads.data(), grads.data() + grads.size(), 0.f);
   double loss = 0;
+  TrainingOptions last_to;  // the last micro-batch's: reports finished gradients to the reducer
+  if (reducer) {
+    last_to = to;
+    last_to.gradients_ready = [reducer](size_t begin, size_t end) { reducer->ready(begin, end); };
+    last_to.backward_tick = [reducer] { reducer->progress(); };
+    reducer->begin(1.f / static_cast<float>(o.grad_accum));
+  }
   for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
     if (g_signal.load() != 0 && comm.size() == 1) return std::nullopt;
     // Sequence parallel: every rank takes the same rows, and its slice of each.
@@ -237,11 +248,12 @@ std::optional<double> step_gradients(const TrainOptions& o, const TokenDataset& 
                                                    to.chunk, arena, &grads) /
               o.grad_accum;
     else
-      loss += loss_and_gradients(model, in.data(), tgt.data(), o.batch, o.seq, to, arena,
+      loss += loss_and_gradients(model, in.data(), tgt.data(), o.batch, o.seq,
+                                 reducer && micro + 1 == o.grad_accum ? last_to : to, arena,
                                  &grads) /
               o.grad_accum;
   }
-  if (o.grad_accum > 1) {
+  if (o.grad_accum > 1 && !reducer) {
     const float s = 1.f / static_cast<float>(o.grad_accum);
     for (size_t i = 0; i < grads.size(); ++i) grads.data()[i] *= s;
   }
@@ -338,6 +350,9 @@ TrainResult train(const TrainOptions& options) {
                "the hash interval must be >= 1 and the communication timeout a finite number >= "
                "0, got {} and {}",
                options.hash_interval, options.comm_timeout_s);
+  RETNET_CHECK(std::isfinite(options.bucket_mib) && options.bucket_mib >= 0 &&
+                   options.bucket_mib <= 1 << 20,
+               "--bucket-mib must be a number from 0 to 1048576, got {}", options.bucket_mib);
   Communicator& comm = options.comm ? *options.comm : world();
   comm.set_timeout(options.comm_timeout_s);
   const int ranks = comm.size();
@@ -360,7 +375,8 @@ TrainResult train(const TrainOptions& options) {
   const auto tokenizer_meta = tokenizer_metadata(*tokenizer);
   const std::string settings = run_json(o, *tokenizer, ranks);
   if (ranks > 1)
-    check_same_run(comm, settings + config.to_json(), data.train, data.val, model.params());
+    check_same_run(comm, fmt::format("{}{} bucket_mib={}", settings, config.to_json(), o.bucket_mib),
+                   data.train, data.val, model.params());
 
   AdamWOptions opt_options = o.optimizer;
   opt_options.total_steps = o.steps > 0 ? o.steps : opt_options.total_steps;
@@ -399,6 +415,11 @@ TrainResult train(const TrainOptions& options) {
   const bool tty = isatty(STDERR_FILENO);
   SignalGuard signals;
   ParamBuffer grads(model.params().layout());
+  // Data parallel: the gradient average overlaps the backward pass, bucket by bucket.
+  std::optional<GradientReducer> reducer;
+  if (ranks > 1 && !o.seq_parallel && o.bucket_mib > 0)
+    reducer.emplace(comm, grads,
+                    std::max<size_t>(1, static_cast<size_t>(o.bucket_mib * (1 << 20) / 4)));
   std::vector<int32_t> in(B * T), tgt(B * T);
   Arena arena;
   TrainResult result;
@@ -437,7 +458,8 @@ TrainResult train(const TrainOptions& options) {
     auto t0 = Clock::now();
     std::optional<double> step_loss;
     try {
-      step_loss = step_gradients(o, data, model, step, to, comm, in, tgt, arena, grads);
+      step_loss = step_gradients(o, data, model, step, to, comm, in, tgt, arena, grads,
+                                 reducer ? &*reducer : nullptr);
     } catch (const Error& e) {
       throw diverged(e.what(), step + 1, saved_step, o.out_dir);
     }
@@ -451,11 +473,15 @@ TrainResult train(const TrainOptions& options) {
       if (ranks > 1) comm.all_reduce_sum(grads.data(), grads.size());
       comm.all_reduce_sum(&loss, 1);
     } else {
-      average_gradients(comm, grads);
+      if (reducer)
+        reducer->finish();  // the buckets not yet reduced; waits for all
+      else
+        average_gradients(comm, grads);
       comm.all_reduce_sum(&loss, 1);
       loss /= ranks;
     }
     // Includes waiting for the slowest rank: the cost of the step's synchronisation as a whole.
+    // With buckets, only what the backward pass did not hide (the exposed communication).
     const double comm_ms = since(t_comm) * 1e3;
     comm_ms_total += comm_ms;
     if (!std::isfinite(loss)) throw diverged(fmt::format("loss is {}", loss), step + 1, saved_step, o.out_dir);
@@ -535,9 +561,12 @@ TrainResult train(const TrainOptions& options) {
   wait_for_lead();
   result.tokens_per_s = static_cast<double>((step - start) * tokens_per_step) / since(t_start);
   if (ranks > 1 && !o.quiet && step > start)
-    std::fprintf(stderr, "all-reduce: %.2f MB of gradients per step, %.1f ms per step on average "
+    std::fprintf(stderr, "all-reduce: %.2f MB of gradients per step%s, %.1f ms per step on average "
                  "(%.1f%% of the steps' time)\n",
                  static_cast<double>(grads.size() * sizeof(float)) / 1e6,
+                 reducer ? fmt::format(" in {} buckets overlapping the backward pass (exposed "
+                                       "after it)", reducer->buckets()).c_str()
+                         : "",
                  comm_ms_total / static_cast<double>(step - start),
                  100.0 * comm_ms_total / step_ms_total);
   return result;

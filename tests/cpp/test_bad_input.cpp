@@ -123,6 +123,25 @@ TEST_F(BadInput, ZeroIntervalsAreRefused) {
   EXPECT_THROW(train(o), Error);
 }
 
+// A gradient bucket size that is not a number, negative or too large to count in floats.
+TEST_F(BadInput, BadBucketSizesAreRefused) {
+  EXPECT_TRUE(fails_cleanly(run(train_args(path("run"), "--steps 1 --bucket-mib -1")),
+                            "--bucket-mib"));
+  for (double mib : {std::nan(""), -1.0, 1e30}) {
+    TrainOptions o;
+    o.data = data;
+    o.out_dir = path("lib");
+    o.steps = 1;
+    o.bucket_mib = mib;
+    try {
+      train(o);
+      ADD_FAILURE() << "bucket_mib " << mib << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--bucket-mib"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // 2. A stop signal is honoured between micro-batches: a huge step does not hold it off, and the
 // step cut short is not applied.
 TEST_F(BadInput, SignalStopsAHugeStepBetweenMicroBatches) {

@@ -1,9 +1,10 @@
-"""`mpirun -np 2 retnet train` on loopback: data parallel against one process, resume on another
+"""`mpirun -np 2 retnet train` on loopback: data parallel against one process (also with the
+gradient all-reduce in buckets overlapping the backward pass), resume on another
 number of ranks, a killed or hung rank, ranks started with other settings or data; sequence
 parallel (--seq-parallel) against one process.
 
-Usage: check_data_parallel.py --retnet BIN --workdir DIR CASE   (CASE: equivalence, faults,
-mismatch, sequence). Exits 77 (skipped) when mpirun is missing or retnet was built without MPI, unless
+Usage: check_data_parallel.py --retnet BIN --workdir DIR CASE   (CASE: equivalence, overlap,
+faults, mismatch, sequence). Exits 77 (skipped) when mpirun is missing or retnet was built without MPI, unless
 CI=true, where that is a failure."""
 import argparse
 import json
@@ -129,6 +130,51 @@ def case_equivalence(a, work):
     return bad
 
 
+def exact_or_worst(got, want):
+    """'bit-identical' when two loss curves are equal, else the worst relative difference."""
+    if got == want:
+        return "bit-identical"
+    return f"worst rel difference {max(rel_error(want[s], got[s]) for s in want):.2e}"
+
+
+# Buckets of 0.02 MiB (5242 floats): the test model's ~45k gradient floats go in several buckets
+# (the head, each layer, the embedding), each reduced while the backward pass goes on.
+SMALL_BUCKETS = ["--bucket-mib", "0.02"]
+
+
+def case_overlap(a, work):
+    """The gradient all-reduce in buckets that overlap the backward pass, with 2 micro-batches
+    (each bucket scaled by 1/2 before its reduction): 2 ranks x 2 rows against 1 rank x 4 rows for
+    20 steps and the same weights after, and against 2 ranks with one all-reduce after the backward
+    pass (--bucket-mib 0)."""
+    accum = ["--grad-accum", "2"]
+    p = run(MPIRUN + ["-np", "2"] + train_args(a, work, "buckets", batch=2,
+                                               extra=accum + SMALL_BUCKETS))
+    run(train_args(a, work, "one_rank", batch=4, extra=accum))
+    run(MPIRUN + ["-np", "2"] + train_args(a, work, "whole", batch=2,
+                                           extra=accum + ["--bucket-mib", "0"]))
+    bad = 0
+    summary = [x for x in (p.stdout + p.stderr).splitlines() if x.startswith("all-reduce:")]
+    buckets = int(summary[0].split(" in ")[1].split()[0]) if summary and " in " in summary[0] else 0
+    if buckets < 3:
+        print(f"FAIL: expected several buckets per step, the run reports: {summary}")
+        bad += 1
+    else:
+        print(f"2 ranks: {buckets} buckets per step ({summary[0]})")
+    b, one, whole = (os.path.join(work, n) for n in ("buckets", "one_rank", "whole"))
+    steps = list(range(1, 21))
+    bad += compare_curves("2 ranks x 2 in buckets vs 1 rank x 4", losses(b), losses(one), steps)
+    bad += compare_weights("2 ranks x 2 in buckets vs 1 rank x 4",
+                           os.path.join(b, "model.safetensors"),
+                           os.path.join(one, "model.safetensors"))
+    bad += compare_curves("2 ranks in buckets vs one all-reduce", losses(b), losses(whole), steps)
+    bad += compare_weights("2 ranks in buckets vs one all-reduce",
+                           os.path.join(b, "model.safetensors"),
+                           os.path.join(whole, "model.safetensors"))
+    print(f"2 ranks in buckets vs one all-reduce: losses {exact_or_worst(losses(b), losses(whole))}")
+    return bad
+
+
 def case_sequence(a, work):
     """--seq-parallel: 2 ranks, each half of every sequence of 47 tokens (odd: slices of 24 and
     23, neither a multiple of the chunk of 8), against 1 rank on the whole sequences (chunkwise),
@@ -191,7 +237,7 @@ def fault_run(a, work, name, sig, expect_text):
     non-zero within 30 s with `expect_text` in its output."""
     out = os.path.join(work, name)
     cmd = MPIRUN + ["-np", "2"] + train_args(a, work, name, batch=2, steps=100000,
-                                              extra=["--comm-timeout", "5"])
+                                              extra=["--comm-timeout", "5"] + SMALL_BUCKETS)
     log = open(os.path.join(work, name + ".log"), "w+")
     p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -246,6 +292,7 @@ def case_mismatch(a, work):
         f.write(text[::-1])
     for label, rank1, expect in [
         ("settings", dict(extra=["--weight-decay", "0.5"]), "other settings"),
+        ("buckets", dict(extra=SMALL_BUCKETS), "other settings"),
         ("data", dict(data="other.txt"), "other training data"),
     ]:
         cmd = MPIRUN + ["-np", "1"] + train_args(a, work, "mismatch_" + label, batch=2) + [":", "-np", "1"] \
@@ -265,7 +312,7 @@ def main():
     ap.add_argument("--retnet", required=True)
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--no-mpi-build", action="store_true", help="retnet was built without MPI")
-    ap.add_argument("case", choices=["equivalence", "faults", "mismatch", "sequence"])
+    ap.add_argument("case", choices=["equivalence", "overlap", "faults", "mismatch", "sequence"])
     a = ap.parse_args()
     if a.no_mpi_build:
         skip_or_fail("retnet was built without MPI (RETNET_MPI=OFF)")
@@ -280,8 +327,8 @@ def main():
         f.write(text)
     with open(os.path.join(work, "config.json"), "w") as f:
         json.dump(CONFIG, f)
-    bad = {"equivalence": case_equivalence, "faults": case_faults, "mismatch": case_mismatch,
-           "sequence": case_sequence}[a.case](a, work)
+    bad = {"equivalence": case_equivalence, "overlap": case_overlap, "faults": case_faults,
+           "mismatch": case_mismatch, "sequence": case_sequence}[a.case](a, work)
     if bad:
         print(f"FAIL: {bad} check(s) failed")
         sys.exit(1)

@@ -26,6 +26,15 @@ class Communicator {
   // data[i] = sum over ranks of data[i], on every rank (the same bits on every rank).
   virtual void all_reduce_sum(float* data, size_t n) = 0;
   virtual void all_reduce_sum(double* data, size_t n) = 0;
+  // Non-blocking all_reduce_sum: starts summing data[0, n) over ranks and returns; the sums are
+  // there after wait_reductions(). Until then the caller must not touch those floats. Reductions
+  // started in the same order on every rank pair up. This default reduces at once (blocking), which
+  // is correct for any back end; MPI overlaps the reduction with the caller's work.
+  virtual void start_all_reduce_sum(float* data, size_t n) { all_reduce_sum(data, n); }
+  // Lets started reductions advance (MPI moves data only inside its calls); never waits.
+  virtual void progress_reductions() {}
+  // Waits until every started reduction is done (watched by the timeout like any collective).
+  virtual void wait_reductions() {}
   // Rank `root`'s bytes to every rank.
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   virtual void barrier() = 0;

@@ -2,7 +2,9 @@
 // The training pass: a forward that keeps what the backward needs, the cross-entropy loss fused
 // with the LM head (the [B*T, vocab] logits are never stored whole), and the backward pass of
 // every op, accumulating into a gradient buffer with the parameters' layout.
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "retnet/core/form.h"
 #include "retnet/core/param_buffer.h"
@@ -23,6 +25,13 @@ struct TrainingOptions {
   SliceLink* link = nullptr;
   int64_t position0 = 0;
   int64_t grad_tokens = 0;
+  // Called during the backward pass with each range [begin, end) of the gradient buffer (floats
+  // from its start) that the pass will not change again: the head and final norm, then each layer
+  // from the last, then the embedding. Data parallel starts reducing them while the pass goes on.
+  std::function<void(size_t begin, size_t end)> gradients_ready;
+  // Called between the backward pass's large operations (a few times per layer), so that the
+  // caller can keep work of its own going: data parallel lets its reductions advance there.
+  std::function<void()> backward_tick;
 };
 
 // Throws Error naming the first mixer of the config that cannot train on slices of a sequence

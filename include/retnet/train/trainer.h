@@ -47,6 +47,10 @@ struct TrainOptions {
   int64_t hash_interval = 100;
   // Seconds a rank waits for the others in a collective before it ends the job (0: forever).
   double comm_timeout_s = 300;
+  // Data parallel: the gradients are averaged in buckets of this many MiB, each all-reduced as
+  // soon as the backward pass has finished its layers, while it computes the earlier ones. 0: one
+  // all-reduce of the whole buffer after the backward pass. Every rank must use the same value.
+  double bucket_mib = 1;
   Communicator* comm = nullptr;  // nullptr: world() (MPI's ranks under mpirun, else one process)
   // Called with each metrics line's figures (a step's: step, loss, lr, grad_norm, ms,
   // tokens_per_s; a validation's: step, val_loss, val_bits_per_byte, val_tokens). Returning false
