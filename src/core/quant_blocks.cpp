@@ -1,9 +1,10 @@
-// Quantising and dequantising rows of weights in ggml's Q8_0 / Q4_0 / Q4_1 block layouts (see
-// retnet/core/quant.h). The rounding follows ggml's reference quantisers, so a file written here
+// Quantising and dequantising rows of weights in ggml's Q8_0 / Q4_0 / Q4_1 block layouts, and
+// repacking them into the decode panels (see retnet/core/quant.h). The rounding follows ggml's reference quantisers, so a file written here
 // holds the blocks llama.cpp would have written for the same weights.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "retnet/core/error.h"
 #include "retnet/core/half.h"
@@ -140,6 +141,88 @@ void dequantize_rows(QuantType type, const uint8_t* q, int64_t N, int64_t K, flo
   for (int64_t n = 0; n < N; ++n)
     for (int64_t b = 0; b < K / kQuantBlock; ++b)
       dequantize_block(type, q + n * row_bytes + b * block_bytes, out + n * ldo + b * kQuantBlock);
+}
+
+namespace {
+
+// One group's geometry in panels: header bytes (scales) and value bytes of a ggml block, and the
+// bytes per block of the quants and scales planes.
+struct PanelShape {
+  int64_t header, values, quants, scales, nb, group_bytes;
+};
+PanelShape panel_shape(QuantType type, int64_t K) {
+  PanelShape s;
+  s.header = type == QuantType::Q4_1 ? 4 : 2;
+  s.values = quant_block_bytes(type) - s.header;
+  s.quants = kQuantPanelRows * s.values;
+  s.scales = kQuantPanelRows * s.header;
+  s.nb = K / kQuantBlock;
+  s.group_bytes = s.nb * (s.quants + s.scales);
+  return s;
+}
+
+// Moves the bytes of ggml row `r` of a group to or from the group's panel (to_panel or back).
+void copy_row(const PanelShape& s, bool to_panel, uint8_t* group, int64_t r, uint8_t* row,
+              int64_t block_bytes) {
+  for (int64_t b = 0; b < s.nb; ++b) {
+    uint8_t* blk = row + b * block_bytes;
+    uint8_t* quants = group + b * s.quants;
+    uint8_t* scales = group + s.nb * s.quants + b * s.scales;
+    for (int64_t h = 0; h < s.header / 2; ++h) {  // d, then Q4_1's m, each a plane of 8 f16
+      uint8_t* scale = scales + h * 2 * kQuantPanelRows + 2 * r;
+      if (to_panel)
+        std::memcpy(scale, blk + 2 * h, 2);
+      else
+        std::memcpy(blk + 2 * h, scale, 2);
+    }
+    for (int64_t i = 0; i < s.values; i += 4) {
+      uint8_t* word = quants + i / 4 * 32 + 4 * r;
+      if (to_panel)
+        std::memcpy(word, blk + s.header + i, 4);
+      else
+        std::memcpy(blk + s.header + i, word, 4);
+    }
+  }
+}
+
+}  // namespace
+
+size_t quant_panel_bytes(QuantType type, int64_t N, int64_t K) {
+  const int64_t groups = (N + kQuantPanelRows - 1) / kQuantPanelRows;
+  return static_cast<size_t>(groups * kQuantPanelRows) * quant_row_bytes(type, K);
+}
+
+void pack_quant_panels(QuantType type, const uint8_t* rows, int64_t N, int64_t K, uint8_t* panels) {
+  const PanelShape s = panel_shape(type, K);
+  const size_t row_bytes = quant_row_bytes(type, K);
+  const int64_t groups = (N + kQuantPanelRows - 1) / kQuantPanelRows;
+  std::memset(panels, 0, quant_panel_bytes(type, N, K));  // padding rows: zero scales and values
+#pragma omp parallel for schedule(static) if (N * K >= (1 << 20))
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t r = 0; r < kQuantPanelRows && g * kQuantPanelRows + r < N; ++r)
+      copy_row(s, true, panels + g * s.group_bytes, r,
+               const_cast<uint8_t*>(rows) + (g * kQuantPanelRows + r) * row_bytes,
+               quant_block_bytes(type));
+}
+
+void unpack_quant_panels(QuantType type, const uint8_t* panels, int64_t K, int64_t n0, int64_t count,
+                         uint8_t* rows) {
+  const PanelShape s = panel_shape(type, K);
+  const size_t row_bytes = quant_row_bytes(type, K);
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t n = n0 + i;
+    copy_row(s, false, const_cast<uint8_t*>(panels) + n / kQuantPanelRows * s.group_bytes,
+             n % kQuantPanelRows, rows + i * row_bytes, quant_block_bytes(type));
+  }
+}
+
+void dequantize_panel_rows(QuantType type, const uint8_t* panels, int64_t K, int64_t n0,
+                           int64_t count, float* out, int64_t ldo) {
+  std::vector<uint8_t> row(quant_row_bytes(type, K));
+  for (int64_t i = 0; i < count; ++i) {
+    unpack_quant_panels(type, panels, K, n0 + i, 1, row.data());
+    dequantize_rows(type, row.data(), 1, K, out + i * ldo, ldo);
+  }
 }
 
 }  // namespace retnet
