@@ -64,8 +64,9 @@ float quantise_block_scalar(const float* a, int8_t* q) {
 
 // The same block with AVX2, bit for bit (max is exact, a * id is one rounding, cvtps rounds to
 // nearest even as nearbyint does in the default mode). False, writing nothing, for a block with
-// NaN or Inf: the scalar version handles it.
-RETNET_AVX2 bool quantise_block_avx2(const float* a, int8_t* q, float& d_out) {
+// NaN or Inf: the scalar version handles it. Also writes |q| (if qabs) and sum(q).
+RETNET_AVX2 bool quantise_block_avx2(const float* a, int8_t* q, int8_t* qabs, float& d_out,
+                                     int& sum_out) {
   __m256 v[4], amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
   const __m256 sign = _mm256_set1_ps(-0.f), zero = _mm256_setzero_ps();
   for (int i = 0; i < 4; ++i) {
@@ -84,9 +85,16 @@ RETNET_AVX2 bool quantise_block_avx2(const float* a, int8_t* q, float& d_out) {
   // packs interleave the 128-bit lanes: groups of 4 bytes come out in the order 0 2 4 6 1 3 5 7.
   const __m256i bytes =
       _mm256_packs_epi16(_mm256_packs_epi32(x[0], x[1]), _mm256_packs_epi32(x[2], x[3]));
-  _mm256_storeu_si256(
-      reinterpret_cast<__m256i*>(q),
-      _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  const __m256i ordered =
+      _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), ordered);
+  if (qabs) _mm256_storeu_si256(reinterpret_cast<__m256i*>(qabs), _mm256_abs_epi8(ordered));
+  const __m256i pairs = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), ordered),
+                                          _mm256_set1_epi16(1));
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  sum_out = _mm_cvtsi128_si32(s);
   d_out = d;
   return true;
 }
@@ -107,21 +115,21 @@ void quantise_activations(QuantType type, int64_t M, int64_t K, const float* A, 
     for (int64_t b = 0; b < nb; ++b) {
       const float* a = A + m * lda + b * kQuantBlock;
       int8_t* q = out.q.data() + m * K + b * kQuantBlock;
+      int8_t* qabs = out.qabs.empty() ? nullptr : out.qabs.data() + m * K + b * kQuantBlock;
       float d;
-#if defined(__x86_64__)
-      if (!simd || !quantise_block_avx2(a, q, d)) d = quantise_block_scalar(a, q);
-#else
-      d = quantise_block_scalar(a, q);
-#endif
       int sum = 0;
-      for (int64_t i = 0; i < kQuantBlock; ++i) sum += q[i];
+#if defined(__x86_64__)
+      if (!simd || !quantise_block_avx2(a, q, qabs, d, sum))
+#endif
+      {
+        d = quantise_block_scalar(a, q);
+        for (int64_t i = 0; i < kQuantBlock; ++i) sum += q[i];
+        if (qabs)
+          for (int64_t i = 0; i < kQuantBlock; ++i) qabs[i] = static_cast<int8_t>(std::abs(q[i]));
+      }
       out.d[m * nb + b] = d;
       out.s[m * nb + b] = d * static_cast<float>(sum);
       out.sum8[m * nb + b] = 8 * sum;
-      if (type == QuantType::Q8_0)
-        for (int64_t i = 0; i < kQuantBlock; ++i)
-          out.qabs[static_cast<size_t>(m * K + b * kQuantBlock + i)] =
-              static_cast<int8_t>(std::abs(q[i]));
     }
 }
 
@@ -143,18 +151,22 @@ void group_dot_scalar(QuantType type, const uint8_t* group, int64_t nb, const Ac
     const uint8_t* q = group + b * quants;
     const uint8_t* s = group + nb * quants + b * scales;
     const int8_t* qa = a.q + b * kQuantBlock;
+    // Word j holds bytes 4j..4j+3 of each row in turn: read in memory order.
+    int isum[kQuantPanelRows] = {};
+    const int64_t words = type == QuantType::Q8_0 ? 8 : 4;
+    for (int64_t j = 0; j < words; ++j, q += 32) {
+      int prod[32];  // the word's 32 products first: a loop compilers vectorise
+      if (type == QuantType::Q8_0)
+        for (int64_t i = 0; i < 32; ++i) prod[i] = static_cast<int8_t>(q[i]) * qa[4 * j + i % 4];
+      else
+        for (int64_t i = 0; i < 32; ++i)
+          prod[i] = (q[i] & 0x0f) * qa[4 * j + i % 4] + (q[i] >> 4) * qa[16 + 4 * j + i % 4];
+      for (int64_t r = 0; r < kQuantPanelRows; ++r)
+        isum[r] += prod[4 * r] + prod[4 * r + 1] + prod[4 * r + 2] + prod[4 * r + 3];
+    }
     for (int64_t r = 0; r < kQuantPanelRows; ++r) {
-      // Byte i of row r's block sits in word i / 4 at lane r.
-      auto byte = [&](int64_t i) { return q[i / 4 * 32 + 4 * r + i % 4]; };
-      int isum = 0;
-      if (type == QuantType::Q8_0) {
-        for (int64_t i = 0; i < kQuantBlock; ++i) isum += static_cast<int8_t>(byte(i)) * qa[i];
-      } else {
-        for (int64_t i = 0; i < kQuantBlock / 2; ++i)
-          isum += (byte(i) & 0x0f) * qa[i] + (byte(i) >> 4) * qa[i + 16];
-        if (type == QuantType::Q4_0) isum -= a.sum8[b];
-      }
-      out[r] = std::fma(half_at(s + 2 * r) * a.d[b], static_cast<float>(isum), out[r]);
+      if (type == QuantType::Q4_0) isum[r] -= a.sum8[b];
+      out[r] = std::fma(half_at(s + 2 * r) * a.d[b], static_cast<float>(isum[r]), out[r]);
       if (type == QuantType::Q4_1) out[r] = std::fma(half_at(s + 16 + 2 * r), a.s[b], out[r]);
     }
   }
