@@ -161,27 +161,17 @@ PanelShape panel_shape(QuantType type, int64_t K) {
   return s;
 }
 
-// Moves the bytes of ggml row `r` of a group to or from the group's panel (to_panel or back).
-void copy_row(const PanelShape& s, bool to_panel, uint8_t* group, int64_t r, uint8_t* row,
-              int64_t block_bytes) {
+// Calls piece(panel_offset, row_offset, bytes) for each piece of the group's row r: each block's
+// f16 scales (d, then Q4_1's m: each a plane of the 8 rows' values) and each 4-byte run of its
+// values, with where the piece lies in the group's panel and in the ggml row.
+template <typename Piece>
+void for_each_piece(const PanelShape& s, int64_t r, int64_t block_bytes, Piece piece) {
   for (int64_t b = 0; b < s.nb; ++b) {
-    uint8_t* blk = row + b * block_bytes;
-    uint8_t* quants = group + b * s.quants;
-    uint8_t* scales = group + s.nb * s.quants + b * s.scales;
-    for (int64_t h = 0; h < s.header / 2; ++h) {  // d, then Q4_1's m, each a plane of 8 f16
-      uint8_t* scale = scales + h * 2 * kQuantPanelRows + 2 * r;
-      if (to_panel)
-        std::memcpy(scale, blk + 2 * h, 2);
-      else
-        std::memcpy(blk + 2 * h, scale, 2);
-    }
-    for (int64_t i = 0; i < s.values; i += 4) {
-      uint8_t* word = quants + i / 4 * 32 + 4 * r;
-      if (to_panel)
-        std::memcpy(word, blk + s.header + i, 4);
-      else
-        std::memcpy(blk + s.header + i, word, 4);
-    }
+    for (int64_t h = 0; h < s.header / 2; ++h)
+      piece(s.nb * s.quants + b * s.scales + h * 2 * kQuantPanelRows + 2 * r, b * block_bytes + 2 * h,
+            2);
+    for (int64_t i = 0; i < s.values; i += 4)
+      piece(b * s.quants + i / 4 * 32 + 4 * r, b * block_bytes + s.header + i, 4);
   }
 }
 
@@ -199,10 +189,13 @@ void pack_quant_panels(QuantType type, const uint8_t* rows, int64_t N, int64_t K
   std::memset(panels, 0, quant_panel_bytes(type, N, K));  // padding rows: zero scales and values
 #pragma omp parallel for schedule(static) if (N * K >= (1 << 20))
   for (int64_t g = 0; g < groups; ++g)
-    for (int64_t r = 0; r < kQuantPanelRows && g * kQuantPanelRows + r < N; ++r)
-      copy_row(s, true, panels + g * s.group_bytes, r,
-               const_cast<uint8_t*>(rows) + (g * kQuantPanelRows + r) * row_bytes,
-               quant_block_bytes(type));
+    for (int64_t r = 0; r < kQuantPanelRows && g * kQuantPanelRows + r < N; ++r) {
+      uint8_t* group = panels + g * s.group_bytes;
+      const uint8_t* row = rows + (g * kQuantPanelRows + r) * row_bytes;
+      for_each_piece(s, r, quant_block_bytes(type), [&](int64_t at, int64_t from, int64_t bytes) {
+        std::memcpy(group + at, row + from, static_cast<size_t>(bytes));
+      });
+    }
 }
 
 void unpack_quant_panels(QuantType type, const uint8_t* panels, int64_t K, int64_t n0, int64_t count,
@@ -211,8 +204,12 @@ void unpack_quant_panels(QuantType type, const uint8_t* panels, int64_t K, int64
   const size_t row_bytes = quant_row_bytes(type, K);
   for (int64_t i = 0; i < count; ++i) {
     const int64_t n = n0 + i;
-    copy_row(s, false, const_cast<uint8_t*>(panels) + n / kQuantPanelRows * s.group_bytes,
-             n % kQuantPanelRows, rows + i * row_bytes, quant_block_bytes(type));
+    const uint8_t* group = panels + n / kQuantPanelRows * s.group_bytes;
+    uint8_t* row = rows + i * row_bytes;
+    for_each_piece(s, n % kQuantPanelRows, quant_block_bytes(type),
+                   [&](int64_t at, int64_t to, int64_t bytes) {
+                     std::memcpy(row + to, group + at, static_cast<size_t>(bytes));
+                   });
   }
 }
 
