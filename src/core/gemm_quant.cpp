@@ -2,12 +2,15 @@
 //
 // Decoding (few rows): like ggml, each activation row is quantised to int8 per block of 32 (scale
 // d_a = max|a| / 127), so a block's contribution is one integer dot product times d_w * d_a (plus
-// m_w * d_a * sum(q_a) for Q4_1's minimum). The integer dot products use AVX2's maddubs/madd or
-// AVX-512 VNNI's dpbusd, picked at run time from cpuid (gemm_quant_simd.inc, several weight rows
-// per pass), or plain C++. Every C[m,n] goes through the same operations over the same bytes
-// whatever M is: batch-invariant.
+// m_w * d_a * sum(q_a) for Q4_1's minimum). The weights are in panels (groups of 8 rows
+// interleaved, retnet/core/quant.h), so the SIMD kernels compute a group's 8 rows in the 8 lanes of
+// a vector with no horizontal sums; their integer dot products use AVX2's maddubs/madd or AVX-512
+// VNNI's dpbusd, picked at run time from cpuid (gemm_quant_simd.inc), or plain C++. Every C[m,n]
+// goes through the same operations over the same bytes whatever M is and whichever rows it is
+// computed with: batch-invariant, and the same on every kernel.
 // Prefill (many rows): rows of W are dequantised to float32 in blocks and multiplied by sgemm.
 #include <immintrin.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -22,23 +25,21 @@
 namespace retnet {
 namespace {
 
-// Activation rows quantised to int8 blocks: q [M][K], per block the scale d, d * sum(q), and (for
-// Q4_0, whose nibbles carry +8) the 16 int16 that the SIMD kernels subtract from their
-// unsigned-nibble products: 8 * (q[2j] + q[2j+1] + q[2j+16] + q[2j+17]), j = i mod 8 (the int16
-// lanes of two rows' values 0-15 and 16-31 added together; see gemm_quant_simd.inc).
+// Activation rows quantised to int8 blocks: q [M][K], |q| (for Q8_0's sign trick), per block the
+// scale d, d * sum(q) (Q4_1's minimum) and 8 * sum(q) (Q4_0, whose nibbles carry +8).
 struct ActivationRow {
-  const int8_t* q;
+  const int8_t *q, *qabs;
   const float *d, *s;
-  const int16_t* corr8;
+  const int32_t* sum8;
 };
 struct ActivationRows {
-  std::vector<int8_t> q;
+  std::vector<int8_t> q, qabs;
   std::vector<float> d, s;
-  std::vector<int16_t> corr8;
+  std::vector<int32_t> sum8;
   int64_t K = 0, nb = 0;
   ActivationRow row(int64_t m) const {
-    return {q.data() + m * K, d.data() + m * nb, s.data() + m * nb,
-            corr8.empty() ? nullptr : corr8.data() + m * nb * 16};
+    return {q.data() + m * K, qabs.empty() ? nullptr : qabs.data() + m * K, d.data() + m * nb,
+            s.data() + m * nb, sum8.data() + m * nb};
   }
 };
 
@@ -63,8 +64,9 @@ float quantise_block_scalar(const float* a, int8_t* q) {
 
 // The same block with AVX2, bit for bit (max is exact, a * id is one rounding, cvtps rounds to
 // nearest even as nearbyint does in the default mode). False, writing nothing, for a block with
-// NaN or Inf: the scalar version handles it.
-RETNET_AVX2 bool quantise_block_avx2(const float* a, int8_t* q, float& d_out) {
+// NaN or Inf: the scalar version handles it. Also writes |q| (if qabs) and sum(q).
+RETNET_AVX2 bool quantise_block_avx2(const float* a, int8_t* q, int8_t* qabs, float& d_out,
+                                     int& sum_out) {
   __m256 v[4], amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
   const __m256 sign = _mm256_set1_ps(-0.f), zero = _mm256_setzero_ps();
   for (int i = 0; i < 4; ++i) {
@@ -83,9 +85,16 @@ RETNET_AVX2 bool quantise_block_avx2(const float* a, int8_t* q, float& d_out) {
   // packs interleave the 128-bit lanes: groups of 4 bytes come out in the order 0 2 4 6 1 3 5 7.
   const __m256i bytes =
       _mm256_packs_epi16(_mm256_packs_epi32(x[0], x[1]), _mm256_packs_epi32(x[2], x[3]));
-  _mm256_storeu_si256(
-      reinterpret_cast<__m256i*>(q),
-      _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  const __m256i ordered =
+      _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), ordered);
+  if (qabs) _mm256_storeu_si256(reinterpret_cast<__m256i*>(qabs), _mm256_abs_epi8(ordered));
+  const __m256i pairs = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), ordered),
+                                          _mm256_set1_epi16(1));
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  sum_out = _mm_cvtsi128_si32(s);
   d_out = d;
   return true;
 }
@@ -100,25 +109,27 @@ void quantise_activations(QuantType type, int64_t M, int64_t K, const float* A, 
   out.q.resize(static_cast<size_t>(M * K));
   out.d.resize(static_cast<size_t>(M * nb));
   out.s.resize(static_cast<size_t>(M * nb));
-  out.corr8.resize(type == QuantType::Q4_0 ? static_cast<size_t>(M * nb * 16) : 0);
+  out.sum8.resize(static_cast<size_t>(M * nb));
+  out.qabs.resize(type == QuantType::Q8_0 ? static_cast<size_t>(M * K) : 0);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t b = 0; b < nb; ++b) {
       const float* a = A + m * lda + b * kQuantBlock;
       int8_t* q = out.q.data() + m * K + b * kQuantBlock;
+      int8_t* qabs = out.qabs.empty() ? nullptr : out.qabs.data() + m * K + b * kQuantBlock;
       float d;
-#if defined(__x86_64__)
-      if (!simd || !quantise_block_avx2(a, q, d)) d = quantise_block_scalar(a, q);
-#else
-      d = quantise_block_scalar(a, q);
-#endif
       int sum = 0;
-      for (int64_t i = 0; i < kQuantBlock; ++i) sum += q[i];
+#if defined(__x86_64__)
+      if (!simd || !quantise_block_avx2(a, q, qabs, d, sum))
+#endif
+      {
+        d = quantise_block_scalar(a, q);
+        for (int64_t i = 0; i < kQuantBlock; ++i) sum += q[i];
+        if (qabs)
+          for (int64_t i = 0; i < kQuantBlock; ++i) qabs[i] = static_cast<int8_t>(std::abs(q[i]));
+      }
       out.d[m * nb + b] = d;
       out.s[m * nb + b] = d * static_cast<float>(sum);
-      if (type == QuantType::Q4_0)
-        for (int64_t i = 0; i < kQuantBlock / 2; ++i)
-          out.corr8[(m * nb + b) * 16 + i] = static_cast<int16_t>(
-              8 * (q[i % 8 * 2] + q[i % 8 * 2 + 1] + q[i % 8 * 2 + 16] + q[i % 8 * 2 + 17]));
+      out.sum8[m * nb + b] = 8 * sum;
     }
 }
 
@@ -128,68 +139,70 @@ float half_at(const uint8_t* p) {
   return half_to_float(h);
 }
 
-// One weight row (nb blocks) dotted with one quantised activation row.
-float dot_scalar(QuantType type, const uint8_t* w, const ActivationRow& a, int64_t nb) {
-  const int64_t block_bytes = quant_block_bytes(type);
-  const int8_t* qa = a.q;
-  float acc = 0.f;
-  for (int64_t b = 0; b < nb; ++b, w += block_bytes, qa += kQuantBlock) {
-    const float dw = half_at(w);
-    int isum = 0;
-    if (type == QuantType::Q8_0) {
-      for (int64_t i = 0; i < kQuantBlock; ++i) isum += static_cast<int8_t>(w[2 + i]) * qa[i];
-      acc += dw * a.d[b] * static_cast<float>(isum);
-    } else {
-      const uint8_t* qs = w + (type == QuantType::Q4_1 ? 4 : 2);
-      const int offset = type == QuantType::Q4_0 ? 8 : 0;
-      for (int64_t j = 0; j < kQuantBlock / 2; ++j)
-        isum += ((qs[j] & 0x0f) - offset) * qa[j] + ((qs[j] >> 4) - offset) * qa[j + 16];
-      acc += dw * a.d[b] * static_cast<float>(isum);
-      if (type == QuantType::Q4_1) acc += half_at(w + 2) * a.s[b];
+// One group of panels (kQuantPanelRows rows, nb blocks) dotted with one quantised activation
+// row: the reference the SIMD kernels equal bit for bit (the same integer sums, the same fmas in
+// the same order).
+void group_dot_scalar(QuantType type, const uint8_t* group, int64_t nb, const ActivationRow& a,
+                      float* out) {
+  const int64_t quants = type == QuantType::Q8_0 ? 256 : 128;
+  const int64_t scales = type == QuantType::Q4_1 ? 32 : 16;
+  for (int64_t r = 0; r < kQuantPanelRows; ++r) out[r] = 0.f;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* q = group + b * quants;
+    const uint8_t* s = group + nb * quants + b * scales;
+    const int8_t* qa = a.q + b * kQuantBlock;
+    // Word j holds bytes 4j..4j+3 of each row in turn: read in memory order.
+    int isum[kQuantPanelRows] = {};
+    const int64_t words = type == QuantType::Q8_0 ? 8 : 4;
+    for (int64_t j = 0; j < words; ++j, q += 32) {
+      int prod[32];  // the word's 32 products first: a loop compilers vectorise
+      if (type == QuantType::Q8_0)
+        for (int64_t i = 0; i < 32; ++i) prod[i] = static_cast<int8_t>(q[i]) * qa[4 * j + i % 4];
+      else
+        for (int64_t i = 0; i < 32; ++i)
+          prod[i] = (q[i] & 0x0f) * qa[4 * j + i % 4] + (q[i] >> 4) * qa[16 + 4 * j + i % 4];
+      for (int64_t r = 0; r < kQuantPanelRows; ++r)
+        isum[r] += prod[4 * r] + prod[4 * r + 1] + prod[4 * r + 2] + prod[4 * r + 3];
+    }
+    for (int64_t r = 0; r < kQuantPanelRows; ++r) {
+      if (type == QuantType::Q4_0) isum[r] -= a.sum8[b];
+      out[r] = std::fma(half_at(s + 2 * r) * a.d[b], static_cast<float>(isum[r]), out[r]);
+      if (type == QuantType::Q4_1) out[r] = std::fma(half_at(s + 16 + 2 * r), a.s[b], out[r]);
     }
   }
-  return acc;
 }
 
-void scalar_rows_range(QuantType type, const uint8_t* W, size_t row_bytes,
-                       const ActivationRows& act, int64_t M, int64_t n0, int64_t n1, int64_t nb,
-                       float beta, float* C, int64_t ldc) {
-  for (int64_t n = n0; n < n1; ++n)
+void scalar_groups_range(QuantType type, const uint8_t* W, size_t group_bytes,
+                         const ActivationRows& act, int64_t M, int64_t N, int64_t g0, int64_t g1,
+                         int64_t nb, float beta, float* C, int64_t ldc) {
+  float v[kQuantPanelRows];
+  for (int64_t g = g0; g < g1; ++g) {
+    const int64_t n0 = g * kQuantPanelRows, rows = std::min(kQuantPanelRows, N - n0);
     for (int64_t m = 0; m < M; ++m) {
-      const float v = dot_scalar(type, W + static_cast<size_t>(n) * row_bytes, act.row(m), nb);
-      float& c = C[m * ldc + n];
-      c = beta == 0.f ? v : v + beta * c;
+      group_dot_scalar(type, W + static_cast<size_t>(g) * group_bytes, nb, act.row(m), v);
+      for (int64_t r = 0; r < rows; ++r) {
+        float& c = C[m * ldc + n0 + r];
+        c = beta == 0.f ? v[r] : v[r] + beta * c;
+      }
     }
+  }
 }
-
-// Weight rows per pass of the SIMD kernels: they share each activation block's loads.
-constexpr int64_t kRowsPerPass = 4;
 
 #if defined(__x86_64__)
-// AVX2: maddubs (unsigned x signed bytes to int16 pairs; cannot overflow here: |q_w| <= 127 or
-// 15, |q_a| <= 127, and two nibble products plus Q4_0's correction stay within 4 * 15 * 127) then
-// madd to int32. Q4_0's -8 is subtracted from the int16 lanes.
+// AVX2: maddubs (unsigned x signed bytes to int16 pairs) then madd to int32. maddubs saturates
+// nothing here: |q_a| <= 127 and the unsigned side is |q_a| (Q8_0, <= 127) or a nibble (<= 15);
+// the 8 nibble products of nibble_dot summed in int16 stay within 8 * 2 * 15 * 127 = 30480.
 namespace avx2 {
-struct Q40Correction {
-  __m256i corr8;
-};
-RETNET_AVX2 inline Q40Correction corr_for(const int16_t* corr8) {
-  return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr8))};
+RETNET_AVX2 inline __m256i dot_add(__m256i acc, __m256i u, __m256i s) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 }
-RETNET_AVX2 inline __m256i dot_u8s8(__m256i u, __m256i s) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-}
-RETNET_AVX2 inline __m256i dot_u8s8_2(__m256i u0, __m256i s0, __m256i u1, __m256i s1) {
-  return _mm256_madd_epi16(
-      _mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1)),
-      _mm256_set1_epi16(1));
-}
-RETNET_AVX2 inline __m256i dot_nibbles2(__m256i u0, __m256i s0, __m256i u1, __m256i s1,
-                                        Q40Correction c) {
-  return _mm256_madd_epi16(
-      _mm256_sub_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1)),
-                       c.corr8),
-      _mm256_set1_epi16(1));
+RETNET_AVX2 inline __m256i nibble_dot(const __m256i* lo, const __m256i* a_lo, const __m256i* hi,
+                                      const __m256i* a_hi) {
+  __m256i s16 = _mm256_setzero_si256();
+  for (int j = 0; j < 4; ++j)
+    s16 = _mm256_add_epi16(s16, _mm256_add_epi16(_mm256_maddubs_epi16(lo[j], a_lo[j]),
+                                                  _mm256_maddubs_epi16(hi[j], a_hi[j])));
+  return _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
 }
 }  // namespace avx2
 #define QK_NS avx2
@@ -198,25 +211,17 @@ RETNET_AVX2 inline __m256i dot_nibbles2(__m256i u0, __m256i s0, __m256i u1, __m2
 #undef QK_NS
 #undef QK_TARGET
 
-// AVX-512 VNNI (256-bit): dpbusd does maddubs + madd + add in one instruction; Q4_0's -8 becomes
-// the accumulator's starting value, -8 * (sum of the lane's activations).
+// AVX-512 VNNI (256-bit): dpbusd does maddubs + madd + add in one instruction.
 namespace vnni {
-struct Q40Correction {
-  __m256i minus_sum8;
-};
-RETNET_VNNI inline Q40Correction corr_for(const int16_t* corr8) {
-  return {_mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr8)),
-                            _mm256_set1_epi16(-1))};
+RETNET_VNNI inline __m256i dot_add(__m256i acc, __m256i u, __m256i s) {
+  return _mm256_dpbusd_epi32(acc, u, s);
 }
-RETNET_VNNI inline __m256i dot_u8s8(__m256i u, __m256i s) {
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
-}
-RETNET_VNNI inline __m256i dot_u8s8_2(__m256i u0, __m256i s0, __m256i u1, __m256i s1) {
-  return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u0, s0), u1, s1);
-}
-RETNET_VNNI inline __m256i dot_nibbles2(__m256i u0, __m256i s0, __m256i u1, __m256i s1,
-                                        Q40Correction c) {
-  return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(c.minus_sum8, u0, s0), u1, s1);
+RETNET_VNNI inline __m256i nibble_dot(const __m256i* lo, const __m256i* a_lo, const __m256i* hi,
+                                      const __m256i* a_hi) {
+  __m256i acc = _mm256_setzero_si256();
+  for (int j = 0; j < 4; ++j)
+    acc = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(acc, lo[j], a_lo[j]), hi[j], a_hi[j]);
+  return acc;
 }
 }  // namespace vnni
 #define QK_NS vnni
@@ -227,35 +232,39 @@ RETNET_VNNI inline __m256i dot_nibbles2(__m256i u0, __m256i s0, __m256i u1, __m2
 #endif
 
 using RowsFn = void (*)(QuantType, const uint8_t*, size_t, const ActivationRows&, int64_t, int64_t,
-                        int64_t, int64_t, float, float*, int64_t);
+                        int64_t, int64_t, int64_t, float, float*, int64_t);
 
 RowsFn rows_function(QuantKernel kernel) {
   RETNET_CHECK(quant_kernel_available(kernel),
                "the {} kernel for quantised weights needs a CPU feature this machine lacks",
                quant_kernel_name(kernel));
 #if defined(__x86_64__)
-  if (kernel == QuantKernel::Avx512Vnni) return vnni::rows_range_any;
-  if (kernel == QuantKernel::Avx2) return avx2::rows_range_any;
+  if (kernel == QuantKernel::Avx512Vnni) return vnni::groups_range_any;
+  if (kernel == QuantKernel::Avx2) return avx2::groups_range_any;
 #endif
-  return scalar_rows_range;
+  return scalar_groups_range;
 }
 
 void few_rows(RowsFn rows_fn, QuantType type, int64_t M, int64_t N, int64_t K, const float* A,
               int64_t lda, const uint8_t* W, float beta, float* C, int64_t ldc) {
-  const size_t row_bytes = quant_row_bytes(type, K, "the weights of a quantised product");
+  const size_t group_bytes =
+      kQuantPanelRows * quant_row_bytes(type, K, "the weights of a quantised product");
   const int64_t nb = K / kQuantBlock;
   thread_local ActivationRows act;
-  quantise_activations(type, M, K, A, lda, rows_fn != scalar_rows_range, act);
-  // Groups of rows of W per task: each weight row is read from memory once and reused (from L1)
-  // by every row of A.
-  constexpr int64_t kRowsPerTask = 8;
-  const int64_t tasks = (N + kRowsPerTask - 1) / kRowsPerTask;
-  const bool parallel = M * N * K >= (1 << 15) && tasks > 1;
+  quantise_activations(type, M, K, A, lda, rows_fn != scalar_groups_range, act);
+  // One group of rows of W per task: each group is read from memory once and reused (from L1) by
+  // every row of A.
+  const int64_t groups = (N + kQuantPanelRows - 1) / kQuantPanelRows;
+  const bool parallel = M * N * K >= (1 << 15) && groups > 1;
   const ActivationRows* shared = &act;  // the calling thread's rows, read by every thread
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t t = 0; t < tasks; ++t)
-    rows_fn(type, W, row_bytes, *shared, M, t * kRowsPerTask, std::min(N, (t + 1) * kRowsPerTask),
-            nb, beta, C, ldc);
+  if (!parallel) return rows_fn(type, W, group_bytes, act, M, N, 0, groups, nb, beta, C, ldc);
+#pragma omp parallel
+  {
+    // Contiguous ranges of groups, one per thread: each streams its own stretch of W.
+    const int threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t g0 = groups * t / threads, g1 = groups * (t + 1) / threads;
+    rows_fn(type, W, group_bytes, *shared, M, N, g0, g1, nb, beta, C, ldc);
+  }
 }
 
 // Rows of W dequantised per block: 256 rows x K = 4 MiB at K = 4096, reused across calls.
@@ -263,15 +272,15 @@ constexpr int64_t kDequantRows = 256;
 
 void dequantised_gemm(QuantType type, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                       const uint8_t* W, float beta, float* C, int64_t ldc) {
-  const size_t row_bytes = quant_row_bytes(type, K, "the weights of a quantised product");
+  quant_row_bytes(type, K, "the weights of a quantised product");
   thread_local std::vector<float> block;
   block.resize(static_cast<size_t>(std::min(N, kDequantRows) * K));
   for (int64_t n0 = 0; n0 < N; n0 += kDequantRows) {
     const int64_t rows = std::min(kDequantRows, N - n0);
     float* b = block.data();
 #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; ++r)
-      dequantize_rows(type, W + static_cast<size_t>(n0 + r) * row_bytes, 1, K, b + r * K, K);
+    for (int64_t r = 0; r < rows; r += kQuantPanelRows)
+      dequantize_panel_rows(type, W, K, n0 + r, std::min(kQuantPanelRows, rows - r), b + r * K, K);
     sgemm(Trans::No, Trans::Yes, M, rows, K, 1.f, A, lda, b, K, beta, C + n0, ldc);
   }
 }

@@ -1,9 +1,10 @@
-// Quantising and dequantising rows of weights in ggml's Q8_0 / Q4_0 / Q4_1 block layouts (see
-// retnet/core/quant.h). The rounding follows ggml's reference quantisers, so a file written here
+// Quantising and dequantising rows of weights in ggml's Q8_0 / Q4_0 / Q4_1 block layouts, and
+// repacking them into the decode panels (see retnet/core/quant.h). The rounding follows ggml's reference quantisers, so a file written here
 // holds the blocks llama.cpp would have written for the same weights.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "retnet/core/error.h"
 #include "retnet/core/half.h"
@@ -140,6 +141,85 @@ void dequantize_rows(QuantType type, const uint8_t* q, int64_t N, int64_t K, flo
   for (int64_t n = 0; n < N; ++n)
     for (int64_t b = 0; b < K / kQuantBlock; ++b)
       dequantize_block(type, q + n * row_bytes + b * block_bytes, out + n * ldo + b * kQuantBlock);
+}
+
+namespace {
+
+// One group's geometry in panels: header bytes (scales) and value bytes of a ggml block, and the
+// bytes per block of the quants and scales planes.
+struct PanelShape {
+  int64_t header, values, quants, scales, nb, group_bytes;
+};
+PanelShape panel_shape(QuantType type, int64_t K) {
+  PanelShape s;
+  s.header = type == QuantType::Q4_1 ? 4 : 2;
+  s.values = quant_block_bytes(type) - s.header;
+  s.quants = kQuantPanelRows * s.values;
+  s.scales = kQuantPanelRows * s.header;
+  s.nb = K / kQuantBlock;
+  s.group_bytes = s.nb * (s.quants + s.scales);
+  return s;
+}
+
+// Calls piece(panel_offset, row_offset, bytes) for each piece of the group's row r: each block's
+// f16 scales (d, then Q4_1's m: each a plane of the 8 rows' values) and each 4-byte run of its
+// values, with where the piece lies in the group's panel and in the ggml row.
+template <typename Piece>
+void for_each_piece(const PanelShape& s, int64_t r, int64_t block_bytes, Piece piece) {
+  for (int64_t b = 0; b < s.nb; ++b) {
+    for (int64_t h = 0; h < s.header / 2; ++h)
+      piece(s.nb * s.quants + b * s.scales + h * 2 * kQuantPanelRows + 2 * r, b * block_bytes + 2 * h,
+            2);
+    for (int64_t i = 0; i < s.values; i += 4)
+      piece(b * s.quants + i / 4 * 32 + 4 * r, b * block_bytes + s.header + i, 4);
+  }
+}
+
+}  // namespace
+
+size_t quant_panel_bytes(QuantType type, int64_t N, int64_t K) {
+  const int64_t groups = (N + kQuantPanelRows - 1) / kQuantPanelRows;
+  return static_cast<size_t>(groups * kQuantPanelRows) * quant_row_bytes(type, K);
+}
+
+void pack_quant_panels(QuantType type, const uint8_t* rows, int64_t N, int64_t K, uint8_t* panels) {
+  const PanelShape s = panel_shape(type, K);
+  const size_t row_bytes = quant_row_bytes(type, K);
+  const int64_t groups = (N + kQuantPanelRows - 1) / kQuantPanelRows;
+  std::memset(panels, 0, quant_panel_bytes(type, N, K));  // padding rows: zero scales and values
+#pragma omp parallel for schedule(static) if (N * K >= (1 << 20))
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t r = 0; r < kQuantPanelRows && g * kQuantPanelRows + r < N; ++r) {
+      uint8_t* group = panels + g * s.group_bytes;
+      const uint8_t* row = rows + (g * kQuantPanelRows + r) * row_bytes;
+      for_each_piece(s, r, quant_block_bytes(type), [&](int64_t at, int64_t from, int64_t bytes) {
+        std::memcpy(group + at, row + from, static_cast<size_t>(bytes));
+      });
+    }
+}
+
+void unpack_quant_panels(QuantType type, const uint8_t* panels, int64_t K, int64_t n0, int64_t count,
+                         uint8_t* rows) {
+  const PanelShape s = panel_shape(type, K);
+  const size_t row_bytes = quant_row_bytes(type, K);
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t n = n0 + i;
+    const uint8_t* group = panels + n / kQuantPanelRows * s.group_bytes;
+    uint8_t* row = rows + i * row_bytes;
+    for_each_piece(s, n % kQuantPanelRows, quant_block_bytes(type),
+                   [&](int64_t at, int64_t to, int64_t bytes) {
+                     std::memcpy(row + to, group + at, static_cast<size_t>(bytes));
+                   });
+  }
+}
+
+void dequantize_panel_rows(QuantType type, const uint8_t* panels, int64_t K, int64_t n0,
+                           int64_t count, float* out, int64_t ldo) {
+  std::vector<uint8_t> row(quant_row_bytes(type, K));
+  for (int64_t i = 0; i < count; ++i) {
+    unpack_quant_panels(type, panels, K, n0 + i, 1, row.data());
+    dequantize_rows(type, row.data(), 1, K, out + i * ldo, ldo);
+  }
 }
 
 }  // namespace retnet

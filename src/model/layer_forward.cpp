@@ -159,10 +159,7 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
     parallel_for_if(N * d > 65536, N, [&](int64_t n) {
       float* row = x + n * d;
       if (half_embed->quant) {
-        const size_t row_bytes = quant_row_bytes(half_embed->quant_type, d);
-        dequantize_rows(half_embed->quant_type,
-                        half_embed->quant + static_cast<size_t>(tokens[n]) * row_bytes, 1, d, row,
-                        d);
+        dequantize_panel_rows(half_embed->quant_type, half_embed->quant, d, tokens[n], 1, row, d);
         for (int64_t i = 0; i < d; ++i) row[i] *= scale;
       } else if (half_embed->f32)
         packed_row(half_embed->f32, d, tokens[n], scale, row);

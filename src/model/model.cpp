@@ -147,7 +147,7 @@ struct DecodePack {
   // up, not multiplied: no panels); its by_tensor entry points here.
   std::vector<uint16_t> embed_f16;
   std::vector<BFloat16> embed_bf16;
-  std::vector<uint8_t> quant;  // the quantised precisions: every product's blocks, one after another
+  std::vector<uint8_t> quant;  // the quantised precisions: every product's panels, one after another
   bool head_f32 = false;       // a quantised model whose LM head stays float32 (in f32)
   std::unordered_map<size_t, PackedProjection> by_tensor;
   // Weights used in place: what holds their storage (the file mappings), and their bytes.
@@ -524,8 +524,8 @@ void Model::reserve_quantized(QuantType type,
   for (auto [index, N, K] : products) {
     if (quant.keep_head_f32 && index == tensors_.output_projection)
       f32_elements += packed_weight_elements(N, K);
-    else
-      quant_bytes += static_cast<size_t>(N) * quant_row_bytes(type, K, layout[index].name);
+    else if (quant_row_bytes(type, K, layout[index].name) > 0)  // an Error naming the tensor if not
+      quant_bytes += quant_panel_bytes(type, N, K);
   }
   pack.quant.reserve(quant_bytes);  // no reallocation later: the pointers taken stay valid
   pack.f32.reserve(f32_elements);
@@ -546,8 +546,10 @@ void Model::pack_quantized_product(QuantType type, size_t index, int64_t N, int6
   } else {
     const size_t row_bytes = quant_row_bytes(type, K, layout[index].name);
     const size_t offset = pack.quant.size();
-    pack.quant.resize(offset + static_cast<size_t>(N) * row_bytes);
-    uint8_t* out = pack.quant.data() + offset;
+    pack.quant.resize(offset + quant_panel_bytes(type, N, K));
+    // The ggml rows (stored or quantised now), then repacked into the decode panels.
+    std::vector<uint8_t> rows_bytes(static_cast<size_t>(N) * row_bytes);
+    uint8_t* out = rows_bytes.data();
     if (quant.stored) {  // the product's tensors (q|k|v|g, fc1|gate), each stored on its own
       for (int64_t row = 0, i = static_cast<int64_t>(index); row < N; ++i) {
         const auto it = quant.stored->find(static_cast<size_t>(i));
@@ -564,7 +566,8 @@ void Model::pack_quantized_product(QuantType type, size_t index, int64_t N, int6
     } else {
       quantize_rows(type, params_.tensor(index), N, K, K, out, layout[index].name);
     }
-    p.quant = out;
+    pack_quant_panels(type, out, N, K, pack.quant.data() + offset);
+    p.quant = pack.quant.data() + offset;
     p.quant_type = type;
   }
   pack.by_tensor[index] = p;

@@ -34,6 +34,13 @@ std::vector<uint8_t> quantised(QuantType type, const std::vector<float>& w, int6
   return q;
 }
 
+// ggml rows repacked into the decode panels the products take.
+std::vector<uint8_t> panels(QuantType type, const std::vector<uint8_t>& q, int64_t N, int64_t K) {
+  std::vector<uint8_t> p(quant_panel_bytes(type, N, K));
+  pack_quant_panels(type, q.data(), N, K, p.data());
+  return p;
+}
+
 }  // namespace
 
 TEST(QuantBlocks, RoundTripStaysWithinEachFormatsBound) {
@@ -95,6 +102,33 @@ TEST(QuantBlocks, LayoutIsGgmls) {
   for (int j = 0; j < 16; ++j) EXPECT_EQ(q4[2 + j], j | j << 4) << j;
 }
 
+TEST(QuantBlocks, PanelsHoldTheRowsBytesAndGiveThemBack) {
+  // N = 13: one full group of 8 and one padded; K = 96: 3 blocks. Unpacking returns the ggml rows
+  // byte for byte, and the panels take the padded rows' bytes exactly.
+  const int64_t N = 13, K = 96;
+  for (QuantType type : kTypes) {
+    SCOPED_TRACE(quant_type_name(type));
+    const auto q = quantised(type, weights(N, K, 12), N, K);
+    const auto p = panels(type, q, N, K);
+    EXPECT_EQ(p.size(), 16 * quant_row_bytes(type, K));
+    std::vector<uint8_t> back(q.size());
+    unpack_quant_panels(type, p.data(), K, 0, N, back.data());
+    EXPECT_EQ(back, q);
+    std::vector<float> want(K), got(K);
+    dequantize_rows(type, q.data() + 11 * quant_row_bytes(type, K), 1, K, want.data(), K);
+    dequantize_panel_rows(type, p.data(), K, 11, 1, got.data(), K);
+    EXPECT_EQ(got, want);
+  }
+  // Q8_0's word j holds bytes 4j..4j+3 of each row in turn: row 1's value 5 is byte 32 + 4 + 1.
+  std::vector<float> w(2 * 32, 0.f);
+  w[32 + 5] = 1.f;  // row 1, value 5: quantised to 127
+  const auto p = panels(QuantType::Q8_0, quantised(QuantType::Q8_0, w, 2, 32), 2, 32);
+  EXPECT_EQ(int8_t(p[32 + 4 + 1]), 127);
+  uint16_t d;
+  std::memcpy(&d, p.data() + 256 + 2, 2);  // the scales after the quants: row 1's d
+  EXPECT_EQ(d, float_to_half(1.f / 127.f));
+}
+
 TEST(QuantBlocks, BadInputIsAClearError) {
   std::vector<float> w(48, 1.f);
   std::vector<uint8_t> q(1000);
@@ -118,8 +152,8 @@ void expect_scalar_within_activation_rounding(QuantType type, int64_t M, int64_t
                                               const std::vector<float>& A,
                                               const std::vector<uint8_t>& q) {
   std::vector<float> got(M * N), want(M * N), w(N * K);
-  quant_gemm_nt_with(QuantKernel::Scalar, type, M, N, K, A.data(), K, q.data(), 0.f, got.data(),
-                     N);
+  quant_gemm_nt_with(QuantKernel::Scalar, type, M, N, K, A.data(), K, panels(type, q, N, K).data(),
+                     0.f, got.data(), N);
   quant_gemm_nt_reference(type, M, N, K, A.data(), K, q.data(), 0.f, want.data(), N);
   dequantize_rows(type, q.data(), N, K, w.data(), K);
   for (int64_t m = 0; m < M; ++m)
@@ -148,14 +182,15 @@ void expect_kernel_matches_scalar(QuantKernel kernel) {
     for (int64_t M : {1, 3, 17}) {
       SCOPED_TRACE(std::string(quant_type_name(type)) + " M=" + std::to_string(M));
       const auto q = quantised(type, weights(N, K, 2), N, K);
+      const auto p = panels(type, q, N, K);
       const auto A = random_vector(M * K, 3);
       std::vector<float> got(M * N, 1.f), scalar(M * N, 1.f);
       // beta 1: accumulating into C.
-      quant_gemm_nt_with(kernel, type, M, N, K, A.data(), K, q.data(), 1.f, got.data(), N);
-      quant_gemm_nt_with(QuantKernel::Scalar, type, M, N, K, A.data(), K, q.data(), 1.f,
+      quant_gemm_nt_with(kernel, type, M, N, K, A.data(), K, p.data(), 1.f, got.data(), N);
+      quant_gemm_nt_with(QuantKernel::Scalar, type, M, N, K, A.data(), K, p.data(), 1.f,
                          scalar.data(), N);
-      // Integer block sums are exact on every path: only the float accumulation order differs.
-      EXPECT_TRUE(test::close(got, scalar, 1e-5));
+      // The same integer block sums and the same fmas in the same order: bit for bit.
+      for (int64_t i = 0; i < M * N; ++i) ASSERT_EQ(got[i], scalar[i]) << i;
       expect_scalar_within_activation_rounding(type, M, N, K, A, q);
     }
 }
@@ -174,7 +209,7 @@ TEST(QuantGemm, BatchedRowsEqualSingleRowsBitForBit) {
   const int64_t K = 128, N = 50, M = 64;
   for (QuantType type : kTypes) {
     SCOPED_TRACE(quant_type_name(type));
-    const auto q = quantised(type, weights(N, K, 4), N, K);
+    const auto q = panels(type, quantised(type, weights(N, K, 4), N, K), N, K);
     const auto A = random_vector(M * K, 5);
     std::vector<float> batched(M * N);
     quant_gemm_nt(type, M, N, K, A.data(), K, q.data(), 0.f, batched.data(), N);
@@ -187,9 +222,10 @@ TEST(QuantGemm, BatchedRowsEqualSingleRowsBitForBit) {
 }
 
 TEST(QuantGemm, EachOutputIsTheSameWhicheverRowsItIsComputedWith) {
-  // The SIMD kernels take several weight rows per pass and the last rows one at a time: a row's
-  // result must not depend on which pass it fell in (nor on M), so N = 1 at every offset gives
-  // the N = 37 product's columns bit for bit, on every kernel this CPU has.
+  // The kernels compute a group of 8 rows at a time, the last group padded: a row's result must
+  // not depend on its group's other rows nor on its place in it (nor on M), so each row repacked
+  // alone (N = 1, a padded group) gives the N = 37 product's column bit for bit, on every kernel
+  // this CPU has.
   const int64_t K = 192, N = 37, M = 2;
   for (QuantKernel kernel : {QuantKernel::Scalar, QuantKernel::Avx2, QuantKernel::Avx512Vnni}) {
     if (!quant_kernel_available(kernel)) continue;
@@ -198,11 +234,14 @@ TEST(QuantGemm, EachOutputIsTheSameWhicheverRowsItIsComputedWith) {
       const auto q = quantised(type, weights(N, K, 10), N, K);
       const auto A = random_vector(M * K, 11);
       std::vector<float> all(M * N);
-      quant_gemm_nt_with(kernel, type, M, N, K, A.data(), K, q.data(), 0.f, all.data(), N);
+      quant_gemm_nt_with(kernel, type, M, N, K, A.data(), K, panels(type, q, N, K).data(), 0.f,
+                         all.data(), N);
+      const size_t row_bytes = quant_row_bytes(type, K);
       for (int64_t n = 0; n < N; ++n) {
         float one[M];
-        quant_gemm_nt_with(kernel, type, M, 1, K, A.data(), K,
-                           q.data() + n * quant_row_bytes(type, K), 0.f, one, 1);
+        const std::vector<uint8_t> row(q.begin() + n * row_bytes, q.begin() + (n + 1) * row_bytes);
+        quant_gemm_nt_with(kernel, type, M, 1, K, A.data(), K, panels(type, row, 1, K).data(), 0.f,
+                           one, 1);
         for (int64_t m = 0; m < M; ++m) ASSERT_EQ(one[m], all[m * N + n]) << m << "," << n;
       }
     }
@@ -220,7 +259,7 @@ TEST(QuantGemm, ActivationTiesRoundToEvenOnEveryPath) {
     if (!quant_kernel_available(kernel)) continue;
     for (QuantType type : kTypes) {
       SCOPED_TRACE(std::string(quant_type_name(type)) + " " + quant_kernel_name(kernel));
-      const auto q = quantised(type, std::vector<float>(N * K, 0.5f), N, K);
+      const auto q = panels(type, quantised(type, std::vector<float>(N * K, 0.5f), N, K), N, K);
       std::vector<float> got(N), scalar(N);
       quant_gemm_nt_with(kernel, type, 1, N, K, A.data(), K, q.data(), 0.f, got.data(), N);
       quant_gemm_nt_with(QuantKernel::Scalar, type, 1, N, K, A.data(), K, q.data(), 0.f,
@@ -239,7 +278,7 @@ TEST(QuantGemm, PrefillDequantisesToFloat32) {
     const auto q = quantised(type, weights(N, K, 6), N, K);
     const auto A = random_vector(M * lda, 7);
     std::vector<float> got(M * ldc, 0.5f), want(M * ldc, 0.5f);
-    quant_gemm_nt(type, M, N, K, A.data(), lda, q.data(), 1.f, got.data(), ldc);
+    quant_gemm_nt(type, M, N, K, A.data(), lda, panels(type, q, N, K).data(), 1.f, got.data(), ldc);
     quant_gemm_nt_reference(type, M, N, K, A.data(), lda, q.data(), 1.f, want.data(), ldc);
     EXPECT_TRUE(test::close(got, want, 1e-5));
   }
@@ -247,7 +286,7 @@ TEST(QuantGemm, PrefillDequantisesToFloat32) {
 
 TEST(QuantGemm, NonFiniteActivationsGiveNaNNotGarbage) {
   const int64_t K = 64, N = 9;
-  const auto q = quantised(QuantType::Q8_0, weights(N, K, 8), N, K);
+  const auto q = panels(QuantType::Q8_0, quantised(QuantType::Q8_0, weights(N, K, 8), N, K), N, K);
   auto A = random_vector(K, 9);
   A[40] = INFINITY;
   std::vector<float> C(N);

@@ -147,9 +147,11 @@ static void BM_QuantDecode(benchmark::State& st) {
   for (size_t i = 0; i < W.size(); ++i)
     W[i] = float(int64_t(i * 2654435761u % 2001) - 1000) / 1000;
   for (size_t i = 0; i < A.size(); ++i) A[i] = float(int64_t(i * 40503u % 2001) - 1000) / 1000;
-  std::vector<uint8_t> q(N * quant_row_bytes(type, K));
-  quantize_rows(type, W.data(), N, K, K, q.data());
+  std::vector<uint8_t> rows(N * quant_row_bytes(type, K)), q(quant_panel_bytes(type, N, K));
+  quantize_rows(type, W.data(), N, K, K, rows.data());
+  pack_quant_panels(type, rows.data(), N, K, q.data());
   W = {};
+  rows = {};
   for (auto _ : st) {
     quant_gemm_nt_with(kernel, type, M, N, K, A.data(), K, q.data(), 0.f, C.data(), N);
     benchmark::ClobberMemory();
@@ -160,7 +162,7 @@ static void BM_QuantDecode(benchmark::State& st) {
 }
 BENCHMARK(BM_QuantDecode)
     ->ArgNames({"M", "N", "K", "type", "kernel"})
-    ->ArgsProduct({{1}, {256, 2048, 32768}, {2048}, {0, 1, 2}, {1}})
+    ->ArgsProduct({{1}, {128, 2048, 32768}, {2048}, {0, 1, 2}, {1}})
     ->ArgsProduct({{1}, {65536}, {1024}, {0, 1, 2}, {1}})
     ->Args({1, 2048, 2048, 0, 0})
     ->Args({1, 8, 2048, 0, 1})

@@ -93,7 +93,7 @@ struct PackedProjection {
   const float* f32 = nullptr;      // set for DecodePrecision::F32
   const uint16_t* f16 = nullptr;   // set for DecodePrecision::F16
   const BFloat16* bf16 = nullptr;  // set for DecodePrecision::BF16
-  const uint8_t* quant = nullptr;  // set for the quantised precisions: N rows of blocks
+  const uint8_t* quant = nullptr;  // set for the quantised precisions: panels (core/quant.h)
   QuantType quant_type = QuantType::Q8_0;
   // Instead of the packed pointers above: the stored row-major weights, one slice per stored
   // tensor (q|k|v|g are separate tensors of a file), multiplied by rowmajor_gemm_nt.
