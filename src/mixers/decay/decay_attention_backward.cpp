@@ -268,7 +268,8 @@ void backward_block(const DecayAttentionGradArgs& a, const Dims& d, int64_t b, i
   }
   for (int64_t c = 0; start && c < nc; ++c) {  // w's share through the start state's decay
     const float a0 = start[c0 + c], b0 = start[d.C + c0 + c], p0 = start[2 * d.C + c0 + c];
-    if (b0 > 0.f) dw[c] -= std::exp(p0 + future.rho[c]) * (a0 * future.Q1[c] - b0 * future.P1[c]);
+    if (b0 > 0.f)
+      dw[c] -= std::exp(p0 + future.rho[c]) * (a0 * future.Q1[c] - b0 * future.P1[c]);
   }
   std::memcpy(dw_out, dw, nc * sizeof(float));
   std::memcpy(du_out, du, nc * sizeof(float));
