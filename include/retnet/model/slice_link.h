@@ -5,7 +5,8 @@
 // (elementwise: retention's per-head gamma^length, 1 for the linear mixers), so the state entering
 // a slice is an exclusive scan over the slices before it of (summary, decay) pairs, and the
 // gradient of the state leaving a slice is the same scan over the slices after it, in reverse,
-// of (d loss / d state entering, decay) pairs.
+// of (d loss / d state entering, decay) pairs. A mixer that keeps its state scaled by a running
+// maximum (rwkv, aft-simple) passes records of its own instead, with its own associative combine.
 //
 // A SliceLink joins one slice to the others: the mixers call it once per layer in the forward
 // pass and once per layer in the backward pass (every slice calls in the same order), and it keeps
