@@ -77,6 +77,16 @@ void exclusive_scan(Communicator& comm, const float* mine, float* out, size_t n,
   for (int j = 0; j < r; ++j) combine(out, all.data() + static_cast<size_t>(j) * n);
 }
 
+void reverse_exclusive_scan(Communicator& comm, const float* mine, float* out, size_t n,
+                            const float* identity,
+                            const std::function<void(float* acc, const float* x)>& combine) {
+  const int r = comm.rank(), N = comm.size();
+  std::vector<float> all(n * static_cast<size_t>(N));
+  comm.all_gather(mine, all.data(), n * sizeof(float));
+  std::memcpy(out, identity, n * sizeof(float));
+  for (int j = N - 1; j > r; --j) combine(out, all.data() + static_cast<size_t>(j) * n);
+}
+
 namespace {
 
 // The (state, decay) scan in rank order or in reverse: every rank gathers all records (the

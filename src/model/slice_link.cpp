@@ -8,12 +8,22 @@
 
 namespace retnet {
 
-void SliceLink::enter(int64_t layer, float* state, const float* decay, size_t n) {
+void SliceLink::keep(int64_t layer, const float* state, size_t n) {
   RETNET_CHECK(layer >= 0, "slice link: layer {} is negative", layer);
-  scan_earlier(state, decay, n);
   const size_t l = static_cast<size_t>(layer);
   if (entered_.size() <= l) entered_.resize(l + 1);
   entered_[l].assign(state, state + n);
+}
+
+void SliceLink::enter(int64_t layer, float* state, const float* decay, size_t n) {
+  scan_earlier(state, decay, n);
+  keep(layer, state, n);
+}
+
+void SliceLink::enter(int64_t layer, float* record, size_t n, const float* identity,
+                      const Combine& combine) {
+  fold_earlier(record, n, identity, combine);
+  keep(layer, record, n);
 }
 
 const float* SliceLink::entered(int64_t layer, size_t n) const {
@@ -27,6 +37,11 @@ const float* SliceLink::entered(int64_t layer, size_t n) const {
 
 void SliceLink::leave_gradient(int64_t, float* d_state, const float* decay, size_t n) {
   scan_later(d_state, decay, n);
+}
+
+void SliceLink::leave_gradient(int64_t, float* record, size_t n, const float* identity,
+                               const Combine& combine) {
+  fold_later(record, n, identity, combine);
 }
 
 }  // namespace retnet

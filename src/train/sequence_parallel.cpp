@@ -30,6 +30,19 @@ void CommunicatorSliceLink::scan_later(float* d_state, const float* decay, size_
   state_decay_reverse_exclusive_scan(comm_, d_state, d.data(), n);
 }
 
+// The scans write their result apart from their input.
+void CommunicatorSliceLink::fold_earlier(float* record, size_t n, const float* identity,
+                                         const Combine& combine) {
+  std::vector<float> mine(record, record + n);
+  exclusive_scan(comm_, mine.data(), record, n, identity, combine);
+}
+
+void CommunicatorSliceLink::fold_later(float* record, size_t n, const float* identity,
+                                       const Combine& combine) {
+  std::vector<float> mine(record, record + n);
+  reverse_exclusive_scan(comm_, mine.data(), record, n, identity, combine);
+}
+
 double sequence_parallel_loss_and_gradients(Communicator& comm, const Model& model,
                                             const int32_t* tokens, const int32_t* targets,
                                             int64_t B, int64_t T, int64_t chunk, Arena& arena,

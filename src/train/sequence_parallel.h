@@ -30,6 +30,10 @@ class CommunicatorSliceLink final : public SliceLink {
  protected:
   void scan_earlier(float* state, const float* decay, size_t n) override;
   void scan_later(float* d_state, const float* decay, size_t n) override;
+  void fold_earlier(float* record, size_t n, const float* identity,
+                    const Combine& combine) override;
+  void fold_later(float* record, size_t n, const float* identity,
+                  const Combine& combine) override;
 
  private:
   Communicator& comm_;

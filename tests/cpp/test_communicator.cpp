@@ -95,6 +95,22 @@ TEST(Communicator, ExclusiveScanFoldsEarlierRanksInOrder) {
   }
 }
 
+TEST(Communicator, ReverseExclusiveScanFoldsLaterRanksFromTheLast) {
+  const int N = 4;
+  std::vector<std::vector<float>> records;
+  for (int r = 0; r < N; ++r) records.push_back(test::random_vector(4, 9, 1.0, static_cast<uint64_t>(r)));
+  const float identity[4] = {1, 0, 0, 1};
+  for (int r = 0; r < N; ++r) {
+    FakeRank comm(r, records);
+    float out[4];
+    reverse_exclusive_scan(comm, records[static_cast<size_t>(r)].data(), out, 4, identity,
+                           matmul2);
+    std::vector<float> expect(identity, identity + 4);  // naive: M_{N-1} M_{N-2} ... M_{r+1}
+    for (int j = N - 1; j > r; --j) matmul2(expect.data(), records[static_cast<size_t>(j)].data());
+    EXPECT_LE(test::rel_max_error(std::vector<float>(out, out + 4), expect), 1e-6) << "rank " << r;
+  }
+}
+
 TEST(Communicator, StateDecayScanEqualsTheSequentialRecurrence) {
   // h_t = decay_t * h_{t-1} + input_t over T steps of n channels, split into N uneven slices.
   const size_t n = 5;

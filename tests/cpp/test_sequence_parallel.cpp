@@ -238,10 +238,29 @@ TEST(SequenceParallel, LinearAndPerformerSlicesEqualTheWholeSequence) {
   }
 }
 
-// Attention and AFT-full keep every token; RWKV and AFT-simple keep a running-maximum state that
-// slices do not pass on yet.
+TEST(SequenceParallel, RwkvAndAftSimpleSlicesEqualTheWholeSequence) {
+  // Their state is a running-maximum-scaled sum with its own combine rule; rwkv also learns the
+  // decay the slices' records carry.
+  for (const char* name : {"rwkv", "aft-simple"}) {
+    SCOPED_TRACE(name);
+    Config c = test::tiny_config();
+    c.mixer = &find_mixer(name);
+    expect_slices_match_whole(c, 2, 37, 8);
+  }
+}
+
+TEST(SequenceParallel, HybridOfRetentionAndRwkvSlicesEqualTheWholeSequence) {
+  Config c = test::tiny_config();
+  Config::LayerSpec first, second;
+  first.mixer = &find_mixer("retention");
+  second.mixer = &find_mixer("rwkv");
+  c.layer_specs = {first, second};
+  expect_slices_match_whole(c, 2, 37, 8);
+}
+
+// Attention and AFT-full keep every token.
 TEST(SequenceParallel, OtherMixersAreRefusedByName) {
-  for (const char* name : {"attention", "aft", "rwkv", "aft-simple"}) {
+  for (const char* name : {"attention", "aft"}) {
     Config c = test::tiny_config();
     Config::LayerSpec first, second;
     first.mixer = &find_mixer("retention");

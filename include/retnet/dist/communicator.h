@@ -65,6 +65,13 @@ void exclusive_scan(Communicator& comm, const float* mine, float* out, size_t n,
                     const float* identity,
                     const std::function<void(float* acc, const float* x)>& combine);
 
+// The same scan over the ranks in reverse order: on rank r, out = x_{N-1} (+) x_{N-2} (+) ... (+)
+// x_{r+1}, folded from the last rank down, and `identity` on the last rank. For gradients flowing
+// back through a recurrence whose forward went through exclusive_scan.
+void reverse_exclusive_scan(Communicator& comm, const float* mine, float* out, size_t n,
+                            const float* identity,
+                            const std::function<void(float* acc, const float* x)>& combine);
+
 // The scan of linear recurrences h_t = decay_t * h_{t-1} + input_t, over (state, decay) pairs of
 // `n` elements each: a rank's pair is (what its slice adds to a zero state, the product of its
 // slice's decays). On rank r, state becomes the state the slices of ranks 0..r-1 leave, and decay

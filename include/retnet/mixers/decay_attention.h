@@ -37,6 +37,7 @@
 // Shapes: r, k, v, out: [B, T, C] views with unit stride in the last dim, any other strides;
 // w, u: [C]. OpenMP over (sequence, block of kDecayChannelBlock channels); scratch from the arena.
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "retnet/core/arena.h"
@@ -66,13 +67,22 @@ size_t decay_attention_workspace_floats(Form form, int64_t B, int64_t T, int64_t
                                         int64_t chunk);
 void decay_attention_forward(Form form, const DecayAttentionArgs& args, Arena& arena);
 
-// Backward of the parallel or chunkwise form from an empty state (training): accumulates (+=) into
-// d_r, d_k, d_v ([B, T, C]) and d_w, d_u ([C], summed over sequences and tokens). With the
+// Backward of the parallel or chunkwise form from an empty state (training; a start state: see
+// below): accumulates (+=) into d_r, d_k, d_v ([B, T, C]) and d_w, d_u ([C], summed over sequences
+// and tokens). With the
 // normalised weights pi_nm = e^{log weight_nm - log denominator_n} and G_n = d_out_n sigmoid(r_n),
 // the gradient of the log weight of (n, m) is pi_nm G_n (v_m - wkv_n); k_m, u and -(n-1-m) w
 // collect it. The chunkwise backward sweeps the chunks last to first, carrying the future's
 // sensitivities (four sums over n >= chunk end, scaled by their own running maximum exponent):
 // no [T, T] buffer, O(T chunk C) work.
+//
+// Sequence parallel (retnet/model/slice_link.h, chunkwise form): the forward runs from the state
+// the earlier slices leave and the backward adds the gradient coming back from the later ones.
+// With true sums (A, B) = (a e^p, b e^p), a slice of L tokens maps the state entering it to
+// e^{-L w} (A, B) + (the state its tokens leave from an empty one). Gradient records mirror it:
+// d loss / d (A, B) = (x e^rho, y e^rho), the state leaving from the one entering by the same map
+// transposed, so both pass between slices as records [4][C] per sequence, rows (a, b, p, log
+// decay) or (x, y, rho, log decay), combined by decay_attention_combine_records.
 struct DecayAttentionGradArgs {
   TensorView r, k, v, d_out;                // [B, T, C]
   TensorView d_r, d_k, d_v;                 // [B, T, C], accumulated into
@@ -83,11 +93,36 @@ struct DecayAttentionGradArgs {
   const float* wkv = nullptr;               // [B, T, C] saved by the forward
   const float* log_denominators = nullptr;  // [B, T, C] saved by the forward
   int64_t chunk = 64;
+  // Sequence parallel, chunkwise only (both or neither): the state the tokens started from, as the
+  // forward's ([3][C] per sequence at state_stride), and where d loss / d (A, B) of it from these
+  // tokens goes as (x, y, rho) rows ([3][C] at state_stride, overwritten). Then leave_slice, if
+  // set, is called once, and must replace d_start_state by d loss / d (the state these tokens
+  // leave) from later tokens, in the same form; the backward adds what that gives k, v and w.
+  const float* start_state = nullptr;
+  float* d_start_state = nullptr;
+  int64_t state_stride = 0;
+  std::function<void()> leave_slice;
 };
 size_t decay_attention_backward_workspace_floats(Form form, int64_t B, int64_t T,
                                                  int64_t C, int64_t chunk);
 void decay_attention_backward(Form form, const DecayAttentionGradArgs& args,
                               Arena& arena);
+
+// Sequence parallel records (see above): [4][C] per sequence, `stride` floats apart.
+inline constexpr int64_t kDecaySliceRecordRows = 4;
+// The state the T tokens of k, v ([B, T, C]) leave from an empty one, as (a, b, p) rows, and the
+// log decay -T w, into each sequence's record.
+void decay_attention_slice_record(const TensorView& k, const TensorView& v, const float* w,
+                                  float* records, int64_t stride);
+// The record of no tokens: empty sums (a = b = 0, p the empty exponent), log decay 0.
+void decay_attention_empty_records(float* records, int64_t sequences, int64_t C, int64_t stride);
+// acc <- acc (+) x for `sequences` records: x's slice after acc's,
+//   p = max(p_acc + logdecay_x, p_x),
+//   (a, b) = e^{p_acc + logdecay_x - p} (a, b)_acc + e^{p_x - p} (a, b)_x,
+//   logdecay = logdecay_acc + logdecay_x;
+// both exponents are <= 0, so nothing overflows. Associative (up to rounding), not commutative.
+void decay_attention_combine_records(float* acc, const float* x, int64_t sequences, int64_t C,
+                                     int64_t stride);
 
 // Double-precision definition, for tests: one sequence, contiguous r, k, v [T, C], from the state
 // `state` [3][C] in the layout above (nullptr: empty) -> out [T, C]. Direct sums with one maximum

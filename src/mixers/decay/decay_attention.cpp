@@ -59,23 +59,6 @@ struct RowSink {
   }
 };
 
-// Adds the chunk's tokens j < n, decayed to token n - 1 and scaled by e^-ref: with
-// e = exp(k_j - ref - (n - 1 - j) w), num += e v_j and den += e (K, V: packed [n][kCb] rows).
-void add_decayed_tokens(const float* K, const float* V, int64_t n, const float* w,
-                        const float* ref, float* num, float* den) {
-  for (int64_t j = 0; j < n; ++j) {
-    const float* Kj = K + j * kCb;
-    const float* Vj = V + j * kCb;
-    const float decay = static_cast<float>(n - 1 - j);
-#pragma omp simd
-    for (int64_t c = 0; c < kCb; ++c) {
-      const float e = fast_exp_nonpositive((Kj[c] - ref[c]) - decay * w[c]);
-      num[c] += e * Vj[c];
-      den[c] += e;
-    }
-  }
-}
-
 // ---- the pairwise form over one chunk [t0, t0 + L), the state entering it as one more term ------
 // K, V: [L][kCb] packed rows. a, bs, p: this block's state (kCb lanes, padded lanes empty); with
 // update, they become the state after the chunk.
@@ -98,7 +81,7 @@ void pairwise_chunk(const RowSink& sink, int64_t t0, int64_t L, const float* K, 
       num[c] = e * a[c];
       den[c] = e * bs[c];
     }
-    add_decayed_tokens(K, V, i, w, M, num, den);
+    detail::add_decayed_tokens(K, V, i, w, M, num, den);
     const float* Vi = V + i * kCb;
 #pragma omp simd
     for (int64_t c = 0; c < kCb; ++c) {
@@ -109,18 +92,7 @@ void pairwise_chunk(const RowSink& sink, int64_t t0, int64_t L, const float* K, 
     }
     sink.write(t0 + i, num, den, M);
   }
-  if (!update) return;
-  // The state after the chunk: every term decayed to the chunk's end, scaled by R, their maximum.
-  const float fL = static_cast<float>(L);
-#pragma omp simd
-  for (int64_t c = 0; c < kCb; ++c) {
-    const float e = fast_exp_nonpositive((pe[c] - R[c]) - fL * w[c]);
-    a[c] *= e;
-    bs[c] *= e;
-  }
-  add_decayed_tokens(K, V, L, w, R, a, bs);
-#pragma omp simd
-  for (int64_t c = 0; c < kCb; ++c) p[c] = R[c];
+  if (update) detail::fold_chunk_into_state(K, V, L, w, pe, R, a, bs, p);
 }
 
 size_t pairwise_scratch(int64_t L) { return 2 * L * kCb; }

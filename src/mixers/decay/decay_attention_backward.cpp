@@ -13,7 +13,13 @@
 //   Q = sum G_n e^{...}, P = sum G_n wkv_n e^{...}, Q1 = sum (n-e) G_n e^{...}, P1 likewise,
 // each stored as (sum) e^{-rho} with rho the largest exponent -(n-e) w - L_n: then every factor
 // e^{k_m - (e-1-m) w + rho} is a normalised weight's bound, <= 1, and nothing overflows.
+//
+// A start state (sequence parallel) is one more token before the first, at m = -1, with
+// e^{k} = B0 = b0 e^{p0} and value A0 / B0: its pairs give d (A, B) = (Q, -P) e^rho at boundary 0
+// and d w -= e^{p0 + rho} (a0 Q1 - b0 P1). The gradient of the state the tokens leave enters the
+// sweep as the carried sums at the end, (Q, P) = (dA, -dB), as if it came from later tokens.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "decay_kernels.h"
@@ -37,7 +43,18 @@ Dims check_grad_args(Form form, const DecayAttentionGradArgs& a) {
   RETNET_CHECK(a.w && a.u && a.d_w && a.d_u,
                "decay attention backward needs w, u and their gradient buffers d_w, d_u");
   RETNET_CHECK(a.chunk >= 1, "decay attention: chunk size must be at least 1, got {}", a.chunk);
+  RETNET_CHECK((a.start_state == nullptr) == (a.d_start_state == nullptr),
+               "decay attention backward: give both start_state and d_start_state, or neither");
+  RETNET_CHECK(!a.start_state || form == Form::Chunkwise,
+               "decay attention backward: a start state needs the chunkwise form, not {}",
+               form_name(form));
+  RETNET_CHECK(!a.leave_slice || a.start_state,
+               "decay attention backward: leave_slice needs start_state and d_start_state");
   const Dims d = detail::channel_dims(a.k, "decay attention backward");
+  RETNET_CHECK(!a.start_state || d.B == 1 || a.state_stride >= decay_attention_state_floats(d.C),
+               "decay attention backward: state stride {} is below the {} floats of one "
+               "sequence's state",
+               a.state_stride, decay_attention_state_floats(d.C));
   detail::check_channel_views(d, {{&a.r, "r"},
                                   {&a.v, "v"},
                                   {&a.d_out, "d_out"},
@@ -181,6 +198,35 @@ void cross_chunk(const ChunkRows& rows, int64_t L, const float* w, Carried& f, f
   }
 }
 
+// d loss / d (A, B) of the start state from one (sequence, channel block)'s tokens, as
+// (x, y, rho) rows: x = sum_n G_n e^{-n w - L_n - rho}, y = -sum_n G_n wkv_n e^{...}, rho the
+// largest exponent -n w - L_n.
+void start_state_gradient(const DecayAttentionGradArgs& a, const Dims& d, int64_t b, int64_t c0,
+                          int64_t nc, float* out) {
+  alignas(64) float rho[kCb], x[kCb] = {}, y[kCb] = {};
+  std::fill(rho, rho + kCb, kEmptyExponent);
+  const float* ld = a.log_denominators + b * d.T * d.C + c0;
+  const float* wkv = a.wkv + b * d.T * d.C + c0;
+  for (int64_t t = 0; t < d.T; ++t)
+    for (int64_t c = 0; c < nc; ++c)
+      rho[c] = std::max(rho[c], -static_cast<float>(t) * a.w[c0 + c] - ld[t * d.C + c]);
+  for (int64_t t = 0; t < d.T; ++t) {
+    const float* r = &a.r.at(b, t, c0);
+    const float* dO = &a.d_out.at(b, t, c0);
+    for (int64_t c = 0; c < nc; ++c) {
+      const float e = (-static_cast<float>(t) * a.w[c0 + c] - ld[t * d.C + c]) - rho[c];
+      const float g = fast_exp_nonpositive(e) * dO[c] * detail::sigmoid_fast(r[c]);
+      x[c] += g;
+      y[c] -= g * wkv[t * d.C + c];
+    }
+  }
+  for (int64_t c = 0; c < nc; ++c) {
+    out[c0 + c] = x[c];
+    out[d.C + c0 + c] = y[c];
+    out[2 * d.C + c0 + c] = rho[c];
+  }
+}
+
 // dst rows (t0 + i, channels [c0, c0 + nc)) += src[i][0..nc).
 void add_rows(const TensorView& x, int64_t b, int64_t t0, int64_t L, int64_t c0, int64_t nc,
               const float* src) {
@@ -201,14 +247,29 @@ void backward_block(const DecayAttentionGradArgs& a, const Dims& d, int64_t b, i
   const ChunkRows rows = chunk_rows(scratch, chunk);
   Carried future;
   future.clear();
+  const float* start = a.start_state ? a.start_state + b * a.state_stride : nullptr;
+  if (start && a.leave_slice) {  // the leaving state's gradient, as from later tokens
+    const float* end = a.d_start_state + b * a.state_stride;
+    for (int64_t c = 0; c < nc; ++c) {
+      future.Q[c] = end[c0 + c];
+      future.P[c] = -end[d.C + c0 + c];
+      future.rho[c] = end[2 * d.C + c0 + c];
+    }
+  }
   const int64_t last = ((d.T - 1) / chunk) * chunk;
   for (int64_t t0 = last; t0 >= 0; t0 -= chunk) {
     const int64_t L = std::min(chunk, d.T - t0);
     load_chunk(a, d, b, c0, nc, t0, L, rows);
     chunk_pairs(rows, L, w, u, dw, du);
-    if (last > 0) cross_chunk(rows, L, w, future, dw);  // more than one chunk
+    // Carried sums matter across chunks, and at the start state or from the leaving state.
+    if (last > 0 || start) cross_chunk(rows, L, w, future, dw);
     add_rows(a.d_k, b, t0, L, c0, nc, rows.dK);
     add_rows(a.d_v, b, t0, L, c0, nc, rows.dV);
+  }
+  for (int64_t c = 0; start && c < nc; ++c) {  // w's share through the start state's decay
+    const float a0 = start[c0 + c], b0 = start[d.C + c0 + c], p0 = start[2 * d.C + c0 + c];
+    if (b0 > 0.f)
+      dw[c] -= std::exp(p0 + future.rho[c]) * (a0 * future.Q1[c] - b0 * future.P1[c]);
   }
   std::memcpy(dw_out, dw, nc * sizeof(float));
   std::memcpy(du_out, du, nc * sizeof(float));
@@ -231,6 +292,14 @@ void decay_attention_backward(Form form, const DecayAttentionGradArgs& a,
   // Per-sequence partial sums of d_w and d_u, added up in a fixed order afterwards.
   float* dw_parts = arena.alloc(d.B * d.C);
   float* du_parts = arena.alloc(d.B * d.C);
+  if (a.start_state) {
+    // The start state's gradient from these tokens first: the slices after exchange theirs.
+    detail::for_each_channel_block(d.B, d.C, arena, 0, [&](int64_t b, int64_t c0, int64_t nc,
+                                                           float*) {
+      start_state_gradient(a, d, b, c0, nc, a.d_start_state + b * a.state_stride);
+    });
+    if (a.leave_slice) a.leave_slice();
+  }
   detail::for_each_channel_block(
       d.B, d.C, arena, backward_scratch(chunk), [&](int64_t b, int64_t c0, int64_t nc, float* s) {
         backward_block(a, d, b, c0, nc, chunk, dw_parts + b * d.C + c0, du_parts + b * d.C + c0, s);

@@ -50,19 +50,48 @@ Saved carve(const float* base, const Config& c, int64_t N) {
   return {wkv, log_den};
 }
 
+// Sequence parallel: a slice record per sequence ([4][vd]: sums, exponent, log decay) and the
+// empty records, in the arena.
+size_t slice_records_floats(const Config& c, int64_t B) {
+  return Arena::footprint(static_cast<size_t>(B * kDecaySliceRecordRows * c.value_embed_dim));
+}
+
+// The records of a pass's B sequences, joined by the decay mixer's combine rule.
+struct SliceRecords {
+  float* records;
+  float* empty;
+  size_t floats;
+  SliceLink::Combine combine;
+};
+
+SliceRecords slice_records(int64_t B, int64_t vd, Arena& arena) {
+  const int64_t stride = kDecaySliceRecordRows * vd;
+  SliceRecords r;
+  r.floats = static_cast<size_t>(B * stride);
+  r.records = arena.alloc(r.floats);
+  r.empty = arena.alloc(r.floats);
+  decay_attention_empty_records(r.empty, B, vd, stride);
+  r.combine = [B, vd, stride](float* acc, const float* x) {
+    decay_attention_combine_records(acc, x, B, vd, stride);
+  };
+  return r;
+}
+
 class DecayMixer final : public SavedRegionsMixer<saved_sizes> {
  public:
   size_t workspace_floats(const Config& c, Form form, int64_t B, int64_t T, int64_t chunk,
                           int64_t) const override {
     return Arena::footprint(static_cast<size_t>(2 * c.value_embed_dim)) +
-           decay_attention_workspace_floats(form, B, T, c.value_embed_dim, chunk);
+           decay_attention_workspace_floats(form, B, T, c.value_embed_dim, chunk) +
+           (form == Form::Chunkwise ? 2 * slice_records_floats(c, B) : 0);
   }
 
   size_t backward_workspace_floats(const Config& c, Form form, int64_t B, int64_t T,
                                    int64_t chunk) const override {
     return 2 * Arena::footprint(static_cast<size_t>(2 * c.value_embed_dim)) +
            decay_attention_backward_workspace_floats(form, B, T, c.value_embed_dim,
-                                                     chunk);
+                                                     chunk) +
+           (form == Form::Chunkwise ? 2 * slice_records_floats(c, B) : 0);
   }
 
   const float* forward(const MixerPass& p, Arena& arena) const override {
@@ -77,6 +106,16 @@ class DecayMixer final : public SavedRegionsMixer<saved_sizes> {
     a.w = wu, a.u = wu + vd;
     a.state = p.state, a.state_stride = p.state_stride;
     a.chunk = p.chunk;
+    if (p.link) {
+      // This slice's record through the link: the state the earlier slices leave, to start from.
+      const SliceRecords r = slice_records(B, vd, arena);
+      const int64_t stride = kDecaySliceRecordRows * vd;
+      decay_attention_slice_record(x.k, x.v, a.w, r.records, stride);
+      p.link->enter(p.layer, r.records, r.floats, r.empty, r.combine);
+      for (int64_t b = 0; b < B; ++b)
+        std::memcpy(p.state + b * p.state_stride, r.records + b * stride,
+                    static_cast<size_t>(decay_attention_state_floats(vd)) * sizeof(float));
+    }
     if (p.saved) {
       const Saved sv = carve(p.saved, c, B * T);
       a.saved_wkv = sv.wkv, a.saved_log_denominators = sv.log_den;
@@ -106,6 +145,22 @@ class DecayMixer final : public SavedRegionsMixer<saved_sizes> {
     ga.w = wu, ga.u = wu + vd, ga.d_w = dwu, ga.d_u = dwu + vd;
     ga.wkv = sv.wkv, ga.log_denominators = sv.log_den;
     ga.chunk = gr.chunk;
+    if (gr.link) {
+      // The start state's gradient goes back to the earlier slices; the later slices' gradient of
+      // the state this slice leaves comes in, with its log decay over this slice, -T w.
+      const SliceRecords r = slice_records(B, vd, arena);
+      const int64_t stride = kDecaySliceRecordRows * vd;
+      ga.start_state = gr.link->entered(gr.layer, r.floats);
+      ga.d_start_state = r.records;
+      ga.state_stride = stride;
+      // Called inside decay_attention_backward: everything by value but gr.
+      ga.leave_slice = [&gr, r, wu, stride, B, T, vd] {
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t i = 0; i < vd; ++i)
+            r.records[b * stride + 3 * vd + i] = -static_cast<float>(T) * wu[i];
+        gr.link->leave_gradient(gr.layer, r.records, r.floats, r.empty, r.combine);
+      };
+    }
     decay_attention_backward(gr.form, ga, arena);
     if (learns_decay(c) && gr.grads) {
       const LayerTensors& L = model.tensors().layers[gr.layer];
@@ -117,6 +172,8 @@ class DecayMixer final : public SavedRegionsMixer<saved_sizes> {
       }
     }
   }
+
+  bool joins_slices() const override { return true; }
 };
 
 // Per channel: the running numerator, denominator and maximum exponent.
