@@ -31,6 +31,8 @@ struct BenchServeOptions {
   int threads = 0;
   int server_threads = -1;  // the server's --threads; -1: the same as --threads
   double soak_s = 0;
+  int64_t chat_turns = 0;
+  int64_t chat_cache_mib = 256;
   int64_t soak_streams = 64;
   double rss_tolerance = 0.05;
   uint64_t seed = 1;
@@ -133,13 +135,14 @@ Baseline generate_baseline(const Model& model, const Tokenizer& tokenizer, int64
           static_cast<double>(n * tokens) / (timings.prefill_s + timings.decode_s)};
 }
 
-std::vector<std::string> server_args(const BenchServeOptions& o, int64_t parallel) {
+std::vector<std::string> server_args(const BenchServeOptions& o, int64_t parallel,
+                                     int64_t cache_mib = 0) {
   return {"-m",
           o.model,
           "--parallel",
           std::to_string(parallel),
           "--state-cache-mib",
-          "0",
+          std::to_string(cache_mib),
           "--max-tokens",
           std::to_string(std::max<int64_t>(o.tokens, 1) * 4),
           "--max-queue",
@@ -316,6 +319,73 @@ void run_soak(const BenchServeOptions& o, nlohmann::json& out) {
       100 * growth, 100 * o.rss_tolerance);
 }
 
+// A chat of --chat-turns turns on one stream, the way a chat client sends it: each turn's prompt
+// is the whole conversation so far (earlier prompts and replies) plus a new user line. Run against
+// a server with the prompt cache on, then one with it off on the same prompts: per turn, the
+// prompt's tokens, those restored from the cache, and the time to first token (the turn's prefill
+// cost as a user sees it). The replies must be the same text with the cache on and off.
+void run_chat(const BenchServeOptions& o, nlohmann::json& out) {
+  RETNET_CHECK(o.chat_turns >= 2, "--chat-turns must be >= 2, got {}", o.chat_turns);
+  struct Turn {
+    RequestResult on, off;
+  };
+  std::vector<Turn> turns(static_cast<size_t>(o.chat_turns));
+  std::vector<std::string> prompts;
+  auto ask = [&](int port, const std::string& prompt, int64_t t) {
+    RequestOptions ro;
+    ro.prompt = prompt;
+    ro.max_tokens = o.tokens;
+    ro.seed = o.seed + static_cast<uint64_t>(t);
+    RequestResult r = run_completion(port, ro);
+    RETNET_CHECK(r.ok && !r.arrivals.empty(), "chat turn {} failed: {}", t + 1, r.error);
+    return r;
+  };
+  {
+    ServerProcess server(server_args(o, 1, o.chat_cache_mib));
+    std::string conversation;
+    for (int64_t t = 0; t < o.chat_turns; ++t) {
+      conversation += fmt::format("User: tell me more about part {} of the story.\nAssistant:", t + 1);
+      prompts.push_back(conversation);
+      turns[static_cast<size_t>(t)].on = ask(server.port(), conversation, t);
+      conversation += turns[static_cast<size_t>(t)].on.text + "\n";
+    }
+    RETNET_CHECK(server.stop() == 0, "the server did not exit cleanly: {}", server.log());
+  }
+  {
+    ServerProcess server(server_args(o, 1, 0));
+    for (int64_t t = 0; t < o.chat_turns; ++t)
+      turns[static_cast<size_t>(t)].off = ask(server.port(), prompts[static_cast<size_t>(t)], t);
+    RETNET_CHECK(server.stop() == 0, "the server did not exit cleanly: {}", server.log());
+  }
+  std::printf(
+      "retnet bench serve --chat-turns %lld: %s, %lld tokens per reply, prompt cache %lld MiB "
+      "against none\n",
+      static_cast<long long>(o.chat_turns), o.model.c_str(), static_cast<long long>(o.tokens),
+      static_cast<long long>(o.chat_cache_mib));
+  std::printf("%5s %14s %14s %15s %14s %15s %10s\n", "turn", "prompt tokens", "cached (on)",
+              "prefilled (on)", "TTFT on", "TTFT off", "same text");
+  auto ttft = [](const RequestResult& r) {
+    return std::chrono::duration<double>(r.arrivals.front() - r.start).count();
+  };
+  for (size_t t = 0; t < turns.size(); ++t) {
+    const Turn& x = turns[t];
+    const bool same = x.on.text == x.off.text;
+    std::printf("%5zu %14lld %14lld %15lld %12.1fms %13.1fms %10s\n", t + 1,
+                static_cast<long long>(x.on.prompt_tokens), static_cast<long long>(x.on.cached_tokens),
+                static_cast<long long>(x.on.prompt_tokens - x.on.cached_tokens), 1e3 * ttft(x.on),
+                1e3 * ttft(x.off), same ? "yes" : "NO");
+    out["results"].push_back({{"turn", t + 1},
+                              {"prompt_tokens", x.on.prompt_tokens},
+                              {"cached_tokens_cache_on", x.on.cached_tokens},
+                              {"cached_tokens_cache_off", x.off.cached_tokens},
+                              {"ttft_ms_cache_on", 1e3 * ttft(x.on)},
+                              {"ttft_ms_cache_off", 1e3 * ttft(x.off)},
+                              {"same_text", same}});
+    RETNET_CHECK(same, "turn {}: the reply differs with the prompt cache on and off", t + 1);
+  }
+  std::fflush(stdout);
+}
+
 void run(const BenchServeOptions& o) {
   nlohmann::json out = {{"benchmark", "serve"},
                         {"commit", git_commit()},
@@ -329,6 +399,8 @@ void run(const BenchServeOptions& o) {
                         {"results", nlohmann::json::array()}};
   if (o.soak_s > 0)
     run_soak(o, out);
+  else if (o.chat_turns > 0)
+    run_chat(o, out);
   else
     run_throughput(o, out);
   out["load_average_after"] = load_average();
@@ -359,6 +431,13 @@ void register_bench_serve(CLI::App* bench) {
               "Instead: this many seconds of mixed streamed/non-streamed requests with random "
               "disconnects; fails on any error, a busy slot at the end or RSS growth",
               number_above(0));
+  cmd->add_option("--chat-turns", o->chat_turns,
+                  "Instead: one chat of this many turns (each prompt the whole conversation so "
+                  "far), with the prompt cache on and off: per-turn cached tokens and time to "
+                  "first token")
+      ->check(integer_at_least(2));
+  add_checked(cmd, "--chat-cache-mib", o->chat_cache_mib,
+              "The prompt cache (--state-cache-mib) of the --chat-turns run", integer_at_least(1));
   add_checked(cmd, "--soak-clients", o->soak_streams, "Concurrent clients of the soak",
               integer_at_least(1));
   add_checked(cmd, "--rss-tolerance", o->rss_tolerance,

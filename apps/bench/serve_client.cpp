@@ -39,6 +39,14 @@ int wait_status_code(int status) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+// A response's usage object into r: completion, prompt and cached prompt tokens.
+void read_usage(const nlohmann::json& usage, RequestResult& r) {
+  r.generated = usage["completion_tokens"].get<int64_t>();
+  r.prompt_tokens = usage.value("prompt_tokens", int64_t{0});
+  if (usage.contains("prompt_tokens_details") && usage["prompt_tokens_details"].is_object())
+    r.cached_tokens = usage["prompt_tokens_details"].value("cached_tokens", int64_t{0});
+}
+
 }  // namespace
 
 ServerProcess::ServerProcess(const std::vector<std::string>& serve_args) {
@@ -167,11 +175,11 @@ RequestResult run_completion(int port, const RequestOptions& o) {
       try {
         const auto j = nlohmann::json::parse(event.substr(6));
         if (j.contains("error")) parse_error = true;
-        if (j.contains("usage") && j["usage"].is_object())
-          r.generated = j["usage"]["completion_tokens"].get<int64_t>();
+        if (j.contains("usage") && j["usage"].is_object()) read_usage(j["usage"], r);
         if (j.contains("choices") && !j["choices"].empty() &&
             !j["choices"][0]["text"].get<std::string>().empty()) {
           r.arrivals.push_back(Clock::now());
+          r.text += j["choices"][0]["text"].get<std::string>();
           if (o.disconnect_after_chunks >= 0 && ++chunks >= o.disconnect_after_chunks) {
             r.left = true;
             return false;  // httplib closes the connection
@@ -209,7 +217,9 @@ RequestResult run_completion(int port, const RequestOptions& o) {
     if (!r.ok) r.error = parse_error ? "an error event or bad JSON in the stream" : "no [DONE]";
   } else {
     try {
-      r.generated = nlohmann::json::parse(whole)["usage"]["completion_tokens"].get<int64_t>();
+      const auto j = nlohmann::json::parse(whole);
+      read_usage(j["usage"], r);
+      r.text = j["choices"][0]["text"].get<std::string>();
       r.ok = true;
     } catch (const std::exception& e) {
       r.error = std::string("bad JSON response: ") + e.what();

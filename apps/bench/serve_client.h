@@ -54,6 +54,8 @@ struct RequestResult {
   Clock::time_point start;
   std::vector<Clock::time_point> arrivals;  // text chunks of a stream
   int64_t generated = 0;                    // completion tokens (from usage)
+  int64_t prompt_tokens = 0, cached_tokens = 0;  // from usage (cached: prompt_tokens_details)
+  std::string text;                              // the completion's text
   Clock::time_point end;
 };
 

@@ -87,3 +87,29 @@ TEST(BenchServe, ShortSoakEndsWithEverySlotFree) {
   EXPECT_EQ(s["exit_status"].get<int>(), 0);
   fs::remove_all(dir);
 }
+
+// A 4-turn chat: with the cache on, every turn after the second restores a prefix and reads only a
+// part of its prompt; with it off nothing is restored; the replies are the same text.
+TEST(BenchServe, ChatTurnsRestoreTheConversationFromTheCache) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("retnet_bench_chat_" + std::to_string(getpid()));
+  const fs::path model = serve_tiny_model(dir), out = dir / "chat.json";
+  auto r = retnet::test::run_retnet("bench serve -m " + model.string() +
+                                        " --chat-turns 4 -n 6 -t 1 --chat-cache-mib 16 --json " +
+                                        out.string(),
+                                    120);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const json res = json::parse(std::ifstream(out))["results"];
+  ASSERT_EQ(res.size(), 4u) << res.dump();
+  for (size_t t = 0; t < res.size(); ++t) {
+    const json& x = res[t];
+    EXPECT_TRUE(x["same_text"].get<bool>()) << t;
+    EXPECT_EQ(x["cached_tokens_cache_off"].get<int64_t>(), 0) << t;
+    if (t >= 1) {  // the earlier prompt ran past a chunk boundary (chunk 8)
+      EXPECT_GT(x["cached_tokens_cache_on"].get<int64_t>(), 0) << t;
+      EXPECT_LT(x["cached_tokens_cache_on"].get<int64_t>(), x["prompt_tokens"].get<int64_t>());
+    }
+    if (t >= 1) EXPECT_GT(x["prompt_tokens"].get<int64_t>(), res[t - 1]["prompt_tokens"].get<int64_t>());
+  }
+  fs::remove_all(dir);
+}
