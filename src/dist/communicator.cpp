@@ -64,27 +64,35 @@ Communicator& world() {
   return *comm;
 }
 
+namespace {
+
+// Every rank's record of n floats, in rank order, on every rank; out starts as the identity.
+// Both scans then fold the records of the ranks before (or after) this one in order: the same
+// order of operations as one process running the slices one after another. N records of n floats
+// is small next to what a rank holds (n is a state's size, N the ranks of one sequence).
+std::vector<float> gather_records(Communicator& comm, const float* mine, float* out, size_t n,
+                                  const float* identity) {
+  std::vector<float> all(n * static_cast<size_t>(comm.size()));
+  comm.all_gather(mine, all.data(), n * sizeof(float));
+  std::memcpy(out, identity, n * sizeof(float));
+  return all;
+}
+
+}  // namespace
+
 void exclusive_scan(Communicator& comm, const float* mine, float* out, size_t n,
                     const float* identity,
                     const std::function<void(float* acc, const float* x)>& combine) {
-  // Every rank gathers all records and folds those before it, left to right: the same order of
-  // operations as one process running the slices one after another. N records of n floats is
-  // small next to what a rank holds (n is a state's size, N the ranks of one sequence).
-  const int r = comm.rank(), N = comm.size();
-  std::vector<float> all(n * static_cast<size_t>(N));
-  comm.all_gather(mine, all.data(), n * sizeof(float));
-  std::memcpy(out, identity, n * sizeof(float));
-  for (int j = 0; j < r; ++j) combine(out, all.data() + static_cast<size_t>(j) * n);
+  const std::vector<float> all = gather_records(comm, mine, out, n, identity);
+  for (int j = 0; j < comm.rank(); ++j) combine(out, all.data() + static_cast<size_t>(j) * n);
 }
 
 void reverse_exclusive_scan(Communicator& comm, const float* mine, float* out, size_t n,
                             const float* identity,
                             const std::function<void(float* acc, const float* x)>& combine) {
-  const int r = comm.rank(), N = comm.size();
-  std::vector<float> all(n * static_cast<size_t>(N));
-  comm.all_gather(mine, all.data(), n * sizeof(float));
-  std::memcpy(out, identity, n * sizeof(float));
-  for (int j = N - 1; j > r; --j) combine(out, all.data() + static_cast<size_t>(j) * n);
+  const std::vector<float> all = gather_records(comm, mine, out, n, identity);
+  for (int j = comm.size() - 1; j > comm.rank(); --j)
+    combine(out, all.data() + static_cast<size_t>(j) * n);
 }
 
 namespace {
