@@ -79,6 +79,7 @@ class Scheduler {
   // prefilling_: moved to the decode session, or finished).
   bool prefill_segment(Slot& slot, int64_t b);
   void decode_one_step();
+  int step_threads() const;  // threads for the next step with --threads 0
   // Ends the slot's job (reason "stop"/"length", or an error and its HTTP status) and frees it.
   void finish(Slot& slot, const std::string& reason, const std::string& error = "",
               int error_status = 0);
@@ -95,6 +96,7 @@ class Scheduler {
   Session prefill_session_;
   Session decode_session_;
   PromptCache cache_;
+  int full_threads_ = 1;  // the decode session's automatic choice, for steps worth splitting
 
   std::mutex mutex_;  // guards queue_, slots_' phases and jobs, stopping_
   std::condition_variable wake_;

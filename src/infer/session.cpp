@@ -118,6 +118,11 @@ void Session::prefill(int64_t b, const int32_t* tokens, int64_t T) {
   for (int64_t i = std::max<int64_t>(0, T - options_.history); i < T; ++i) remember(b, tokens[i]);
 }
 
+void Session::set_decode_threads(int n) {
+  RETNET_CHECK(n >= 1, "decode threads must be >= 1, got {}", n);
+  decode_threads_ = n;
+}
+
 void Session::step(const int32_t* tokens) {
   RETNET_CHECK(active_ >= 1, "step with no sequence in the session");
   ScopedThreads threads(decode_threads_);

@@ -2,6 +2,7 @@
 // continue against one run, chunked prefill against whole prefill, batched against alone, and the
 // streaming rules (complete UTF-8 characters, stop strings).
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -202,6 +203,36 @@ TEST(Generate, SameSeedSameTextAnyThreadCount) {
   EXPECT_EQ(a, b);
   sp.seed = 124;
   EXPECT_NE(a, generate_ids(m, prompt, 40, sp));
+}
+
+// The server decodes small steps on one thread and large ones on all (Scheduler::step_threads), so
+// a step must give the same logits, bit for bit, whatever its thread count.
+TEST(Generate, StepLogitsAreTheSameOnOneThreadAndTwo) {
+  const Model m = Model::init(Config{}, 21);  // the default model: its products split over threads
+  std::vector<std::vector<float>> logits;
+  for (int threads : {1, 2}) {
+    SessionOptions so;
+    so.capacity = 3;
+    Session s(m, so);
+    s.set_decode_threads(threads);
+    EXPECT_EQ(s.decode_threads(), threads);
+    for (int b = 0; b < 3; ++b) {
+      s.add_sequence();
+      const auto prompt = text_ids("Stream " + std::to_string(b) + ":");
+      s.prefill(b, prompt.data(), static_cast<int64_t>(prompt.size()));
+    }
+    for (int step = 0; step < 4; ++step) {
+      const int32_t tokens[3] = {65 + step, 97 + step, 48 + step};
+      s.step(tokens);
+    }
+    std::vector<float> all;
+    for (int b = 0; b < 3; ++b) all.insert(all.end(), s.logits(b), s.logits(b) + s.vocab());
+    logits.push_back(std::move(all));
+  }
+  for (float v : logits[0]) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_EQ(logits[0], logits[1]);
+  Session s(m);
+  EXPECT_TRUE(test::throws_error_naming([&] { s.set_decode_threads(0); }, {"decode threads"}));
 }
 
 TEST(Generate, StateFileRejectsDamageAndOtherModels) {

@@ -97,6 +97,9 @@ class Session {
   }
   // The thread count steps run with (after resolving "automatic").
   int decode_threads() const { return decode_threads_; }
+  // Changes it for the following steps (n >= 1): a caller that knows its steps' size and its
+  // OpenMP wait policy (the server's) picks per step.
+  void set_decode_threads(int n);
 
  private:
   void check_index(int64_t b) const;
