@@ -547,11 +547,19 @@ void Model::pack_quantized_product(QuantType type, size_t index, int64_t N, int6
     const size_t row_bytes = quant_row_bytes(type, K, layout[index].name);
     const size_t offset = pack.quant.size();
     pack.quant.resize(offset + quant_panel_bytes(type, N, K));
-    // The ggml rows (stored or quantised now), then repacked into the decode panels.
-    std::vector<uint8_t> rows_bytes(static_cast<size_t>(N) * row_bytes);
-    uint8_t* out = rows_bytes.data();
-    if (quant.stored) {  // the product's tensors (q|k|v|g, fc1|gate), each stored on its own
-      for (int64_t row = 0, i = static_cast<int64_t>(index); row < N; ++i) {
+    // The ggml rows (stored, or quantised now) of a slab of whole panel groups at a time, then
+    // repacked into the decode panels: the memory in passing is one slab, not the product (a
+    // product's groups take exactly its rows' bytes, so slab r0 starts at r0 rows' bytes).
+    constexpr int64_t kSlabRows = 32 * kQuantPanelRows;
+    std::vector<uint8_t> slab(static_cast<size_t>(std::min(N, kSlabRows)) * row_bytes);
+    auto fill_rows = [&](int64_t r0, int64_t n, uint8_t* out) {
+      if (!quant.stored) {
+        quantize_rows(type, params_.tensor(index) + r0 * K, n, K, K, out, layout[index].name);
+        return;
+      }
+      // The product's tensors (q|k|v|g, fc1|gate), each stored on its own: the parts of those
+      // that overlap rows [r0, r0 + n).
+      for (int64_t row = 0, i = static_cast<int64_t>(index); row < r0 + n; ++i) {
         const auto it = quant.stored->find(static_cast<size_t>(i));
         RETNET_CHECK(it != quant.stored->end(), "tensor '{}' is not stored quantised",
                      layout[static_cast<size_t>(i)].name);
@@ -560,13 +568,20 @@ void Model::pack_quantized_product(QuantType type, size_t index, int64_t N, int6
                      "tensor '{}': {} bytes stored, but {} rows of {} values in {} take {}",
                      layout[static_cast<size_t>(i)].name, it->second.size, rows, K,
                      quant_type_name(type), static_cast<size_t>(rows) * row_bytes);
-        std::memcpy(out + static_cast<size_t>(row) * row_bytes, it->second.data, it->second.size);
+        const int64_t first = std::max(row, r0), last = std::min(row + rows, r0 + n);
+        if (first < last)
+          std::memcpy(out + static_cast<size_t>(first - r0) * row_bytes,
+                      it->second.data + static_cast<size_t>(first - row) * row_bytes,
+                      static_cast<size_t>(last - first) * row_bytes);
         row += rows;
       }
-    } else {
-      quantize_rows(type, params_.tensor(index), N, K, K, out, layout[index].name);
+    };
+    for (int64_t r0 = 0; r0 < N; r0 += kSlabRows) {
+      const int64_t n = std::min(kSlabRows, N - r0);
+      fill_rows(r0, n, slab.data());
+      pack_quant_panels(type, slab.data(), n, K,
+                        pack.quant.data() + offset + static_cast<size_t>(r0) * row_bytes);
     }
-    pack_quant_panels(type, out, N, K, pack.quant.data() + offset);
     p.quant = pack.quant.data() + offset;
     p.quant_type = type;
   }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <unistd.h>
 
 #include "retnet/core/arena.h"
 #include "retnet/core/error.h"
@@ -248,4 +249,27 @@ TEST(QuantModel, BadQuantisedFilesAreClearErrors) {
                              (dir / "f.safetensors").string(), QuantType::Q8_0, false);
       },
       {"multiple of 32"}));
+}
+
+// A quantised file's stored blocks are repacked into panels a slab of 256 rows at a time; with
+// d = 96 the q|k|v|g product has 384 rows over four tensors, so a slab boundary falls inside one
+// of them: the loaded model computes exactly what quantising the same weights at load computes.
+TEST(QuantModel, AStoredFileWhoseProductsSpanSeveralSlabsLoadsExactly) {
+  Config c = test::model_config(96, 96, 4, 96, 2, 256);
+  c.recurrent_chunk_size = 8;
+  const Model source = Model::init(c, 12);
+  const auto tokens = quant_tokens_of(24, 256);
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("quant_slabs_" + std::to_string(getpid()) +
+                                                 ".safetensors"))
+          .string();
+  for (DecodePrecision p : kQuant) {
+    SCOPED_TRACE(decode_precision_name(p));
+    save_quantized_model(source, path, *decode_quant_type(p), false);
+    const Model loaded = load_model(path);
+    Model at_load = Model::init(c, 12);
+    at_load.prepare_inference(p);
+    EXPECT_EQ(logits_of(loaded, tokens), logits_of(at_load, tokens));
+  }
+  std::filesystem::remove(path);
 }
