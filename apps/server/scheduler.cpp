@@ -342,14 +342,14 @@ TokenLogprob Scheduler::logprob_of(const float* logits, int32_t token, int top) 
 }
 
 // The server's OpenMP threads sleep at their barriers (serve_main), so each parallel region of a
-// step pays a wake-up: a step too small to be worth splitting (batch x parameters below 2^24, the
-// rule Session applies to short prompts) runs on the inference thread alone. Measured on the
-// default model (3.8 M parameters), 2-core AMD EPYC, load 2.5: one stream 1,216 and 1,488 tokens/s
-// on one thread against 452 and 1,021 on two; at 16 streams two threads were faster (3,737 and
-// 4,498 against 2,774 and 2,285 tokens/s).
+// step pays a wake-up: a step too small to be worth splitting (batch x parameters below 2^23)
+// runs on the inference thread alone. Measured on the default model (3.8 M parameters), 2-core
+// AMD EPYC, idle but for the benchmark: one stream 1,629 and 1,806 tokens/s on one thread against
+// 1,344 and 1,372 on two; at 4 streams (15 M) two threads were faster (3,073 and 3,506 against
+// 2,004 and 3,040 tokens/s), and at 16.
 int Scheduler::step_threads() const {
   const int64_t work = static_cast<int64_t>(decoding_.size()) * model_.parameter_count();
-  return work >= (int64_t{1} << 24) ? full_threads_ : 1;
+  return work >= (int64_t{1} << 23) ? full_threads_ : 1;
 }
 
 void Scheduler::decode_one_step() {
