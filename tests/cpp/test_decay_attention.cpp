@@ -7,6 +7,7 @@
 
 #include "retnet/core/error.h"
 #include "retnet/mixers/decay_attention.h"
+#include "decay_problem.h"
 #include "test_helpers.h"
 
 using namespace retnet;
@@ -14,22 +15,9 @@ using namespace retnet::test;
 
 namespace {
 
-struct DecayProblem {
-  int64_t B, T, C;
-  std::vector<float> r, k, v;  // [B, T, C] contiguous
-  std::vector<float> w, u;     // [C]
-
+struct DecayProblem : DecayInputs {
   DecayProblem(int64_t b, int64_t t, int64_t c, uint64_t seed, double k_scale = 1.0)
-      : B(b), T(t), C(c) {
-    r = random_vector(B * T * C, seed, 1.0, 0);
-    k = random_vector(B * T * C, seed, k_scale, 1);
-    v = random_vector(B * T * C, seed, 1.0, 2);
-    // Decays from none to strong, bonuses of both signs.
-    w = random_vector(C, seed, 1.0, 3);
-    for (float& x : w) x = std::fabs(x);
-    if (C > 1) w[0] = 0.f;
-    u = random_vector(C, seed, 1.0, 4);
-  }
+      : DecayInputs(b, t, c, seed, k_scale) {}
   int64_t state_per_sequence() const { return decay_attention_state_floats(C); }
   TensorView view(std::vector<float>& x) { return TensorView::contiguous(x.data(), {B, T, C}); }
 

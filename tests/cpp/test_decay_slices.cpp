@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "retnet/mixers/decay_attention.h"
+#include "decay_problem.h"
 #include "test_helpers.h"
 
 using namespace retnet;
@@ -17,20 +18,10 @@ namespace {
 
 constexpr int64_t kRecordRows = kDecaySliceRecordRows;
 
-// Random r, k, v [B, T, C] and rwkv-style w >= 0, u of both signs.
-struct SliceProblem {
-  int64_t B, T, C;
-  std::vector<float> r, k, v, w, u;
+// Random decay-mixer inputs (every use has C > 1, so channel 0 has no decay: AFT-simple's).
+struct SliceProblem : DecayInputs {
   SliceProblem(int64_t b, int64_t t, int64_t c, uint64_t seed, double k_scale)
-      : B(b), T(t), C(c) {
-    r = random_vector(B * T * C, seed, 1.0, 0);
-    k = random_vector(B * T * C, seed, k_scale, 1);
-    v = random_vector(B * T * C, seed, 1.0, 2);
-    w = random_vector(C, seed, 1.0, 3);
-    for (float& x : w) x = std::fabs(x);
-    w[0] = 0.f;  // no decay (AFT-simple's)
-    u = random_vector(C, seed, 1.0, 4);
-  }
+      : DecayInputs(b, t, c, seed, k_scale) {}
   TensorView view(std::vector<float>& x, int64_t t0, int64_t t1) {
     return TensorView::contiguous(x.data(), {B, T, C}).slice(1, t0, t1);
   }

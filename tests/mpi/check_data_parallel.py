@@ -92,6 +92,13 @@ def compare_weights(label, got_path, want_path):
     return bad
 
 
+def compare_runs(label, got_dir, want_dir, steps):
+    """Two run directories: their loss curves over `steps` and their final weights."""
+    return (compare_curves(label, losses(got_dir), losses(want_dir), steps) +
+            compare_weights(label, os.path.join(got_dir, "model.safetensors"),
+                            os.path.join(want_dir, "model.safetensors")))
+
+
 def copy_at_step_10(run_dir, dest):
     """A copy of a 20-step run directory as it stood after step 10: the step-20 checkpoint and the
     final model removed, so --resume starts from the step-10 checkpoint."""
@@ -107,20 +114,14 @@ def case_equivalence(a, work):
     one = os.path.join(work, "one_rank")
     run(MPIRUN + ["-np", "2"] + train_args(a, work, "two_ranks", batch=2))
     run(train_args(a, work, "one_rank", batch=4))
-    bad = compare_curves("2 ranks x 2 vs 1 rank x 4", losses(two), losses(one), list(range(1, 21)))
-    bad += compare_weights("2 ranks x 2 vs 1 rank x 4", os.path.join(two, "model.safetensors"),
-                           os.path.join(one, "model.safetensors"))
+    bad = compare_runs("2 ranks x 2 vs 1 rank x 4", two, one, list(range(1, 21)))
     # Resume the 2-rank run's step-10 checkpoint on 1 rank with the same global batch.
     resumed = copy_at_step_10(two, os.path.join(work, "resumed"))
     p = run(train_args(a, work, "resumed", batch=4, extra=["--resume"]))
     if "resuming from step 10" not in p.stderr:
         print(f"FAIL: the resumed run did not start from step 10:\n{p.stderr}")
         bad += 1
-    bad += compare_curves("resumed on 1 rank vs 1 rank throughout", losses(resumed), losses(one),
-                          list(range(11, 21)))
-    bad += compare_weights("resumed on 1 rank vs 1 rank throughout",
-                           os.path.join(resumed, "model.safetensors"),
-                           os.path.join(one, "model.safetensors"))
+    bad += compare_runs("resumed on 1 rank vs 1 rank throughout", resumed, one, list(range(11, 21)))
     # A different global batch is another run: refused with both batches named.
     p = subprocess.run(train_args(a, work, "resumed", batch=2, extra=["--resume"]),
                        capture_output=True, text=True, timeout=120)
@@ -163,14 +164,8 @@ def case_overlap(a, work):
         print(f"2 ranks: {buckets} buckets per step ({summary[0]})")
     b, one, whole = (os.path.join(work, n) for n in ("buckets", "one_rank", "whole"))
     steps = list(range(1, 21))
-    bad += compare_curves("2 ranks x 2 in buckets vs 1 rank x 4", losses(b), losses(one), steps)
-    bad += compare_weights("2 ranks x 2 in buckets vs 1 rank x 4",
-                           os.path.join(b, "model.safetensors"),
-                           os.path.join(one, "model.safetensors"))
-    bad += compare_curves("2 ranks in buckets vs one all-reduce", losses(b), losses(whole), steps)
-    bad += compare_weights("2 ranks in buckets vs one all-reduce",
-                           os.path.join(b, "model.safetensors"),
-                           os.path.join(whole, "model.safetensors"))
+    bad += compare_runs("2 ranks x 2 in buckets vs 1 rank x 4", b, one, steps)
+    bad += compare_runs("2 ranks in buckets vs one all-reduce", b, whole, steps)
     print(f"2 ranks in buckets vs one all-reduce: losses {exact_or_worst(losses(b), losses(whole))}")
     return bad
 
@@ -184,11 +179,7 @@ def case_sequence(a, work):
                                            extra=extra + ["--seq-parallel"]))
     run(train_args(a, work, "one_rank", batch=2, seq=47, extra=extra))
     two, one = os.path.join(work, "two_ranks"), os.path.join(work, "one_rank")
-    bad = compare_curves("2 ranks x half sequences vs 1 rank", losses(two), losses(one),
-                         list(range(1, 21)))
-    bad += compare_weights("2 ranks x half sequences vs 1 rank",
-                           os.path.join(two, "model.safetensors"),
-                           os.path.join(one, "model.safetensors"))
+    bad = compare_runs("2 ranks x half sequences vs 1 rank", two, one, list(range(1, 21)))
     # Resume the 2-rank run's step-10 checkpoint, sliced again: the same curve to step 20.
     resumed = copy_at_step_10(two, os.path.join(work, "resumed_slices"))
     p = run(MPIRUN + ["-np", "2"] + train_args(a, work, "resumed_slices", batch=2, seq=47,
@@ -196,11 +187,7 @@ def case_sequence(a, work):
     if "resuming from step 10" not in p.stdout + p.stderr:
         print(f"FAIL: the resumed sliced run did not start from step 10:\n{p.stderr}")
         bad += 1
-    bad += compare_curves("resumed with --seq-parallel vs 1 rank", losses(resumed), losses(one),
-                          list(range(11, 21)))
-    bad += compare_weights("resumed with --seq-parallel vs 1 rank",
-                           os.path.join(resumed, "model.safetensors"),
-                           os.path.join(one, "model.safetensors"))
+    bad += compare_runs("resumed with --seq-parallel vs 1 rank", resumed, one, list(range(11, 21)))
     # A mixer that keeps every token cannot be split: refused, naming it.
     with open(os.path.join(work, "attention.json"), "w") as f:
         json.dump({**CONFIG, "mixer": "attention"}, f)
