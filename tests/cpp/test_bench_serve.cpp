@@ -111,5 +111,11 @@ TEST(BenchServe, ChatTurnsRestoreTheConversationFromTheCache) {
     }
     if (t >= 1) EXPECT_GT(x["prompt_tokens"].get<int64_t>(), res[t - 1]["prompt_tokens"].get<int64_t>());
   }
+  // Bad values are refused naming the option.
+  for (const std::string bad : {"--chat-turns 1", "--chat-cache-mib 0", "--server-threads -1"}) {
+    r = retnet::test::run_retnet("bench serve -m " + model.string() + " " + bad, 60);
+    EXPECT_NE(r.exit_code, 0) << bad;
+    EXPECT_NE(r.err.find(bad.substr(0, bad.find(' '))), std::string::npos) << bad << ": " << r.err;
+  }
   fs::remove_all(dir);
 }
