@@ -267,16 +267,15 @@ void few_rows(RowsFn rows_fn, QuantType type, int64_t M, int64_t N, int64_t K, c
   }
 }
 
-// Rows of W dequantised per block: 256 rows x K = 4 MiB at K = 4096, reused across calls.
-constexpr int64_t kDequantRows = 256;
-
+// Rows of W dequantised a block at a time (converted_block_rows, reused across calls), then sgemm.
 void dequantised_gemm(QuantType type, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                       const uint8_t* W, float beta, float* C, int64_t ldc) {
   quant_row_bytes(type, K, "the weights of a quantised product");
+  const int64_t block_rows = converted_block_rows(N, K);
   thread_local std::vector<float> block;
-  block.resize(static_cast<size_t>(std::min(N, kDequantRows) * K));
-  for (int64_t n0 = 0; n0 < N; n0 += kDequantRows) {
-    const int64_t rows = std::min(kDequantRows, N - n0);
+  block.resize(static_cast<size_t>(block_rows * K));
+  for (int64_t n0 = 0; n0 < N; n0 += block_rows) {
+    const int64_t rows = std::min(block_rows, N - n0);
     float* b = block.data();
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r += kQuantPanelRows)

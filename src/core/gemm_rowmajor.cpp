@@ -217,17 +217,16 @@ void few_rows(BlockFn<W> rows, int64_t M, int64_t N, int64_t K, const float* A, 
   few_rows(rows, M, 1, &B, &N, K, A, lda, ldb, beta, C, ldc);
 }
 
-// Prefill: rows of W converted to float32 per block (256 rows x K = 4 MiB at K = 4096, reused
-// across calls), then sgemm. The conversion is O(N K) against the product's O(M N K).
-constexpr int64_t kConvertRows = 256;
-
+// Prefill: rows of W converted to float32 a block at a time (converted_block_rows, reused across
+// calls), then sgemm. The conversion is O(N K) against the product's O(M N K).
 template <typename W>
 void converted_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const W* B,
                     int64_t ldb, float beta, float* C, int64_t ldc) {
+  const int64_t block_rows = converted_block_rows(N, K);
   thread_local std::vector<float> block;
-  block.resize(static_cast<size_t>(std::min(N, kConvertRows) * K));
-  for (int64_t n0 = 0; n0 < N; n0 += kConvertRows) {
-    const int64_t rows = std::min(kConvertRows, N - n0);
+  block.resize(static_cast<size_t>(block_rows * K));
+  for (int64_t n0 = 0; n0 < N; n0 += block_rows) {
+    const int64_t rows = std::min(block_rows, N - n0);
     float* b = block.data();
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) rowmajor_row(B, ldb, K, n0 + r, 1.f, b + r * K);

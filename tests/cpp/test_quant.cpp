@@ -177,22 +177,26 @@ void expect_scalar_within_activation_rounding(QuantType type, int64_t M, int64_t
 void expect_kernel_matches_scalar(QuantKernel kernel) {
   if (!quant_kernel_available(kernel))
     GTEST_SKIP() << "this CPU lacks " << quant_kernel_name(kernel) << ": its path is not tested";
-  const int64_t K = 320, N = 37;
-  for (QuantType type : kTypes)
-    for (int64_t M : {1, 3, 17}) {
-      SCOPED_TRACE(std::string(quant_type_name(type)) + " M=" + std::to_string(M));
-      const auto q = quantised(type, weights(N, K, 2), N, K);
-      const auto p = panels(type, q, N, K);
-      const auto A = random_vector(M * K, 3);
-      std::vector<float> got(M * N, 1.f), scalar(M * N, 1.f);
-      // beta 1: accumulating into C.
-      quant_gemm_nt_with(kernel, type, M, N, K, A.data(), K, p.data(), 1.f, got.data(), N);
-      quant_gemm_nt_with(QuantKernel::Scalar, type, M, N, K, A.data(), K, p.data(), 1.f,
-                         scalar.data(), N);
-      // The same integer block sums and the same fmas in the same order: bit for bit.
-      for (int64_t i = 0; i < M * N; ++i) ASSERT_EQ(got[i], scalar[i]) << i;
-      expect_scalar_within_activation_rounding(type, M, N, K, A, q);
-    }
+  // N = 203: 25 whole groups and a partial one, split over the threads.
+  const int64_t K = 320;
+  for (int64_t N : {37, 203}) {
+    for (QuantType type : kTypes)
+      for (int64_t M : {1, 3, 17}) {
+        SCOPED_TRACE(std::string(quant_type_name(type)) + " M=" + std::to_string(M) +
+                     " N=" + std::to_string(N));
+        const auto q = quantised(type, weights(N, K, 2), N, K);
+        const auto p = panels(type, q, N, K);
+        const auto A = random_vector(M * K, 3);
+        std::vector<float> got(M * N, 1.f), scalar(M * N, 1.f);
+        // beta 1: accumulating into C.
+        quant_gemm_nt_with(kernel, type, M, N, K, A.data(), K, p.data(), 1.f, got.data(), N);
+        quant_gemm_nt_with(QuantKernel::Scalar, type, M, N, K, A.data(), K, p.data(), 1.f,
+                           scalar.data(), N);
+        // The same integer block sums and the same fmas in the same order: bit for bit.
+        for (int64_t i = 0; i < M * N; ++i) ASSERT_EQ(got[i], scalar[i]) << i;
+        expect_scalar_within_activation_rounding(type, M, N, K, A, q);
+      }
+  }
 }
 
 }  // namespace
