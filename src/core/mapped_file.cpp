@@ -38,4 +38,11 @@ std::shared_ptr<const MappedFile> map_file_readonly(const std::string& path) {
   return file;
 }
 
+void release_mapped(const uint8_t* data, size_t bytes) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data), end = begin + bytes;
+  const uintptr_t lo = (begin + page - 1) / page * page, hi = end / page * page;
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
 }  // namespace retnet

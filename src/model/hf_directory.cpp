@@ -1,9 +1,6 @@
 // Hugging Face model directories: tensor names, shards and their index, loading and writing.
 #include "retnet/model/hf_directory.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -17,6 +14,7 @@
 
 #include "retnet/core/error.h"
 #include "retnet/core/half.h"
+#include "retnet/core/mapped_file.h"
 #include "retnet/core/read_file.h"
 #include "retnet/core/safetensors.h"
 #include "retnet/model/model.h"
@@ -90,8 +88,8 @@ Shards open_shards(const std::string& dir) {
   } else if (fs::exists(fs::path(dir) / "model.safetensors")) {
     s.files = {"model.safetensors"};
   } else {
-    throw Error(fmt::format("'{}' has neither model.safetensors nor model.safetensors.index.json",
-                            dir));
+    throw Error(
+        fmt::format("'{}' has neither model.safetensors nor model.safetensors.index.json", dir));
   }
   s.opened.reserve(s.files.size());
   for (const std::string& f : s.files) {
@@ -133,10 +131,12 @@ std::string hf_tensor_name(const std::string& engine_name, HfFlavour flavour) {
   if (std::regex_match(engine_name, m, layer))
     for (const auto& [ours, theirs] : kFlaLayerNames)
       if (m[2] == ours) return "model.layers." + m[1].str() + "." + theirs;
-  throw Error(fmt::format("tensor '{}' has no name in flash-linear-attention's layout", engine_name));
+  throw Error(
+      fmt::format("tensor '{}' has no name in flash-linear-attention's layout", engine_name));
 }
 
-std::vector<std::string> hf_tensor_names_accepted(const std::string& engine_name, HfFlavour flavour) {
+std::vector<std::string> hf_tensor_names_accepted(const std::string& engine_name,
+                                                  HfFlavour flavour) {
   std::vector<std::string> names = {hf_tensor_name(engine_name, flavour)};
   const std::string fused = "attn.g_norm_swish_gate.weight";
   const std::string& n = names[0];
@@ -152,15 +152,6 @@ bool is_hf_directory(const std::string& path) {
 }
 
 namespace {
-
-// The pages of a mapped file range back to the system once read (they would otherwise stay in
-// the resident set beside the converted copy).
-void release_mapped(const uint8_t* data, size_t bytes) {
-  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(data), end = begin + bytes;
-  const uintptr_t lo = (begin + page - 1) / page * page, hi = end / page * page;
-  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
-}
 
 // A directory whose every tensor is found, typed and shaped as its config needs; values not read.
 struct ResolvedDirectory {
@@ -198,8 +189,8 @@ struct ResolvedDirectory {
   // Layout entry i where it lies when it is stored in `precision`'s type (row-major, as every
   // safetensors tensor is), else nullptr.
   const void* stored_as(size_t i, DecodePrecision precision) const {
-    const char* dtype = precision == DecodePrecision::F32   ? "F32"
-                        : precision == DecodePrecision::F16 ? "F16"
+    const char* dtype = precision == DecodePrecision::F32    ? "F32"
+                        : precision == DecodePrecision::F16  ? "F16"
                         : precision == DecodePrecision::BF16 ? "BF16"
                                                              : "";
     return source[i]->dtype == dtype ? source[i]->data : nullptr;

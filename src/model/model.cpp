@@ -11,6 +11,7 @@
 #include "retnet/core/gemm.h"
 #include "retnet/core/gemm_rowmajor.h"
 #include "retnet/core/hash.h"
+#include "retnet/core/mapped_file.h"
 #include "retnet/core/rng.h"
 #include "retnet/ops/rotation.h"
 
@@ -39,9 +40,9 @@ ParamLayout make_param_layout(const Config& config, ModelTensors* idx) {
     if (c.gated()) L.g_proj = layout.add(p + s + ".g_proj.weight", {vd, d}, true);
     L.out_proj = layout.add(p + s + ".out_proj.weight", {d, vd}, true);
     for (const MixerTensor& t : m.tensors)
-      L.mixer_tensors.push_back(t.present && !t.present(c) ? kNoTensor
-                                                           : layout.add(p + s + "." + t.name,
-                                                                        t.shape(c), t.weight_decay));
+      L.mixer_tensors.push_back(t.present && !t.present(c)
+                                    ? kNoTensor
+                                    : layout.add(p + s + "." + t.name, t.shape(c), t.weight_decay));
     L.mixer_norm = layout.add(p + s + "_layer_norm.weight", {d});
     L.fc1 = layout.add(p + "ffn.fc1.weight", {f, d}, true);
     L.gate = layout.add(p + "ffn.gate.weight", {f, d}, true);
@@ -72,8 +73,9 @@ Model::Model(const Config& config, ParamBuffer params)
                  "parameter layout mismatch at '{}'", expected[i].name);
   for (int64_t h = 0; h < config_.heads; ++h) gammas_.push_back(config_.gamma(h));
   auto thetas_of = [](const Config& c) {
-    return c.rotary == RotaryStyle::HalfSplit ? half_split_rotation_thetas(c.key_dim(), c.rope_theta)
-                                              : rotation_thetas(c.key_dim());
+    return c.rotary == RotaryStyle::HalfSplit
+               ? half_split_rotation_thetas(c.key_dim(), c.rope_theta)
+               : rotation_thetas(c.key_dim());
   };
   thetas_ = thetas_of(config_);
   // Layers with the same rotation share one table (the layer loop rotates once per table).
@@ -128,7 +130,7 @@ Model Model::init(const Config& config, uint64_t seed) {
     for (size_t i = 0; i < own.size(); ++i)
       if (L.mixer_tensors[i] != kNoTensor)
         own[i].init(lc, static_cast<int64_t>(l), seed, params.tensor(L.mixer_tensors[i]),
-                  static_cast<int64_t>(layout[L.mixer_tensors[i]].numel));
+                    static_cast<int64_t>(layout[L.mixer_tensors[i]].numel));
     uniform(L.fc1, 1.0 / std::sqrt(d));
     uniform(L.gate, 1.0 / std::sqrt(d));
     uniform(L.fc2, 1.0 / std::sqrt(static_cast<double>(config.ffn_dim)));
@@ -147,8 +149,9 @@ struct DecodePack {
   // up, not multiplied: no panels); its by_tensor entry points here.
   std::vector<uint16_t> embed_f16;
   std::vector<BFloat16> embed_bf16;
-  std::vector<uint8_t> quant;  // the quantised precisions: every product's panels, one after another
-  bool head_f32 = false;       // a quantised model whose LM head stays float32 (in f32)
+  std::vector<uint8_t>
+      quant;              // the quantised precisions: every product's panels, one after another
+  bool head_f32 = false;  // a quantised model whose LM head stays float32 (in f32)
   std::unordered_map<size_t, PackedProjection> by_tensor;
   // Weights used in place: what holds their storage (the file mappings), and their bytes.
   std::shared_ptr<const void> keep_alive;
@@ -168,8 +171,9 @@ DecodePrecision parse_decode_precision(const std::string& name, const std::strin
   if (name == "q8_0") return DecodePrecision::Q8_0;
   if (name == "q4_0") return DecodePrecision::Q4_0;
   if (name == "q4_1") return DecodePrecision::Q4_1;
-  throw Error(fmt::format(
-      "{}: '{}' is not a weight dtype (expected f32, bf16, f16, q8_0, q4_0 or q4_1)", option, name));
+  throw Error(
+      fmt::format("{}: '{}' is not a weight dtype (expected f32, bf16, f16, q8_0, q4_0 or q4_1)",
+                  option, name));
 }
 
 std::optional<QuantType> decode_quant_type(DecodePrecision precision) {
@@ -368,8 +372,8 @@ size_t element_bytes(DecodePrecision precision) {
 
 RowMajorSlice row_major_slice(DecodePrecision precision, int64_t first_row, int64_t rows,
                               const void* data, const std::string& tensor) {
-  RowMajorSlice s{first_row, rows, nullptr, nullptr, nullptr, tensor,
-                  std::make_shared<std::once_flag>()};
+  RowMajorSlice s{
+      first_row, rows, nullptr, nullptr, nullptr, tensor, std::make_shared<std::once_flag>()};
   if (precision == DecodePrecision::F32)
     s.f32 = static_cast<const float*>(data);
   else if (precision == DecodePrecision::F16)
@@ -513,7 +517,8 @@ void Model::pack_quantized(QuantType type,
                            const std::vector<std::tuple<size_t, int64_t, int64_t>>& products,
                            bool release, const QuantOptions& quant, DecodePack& pack) {
   reserve_quantized(type, products, quant, pack);
-  for (auto [index, N, K] : products) pack_quantized_product(type, index, N, K, release, quant, pack);
+  for (auto [index, N, K] : products)
+    pack_quantized_product(type, index, N, K, release, quant, pack);
 }
 
 void Model::reserve_quantized(QuantType type,
@@ -532,8 +537,8 @@ void Model::reserve_quantized(QuantType type,
   pack.head_f32 = quant.keep_head_f32;
 }
 
-void Model::pack_quantized_product(QuantType type, size_t index, int64_t N, int64_t K,
-                                   bool release, const QuantOptions& quant, DecodePack& pack) {
+void Model::pack_quantized_product(QuantType type, size_t index, int64_t N, int64_t K, bool release,
+                                   const QuantOptions& quant, DecodePack& pack) {
   const ParamLayout& layout = params_.layout();
   PackedProjection p;
   p.N = N;
@@ -582,6 +587,12 @@ void Model::pack_quantized_product(QuantType type, size_t index, int64_t N, int6
       pack_quant_panels(type, slab.data(), n, K,
                         pack.quant.data() + offset + static_cast<size_t>(r0) * row_bytes);
     }
+    if (quant.stored && quant.stored_mapped)
+      for (size_t i = index; i < layout.size() &&
+                             layout[i].offset < layout[index].offset + static_cast<size_t>(N * K);
+           ++i)
+        if (const auto it = quant.stored->find(i); it != quant.stored->end())
+          release_mapped(it->second.data, it->second.size);
     p.quant = pack.quant.data() + offset;
     p.quant_type = type;
   }
@@ -614,10 +625,22 @@ void Model::prepare_inference(DecodePrecision precision, const QuantOptions& qua
     pack_projections(precision, false, quant);
     return;
   }
-  fingerprint_ = model_fingerprint(*this);
-  if (quant.stored)  // the float32 buffer holds no projections: the stored blocks identify them
-    for (const auto& [index, bytes] : *quant.stored)
+  if (quant.stored) {
+    // The float32 buffer holds no values for the stored tensors (never written: reading them
+    // would read gigabytes of zero pages): the other tensors and the stored blocks identify it.
+    const std::string config = config_.to_json();
+    const ParamLayout& layout = params_.layout();
+    fingerprint_ = fnv1a(config.data(), config.size());
+    for (size_t i = 0; i < layout.size(); ++i)
+      if (!quant.stored->count(i))
+        fingerprint_ = fnv1a(params_.tensor(i), layout[i].numel * sizeof(float), fingerprint_);
+    for (const auto& [index, bytes] : *quant.stored) {
       fingerprint_ = fnv1a(bytes.data, bytes.size, fingerprint_ ^ index);
+      if (quant.stored_mapped) release_mapped(bytes.data, bytes.size);
+    }
+  } else {
+    fingerprint_ = model_fingerprint(*this);
+  }
   released_.assign(params_.layout().size(), false);
   try {
     pack_projections(precision, true, quant);  // reads the originals through params_, not param()

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "retnet/core/error.h"
+#include "retnet/core/mapped_file.h"
 #include "retnet/core/safetensors.h"
 #include "retnet/model/model_io.h"
 
@@ -33,8 +34,7 @@ void save_quantized_model(const Model& model, const std::string& path, QuantType
     const int64_t K = it->second, rows = static_cast<int64_t>(layout[i].numel) / K;
     const size_t row_bytes = quant_row_bytes(type, K, layout[i].name);
     blocks.emplace_back(static_cast<size_t>(rows) * row_bytes);
-    quantize_rows(type, model.params().tensor(i), rows, K, K, blocks.back().data(),
-                  layout[i].name);
+    quantize_rows(type, model.params().tensor(i), rows, K, K, blocks.back().data(), layout[i].name);
     TensorToWrite t{layout[i].name, {rows, static_cast<int64_t>(row_bytes)}};
     t.u8 = blocks.back().data();
     tensors.push_back(t);
@@ -77,9 +77,8 @@ void check_scales(QuantType type, const SafetensorsTensor& t, const std::string&
     for (int h = 0; h < halves; ++h) {
       const uint8_t* p = t.data + b * block + 2 * h;
       const unsigned bits = p[0] | p[1] << 8;
-      RETNET_CHECK((bits & 0x7c00u) != 0x7c00u,
-                   "'{}': tensor '{}' has a non-finite {} in block {}", path, t.name,
-                   h == 0 ? "scale" : "minimum", b);
+      RETNET_CHECK((bits & 0x7c00u) != 0x7c00u, "'{}': tensor '{}' has a non-finite {} in block {}",
+                   path, t.name, h == 0 ? "scale" : "minimum", b);
     }
 }
 
@@ -95,8 +94,10 @@ Model load_quantized_file(const SafetensorsFile& file, const Config& config, Loa
   std::set<std::string> names;
   for (const auto& e : layout.entries()) names.insert(e.name);
   for (const auto& t : file.tensors())
-    RETNET_CHECK(names.count(t.name), "'{}' has a tensor '{}' that a RetNet with this config does "
-                 "not have", path, t.name);
+    RETNET_CHECK(names.count(t.name),
+                 "'{}' has a tensor '{}' that a RetNet with this config does "
+                 "not have",
+                 path, t.name);
 
   ParamBuffer params = untouched_buffer(layout);
   std::map<size_t, QuantBytes> stored;
@@ -107,11 +108,11 @@ Model load_quantized_file(const SafetensorsFile& file, const Config& config, Loa
     RETNET_CHECK(t != nullptr, "'{}' is missing tensor '{}'", path, e.name);
     const auto q = meta.find(kQuantTensorPrefix + e.name);
     if (q == meta.end()) {
-      RETNET_CHECK(t->dtype == "F32" || t->dtype == "F16" || t->dtype == "BF16" ||
-                       t->dtype == "F64",
-                   "'{}': tensor '{}' has dtype {} but the metadata has no \"{}{}\" entry "
-                   "naming its quantisation",
-                   path, e.name, t->dtype, kQuantTensorPrefix, e.name);
+      RETNET_CHECK(
+          t->dtype == "F32" || t->dtype == "F16" || t->dtype == "BF16" || t->dtype == "F64",
+          "'{}': tensor '{}' has dtype {} but the metadata has no \"{}{}\" entry "
+          "naming its quantisation",
+          path, e.name, t->dtype, kQuantTensorPrefix, e.name);
       RETNET_CHECK(t->shape == e.shape, "'{}': tensor '{}' has the wrong shape for the config",
                    path, e.name);
       copy_as_float32(*t, params.tensor(i));
@@ -123,8 +124,8 @@ Model load_quantized_file(const SafetensorsFile& file, const Config& config, Loa
       continue;
     }
     RETNET_CHECK(q->second == quant_type_name(type),
-                 "'{}': tensor '{}' is stored as {} but the file says {} (one type per file)",
-                 path, e.name, q->second, quant_type_name(type));
+                 "'{}': tensor '{}' is stored as {} but the file says {} (one type per file)", path,
+                 e.name, q->second, quant_type_name(type));
     RETNET_CHECK(t->dtype == "U8", "'{}': quantised tensor '{}' has dtype {}; expected U8", path,
                  e.name, t->dtype);
     const int64_t K = e.shape.back(), rows = static_cast<int64_t>(e.numel) / K;
@@ -134,6 +135,7 @@ Model load_quantized_file(const SafetensorsFile& file, const Config& config, Loa
                  "{} rows of {} bytes (the blocks hold their scales)",
                  path, e.name, t->nbytes, rows, K, quant_type_name(type), rows, row_bytes);
     check_scales(type, *t, path);
+    release_mapped(t->data, t->nbytes);
     stored[i] = {t->data, t->nbytes};
   }
   Model model(config, std::move(params));
@@ -144,6 +146,7 @@ Model load_quantized_file(const SafetensorsFile& file, const Config& config, Loa
   QuantOptions options;
   options.keep_head_f32 = !stored.count(idx.output_projection);
   options.stored = &stored;
+  options.stored_mapped = true;
   model.prepare_inference(decode_precision_of(type), options);
 
   li.zero_copy = false;

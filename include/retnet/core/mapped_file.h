@@ -19,4 +19,9 @@ struct MappedFile {
 // Throws Error naming the file when it cannot be opened or mapped. An empty file maps to size 0.
 std::shared_ptr<const MappedFile> map_file_readonly(const std::string& path);
 
+// Hands the whole pages of [data, data + bytes), a range of a mapped file already read, back to
+// the system: they leave the resident set (the page cache keeps them; reading them again maps
+// them back), so that a loader converting a file does not hold the file beside its copy.
+void release_mapped(const uint8_t* data, size_t bytes);
+
 }  // namespace retnet

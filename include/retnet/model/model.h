@@ -68,6 +68,9 @@ struct QuantOptions {
   // Tensors stored quantised (a file written by `retnet quantize`): their blocks by tensor index,
   // copied as they are; their float32 values in the buffer are not read.
   const std::map<size_t, QuantBytes>* stored = nullptr;
+  // The stored blocks are pages of a read-only mapped file: each tensor's pages are handed back
+  // (release_mapped) once read, so loading does not hold the file beside the packed panels.
+  bool stored_mapped = false;
 };
 
 // Rows [first_row, first_row + rows) of a projection used where they lie (a mapped file),
@@ -204,8 +207,8 @@ class Model {
   std::vector<std::shared_ptr<const std::vector<double>>> layer_thetas_;
   std::vector<int64_t> state_offsets_, cache_slots_;
   std::shared_ptr<const DecodePack> packed_;
-  std::vector<bool> released_;       // per tensor, empty when none is released
-  uint64_t fingerprint_ = 0;          // taken before releasing (model_fingerprint reads it then)
+  std::vector<bool> released_;  // per tensor, empty when none is released
+  uint64_t fingerprint_ = 0;    // taken before releasing (model_fingerprint reads it then)
   // With weights used in place, the fingerprint is computed on first use (shared by copies).
   struct LazyFingerprint;
   std::shared_ptr<LazyFingerprint> lazy_fingerprint_;
