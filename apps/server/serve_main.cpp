@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -122,6 +123,11 @@ void run_server(ServeOptions o) {
   http.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
   http.set_payload_max_length(static_cast<size_t>(o.max_body_mib) << 20);
   http.set_keep_alive_timeout(2);
+  // A client that stops reading for a while (a browser busy drawing a fast stream, a slow link)
+  // keeps its stream: a blocked write waits up to the request's --timeout, not cpp-httplib's
+  // default of 5 s, after which the stream was cut. A client that goes away is still noticed at
+  // once (the write fails).
+  http.set_write_timeout(static_cast<time_t>(std::max(1.0, o.timeout_s)), 0);
   // SSE sends many small writes: without TCP_NODELAY, Nagle's algorithm holds each one back until
   // the client acknowledges the previous (up to its delayed-ACK timer, 40 ms on Linux).
   http.set_tcp_nodelay(true);

@@ -267,6 +267,38 @@ def test_disconnect(s):
     check(s.metric("retnet_requests_cancelled_total") == before + 2, "that cancel is counted")
 
 
+def test_slow_reader(s):
+    """A client that stops reading for a while (a browser busy drawing, a slow link) keeps its
+    stream: the server's writes wait for it (up to --timeout), they do not give up after the HTTP
+    library's default of 5 s."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the server's writes block soon
+    sock.settimeout(30)
+    sock.connect(("127.0.0.1", s.port))
+    body = json.dumps({"prompt": "A slow reader", "max_tokens": 100000, "stream": True})
+    sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                  f"\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
+    got = b""
+    while got.count(b"data: ") < 3:
+        got += sock.recv(4096)
+    time.sleep(9)
+    # What the buffers held (about 2 MB on loopback) comes first; then the stream must go on to
+    # its end ([DONE], at --max-tokens) or still be running after 4 s.
+    got, deadline, ended = b"", time.time() + 4, False
+    while time.time() < deadline:
+        chunk = sock.recv(65536)
+        if not chunk:
+            ended = True
+            break
+        got += chunk
+    sock.close()
+    complete = b"data: [DONE]" in got
+    check((complete or not ended) and b'"error"' not in got,
+          f"a stream paused by its reader for 9 s goes on ({got.count(b'data: ')} events after it;"
+          f" closed by the server: {ended}, complete: {complete})")
+    check(wait_idle(s), "the slow reader's slot frees when it leaves")
+
+
 def test_prompt_cache(cached, uncached):
     base = "Once upon a time, in a land of recurrent states, " * 4
     follow = base + "a second question arrived."
@@ -523,6 +555,7 @@ def main():
         test_chat_page(main_server, uncached)
         test_concurrent_streams(main_server)
         test_disconnect(main_server)
+        test_slow_reader(main_server)
         test_prompt_cache(main_server, uncached)
         test_chat_turns_read_only_new_text(main_server)
         check(wait_idle(main_server), "no slot leaked")
