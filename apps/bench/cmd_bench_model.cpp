@@ -85,7 +85,8 @@ nlohmann::ordered_json run_dtype(const BenchModelOptions& o, const std::string& 
   nlohmann::ordered_json out;
   LoadInfo li;
   // Loaded straight into the packed weights (a directory: tensor by tensor; a quantised file in
-  // its own type); the peak resident set of the process so far is the load's.
+  // its own type). The peak is reset first, so that it is this load's, not an earlier type's.
+  const bool own_peak = reset_peak_rss();
   Model model = load_model_for_inference(o.model, std::nullopt,
                                          parse_decode_precision(dtype, "--dtype"), &li,
                                          !o.no_mmap);
@@ -109,10 +110,11 @@ nlohmann::ordered_json run_dtype(const BenchModelOptions& o, const std::string& 
               o.model.c_str(), (long long)model.parameter_count(), li.source_dtype.c_str(),
               human_bytes(double(li.stored_bytes)).c_str());
   std::printf(
-      "load into %s %.3f s (open %.3f s, prepare %.3f s; %s used in place): peak RSS %s = "
+      "load into %s %.3f s (open %.3f s, prepare %.3f s; %s used in place): peak RSS%s %s = "
       "%.2fx, RSS after %s = %.2fx the weights in %s (%s)\n",
       weights.c_str(), li.load_seconds, li.open_seconds, li.prepare_seconds,
-      human_bytes(double(model.in_place_bytes())).c_str(), human_bytes(double(rss_peak)).c_str(),
+      human_bytes(double(model.in_place_bytes())).c_str(),
+      own_peak ? "" : " (the process's so far)", human_bytes(double(rss_peak)).c_str(),
       rss_peak / weight_bytes, human_bytes(double(rss_ready)).c_str(), rss_ready / weight_bytes,
       weights.c_str(), human_bytes(weight_bytes).c_str());
   out["model"] = {{"path", o.model}, {"parameters", model.parameter_count()},
@@ -124,6 +126,7 @@ nlohmann::ordered_json run_dtype(const BenchModelOptions& o, const std::string& 
                   {"prepare_seconds", prepare_s}, {"weight_bytes_in_dtype", weight_bytes},
                   {"rss_after_prepare_bytes", rss_ready},
                   {"peak_rss_during_load_bytes", rss_peak},
+                  {"peak_rss_is_this_load_only", own_peak},
                   {"peak_rss_during_load_over_weight_bytes", rss_peak / weight_bytes},
                   {"rss_after_prepare_over_weight_bytes", rss_ready / weight_bytes}};
 

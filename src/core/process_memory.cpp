@@ -32,6 +32,13 @@ int64_t peak_rss_bytes() {
   return 1024 * static_cast<int64_t>(ru.ru_maxrss);
 }
 
+bool reset_peak_rss() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
+}
+
 int64_t current_rss_bytes() { return status_bytes("VmRSS"); }
 
 int64_t meminfo_bytes(const char* field) { return proc_field_bytes("/proc/meminfo", field); }

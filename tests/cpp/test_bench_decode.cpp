@@ -101,6 +101,10 @@ TEST(BenchModel, SmallDirectoryWritesEveryFigure) {
     for (const char* key : {"load_seconds", "rss_after_load_bytes", "stored_bytes",
                             "rss_after_prepare_bytes", "weight_bytes_in_dtype"})
       EXPECT_GT(j["model"][key].get<double>(), 0) << key;
+    // Each type's peak is its own load's (reset before it), so it is at least what it left.
+    ASSERT_TRUE(j["model"]["peak_rss_is_this_load_only"].is_boolean());
+    EXPECT_GE(j["model"]["peak_rss_during_load_bytes"].get<double>(),
+              j["model"]["rss_after_load_bytes"].get<double>());
     ASSERT_EQ(j["prefill"].size(), 2u);
     for (const auto& p : j["prefill"])
       EXPECT_TRUE(p["tokens_per_s"].get<double>() > 0 && p["gemm_gflops"].get<double>() > 0);

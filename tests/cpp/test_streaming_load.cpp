@@ -4,8 +4,6 @@
 // while loading stays near the packed bytes instead of holding a whole float32 copy.
 #include <gtest/gtest.h>
 
-#include <fstream>
-
 #include "retnet/core/arena.h"
 #include "retnet/core/process_memory.h"
 #include "retnet/model/forward.h"
@@ -17,18 +15,6 @@
 using namespace retnet;
 using test::logits_of;
 namespace fs = std::filesystem;
-
-namespace {
-
-// Resets the peak resident set (VmHWM) of this process; false where the kernel refuses.
-bool reset_peak_rss() {
-  std::ofstream f("/proc/self/clear_refs");
-  f << "5";
-  f.flush();
-  return static_cast<bool>(f);
-}
-
-}  // namespace
 
 TEST(StreamingLoad, EqualsLoadingWholeThenPreparing) {
   const fs::path dir = test::fresh_temp_dir("streaming_load");
