@@ -271,16 +271,8 @@ def test_slow_reader(s):
     """A client that stops reading for a while (a browser busy drawing, a slow link) keeps its
     stream: the server's writes wait for it (up to --timeout), they do not give up after the HTTP
     library's default of 5 s."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the server's writes block soon
-    sock.settimeout(30)
-    sock.connect(("127.0.0.1", s.port))
-    body = json.dumps({"prompt": "A slow reader", "max_tokens": 100000, "stream": True})
-    sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
-                  f"\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
-    got = b""
-    while got.count(b"data: ") < 3:
-        got += sock.recv(4096)
+    sock, _ = open_long_stream(s.port, "A slow reader", "Content-Type: application/json\r\n",
+                               receive_buffer=4096)
     time.sleep(9)
     # What the buffers held (about 2 MB on loopback) comes first; then the stream must go on to
     # its end ([DONE], at --max-tokens) or still be running after 4 s.
@@ -372,10 +364,15 @@ def test_bad_requests(s, headers):
     check(st == 200 and r["usage"]["completion_tokens"] == 4, "a good request after bad ones")
 
 
-def open_long_stream(port, prompt, extra_headers=""):
+def open_long_stream(port, prompt, extra_headers="", receive_buffer=None):
     """A raw streamed completion of 100,000 tokens, read until its first event (at most 30 s);
-    returns the socket and the bytes read so far."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    returns the socket and the bytes read so far. `receive_buffer`: the socket's SO_RCVBUF, set
+    before connecting (a small one makes the server's writes block soon)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if receive_buffer:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    sock.settimeout(30)
+    sock.connect(("127.0.0.1", port))
     body = json.dumps({"prompt": prompt, "max_tokens": 100000, "stream": True})
     sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\n{extra_headers}"
                   f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
