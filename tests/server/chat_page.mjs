@@ -82,6 +82,13 @@ try {
   check((await page.locator('.msg.user').last().textContent()).includes('<b>bold</b>'), 'markup shown as text');
 
   // Stop: a long stream shows text while it runs, then the button ends it and frees the slot.
+  // The page's network is held to 256 KB/s (about 1,500 tokens/s) for this stream: the tiny model
+  // streams tens of thousands of tokens a second on a fast CPU, and a page laying out such a reply
+  // every frame on a loaded machine answers the click only after many seconds.
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send('Network.enable');
+  await cdp.send('Network.emulateNetworkConditions',
+    { offline: false, latency: 0, downloadThroughput: 256 * 1024, uploadThroughput: -1 });
   await page.fill('#max_tokens', '100000000');  // minutes of text: it must not end by itself
   await page.fill('#prompt', 'Go on forever.');
   await page.press('#prompt', 'Enter');
@@ -91,12 +98,14 @@ try {
     return last.dataset.done === 'false' && last.textContent.length > 200;
   });
   check(await page.isEnabled('#stop') && !(await page.isEnabled('#send')), 'Stop enabled while streaming');
-  await page.click('#stop', { timeout: 5000 }).catch(async (e) => {
+  await page.click('#stop', { timeout: 10000 }).catch(async (e) => {
     throw new Error(`${e.message.split('\n')[0]}; live line: ${await page.textContent('#status')}; ` +
       `messages: ${await page.locator('.msg.error').allTextContents()}`);
   });
   await page.waitForFunction(() => document.body.dataset.busy === 'false');
-  check((await page.textContent('#status')).includes('stopped'), 'the live line says stopped');
+  const stoppedLine = await page.textContent('#status');
+  console.log(`live line after Stop: ${stoppedLine}`);
+  check(stoppedLine.includes('stopped'), 'the live line says stopped');
   // (After the stream: a page busy drawing a fast stream can hold a screenshot back for long.)
   await page.screenshot({ path: path.join(args.workdir, 'chat_page.png') });
   let idle = false;
