@@ -114,6 +114,14 @@ TEST(BenchModel, SmallDirectoryWritesEveryFigure) {
     EXPECT_NEAR(d["roofline_tokens_per_s"].get<double>(),
                 d["read_bandwidth_bytes_per_s"].get<double>() / d["bytes_per_token"].get<double>(),
                 1e-6 * d["roofline_tokens_per_s"].get<double>());
+    // The second roofline adds the recurrent state, read and written once per step: 2 layers x
+    // 2 heads x 32 x (64 + 1) floats (`retnet info` says 33,280 bytes), twice.
+    const double state = d["state_bytes_read_and_written_per_token"].get<double>();
+    EXPECT_EQ(state, 2 * 33280.0);
+    EXPECT_NEAR(d["roofline_with_state_tokens_per_s"].get<double>(),
+                d["read_bandwidth_bytes_per_s"].get<double>() /
+                    (d["bytes_per_token"].get<double>() + state),
+                1e-6 * d["roofline_tokens_per_s"].get<double>());
   }
   // The roofline counts the dtype's bytes: bf16 reads half of f32's matrices (plus one f32
   // embedding row in both).
