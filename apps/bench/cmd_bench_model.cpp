@@ -24,13 +24,15 @@ namespace {
 // (2 GiB; the Xeon VMs report a 504 MiB L3), each thread reading its share as 1, 2 or 4 streams
 // side by side, 64 floats at a time into independent partial sums (one accumulator would make the
 // adds' latency, not memory, the limit). The best of at least 5 passes over the best stream
-// count: one stream per thread read 22-24 GB/s on a Xeon where four read 30 GB/s and the packed
-// f32 decode kernel 32 GB/s, so a one-stream probe made every roofline fraction look better.
+// count: one stream per thread read 25-30 GB/s on a Xeon where this probe reads 34-36 GB/s and
+// the packed f32 decode kernel 33 GB/s, so a one-stream probe made every roofline fraction look
+// better.
 double read_bandwidth(int reps) {
   const int64_t n = int64_t{512} << 20, run = 64;  // 2 GiB of floats, read 256 bytes at a time
+  constexpr int kMaxStreams = 4;
   std::vector<float> buffer(static_cast<size_t>(n), 1.f);
   double best = 1e30, sink = 0;
-  for (const int streams : {1, 2, 4})
+  for (const int streams : {1, 2, kMaxStreams})
     for (int r = 0; r < std::max(reps, 5); ++r) {
       const auto t0 = Clock::now();
       double total = 0;
@@ -42,7 +44,7 @@ double read_bandwidth(int reps) {
         read += share;
         const int64_t stretch = share / streams;  // each stream reads one stretch of the share
         const float* first = buffer.data() + t * share;
-        float partial[4][run] = {};
+        float partial[kMaxStreams][run] = {};
         for (int64_t j = 0; j < stretch; j += run)
           for (int s = 0; s < streams; ++s) {
             const float* p = first + s * stretch + j;
@@ -184,9 +186,9 @@ nlohmann::ordered_json run_dtype(const BenchModelOptions& o, const std::string& 
     step_seconds.push_back(since(t0));
   }
   const double tps = 1.0 / summarize(step_seconds).median, roofline = bandwidth / bytes;
-  // Beside the weights, each step reads and writes the constant-size recurrent state once (100
-  // MB for the 1.3B shape): the roofline (weight bytes / bandwidth) leaves it out; the second figure
-  // counts it.
+  // Beside the weights, each step reads and writes the constant-size recurrent state once (96
+  // MiB each way for the 1.3B shape): the roofline (weight bytes / bandwidth) leaves it out; the
+  // second figure counts it.
   const double state_traffic = 2.0 * static_cast<double>(model.state_bytes_per_sequence());
   const double roofline_with_state = bandwidth / (bytes + state_traffic);
   const int64_t rss_decoded = current_rss_bytes();
