@@ -30,22 +30,17 @@ using BlockFn = void (*)(int64_t M, const float* A, int64_t lda, const W* B, int
                          float beta, float* C, int64_t ldc, int64_t N, int64_t K, int64_t n0,
                          int64_t rows);
 
-// Plain C++ in the AVX2 kernel's order, so the two agree closely (they need not agree bit for
-// bit): 8 lanes in two chains, the 8-wide vectors of k alternating between the chains (a last odd
-// one and the tail to chain 0), then the chains added and the lanes summed in a fixed order.
+// Plain C++: 8 lanes, lane j summing k = j, j + 8, ... in order, then the lanes in order (the
+// AVX2 kernel's order, so the two agree closely; they need not agree bit for bit).
 template <typename W>
 void rows_scalar(int64_t M, const float* A, int64_t lda, const W* B, int64_t ldb, float beta,
                  float* C, int64_t ldc, int64_t /*N*/, int64_t K, int64_t n0, int64_t rows) {
-  const int64_t paired = K / 16 * 16;  // the vectors that alternate between the two chains
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t m = 0; m < M; ++m) {
       const float* a = A + m * lda;
       const W* w = B + (n0 + r) * ldb;
-      float chains[2][8] = {};
-      for (int64_t k = 0; k < K; ++k)
-        chains[k < paired ? k / 8 % 2 : 0][k % 8] += a[k] * to_float(w[k]);
-      float lanes[8];
-      for (int i = 0; i < 8; ++i) lanes[i] = chains[0][i] + chains[1][i];
+      float lanes[8] = {};
+      for (int64_t k = 0; k < K; ++k) lanes[k % 8] += a[k] * to_float(w[k]);
       const float dot = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
                         ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
       float& c = C[m * ldc + n0 + r];
@@ -88,89 +83,70 @@ RETNET_AVX512 inline float hsum16(__m512 v) {
   return _mm_cvtss_f32(s);
 }
 
-// Weight rows n0..n0+R against rows 0..MR of A: R x MR dot products, each in kChains
-// accumulators of L lanes (full vector j of k goes to accumulator j % kChains; the vectors left
-// over and the K % L tail, as zero-padded copies, to accumulator 0), then the accumulators summed in order
-// and a fixed horizontal sum. Each C[m,n] is computed that way whatever R and MR are: batch
-// invariance. Several chains let batch 1 read one row at a time, i.e. one sequential stream per
-// thread, without waiting on the FMA latency: on an AMD EPYC (Zen 4) one row at a time with two
-// chains read 33.5 GB/s against 27.6 for eight rows side by side with one chain each (the probe:
-// 34.3; medians of 9, alternated, one 1 GB product). The next R rows are prefetched at the same
-// column, a cache line at a time: a bf16 row of a 2,048-wide model is one 4 KiB page, where the
-// hardware prefetcher starts afresh (on a Xeon, batch-1 bf16 decoding of the 1.3B shape in place
-// went from 9.1-9.6 to 10.7-10.8 tokens/s). Past the last row the prefetch reads nothing: a
-// prefetch never faults. Every loop is unrolled so the accumulators stay in registers. The body is
-// written once and compiled under each ISA's target attribute.
-constexpr int kChains = 2;
-#define RETNET_ROWMAJOR_BLOCK(NAME, TARGET, REG, L, ZERO, LOADA, LOADW, FMA, ADD, HSUM)          \
+// Weight rows n0..n0+R against rows 0..MR of A: R x MR accumulators of L lanes, each C[m,n] one
+// lane-wise FMA chain over the full vectors of k, then the K % L tail (zero-padded copies), then
+// a fixed horizontal sum. The next R rows are prefetched at the same column, a cache line at a
+// time: a bf16 row of a 2,048-wide model is one 4 KiB page, where the hardware prefetcher starts
+// afresh (on a Xeon, batch-1 bf16 decoding of the 1.3B shape in place went from 9.1-9.6 to
+// 10.7-10.8 tokens/s, the packed copy's speed; no difference on the AMD EPYC). Past the last row
+// the prefetch reads nothing: a prefetch never faults. Every loop is unrolled so the accumulators
+// stay in registers. The body is written once and compiled under each ISA's target attribute.
+#define RETNET_ROWMAJOR_BLOCK(NAME, TARGET, REG, L, ZERO, LOADA, LOADW, FMA, HSUM)               \
   template <int R, int MR, typename W>                                                          \
   TARGET void NAME(const float* A, int64_t lda, const W* B, int64_t ldb, float beta, float* C,   \
                    int64_t ldc, int64_t K, int64_t n0) {                                         \
-    REG acc[R][MR][kChains];                                                                    \
+    REG acc[R][MR];                                                                             \
     _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)                                          \
-        _Pragma("GCC unroll 4") for (int m = 0; m < MR; ++m)                                     \
-            _Pragma("GCC unroll 4") for (int u = 0; u < kChains; ++u) acc[r][m][u] = ZERO();    \
-    const int64_t vectors = K / L, body = vectors / kChains * kChains * L;                       \
-    for (int64_t k = 0; k < body; k += kChains * L) {                                            \
-      constexpr int64_t step = kChains * L * static_cast<int64_t>(sizeof(W));                   \
-      if (step >= 64 || (k * static_cast<int64_t>(sizeof(W))) % 64 == 0)                        \
-        _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {                                    \
-          const char* next = reinterpret_cast<const char*>(B + (n0 + R + r) * ldb + k);          \
-          _mm_prefetch(next, _MM_HINT_T0);                                                       \
-          if constexpr (step > 64) _mm_prefetch(next + 64, _MM_HINT_T0); /* f32 in AVX-512 */    \
-        }                                                                                        \
-      _Pragma("GCC unroll 4") for (int u = 0; u < kChains; ++u) {                                \
-        REG x[MR];                                                                               \
-        _Pragma("GCC unroll 4") for (int m = 0; m < MR; ++m) x[m] = LOADA(A + m * lda + k + u * L); \
-        _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {                                    \
-          const REG w = LOADW(B + (n0 + r) * ldb + k + u * L);                                   \
-          _Pragma("GCC unroll 4") for (int m = 0; m < MR; ++m)                                   \
-              acc[r][m][u] = FMA(w, x[m], acc[r][m][u]);                                         \
-        }                                                                                        \
-      }                                                                                          \
-    }                                                                                            \
-    /* The full vectors left (fewer than kChains), then the tail: all into chain 0 (an index   \
-       known at compile time keeps the accumulators in registers). */                           \
-    for (int64_t k = body; k < vectors * L; k += L)                                              \
+        _Pragma("GCC unroll 4") for (int m = 0; m < MR; ++m) acc[r][m] = ZERO();                 \
+    const int64_t body = K / L * L;                                                              \
+    for (int64_t k = 0; k < body; k += L) {                                                      \
+      REG x[MR];                                                                                 \
+      _Pragma("GCC unroll 4") for (int m = 0; m < MR; ++m) x[m] = LOADA(A + m * lda + k);        \
+      if ((k * static_cast<int64_t>(sizeof(W))) % 64 == 0)                                       \
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)                                      \
+            _mm_prefetch(reinterpret_cast<const char*>(B + (n0 + R + r) * ldb + k), _MM_HINT_T0); \
       _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {                                      \
         const REG w = LOADW(B + (n0 + r) * ldb + k);                                             \
-        _Pragma("GCC unroll 4") for (int m = 0; m < MR; ++m)                                     \
-            acc[r][m][0] = FMA(w, LOADA(A + m * lda + k), acc[r][m][0]);                         \
+        _Pragma("GCC unroll 4") for (int m = 0; m < MR; ++m) acc[r][m] = FMA(w, x[m], acc[r][m]); \
       }                                                                                          \
-    if (vectors * L < K) {                                                                       \
-      const int64_t k = vectors * L, n = K - k;                                                  \
+    }                                                                                            \
+    if (body < K) {                                                                              \
+      const int64_t n = K - body;                                                                \
       _Pragma("GCC unroll 4") for (int m = 0; m < MR; ++m) {                                     \
         float a[L] = {};                                                                         \
-        std::memcpy(a, A + m * lda + k, static_cast<size_t>(n) * sizeof(float));                 \
+        std::memcpy(a, A + m * lda + body, static_cast<size_t>(n) * sizeof(float));              \
         const REG x = LOADA(a);                                                                  \
         _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {                                    \
           W w[L] = {};                                                                           \
-          std::memcpy(w, B + (n0 + r) * ldb + k, static_cast<size_t>(n) * sizeof(W));            \
-          acc[r][m][0] = FMA(LOADW(w), x, acc[r][m][0]);                                         \
+          std::memcpy(w, B + (n0 + r) * ldb + body, static_cast<size_t>(n) * sizeof(W));         \
+          acc[r][m] = FMA(LOADW(w), x, acc[r][m]);                                               \
         }                                                                                        \
       }                                                                                          \
     }                                                                                            \
     _Pragma("GCC unroll 4") for (int m = 0; m < MR; ++m)                                         \
         _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {                                    \
-      REG sum = acc[r][m][0];                                                                    \
-      _Pragma("GCC unroll 4") for (int c = 1; c < kChains; ++c) sum = ADD(sum, acc[r][m][c]);    \
-      float& out = C[m * ldc + n0 + r];                                                          \
-      const float dot = HSUM(sum);                                                               \
-      out = beta == 0.f ? dot : dot + beta * out;                                                \
+      float& c = C[m * ldc + n0 + r];                                                            \
+      const float dot = HSUM(acc[r][m]);                                                         \
+      c = beta == 0.f ? dot : dot + beta * c;                                                    \
     }                                                                                            \
   }
 
 RETNET_ROWMAJOR_BLOCK(block_avx2, RETNET_AVX2, __m256, 8, _mm256_setzero_ps, _mm256_loadu_ps,
-                      load8, _mm256_fmadd_ps, _mm256_add_ps, hsum8)
+                      load8, _mm256_fmadd_ps, hsum8)
 RETNET_ROWMAJOR_BLOCK(block_avx512, RETNET_AVX512, __m512, 16, _mm512_setzero_ps,
-                      _mm512_loadu_ps, load16, _mm512_fmadd_ps, _mm512_add_ps, hsum16)
+                      _mm512_loadu_ps, load16, _mm512_fmadd_ps, hsum16)
 #undef RETNET_ROWMAJOR_BLOCK
 
 // One task's rows (8, fewer at the end) against every row of A, in groups of up to 4 rows of A.
-// Batch 1 reads the weight rows one at a time (one sequential stream). Registers, kChains
-// accumulators per dot product: AVX2 has 16, so 2 rows of A take 2 weight rows at once, 3-4 rows
-// 1; AVX-512 has 32: 4 weight rows for 2 rows of A, 2 for 3-4.
-#define RETNET_ROWMAJOR_ROWS(NAME, TARGET, BLOCK, R2, R3)                                           \
+// Batch 1 with AVX-512 reads the weight rows one at a time (R1 = 1): one sequential stream per
+// thread, which the memory system serves faster than eight rows side by side (bf16 in place, the
+// 1.3B shape on an AMD EPYC with AVX-512: 9.75 -> 10.82 tokens/s, medians of 8 alternated runs;
+// a 16-lane FMA chain per row keeps up with memory, and two chains per row gained no more in a
+// 1 GB product). AVX2's 8-lane chain would make one row's FMA latency the limit (the same product
+// was no faster that way), so it keeps 8 rows side by side (R1 = 8). Registers for more rows of A:
+// AVX2 has 16, so 2 rows take 4 weight rows at once, 3-4 rows 2; AVX-512 has 32: 8 weight rows
+// for 2 rows of A, 4 for 3-4.
+#define RETNET_ROWMAJOR_ROWS(NAME, TARGET, BLOCK, R1, R2, R3)                                       \
   template <typename W>                                                                         \
   TARGET void NAME(int64_t M, const float* A, int64_t lda, const W* B, int64_t ldb, float beta,  \
                    float* C, int64_t ldc, int64_t /*N*/, int64_t K, int64_t n0, int64_t rows) {  \
@@ -189,7 +165,7 @@ RETNET_ROWMAJOR_BLOCK(block_avx512, RETNET_AVX512, __m512, 16, _mm512_setzero_ps
       }                                                                                          \
       switch (mr) {                                                                              \
         case 1:                                                                                  \
-          for (int64_t r = 0; r < 8; ++r) BLOCK<1, 1>(a, lda, B, ldb, beta, c, ldc, K, n0 + r);  \
+          for (int64_t r = 0; r < 8; r += R1) BLOCK<R1, 1>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); \
           break;                                                                                 \
         case 2:                                                                                  \
           for (int64_t r = 0; r < 8; r += R2) BLOCK<R2, 2>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); \
@@ -203,8 +179,8 @@ RETNET_ROWMAJOR_BLOCK(block_avx512, RETNET_AVX512, __m512, 16, _mm512_setzero_ps
       }                                                                                          \
     }                                                                                            \
   }
-RETNET_ROWMAJOR_ROWS(rows_avx2, RETNET_AVX2, block_avx2, 2, 1)
-RETNET_ROWMAJOR_ROWS(rows_avx512, RETNET_AVX512, block_avx512, 4, 2)
+RETNET_ROWMAJOR_ROWS(rows_avx2, RETNET_AVX2, block_avx2, 8, 4, 2)
+RETNET_ROWMAJOR_ROWS(rows_avx512, RETNET_AVX512, block_avx512, 1, 8, 4)
 #undef RETNET_ROWMAJOR_ROWS
 #endif
 
