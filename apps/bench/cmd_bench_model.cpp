@@ -23,17 +23,17 @@ namespace {
 // STREAM-like read bandwidth (bytes per second): sums over a buffer far larger than any cache
 // (2 GiB; the Xeon VMs report a 504 MiB L3), each thread reading its share as 1, 2 or 4 streams
 // side by side, 64 floats at a time into independent partial sums (one accumulator would make the
-// adds' latency, not memory, the limit). The best of at least 5 passes over the best stream
+// adds' latency, not memory, the limit). The best of `passes` passes over the best stream
 // count: one stream per thread read 25-30 GB/s on a Xeon where this probe reads 34-36 GB/s and
 // the packed f32 decode kernel 33 GB/s, so a one-stream probe made every roofline fraction look
 // better.
-double read_bandwidth(int reps) {
+double read_bandwidth(int passes) {
   const int64_t n = int64_t{512} << 20, run = 64;  // 2 GiB of floats, read 256 bytes at a time
   constexpr int kMaxStreams = 4;
   std::vector<float> buffer(static_cast<size_t>(n), 1.f);
   double best = 1e30, sink = 0;
   for (const int streams : {1, 2, kMaxStreams})
-    for (int r = 0; r < std::max(reps, 5); ++r) {
+    for (int r = 0; r < passes; ++r) {
       const auto t0 = Clock::now();
       double total = 0;
       int64_t read = 0;  // floats: the shares are rounded down to whole runs of every stream
@@ -96,7 +96,7 @@ struct BenchModelOptions {
 
 // Loads the model, prepares it in `dtype` and measures it; the read bandwidth is the run's.
 nlohmann::ordered_json run_dtype(const BenchModelOptions& o, const std::string& dtype,
-                                 double bandwidth) {
+                                 double run_bandwidth) {
   nlohmann::ordered_json out;
   LoadInfo li;
   // Loaded straight into the packed weights (a directory: tensor by tensor; a quantised file in
@@ -179,12 +179,19 @@ nlohmann::ordered_json run_dtype(const BenchModelOptions& o, const std::string& 
   const std::vector<int32_t> prompt = bench_tokens(16, c.vocab_size, 3);
   s.prefill(0, prompt.data(), static_cast<int64_t>(prompt.size()));
   std::vector<double> step_seconds;
+  // The machine's bandwidth can move within minutes (on a shared AMD EPYC host it swung between
+  // about 35 and 57 GB/s: f32 decoding read 166% of a probe taken at the start of the run), so
+  // the roofline takes the best of that probe and two taken just before and after this decode.
+  const double before = read_bandwidth(2);
   for (int64_t i = 0; i < o.decode; ++i) {
     const int32_t next = static_cast<int32_t>((i * 7919) % c.vocab_size);
     const auto t0 = Clock::now();
     s.step(&next);
     step_seconds.push_back(since(t0));
   }
+  const double after = read_bandwidth(2);
+  const double probes[] = {run_bandwidth, before, after};
+  const double bandwidth = std::max({run_bandwidth, before, after});
   const double tps = 1.0 / summarize(step_seconds).median, roofline = bandwidth / bytes;
   // Beside the weights, each step reads and writes the constant-size recurrent state once (96
   // MiB each way for the 1.3B shape): the roofline (weight bytes / bandwidth) leaves it out; the
@@ -193,16 +200,19 @@ nlohmann::ordered_json run_dtype(const BenchModelOptions& o, const std::string& 
   const double roofline_with_state = bandwidth / (bytes + state_traffic);
   const int64_t rss_decoded = current_rss_bytes();
   std::printf("decode batch 1 (%lld tokens): %.2f tokens/s; roofline %.2f tokens/s (%s per token "
-              "at %.1f GB/s read): %.0f%% of it; %.0f%% of %.2f tokens/s counting the state read "
+              "at %.1f GB/s read, the best of %.1f / %.1f / %.1f at the run's start / before / "
+              "after this decode): %.0f%% of it; %.0f%% of %.2f tokens/s counting the state read "
               "and written (%s)\n",
               (long long)o.decode, tps, roofline, human_bytes(bytes).c_str(), bandwidth / 1e9,
-              100 * tps / roofline, 100 * tps / roofline_with_state, roofline_with_state,
+              run_bandwidth / 1e9, before / 1e9, after / 1e9, 100 * tps / roofline,
+              100 * tps / roofline_with_state, roofline_with_state,
               human_bytes(state_traffic).c_str());
   std::printf("RSS after decoding: %s = %.2fx the weights in %s (%s)\n",
               human_bytes(double(rss_decoded)).c_str(), rss_decoded / weight_bytes,
               weights.c_str(), human_bytes(weight_bytes).c_str());
   out["decode"] = {{"tokens", o.decode}, {"tokens_per_s", tps},
-                   {"read_bandwidth_bytes_per_s", bandwidth}, {"bytes_per_token", bytes},
+                   {"read_bandwidth_bytes_per_s", bandwidth},
+                   {"read_bandwidth_probes_bytes_per_s", probes}, {"bytes_per_token", bytes},
                    {"roofline_tokens_per_s", roofline}, {"fraction_of_roofline", tps / roofline},
                    {"state_bytes_read_and_written_per_token", state_traffic},
                    {"roofline_with_state_tokens_per_s", roofline_with_state},
@@ -216,7 +226,7 @@ void run(const BenchModelOptions& o) {
   apply_threads(o.threads);
   nlohmann::ordered_json out;
   out["machine"] = machine_json();
-  const double bandwidth = read_bandwidth(o.reps);
+  const double bandwidth = read_bandwidth(std::max(o.reps, 5));
   std::vector<nlohmann::ordered_json> runs;
   for (const std::string& dtype : o.dtypes) runs.push_back(run_dtype(o, dtype, bandwidth));
   if (runs.size() == 1) {  // one dtype: the layout this command always wrote
