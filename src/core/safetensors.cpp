@@ -16,6 +16,7 @@
 
 #include "retnet/core/error.h"
 #include "retnet/core/half.h"
+#include "retnet/core/huge_pages.h"
 
 namespace retnet {
 namespace {
@@ -70,6 +71,10 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   mapping->size = file_size;
   ::close(fd);
   RETNET_CHECK(mapping->base != MAP_FAILED, "cannot map '{}': {}", path, std::strerror(errno));
+  // Weights used where they lie are streamed once per decoded token: 2 MiB pages where the page
+  // cache gives them (bf16 in place, 1.3B shape, AMD EPYC VM, each run from a dropped page cache:
+  // 8.64-8.86 -> 10.10-11.25 tokens/s in 4 alternated pairs).
+  advise_huge_pages(mapping->base, file_size);
   const auto* bytes = static_cast<const uint8_t*>(mapping->base);
 
   uint64_t header_len = 0;
