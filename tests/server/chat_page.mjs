@@ -98,7 +98,7 @@ try {
     return last.dataset.done === 'false' && last.textContent.length > 200;
   });
   check(await page.isEnabled('#stop') && !(await page.isEnabled('#send')), 'Stop enabled while streaming');
-  await page.click('#stop', { timeout: 10000 }).catch(async (e) => {
+  await page.click('#stop', { timeout: 30000 }).catch(async (e) => {
     throw new Error(`${e.message.split('\n')[0]}; live line: ${await page.textContent('#status')}; ` +
       `messages: ${await page.locator('.msg.error').allTextContents()}`);
   });
