@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <utility>
 #include <nlohmann/json.hpp>
 
@@ -191,7 +192,7 @@ nlohmann::ordered_json run_dtype(const BenchModelOptions& o, const std::string& 
   }
   const double after = read_bandwidth(2);
   const double probes[] = {run_bandwidth, before, after};
-  const double bandwidth = std::max({run_bandwidth, before, after});
+  const double bandwidth = *std::max_element(std::begin(probes), std::end(probes));
   const double tps = 1.0 / summarize(step_seconds).median, roofline = bandwidth / bytes;
   // Beside the weights, each step reads and writes the constant-size recurrent state once (96
   // MiB each way for the 1.3B shape): the roofline (weight bytes / bandwidth) leaves it out; the
