@@ -85,14 +85,15 @@ RETNET_AVX512 inline float hsum16(__m512 v) {
 
 // Weight rows n0..n0+R against rows 0..MR of A: R x MR accumulators of L lanes, each C[m,n] one
 // lane-wise FMA chain over the full vectors of k, then the K % L tail (zero-padded copies), then
-// a fixed horizontal sum. The next R rows are prefetched at the same column, a cache line at a
-// time: a bf16 row of a 2,048-wide model is one 4 KiB page, where the hardware prefetcher starts
-// afresh (on a Xeon, batch-1 bf16 decoding of the 1.3B shape in place went from 9.1-9.6 to
-// 10.7-10.8 tokens/s, the packed copy's speed; no difference on the AMD EPYC). Past the last row
-// the prefetch reads nothing: a prefetch never faults. Every loop is unrolled so the accumulators
-// stay in registers. The body is written once and compiled under each ISA's target attribute.
+// a fixed horizontal sum. With PF, the next R rows are prefetched at the same column, a cache line
+// at a time: a bf16 row of a 2,048-wide model is one 4 KiB page, where an Intel core's hardware
+// prefetcher starts afresh (on a Xeon, batch-1 bf16 decoding of the 1.3B shape in place with 8
+// rows side by side went from 9.1-9.6 to 10.7-10.8 tokens/s, the packed copy's speed). Past the
+// last row the prefetch reads nothing: a prefetch never faults. Every loop is unrolled so the
+// accumulators stay in registers. The body is written once and compiled under each ISA's target
+// attribute.
 #define RETNET_ROWMAJOR_BLOCK(NAME, TARGET, REG, L, ZERO, LOADA, LOADW, FMA, HSUM)               \
-  template <int R, int MR, typename W>                                                          \
+  template <int R, int MR, bool PF, typename W>                                                 \
   TARGET void NAME(const float* A, int64_t lda, const W* B, int64_t ldb, float beta, float* C,   \
                    int64_t ldc, int64_t K, int64_t n0) {                                         \
     REG acc[R][MR];                                                                             \
@@ -102,7 +103,7 @@ RETNET_AVX512 inline float hsum16(__m512 v) {
     for (int64_t k = 0; k < body; k += L) {                                                      \
       REG x[MR];                                                                                 \
       _Pragma("GCC unroll 4") for (int m = 0; m < MR; ++m) x[m] = LOADA(A + m * lda + k);        \
-      if ((k * static_cast<int64_t>(sizeof(W))) % 64 == 0)                                       \
+      if (PF && (k * static_cast<int64_t>(sizeof(W))) % 64 == 0)                                 \
         _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)                                      \
             _mm_prefetch(reinterpret_cast<const char*>(B + (n0 + R + r) * ldb + k), _MM_HINT_T0); \
       _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {                                      \
@@ -146,7 +147,12 @@ RETNET_ROWMAJOR_BLOCK(block_avx512, RETNET_AVX512, __m512, 16, _mm512_setzero_ps
 // was no faster that way), so it keeps 8 rows side by side (R1 = 8). Registers for more rows of A:
 // AVX2 has 16, so 2 rows take 4 weight rows at once, 3-4 rows 2; AVX-512 has 32: 8 weight rows
 // for 2 rows of A, 4 for 3-4.
-#define RETNET_ROWMAJOR_ROWS(NAME, TARGET, BLOCK, R1, R2, R3)                                       \
+// PF12 / PF34: software prefetch for 1-2 / 3-4 rows of A. An AMD Zen 4 core streams across the
+// rows' pages by itself, and there the prefetches, which hold the core's few L1 miss buffers, cost
+// 1-2 rows a tenth to a quarter of the speed; with 3 or more rows there is more arithmetic per
+// byte, the core runs less far ahead, and they pay (2.5 GB of bf16, K = 2,048, medians of 5:
+// M = 1 32.7 GB/s without, 26.9 with; M = 2 32.4 / 30.7; M = 4 22.7 / 27.7; M = 16 7.2 / 11.0).
+#define RETNET_ROWMAJOR_ROWS(NAME, TARGET, BLOCK, PF12, PF34, R1, R2, R3)                           \
   template <typename W>                                                                         \
   TARGET void NAME(int64_t M, const float* A, int64_t lda, const W* B, int64_t ldb, float beta,  \
                    float* C, int64_t ldc, int64_t /*N*/, int64_t K, int64_t n0, int64_t rows) {  \
@@ -156,31 +162,32 @@ RETNET_ROWMAJOR_BLOCK(block_avx512, RETNET_AVX512, __m512, 16, _mm512_setzero_ps
       const int64_t mr = std::min<int64_t>(4, M - m0);                                           \
       if (rows < kRowsPerTask) {                                                                 \
         for (int64_t r = 0; r < rows; ++r) switch (mr) {                                         \
-            case 1: BLOCK<1, 1>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); break;                 \
-            case 2: BLOCK<1, 2>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); break;                 \
-            case 3: BLOCK<1, 3>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); break;                 \
-            default: BLOCK<1, 4>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); break;                \
+            case 1: BLOCK<1, 1, PF12>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); break;                 \
+            case 2: BLOCK<1, 2, PF12>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); break;                 \
+            case 3: BLOCK<1, 3, PF34>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); break;                 \
+            default: BLOCK<1, 4, PF34>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); break;                \
           }                                                                                      \
         continue;                                                                                \
       }                                                                                          \
       switch (mr) {                                                                              \
         case 1:                                                                                  \
-          for (int64_t r = 0; r < 8; r += R1) BLOCK<R1, 1>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); \
+          for (int64_t r = 0; r < 8; r += R1) BLOCK<R1, 1, PF12>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); \
           break;                                                                                 \
         case 2:                                                                                  \
-          for (int64_t r = 0; r < 8; r += R2) BLOCK<R2, 2>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); \
+          for (int64_t r = 0; r < 8; r += R2) BLOCK<R2, 2, PF12>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); \
           break;                                                                                 \
         case 3:                                                                                  \
-          for (int64_t r = 0; r < 8; r += R3) BLOCK<R3, 3>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); \
+          for (int64_t r = 0; r < 8; r += R3) BLOCK<R3, 3, PF34>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); \
           break;                                                                                 \
         default:                                                                                 \
-          for (int64_t r = 0; r < 8; r += R3) BLOCK<R3, 4>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); \
+          for (int64_t r = 0; r < 8; r += R3) BLOCK<R3, 4, PF34>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); \
           break;                                                                                 \
       }                                                                                          \
     }                                                                                            \
   }
-RETNET_ROWMAJOR_ROWS(rows_avx2, RETNET_AVX2, block_avx2, 8, 4, 2)
-RETNET_ROWMAJOR_ROWS(rows_avx512, RETNET_AVX512, block_avx512, 1, 8, 4)
+RETNET_ROWMAJOR_ROWS(rows_avx2, RETNET_AVX2, block_avx2, true, true, 8, 4, 2)
+RETNET_ROWMAJOR_ROWS(rows_avx512, RETNET_AVX512, block_avx512, false, true, 1, 8, 4)
+RETNET_ROWMAJOR_ROWS(rows_avx512_prefetch, RETNET_AVX512, block_avx512, true, true, 1, 8, 4)
 #undef RETNET_ROWMAJOR_ROWS
 #endif
 
@@ -191,6 +198,7 @@ BlockFn<W> rows_function(RowMajorKernel kernel) {
                rowmajor_kernel_name(kernel));
 #if defined(__x86_64__)
   if (kernel == RowMajorKernel::Avx512) return rows_avx512<W>;
+  if (kernel == RowMajorKernel::Avx512Prefetch) return rows_avx512_prefetch<W>;
   if (kernel == RowMajorKernel::Avx2) return rows_avx2<W>;
 #endif
   return rows_scalar<W>;
@@ -299,6 +307,8 @@ const char* rowmajor_kernel_name(RowMajorKernel kernel) {
       return "avx2";
     case RowMajorKernel::Avx512:
       return "avx512";
+    case RowMajorKernel::Avx512Prefetch:
+      return "avx512-prefetch";
     default:
       return "scalar";
   }
@@ -312,6 +322,7 @@ bool rowmajor_kernel_available(RowMajorKernel kernel) {
     case RowMajorKernel::Avx2:
       return avx2;
     case RowMajorKernel::Avx512:
+    case RowMajorKernel::Avx512Prefetch:
       return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl");
     default:
@@ -322,9 +333,21 @@ bool rowmajor_kernel_available(RowMajorKernel kernel) {
 #endif
 }
 
+namespace {
+bool cpu_is_amd() {
+#if defined(__x86_64__)
+  return __builtin_cpu_is("amd");
+#else
+  return false;
+#endif
+}
+}  // namespace
+
 RowMajorKernel rowmajor_kernel_best() {
   static const RowMajorKernel best = [] {
-    if (rowmajor_kernel_available(RowMajorKernel::Avx512)) return RowMajorKernel::Avx512;
+    // AMD cores stream across the rows' pages by themselves; Intel ones need the prefetches.
+    if (rowmajor_kernel_available(RowMajorKernel::Avx512))
+      return cpu_is_amd() ? RowMajorKernel::Avx512 : RowMajorKernel::Avx512Prefetch;
     if (rowmajor_kernel_available(RowMajorKernel::Avx2)) return RowMajorKernel::Avx2;
     return RowMajorKernel::Scalar;
   }();

@@ -72,7 +72,8 @@ const std::array<std::array<int64_t, 3>, 8> kShapes = {{{1, 7, 5},
 TEST(RowMajorGemm, EveryKernelAndTypeMatchesTheReferenceAndIsBatchInvariant) {
   int tested = 0;
   for (RowMajorKernel kernel :
-       {RowMajorKernel::Scalar, RowMajorKernel::Avx2, RowMajorKernel::Avx512}) {
+       {RowMajorKernel::Scalar, RowMajorKernel::Avx2, RowMajorKernel::Avx512,
+        RowMajorKernel::Avx512Prefetch}) {
     if (!rowmajor_kernel_available(kernel)) {
       std::printf("skipping the %s kernel: this CPU lacks it\n", rowmajor_kernel_name(kernel));
       continue;
