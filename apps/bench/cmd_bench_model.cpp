@@ -28,6 +28,9 @@ namespace {
 // count: one stream per thread read 25-30 GB/s on a Xeon where this probe reads 34-36 GB/s and
 // the packed f32 decode kernel 33 GB/s, so a one-stream probe made every roofline fraction look
 // better.
+// Before and after probes further apart than this ratio: the bandwidth moved during the decode.
+constexpr double kBandwidthMovedSpread = 1.25;
+
 double read_bandwidth(int passes) {
   const int64_t n = int64_t{512} << 20, run = 64;  // 2 GiB of floats, read 256 bytes at a time
   constexpr int kMaxStreams = 4;
@@ -208,12 +211,22 @@ nlohmann::ordered_json run_dtype(const BenchModelOptions& o, const std::string& 
               run_bandwidth / 1e9, before / 1e9, after / 1e9, 100 * tps / roofline,
               100 * tps / roofline_with_state, roofline_with_state,
               human_bytes(state_traffic).c_str());
+  // Probes that disagree mean the bandwidth moved during the decode: its fraction of the best
+  // probe is then a lower bound, and single runs are not worth comparing.
+  const double spread = std::max(before, after) / std::min(before, after);
+  const bool bandwidth_moved = spread > kBandwidthMovedSpread;
+  if (bandwidth_moved)
+    std::printf("note: the read bandwidth moved during this decode (%.1f GB/s before, %.1f after): "
+                "the fraction of the roofline is a lower bound; compare runs whose probes agree\n",
+                before / 1e9, after / 1e9);
   std::printf("RSS after decoding: %s = %.2fx the weights in %s (%s)\n",
               human_bytes(double(rss_decoded)).c_str(), rss_decoded / weight_bytes,
               weights.c_str(), human_bytes(weight_bytes).c_str());
   out["decode"] = {{"tokens", o.decode}, {"tokens_per_s", tps},
                    {"read_bandwidth_bytes_per_s", bandwidth},
-                   {"read_bandwidth_probes_bytes_per_s", probes}, {"bytes_per_token", bytes},
+                   {"read_bandwidth_probes_bytes_per_s", probes},
+                   {"read_bandwidth_before_after_spread", spread},
+                   {"read_bandwidth_moved", bandwidth_moved}, {"bytes_per_token", bytes},
                    {"roofline_tokens_per_s", roofline}, {"fraction_of_roofline", tps / roofline},
                    {"state_bytes_read_and_written_per_token", state_traffic},
                    {"roofline_with_state_tokens_per_s", roofline_with_state},

@@ -121,6 +121,12 @@ TEST(BenchModel, SmallDirectoryWritesEveryFigure) {
       best = std::max(best, probe.get<double>());
     }
     EXPECT_EQ(d["read_bandwidth_bytes_per_s"].get<double>(), best);
+    // The spread of the before and after probes flags a decode during which the bandwidth moved.
+    const double before = d["read_bandwidth_probes_bytes_per_s"][1].get<double>(),
+                 after = d["read_bandwidth_probes_bytes_per_s"][2].get<double>();
+    const double spread = std::max(before, after) / std::min(before, after);
+    EXPECT_DOUBLE_EQ(d["read_bandwidth_before_after_spread"].get<double>(), spread);
+    EXPECT_EQ(d["read_bandwidth_moved"].get<bool>(), spread > 1.25);
     EXPECT_NEAR(d["roofline_tokens_per_s"].get<double>(),
                 d["read_bandwidth_bytes_per_s"].get<double>() / d["bytes_per_token"].get<double>(),
                 1e-6 * d["roofline_tokens_per_s"].get<double>());
