@@ -21,6 +21,9 @@
 namespace retnet::cli {
 namespace {
 
+// Before and after probes further apart than this ratio: the bandwidth moved during the decode.
+constexpr double kBandwidthMovedSpread = 1.25;
+
 // STREAM-like read bandwidth (bytes per second): sums over a buffer far larger than any cache
 // (2 GiB; the Xeon VMs report a 504 MiB L3), each thread reading its share as 1, 2 or 4 streams
 // side by side, 64 floats at a time into independent partial sums (one accumulator would make the
@@ -28,9 +31,6 @@ namespace {
 // count: one stream per thread read 25-30 GB/s on a Xeon where this probe reads 34-36 GB/s and
 // the packed f32 decode kernel 33 GB/s, so a one-stream probe made every roofline fraction look
 // better.
-// Before and after probes further apart than this ratio: the bandwidth moved during the decode.
-constexpr double kBandwidthMovedSpread = 1.25;
-
 double read_bandwidth(int passes) {
   const int64_t n = int64_t{512} << 20, run = 64;  // 2 GiB of floats, read 256 bytes at a time
   constexpr int kMaxStreams = 4;

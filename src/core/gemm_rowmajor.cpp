@@ -333,21 +333,13 @@ bool rowmajor_kernel_available(RowMajorKernel kernel) {
 #endif
 }
 
-namespace {
-bool cpu_is_amd() {
-#if defined(__x86_64__)
-  return __builtin_cpu_is("amd");
-#else
-  return false;
-#endif
-}
-}  // namespace
-
 RowMajorKernel rowmajor_kernel_best() {
   static const RowMajorKernel best = [] {
+#if defined(__x86_64__)
     // AMD cores stream across the rows' pages by themselves; Intel ones need the prefetches.
     if (rowmajor_kernel_available(RowMajorKernel::Avx512))
-      return cpu_is_amd() ? RowMajorKernel::Avx512 : RowMajorKernel::Avx512Prefetch;
+      return __builtin_cpu_is("amd") ? RowMajorKernel::Avx512 : RowMajorKernel::Avx512Prefetch;
+#endif
     if (rowmajor_kernel_available(RowMajorKernel::Avx2)) return RowMajorKernel::Avx2;
     return RowMajorKernel::Scalar;
   }();
