@@ -299,10 +299,21 @@ TEST_F(BadInput, KillNineThenResumeLeavesWholeGapFreeMetrics) {
                         << "/metrics.jsonl 2>/dev/null | grep -c loss)\" -lt 20 ]; do\n"
                         << "  sleep 0.01; i=$((i + 1))\ndone\nkill -KILL $pid\nwait $pid\nexit 0\n";
   ASSERT_EQ(sh(script), 0);
-  auto r = run(train_args(out, "--steps 30 --checkpoint-interval 7 --resume"));
+  // A step of this model takes milliseconds, so on a loaded machine the trainer may be many steps
+  // past the 20th (and past a later checkpoint) when the kill lands: resume to 10 steps after the
+  // last one it logged (the last line may be torn).
+  int64_t last = 0;
+  std::ifstream log(fs::path(out) / "metrics.jsonl");
+  for (std::string line; std::getline(log, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_discarded() && j.contains("loss")) last = std::max(last, j["step"].get<int64_t>());
+  }
+  const int64_t steps = std::max<int64_t>(30, last + 10);
+  auto r = run(train_args(out, "--steps " + std::to_string(steps) +
+                                   " --checkpoint-interval 7 --resume"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  std::vector<int64_t> expected(30);
-  for (int64_t i = 0; i < 30; ++i) expected[i] = i + 1;
+  std::vector<int64_t> expected(steps);
+  for (int64_t i = 0; i < steps; ++i) expected[i] = i + 1;
   EXPECT_EQ(train_steps(out), expected);
 }
 
