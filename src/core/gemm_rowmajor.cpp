@@ -6,6 +6,7 @@
 #include "retnet/core/gemm_rowmajor.h"
 
 #include <immintrin.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
@@ -29,6 +30,20 @@ template <typename W>
 using BlockFn = void (*)(int64_t M, const float* A, int64_t lda, const W* B, int64_t ldb,
                          float beta, float* C, int64_t ldc, int64_t N, int64_t K, int64_t n0,
                          int64_t rows);
+
+// Batch 1 read as streams: `count` (1 to kStreams) weight rows w[i] against the one row of A,
+// side by side, into *c[i]. Each output is the same chain of FMAs as the kernel's block gives it.
+constexpr int kStreams = 4;
+template <typename W>
+using StreamsFn = void (*)(const float* a, const W* const* w, float* const* c, int count,
+                           int64_t K, float beta);
+
+// A kernel: the blocks of 8 rows for any M and, where it pays, batch 1 as streams.
+template <typename W>
+struct Kernel {
+  BlockFn<W> rows;
+  StreamsFn<W> batch1_streams = nullptr;
+};
 
 // Plain C++: 8 lanes, lane j summing k = j, j + 8, ... in order, then the lanes in order (the
 // AVX2 kernel's order, so the two agree closely; they need not agree bit for bit).
@@ -139,8 +154,8 @@ RETNET_ROWMAJOR_BLOCK(block_avx512, RETNET_AVX512, __m512, 16, _mm512_setzero_ps
 #undef RETNET_ROWMAJOR_BLOCK
 
 // One task's rows (8, fewer at the end) against every row of A, in groups of up to 4 rows of A.
-// Batch 1 with AVX-512 reads the weight rows one at a time (R1 = 1): one sequential stream per
-// thread, which the memory system serves faster than eight rows side by side (bf16 in place, the
+// Batch 1 with AVX-512 reads the weight rows one at a time (R1 = 1; the avx512 kernel reads batch 1
+// as streams instead, batch1_as_streams): one sequential stream per thread, which the memory system serves faster than eight rows side by side (bf16 in place, the
 // 1.3B shape on an AMD EPYC with AVX-512: 9.75 -> 10.82 tokens/s, medians of 8 alternated runs;
 // a 16-lane FMA chain per row keeps up with memory, and two chains per row gained no more in a
 // 1 GB product). AVX2's 8-lane chain would make one row's FMA latency the limit (the same product
@@ -189,26 +204,105 @@ RETNET_ROWMAJOR_ROWS(rows_avx2, RETNET_AVX2, block_avx2, true, true, 8, 4, 2)
 RETNET_ROWMAJOR_ROWS(rows_avx512, RETNET_AVX512, block_avx512, false, true, 1, 8, 4)
 RETNET_ROWMAJOR_ROWS(rows_avx512_prefetch, RETNET_AVX512, block_avx512, true, true, 1, 8, 4)
 #undef RETNET_ROWMAJOR_ROWS
+
+// S weight rows side by side against one row of A: block_avx512<1, 1>'s chain for each.
+template <int S, typename W>
+RETNET_AVX512 void streams_block_avx512(const float* a, const W* const* w, float* const* c,
+                                        int64_t K, float beta) {
+  __m512 acc[S];
+  _Pragma("GCC unroll 4") for (int s = 0; s < S; ++s) acc[s] = _mm512_setzero_ps();
+  const int64_t body = K / 16 * 16;
+  for (int64_t k = 0; k < body; k += 16) {
+    const __m512 x = _mm512_loadu_ps(a + k);
+    _Pragma("GCC unroll 4") for (int s = 0; s < S; ++s)
+        acc[s] = _mm512_fmadd_ps(load16(w[s] + k), x, acc[s]);
+  }
+  if (body < K) {
+    const int64_t n = K - body;
+    float tail[16] = {};
+    std::memcpy(tail, a + body, static_cast<size_t>(n) * sizeof(float));
+    const __m512 x = _mm512_loadu_ps(tail);
+    _Pragma("GCC unroll 4") for (int s = 0; s < S; ++s) {
+      W wt[16] = {};
+      std::memcpy(wt, w[s] + body, static_cast<size_t>(n) * sizeof(W));
+      acc[s] = _mm512_fmadd_ps(load16(wt), x, acc[s]);
+    }
+  }
+  _Pragma("GCC unroll 4") for (int s = 0; s < S; ++s) {
+    const float dot = hsum16(acc[s]);
+    *c[s] = beta == 0.f ? dot : dot + beta * *c[s];
+  }
+}
+
+template <typename W>
+RETNET_AVX512 void streams_avx512(const float* a, const W* const* w, float* const* c, int count,
+                                  int64_t K, float beta) {
+  static_assert(kStreams == 4);
+  switch (count) {
+    case 1: return streams_block_avx512<1>(a, w, c, K, beta);
+    case 2: return streams_block_avx512<2>(a, w, c, K, beta);
+    case 3: return streams_block_avx512<3>(a, w, c, K, beta);
+    default: return streams_block_avx512<4>(a, w, c, K, beta);
+  }
+}
 #endif
 
 template <typename W>
-BlockFn<W> rows_function(RowMajorKernel kernel) {
+Kernel<W> kernel_functions(RowMajorKernel kernel) {
   RETNET_CHECK(rowmajor_kernel_available(kernel),
                "the {} kernel for row-major weights needs a CPU feature this machine lacks",
                rowmajor_kernel_name(kernel));
 #if defined(__x86_64__)
-  if (kernel == RowMajorKernel::Avx512) return rows_avx512<W>;
-  if (kernel == RowMajorKernel::Avx512Prefetch) return rows_avx512_prefetch<W>;
-  if (kernel == RowMajorKernel::Avx2) return rows_avx2<W>;
+  if (kernel == RowMajorKernel::Avx512) return {rows_avx512<W>, streams_avx512<W>};
+  if (kernel == RowMajorKernel::Avx512Prefetch) return {rows_avx512_prefetch<W>};
+  if (kernel == RowMajorKernel::Avx2) return {rows_avx2<W>};
 #endif
-  return rows_scalar<W>;
+  return {rows_scalar<W>};
+}
+
+// Batch 1 as streams: each thread takes a contiguous run of the stacked rows, split into kStreams
+// equal stretches read side by side, row after row, so every stretch is one long sequential
+// stream. Rows one at a time leave one FMA chain per core in flight: on a Zen 4 EPYC that caps two
+// cores at 68 GB/s even from L2, below what memory gives in the host's fast phases (50-63 GB/s).
+// 4 streams reach 109-112 GB/s from L2 and read memory as fast as one (a 2.5 GB bf16 product,
+// K = 2,048: 36.2 / 54.6 GB/s against 35.4 / 53.3 in a slow and a fast phase, medians of 7; the
+// 1.3B shape's products alone, alternated: medians 35.1 against 32.9 GB/s). 8 rows of one task
+// side by side give 8 chains but streams 4 KiB long, which the prefetcher finds again at every
+// task; 2 streams only reach 81 GB/s from L2.
+template <typename W>
+void batch1_as_streams(StreamsFn<W> streams, int parts, const W* const* B,
+                       const int64_t* first_column, int64_t K, const float* a, int64_t ldb,
+                       float beta, float* C, bool parallel) {
+  const int64_t total = first_column[parts];
+#pragma omp parallel if (parallel)
+  {
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t begin = total * t / threads, end = total * (t + 1) / threads;
+    const int64_t stretch = (end - begin) / kStreams;
+    const W* w[kStreams];
+    float* c[kStreams];
+    auto locate = [&](int64_t n, int i) {
+      int part = 0;
+      while (n >= first_column[part + 1]) ++part;
+      w[i] = B[part] + (n - first_column[part]) * ldb;
+      c[i] = C + n;
+    };
+    for (int64_t j = 0; j < stretch; ++j) {
+      for (int i = 0; i < kStreams; ++i) locate(begin + i * stretch + j, i);
+      streams(a, w, c, kStreams, K, beta);
+    }
+    for (int64_t n = begin + kStreams * stretch; n < end; ++n) {
+      locate(n, 0);
+      streams(a, w, c, 1, K, beta);
+    }
+  }
 }
 
 // Parts stacked as one matrix (RowMajorParts): part i's rows go to C's columns after part i-1's.
 // One parallel region for all of them: a fork and join per part costs a scheduler quantum when
 // the cores are shared with other work.
 template <typename W>
-void few_rows(BlockFn<W> rows, int64_t M, int parts, const W* const* B, const int64_t* part_rows,
+void few_rows(const Kernel<W>& kernel, int64_t M, int parts, const W* const* B, const int64_t* part_rows,
               int64_t K, const float* A, int64_t lda, int64_t ldb, float beta, float* C,
               int64_t ldc) {
   RETNET_CHECK(parts >= 1 && parts <= kMaxRowMajorParts, "{} parts of a row-major product (1 to {})",
@@ -222,6 +316,11 @@ void few_rows(BlockFn<W> rows, int64_t M, int parts, const W* const* B, const in
   // Threads only when the product is worth a fork (below ~32k multiply-adds one thread wins).
   // Static schedule: each thread streams one contiguous run of rows.
   const bool parallel = M * first_column[parts] * K >= (1 << 15) && tasks > 1;
+  if (M == 1 && kernel.batch1_streams) {
+    batch1_as_streams(kernel.batch1_streams, parts, B, first_column, K, A, ldb, beta, C, parallel);
+    return;
+  }
+  const BlockFn<W> rows = kernel.rows;
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t t = 0; t < tasks; ++t) {
     int part = 0;
@@ -233,9 +332,9 @@ void few_rows(BlockFn<W> rows, int64_t M, int parts, const W* const* B, const in
 }
 
 template <typename W>
-void few_rows(BlockFn<W> rows, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-              const W* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  few_rows(rows, M, 1, &B, &N, K, A, lda, ldb, beta, C, ldc);
+void few_rows(const Kernel<W>& kernel, int64_t M, int64_t N, int64_t K, const float* A,
+              int64_t lda, const W* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  few_rows(kernel, M, 1, &B, &N, K, A, lda, ldb, beta, C, ldc);
 }
 
 // Prefill: rows of W converted to float32 a block at a time (converted_block_rows, reused across
@@ -259,7 +358,7 @@ template <typename W>
 void product(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const W* B, int64_t ldb,
              float beta, float* C, int64_t ldc) {
   if (M <= kSkinnyMaxRows) {
-    static const BlockFn<W> best = rows_function<W>(rowmajor_kernel_best());
+    static const Kernel<W> best = kernel_functions<W>(rowmajor_kernel_best());
     few_rows(best, M, N, K, A, lda, B, ldb, beta, C, ldc);
   } else if constexpr (std::is_same_v<W, float>) {
     sgemm(Trans::No, Trans::Yes, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);
@@ -272,7 +371,7 @@ template <typename W>
 void parts_product(int64_t M, int64_t K, const float* A, int64_t lda, int parts,
                    const W* const* B, const int64_t* rows, float beta, float* C, int64_t ldc) {
   if (M <= kSkinnyMaxRows) {
-    static const BlockFn<W> best = rows_function<W>(rowmajor_kernel_best());
+    static const Kernel<W> best = kernel_functions<W>(rowmajor_kernel_best());
     few_rows(best, M, parts, B, rows, K, A, lda, K, beta, C, ldc);
     return;
   }
@@ -354,7 +453,7 @@ RowMajorKernel rowmajor_kernel_best() {
   void rowmajor_gemm_nt_with(RowMajorKernel kernel, int64_t M, int64_t N, int64_t K,            \
                              const float* A, int64_t lda, const W* B, int64_t ldb, float beta,  \
                              float* C, int64_t ldc) {                                           \
-    few_rows(rows_function<W>(kernel), M, N, K, A, lda, B, ldb, beta, C, ldc);                  \
+    few_rows(kernel_functions<W>(kernel), M, N, K, A, lda, B, ldb, beta, C, ldc);                  \
   }                                                                                             \
   void rowmajor_gemm_nt_reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, \
                                   const W* B, int64_t ldb, float beta, float* C, int64_t ldc) { \

@@ -143,3 +143,35 @@ TEST(RowMajorGemm, PartsStackedAsOneMatrixEqualOneCallPerPart) {
     EXPECT_TRUE(close(together, whole, 1e-5)) << M;
   }
 }
+
+TEST(RowMajorGemm, Batch1StreamsAcrossPartsAndThreadsEqualTheBatchedRows) {
+  // Large enough for the threads to split the rows (batch 1 may read each thread's share as
+  // several streams, whose stretches and remainders cross the parts' boundaries): one row of A
+  // must give the batched product's row bit for bit, with every kernel this CPU has.
+  const int64_t K = 300, rows[3] = {37, 101, 59}, N = 197, M = 3;
+  const Weights w(N, K, 28);
+  const BFloat16* parts[3] = {w.bf16.data(), w.bf16.data() + 37 * K, w.bf16.data() + 138 * K};
+  const auto A = random_vector(M * K, 29);
+  std::vector<float> batched(M * N, 1.f);
+  rowmajor_gemm_nt_parts(M, K, A.data(), K, 3, parts, rows, 0.5f, batched.data(), N);
+  for (int64_t m = 0; m < M; ++m) {
+    std::vector<float> single(N, 1.f);
+    rowmajor_gemm_nt_parts(1, K, A.data() + m * K, K, 3, parts, rows, 0.5f, single.data(), N);
+    EXPECT_EQ(single, std::vector<float>(batched.begin() + m * N, batched.begin() + (m + 1) * N))
+        << m;
+  }
+  for (RowMajorKernel kernel : {RowMajorKernel::Avx2, RowMajorKernel::Avx512,
+                                RowMajorKernel::Avx512Prefetch}) {
+    if (!rowmajor_kernel_available(kernel)) continue;
+    SCOPED_TRACE(rowmajor_kernel_name(kernel));
+    std::vector<float> batched_with(M * N, 1.f), single(N, 1.f);
+    rowmajor_gemm_nt_with(kernel, M, N, K, A.data(), K, w.bf16.data(), K, 0.5f,
+                          batched_with.data(), N);
+    rowmajor_gemm_nt_with(kernel, 1, N, K, A.data() + K, K, w.bf16.data(), K, 0.5f, single.data(),
+                          N);
+    EXPECT_EQ(single, std::vector<float>(batched_with.begin() + N, batched_with.begin() + 2 * N));
+    std::vector<float> whole(M * N, 1.f);
+    rowmajor_gemm_nt_reference(M, N, K, A.data(), K, w.bf16.data(), K, 0.5f, whole.data(), N);
+    EXPECT_TRUE(close(batched_with, whole, 1e-5));
+  }
+}

@@ -16,9 +16,10 @@ namespace retnet {
 
 // Which implementation computes the few-rows products; the best is chosen at run time from the
 // CPU (cpuid), so one binary serves every x86-64 machine. The two AVX-512 kernels compute the
-// same sums (results equal bit for bit) and differ in software prefetching of the next weight
-// rows: Avx512Prefetch always (Intel cores), Avx512 only for 3 or more rows of A (AMD cores,
-// which 1-2 rows' prefetches slow down; see the source).
+// same sums (results equal bit for bit) and differ in how they read the weights: Avx512Prefetch
+// prefetches the next rows in software (Intel cores); Avx512 (AMD cores, which 1-2 rows'
+// prefetches slow down) prefetches only for 3 or more rows of A and reads batch 1 as a few long
+// sequential streams per thread (see the source).
 enum class RowMajorKernel { Scalar, Avx2, Avx512, Avx512Prefetch };
 const char* rowmajor_kernel_name(RowMajorKernel kernel);
 bool rowmajor_kernel_available(RowMajorKernel kernel);
