@@ -415,7 +415,7 @@ void Model::fill_and_pack(DecodePrecision precision, const TensorSource& source,
       for (size_t i = 0; i < layout.size(); ++i) {
         float* w = params_.tensor(i);
         source(i, w);
-        hash = fnv1a(w, layout[i].numel * sizeof(float), hash);
+        if (!keep_alive) hash = fnv1a(w, layout[i].numel * sizeof(float), hash);
         if (auto it = ending_at.find(i); it != ending_at.end()) {
           const auto [index, N, K] = it->second;
           pack_quantized_product(*type, index, N, K, true, {}, *pack);
@@ -425,7 +425,10 @@ void Model::fill_and_pack(DecodePrecision precision, const TensorSource& source,
       released_.clear();
       throw;
     }
-    fingerprint_ = hash;
+    if (keep_alive)
+      defer_fingerprint(source, *pack, std::move(keep_alive));
+    else
+      fingerprint_ = hash;
     packed_ = std::move(pack);
     return;
   }
@@ -470,7 +473,10 @@ void Model::fill_and_pack(DecodePrecision precision, const TensorSource& source,
     room->in_place_bytes = pack->in_place_bytes;
     pack = std::move(room);
   }
+  // Hashing every weight costs about a second per GB (byte by byte): when `source` can read
+  // them again (it owns what it reads), the hash waits for the first state file.
   const bool any_viewed = std::find(viewed.begin(), viewed.end(), true) != viewed.end();
+  const bool defer = any_viewed || keep_alive;
   const std::string config = config_.to_json();
   uint64_t hash = fnv1a(config.data(), config.size());  // as model_fingerprint, tensor by tensor
   size_t offset = 0;
@@ -481,7 +487,7 @@ void Model::fill_and_pack(DecodePrecision precision, const TensorSource& source,
     }
     float* w = params_.tensor(i);
     source(i, w);
-    if (!any_viewed) hash = fnv1a(w, layout[i].numel * sizeof(float), hash);
+    if (!defer) hash = fnv1a(w, layout[i].numel * sizeof(float), hash);
     if (auto it = ending_at.find(i); it != ending_at.end()) {
       const auto [index, N, K] = it->second;
       pack_product(*pack, index, N, K, offset, true);
@@ -489,24 +495,27 @@ void Model::fill_and_pack(DecodePrecision precision, const TensorSource& source,
     if (i == tensors_.embed && !tied && precision != DecodePrecision::F32)
       pack_half_embedding(*pack, true);
   }
-  if (any_viewed) {
-    // Hashing every weight would read the whole file at open: deferred to the first state file.
-    pack->keep_alive = std::move(keep_alive);
-    lazy_fingerprint_ = std::make_shared<LazyFingerprint>();
-    lazy_fingerprint_->compute = [source, layout, config] {
-      uint64_t h = fnv1a(config.data(), config.size());
-      std::vector<float> values;
-      for (size_t i = 0; i < layout.size(); ++i) {
-        values.resize(layout[i].numel);
-        source(i, values.data());
-        h = fnv1a(values.data(), values.size() * sizeof(float), h);
-      }
-      return h;
-    };
-  } else {
+  if (defer)
+    defer_fingerprint(source, *pack, std::move(keep_alive));
+  else
     fingerprint_ = hash;
-  }
   packed_ = std::move(pack);
+}
+
+void Model::defer_fingerprint(const TensorSource& source, DecodePack& pack,
+                              std::shared_ptr<const void> keep_alive) {
+  pack.keep_alive = std::move(keep_alive);
+  lazy_fingerprint_ = std::make_shared<LazyFingerprint>();
+  lazy_fingerprint_->compute = [source, layout = params_.layout(), config = config_.to_json()] {
+    uint64_t h = fnv1a(config.data(), config.size());
+    std::vector<float> values;
+    for (size_t i = 0; i < layout.size(); ++i) {
+      values.resize(layout[i].numel);
+      source(i, values.data());
+      h = fnv1a(values.data(), values.size() * sizeof(float), h);
+    }
+    return h;
+  };
 }
 
 int64_t Model::in_place_bytes() const { return packed_ ? packed_->in_place_bytes : 0; }

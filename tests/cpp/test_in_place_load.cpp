@@ -152,6 +152,30 @@ TEST(InPlaceLoad, OpeningReadsNoWeightsAndTheModelOutlivesTheFileNames) {
   EXPECT_EQ(logits_of_pattern(copy, 4), first);
 }
 
+// Converted at load (bf16 stored, f32 / f16 / q8_0 held): nothing is used in place, but the
+// model keeps the mapping, so the fingerprint (a byte-by-byte hash of every weight, about a second
+// per GB) waits for its first use, and equals the one a load without the mapping computes at once.
+TEST(InPlaceLoad, AConvertingLoadDefersTheFingerprintAndAgreesWithAnEagerOne) {
+  const fs::path dir = test::fresh_temp_dir("in_place_deferred_fingerprint");
+  const std::string out = (dir / "m").string();
+  save_hf_directory(Model::init(test::fla_model_config(32, 2, 96, false), 8), out, HfFlavour::Fla,
+                    "bf16", {});
+  for (DecodePrecision p : {DecodePrecision::F32, DecodePrecision::F16, DecodePrecision::Q8_0}) {
+    SCOPED_TRACE(decode_precision_name(p));
+    const Model eager = load_hf_directory_for_inference(out, p, nullptr, false);
+    const Model deferred = load_hf_directory_for_inference(out, p, nullptr, true);
+    EXPECT_FALSE(eager.fingerprint_deferred());
+    EXPECT_TRUE(deferred.fingerprint_deferred());
+    EXPECT_EQ(deferred.in_place_bytes(), 0);
+    EXPECT_EQ(model_fingerprint(deferred), model_fingerprint(eager));
+    EXPECT_EQ(logits_of_pattern(deferred, 4), logits_of_pattern(eager, 4));
+  }
+  // Every precision hashes the same float32 values: one fingerprint for the directory.
+  EXPECT_EQ(model_fingerprint(load_hf_directory_for_inference(out, DecodePrecision::F32)),
+            model_fingerprint(load_hf_directory(out)));
+  fs::remove_all(dir);
+}
+
 TEST(InPlaceLoad, ATruncatedShardIsStillRefusedNamingTheFile) {
   const fs::path dir = test::fresh_temp_dir("in_place_truncated");
   const std::string out = (dir / "m").string();

@@ -171,13 +171,14 @@ class Model {
   // where it lies: nothing is read or copied, so a mapped file opens without touching its pages
   // and they page in as decoding uses them. `keep_alive` holds the storage (the mappings) for as
   // long as the model or a copy of it lives. Those tensors' values are not scanned for non-finite
-  // numbers (the logits are). The fingerprint is then computed on first use, by calling `source`
-  // again for every tensor: `source` is kept and must own what it reads.
+  // numbers (the logits are). With `keep_alive` given (whether or not anything is used in place)
+  // the fingerprint is computed on first use, by calling `source` again for every tensor:
+  // `source` is kept and must own what it reads.
   void prepare_inference(DecodePrecision precision, const TensorSource& source,
                          const InPlaceSource& in_place, std::shared_ptr<const void> keep_alive);
   // Bytes of the weights used in place (0 unless prepared from an InPlaceSource).
   int64_t in_place_bytes() const;
-  // Whether model_fingerprint reads every weight on its first call (weights used in place).
+  // Whether model_fingerprint reads every weight on its first call (a mapped file kept).
   bool fingerprint_deferred() const { return lazy_fingerprint_ != nullptr; }
   // Whether every float32 parameter is still present (false after prepare_inference released some).
   bool weights_complete() const { return released_.empty(); }
@@ -209,7 +210,8 @@ class Model {
   std::shared_ptr<const DecodePack> packed_;
   std::vector<bool> released_;  // per tensor, empty when none is released
   uint64_t fingerprint_ = 0;    // taken before releasing (model_fingerprint reads it then)
-  // With weights used in place, the fingerprint is computed on first use (shared by copies).
+  // When the loader's source can be read again (weights used in place, or a mapped file kept),
+  // the fingerprint is computed on first use (shared by copies).
   struct LazyFingerprint;
   std::shared_ptr<LazyFingerprint> lazy_fingerprint_;
   [[noreturn]] void throw_released(size_t index) const;
@@ -231,6 +233,10 @@ class Model {
   void pack_half_embedding(DecodePack& pack, bool release);
   void fill_and_pack(DecodePrecision precision, const TensorSource& source,
                      const InPlaceSource& in_place, std::shared_ptr<const void> keep_alive);
+  // The fingerprint computed on first use by reading every tensor through `source` again;
+  // `keep_alive` (what `source` reads) moves into the pack.
+  void defer_fingerprint(const TensorSource& source, DecodePack& pack,
+                         std::shared_ptr<const void> keep_alive);
   friend uint64_t model_fingerprint(const Model& model);
 };
 
