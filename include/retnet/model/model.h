@@ -220,16 +220,19 @@ class Model {
                       const std::vector<std::tuple<size_t, int64_t, int64_t>>& products,
                       bool release, const QuantOptions& quant, DecodePack& pack);
   // Parts of pack_quantized: room for every product's blocks (pointers into the pack stay valid),
-  // and one product (first tensor, N, K) quantised, optionally releasing its float32 pages.
+  // and one product (first tensor, N, K) quantised, optionally releasing its float32 pages
+  // (`values` as in pack_product).
   void reserve_quantized(QuantType type,
                          const std::vector<std::tuple<size_t, int64_t, int64_t>>& products,
                          const QuantOptions& quant, DecodePack& pack) const;
   void pack_quantized_product(QuantType type, size_t index, int64_t N, int64_t K, bool release,
-                              const QuantOptions& quant, DecodePack& pack);
+                              const QuantOptions& quant, DecodePack& pack,
+                              const float* values = nullptr);
   // Parts of pack_projections: one product (first tensor, N, K) at `offset` of the pack, and the
-  // f16/bf16 row-major embedding, each optionally releasing its float32 pages.
+  // f16/bf16 row-major embedding, each optionally releasing its float32 pages. `values`: the
+  // product's float32 values when they are not in the buffer (a loader's staging area).
   void pack_product(DecodePack& pack, size_t index, int64_t N, int64_t K, size_t& offset,
-                    bool release);
+                    bool release, const float* values = nullptr);
   void pack_half_embedding(DecodePack& pack, bool release);
   void fill_and_pack(DecodePrecision precision, const TensorSource& source,
                      const InPlaceSource& in_place, std::shared_ptr<const void> keep_alive);
