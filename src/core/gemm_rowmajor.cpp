@@ -154,8 +154,9 @@ RETNET_ROWMAJOR_BLOCK(block_avx512, RETNET_AVX512, __m512, 16, _mm512_setzero_ps
 #undef RETNET_ROWMAJOR_BLOCK
 
 // One task's rows (8, fewer at the end) against every row of A, in groups of up to 4 rows of A.
-// Batch 1 with AVX-512 reads the weight rows one at a time (R1 = 1; the avx512 kernel reads batch 1
-// as streams instead, batch1_as_streams): one sequential stream per thread, which the memory system serves faster than eight rows side by side (bf16 in place, the
+// Batch 1 with AVX-512 reads the weight rows one at a time (R1 = 1; the avx512 kernel reads batch
+// 1 as streams instead, batch1_as_streams): one sequential stream per thread, which the memory
+// system serves faster than eight rows side by side (bf16 in place, the
 // 1.3B shape on an AMD EPYC with AVX-512: 9.75 -> 10.82 tokens/s, medians of 8 alternated runs;
 // a 16-lane FMA chain per row keeps up with memory, and two chains per row gained no more in a
 // 1 GB product). AVX2's 8-lane chain would make one row's FMA latency the limit (the same product
@@ -302,9 +303,9 @@ void batch1_as_streams(StreamsFn<W> streams, int parts, const W* const* B,
 // One parallel region for all of them: a fork and join per part costs a scheduler quantum when
 // the cores are shared with other work.
 template <typename W>
-void few_rows(const Kernel<W>& kernel, int64_t M, int parts, const W* const* B, const int64_t* part_rows,
-              int64_t K, const float* A, int64_t lda, int64_t ldb, float beta, float* C,
-              int64_t ldc) {
+void few_rows(const Kernel<W>& kernel, int64_t M, int parts, const W* const* B,
+              const int64_t* part_rows, int64_t K, const float* A, int64_t lda, int64_t ldb,
+              float beta, float* C, int64_t ldc) {
   RETNET_CHECK(parts >= 1 && parts <= kMaxRowMajorParts, "{} parts of a row-major product (1 to {})",
                parts, kMaxRowMajorParts);
   int64_t first_task[kMaxRowMajorParts + 1] = {0}, first_column[kMaxRowMajorParts + 1] = {0};
