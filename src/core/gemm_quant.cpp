@@ -218,10 +218,13 @@ RETNET_VNNI inline __m256i dot_add(__m256i acc, __m256i u, __m256i s) {
 }
 RETNET_VNNI inline __m256i nibble_dot(const __m256i* lo, const __m256i* a_lo, const __m256i* hi,
                                       const __m256i* a_hi) {
-  __m256i acc = _mm256_setzero_si256();
-  for (int j = 0; j < 4; ++j)
-    acc = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(acc, lo[j], a_lo[j]), hi[j], a_hi[j]);
-  return acc;
+  // Two chains (the low and the high nibbles), as in q8_0's block.
+  __m256i low = _mm256_setzero_si256(), high = _mm256_setzero_si256();
+  for (int j = 0; j < 4; ++j) {
+    low = _mm256_dpbusd_epi32(low, lo[j], a_lo[j]);
+    high = _mm256_dpbusd_epi32(high, hi[j], a_hi[j]);
+  }
+  return _mm256_add_epi32(low, high);
 }
 }  // namespace vnni
 #define QK_NS vnni
