@@ -15,6 +15,8 @@
 
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
+#include "retnet/core/gemm_rowmajor.h"
+#include "retnet/core/quant.h"
 #include "retnet/core/rng.h"
 
 extern char** environ;
@@ -111,7 +113,9 @@ nlohmann::json machine_json() {
           {"cores", sysconf(_SC_NPROCESSORS_ONLN)},
           {"memory_total_bytes", meminfo_bytes("MemTotal")},
           {"memory_available_bytes_at_start", meminfo_bytes("MemAvailable")},
-          {"blas_core", blas_info().corename}};
+          {"blas_core", blas_info().corename},
+          {"rowmajor_decode_kernel", rowmajor_kernel_name(rowmajor_kernel_best())},
+          {"quant_decode_kernel", quant_kernel_name(quant_kernel_best())}};
 }
 
 

@@ -240,6 +240,11 @@ void run(const BenchModelOptions& o) {
   apply_threads(o.threads);
   nlohmann::ordered_json out;
   out["machine"] = machine_json();
+  // Which decode kernels this CPU gets: figures differ by them, so they go with every run.
+  std::printf("machine: %s, %d threads; decode kernels: row-major weights %s, quantised %s\n",
+              out["machine"]["cpu"].get<std::string>().c_str(), num_threads(),
+              out["machine"]["rowmajor_decode_kernel"].get<std::string>().c_str(),
+              out["machine"]["quant_decode_kernel"].get<std::string>().c_str());
   const double bandwidth = read_bandwidth(std::max(o.reps, 5));
   std::vector<nlohmann::ordered_json> runs;
   for (const std::string& dtype : o.dtypes) runs.push_back(run_dtype(o, dtype, bandwidth));

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
+#include "retnet/core/gemm_rowmajor.h"
+#include "retnet/core/quant.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -99,6 +101,12 @@ TEST(BenchModel, SmallDirectoryWritesEveryFigure) {
     const json j = json::parse(in);
     EXPECT_EQ(j["model"]["stored_dtype"], "BF16");
     EXPECT_EQ(j["model"]["dtype"], dtype);
+    // The decode kernels the figures come from, as the dispatch chose them on this CPU.
+    EXPECT_EQ(j["machine"]["rowmajor_decode_kernel"], rowmajor_kernel_name(rowmajor_kernel_best()));
+    EXPECT_EQ(j["machine"]["quant_decode_kernel"], quant_kernel_name(quant_kernel_best()));
+    EXPECT_NE(r.out.find(std::string("row-major weights ") +
+                         rowmajor_kernel_name(rowmajor_kernel_best())),
+              std::string::npos);
     for (const char* key : {"load_seconds", "rss_after_load_bytes", "stored_bytes",
                             "rss_after_prepare_bytes", "weight_bytes_in_dtype"})
       EXPECT_GT(j["model"][key].get<double>(), 0) << key;
