@@ -32,7 +32,7 @@ using BlockFn = void (*)(int64_t M, const float* A, int64_t lda, const W* B, int
                          int64_t rows);
 
 // Batch 1 read as streams: `count` (1 to kStreams) weight rows w[i] against the one row of A,
-// side by side, into *c[i]. Each output is the same chain of FMAs as the kernel's block gives it.
+// side by side, into *c[i], by the kernel's own block (so each output is the same FMA chain).
 constexpr int kStreams = 4;
 template <typename W>
 using StreamsFn = void (*)(const float* a, const W* const* w, float* const* c, int count,
@@ -98,9 +98,10 @@ RETNET_AVX512 inline float hsum16(__m512 v) {
   return _mm_cvtss_f32(s);
 }
 
-// Weight rows n0..n0+R against rows 0..MR of A: R x MR accumulators of L lanes, each C[m,n] one
-// lane-wise FMA chain over the full vectors of k, then the K % L tail (zero-padded copies), then
-// a fixed horizontal sum. With PF, the next R rows are prefetched at the same column, a cache line
+// Weight rows row[0..R) against rows 0..MR of A, into out[r][m * ldc]: R x MR accumulators of L
+// lanes, each output one lane-wise FMA chain over the full vectors of k, then the K % L tail (zero-padded copies), then
+// a fixed horizontal sum. With PF, the next R rows (row[r] + R * ldb: the rows are consecutive) are
+// prefetched at the same column, a cache line
 // at a time: a bf16 row of a 2,048-wide model is one 4 KiB page, where an Intel core's hardware
 // prefetcher starts afresh (on a Xeon, batch-1 bf16 decoding of the 1.3B shape in place with 8
 // rows side by side went from 9.1-9.6 to 10.7-10.8 tokens/s, the packed copy's speed). Past the
@@ -109,8 +110,8 @@ RETNET_AVX512 inline float hsum16(__m512 v) {
 // attribute.
 #define RETNET_ROWMAJOR_BLOCK(NAME, TARGET, REG, L, ZERO, LOADA, LOADW, FMA, HSUM)               \
   template <int R, int MR, bool PF, typename W>                                                 \
-  TARGET void NAME(const float* A, int64_t lda, const W* B, int64_t ldb, float beta, float* C,   \
-                   int64_t ldc, int64_t K, int64_t n0) {                                         \
+  TARGET void NAME(const float* A, int64_t lda, const W* const* row, int64_t ldb, float beta,    \
+                   float* const* out, int64_t ldc, int64_t K) {                                 \
     REG acc[R][MR];                                                                             \
     _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)                                          \
         _Pragma("GCC unroll 4") for (int m = 0; m < MR; ++m) acc[r][m] = ZERO();                 \
@@ -120,9 +121,9 @@ RETNET_AVX512 inline float hsum16(__m512 v) {
       _Pragma("GCC unroll 4") for (int m = 0; m < MR; ++m) x[m] = LOADA(A + m * lda + k);        \
       if (PF && (k * static_cast<int64_t>(sizeof(W))) % 64 == 0)                                 \
         _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)                                      \
-            _mm_prefetch(reinterpret_cast<const char*>(B + (n0 + R + r) * ldb + k), _MM_HINT_T0); \
+            _mm_prefetch(reinterpret_cast<const char*>(row[r] + R * ldb + k), _MM_HINT_T0);      \
       _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {                                      \
-        const REG w = LOADW(B + (n0 + r) * ldb + k);                                             \
+        const REG w = LOADW(row[r] + k);                                                         \
         _Pragma("GCC unroll 4") for (int m = 0; m < MR; ++m) acc[r][m] = FMA(w, x[m], acc[r][m]); \
       }                                                                                          \
     }                                                                                            \
@@ -134,14 +135,14 @@ RETNET_AVX512 inline float hsum16(__m512 v) {
         const REG x = LOADA(a);                                                                  \
         _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {                                    \
           W w[L] = {};                                                                           \
-          std::memcpy(w, B + (n0 + r) * ldb + body, static_cast<size_t>(n) * sizeof(W));         \
+          std::memcpy(w, row[r] + body, static_cast<size_t>(n) * sizeof(W));                     \
           acc[r][m] = FMA(LOADW(w), x, acc[r][m]);                                               \
         }                                                                                        \
       }                                                                                          \
     }                                                                                            \
     _Pragma("GCC unroll 4") for (int m = 0; m < MR; ++m)                                         \
         _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {                                    \
-      float& c = C[m * ldc + n0 + r];                                                            \
+      float& c = out[r][m * ldc];                                                                \
       const float dot = HSUM(acc[r][m]);                                                         \
       c = beta == 0.f ? dot : dot + beta * c;                                                    \
     }                                                                                            \
@@ -168,35 +169,38 @@ RETNET_ROWMAJOR_BLOCK(block_avx512, RETNET_AVX512, __m512, 16, _mm512_setzero_ps
 // 1-2 rows a tenth to a quarter of the speed; with 3 or more rows there is more arithmetic per
 // byte, the core runs less far ahead, and they pay (2.5 GB of bf16, K = 2,048, medians of 5:
 // M = 1 32.7 GB/s without, 26.9 with; M = 2 32.4 / 30.7; M = 4 22.7 / 27.7; M = 16 7.2 / 11.0).
-#define RETNET_ROWMAJOR_ROWS(NAME, TARGET, BLOCK, PF12, PF34, R1, R2, R3)                           \
+#define RETNET_ROWMAJOR_ROWS(NAME, TARGET, BLOCK, PF12, PF34, R1, R2, R3)                        \
   template <typename W>                                                                         \
   TARGET void NAME(int64_t M, const float* A, int64_t lda, const W* B, int64_t ldb, float beta,  \
                    float* C, int64_t ldc, int64_t /*N*/, int64_t K, int64_t n0, int64_t rows) {  \
+    const W* row[kRowsPerTask];                                                                 \
+    for (int64_t r = 0; r < rows; ++r) row[r] = B + (n0 + r) * ldb;                              \
     for (int64_t m0 = 0; m0 < M; m0 += 4) {                                                      \
       const float* a = A + m0 * lda;                                                             \
-      float* c = C + m0 * ldc;                                                                   \
+      float* out[kRowsPerTask];                                                                 \
+      for (int64_t r = 0; r < rows; ++r) out[r] = C + m0 * ldc + n0 + r;                         \
       const int64_t mr = std::min<int64_t>(4, M - m0);                                           \
       if (rows < kRowsPerTask) {                                                                 \
         for (int64_t r = 0; r < rows; ++r) switch (mr) {                                         \
-            case 1: BLOCK<1, 1, PF12>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); break;                 \
-            case 2: BLOCK<1, 2, PF12>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); break;                 \
-            case 3: BLOCK<1, 3, PF34>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); break;                 \
-            default: BLOCK<1, 4, PF34>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); break;                \
+            case 1: BLOCK<1, 1, PF12>(a, lda, row + r, ldb, beta, out + r, ldc, K); break;       \
+            case 2: BLOCK<1, 2, PF12>(a, lda, row + r, ldb, beta, out + r, ldc, K); break;       \
+            case 3: BLOCK<1, 3, PF34>(a, lda, row + r, ldb, beta, out + r, ldc, K); break;       \
+            default: BLOCK<1, 4, PF34>(a, lda, row + r, ldb, beta, out + r, ldc, K); break;      \
           }                                                                                      \
         continue;                                                                                \
       }                                                                                          \
       switch (mr) {                                                                              \
         case 1:                                                                                  \
-          for (int64_t r = 0; r < 8; r += R1) BLOCK<R1, 1, PF12>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); \
+          for (int r = 0; r < 8; r += R1) BLOCK<R1, 1, PF12>(a, lda, row + r, ldb, beta, out + r, ldc, K); \
           break;                                                                                 \
         case 2:                                                                                  \
-          for (int64_t r = 0; r < 8; r += R2) BLOCK<R2, 2, PF12>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); \
+          for (int r = 0; r < 8; r += R2) BLOCK<R2, 2, PF12>(a, lda, row + r, ldb, beta, out + r, ldc, K); \
           break;                                                                                 \
         case 3:                                                                                  \
-          for (int64_t r = 0; r < 8; r += R3) BLOCK<R3, 3, PF34>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); \
+          for (int r = 0; r < 8; r += R3) BLOCK<R3, 3, PF34>(a, lda, row + r, ldb, beta, out + r, ldc, K); \
           break;                                                                                 \
         default:                                                                                 \
-          for (int64_t r = 0; r < 8; r += R3) BLOCK<R3, 4, PF34>(a, lda, B, ldb, beta, c, ldc, K, n0 + r); \
+          for (int r = 0; r < 8; r += R3) BLOCK<R3, 4, PF34>(a, lda, row + r, ldb, beta, out + r, ldc, K); \
           break;                                                                                 \
       }                                                                                          \
     }                                                                                            \
@@ -206,44 +210,16 @@ RETNET_ROWMAJOR_ROWS(rows_avx512, RETNET_AVX512, block_avx512, false, true, 1, 8
 RETNET_ROWMAJOR_ROWS(rows_avx512_prefetch, RETNET_AVX512, block_avx512, true, true, 1, 8, 4)
 #undef RETNET_ROWMAJOR_ROWS
 
-// S weight rows side by side against one row of A: block_avx512<1, 1>'s chain for each.
-template <int S, typename W>
-RETNET_AVX512 void streams_block_avx512(const float* a, const W* const* w, float* const* c,
-                                        int64_t K, float beta) {
-  __m512 acc[S];
-  _Pragma("GCC unroll 4") for (int s = 0; s < S; ++s) acc[s] = _mm512_setzero_ps();
-  const int64_t body = K / 16 * 16;
-  for (int64_t k = 0; k < body; k += 16) {
-    const __m512 x = _mm512_loadu_ps(a + k);
-    _Pragma("GCC unroll 4") for (int s = 0; s < S; ++s)
-        acc[s] = _mm512_fmadd_ps(load16(w[s] + k), x, acc[s]);
-  }
-  if (body < K) {
-    const int64_t n = K - body;
-    float tail[16] = {};
-    std::memcpy(tail, a + body, static_cast<size_t>(n) * sizeof(float));
-    const __m512 x = _mm512_loadu_ps(tail);
-    _Pragma("GCC unroll 4") for (int s = 0; s < S; ++s) {
-      W wt[16] = {};
-      std::memcpy(wt, w[s] + body, static_cast<size_t>(n) * sizeof(W));
-      acc[s] = _mm512_fmadd_ps(load16(wt), x, acc[s]);
-    }
-  }
-  _Pragma("GCC unroll 4") for (int s = 0; s < S; ++s) {
-    const float dot = hsum16(acc[s]);
-    *c[s] = beta == 0.f ? dot : dot + beta * *c[s];
-  }
-}
-
 template <typename W>
 RETNET_AVX512 void streams_avx512(const float* a, const W* const* w, float* const* c, int count,
                                   int64_t K, float beta) {
   static_assert(kStreams == 4);
+  // The blocks of one row of A, without prefetch (the rows are not consecutive here).
   switch (count) {
-    case 1: return streams_block_avx512<1>(a, w, c, K, beta);
-    case 2: return streams_block_avx512<2>(a, w, c, K, beta);
-    case 3: return streams_block_avx512<3>(a, w, c, K, beta);
-    default: return streams_block_avx512<4>(a, w, c, K, beta);
+    case 1: return block_avx512<1, 1, false>(a, 0, w, 0, beta, c, 0, K);
+    case 2: return block_avx512<2, 1, false>(a, 0, w, 0, beta, c, 0, K);
+    case 3: return block_avx512<3, 1, false>(a, 0, w, 0, beta, c, 0, K);
+    default: return block_avx512<4, 1, false>(a, 0, w, 0, beta, c, 0, K);
   }
 }
 #endif
