@@ -2,10 +2,11 @@
 //
 // Decoding (few rows): like ggml, each activation row is quantised to int8 per block of 32 (scale
 // d_a = max|a| / 127), so a block's contribution is one integer dot product times d_w * d_a (plus
-// m_w * d_a * sum(q_a) for Q4_1's minimum). The weights are in panels (groups of 8 rows
-// interleaved, retnet/core/quant.h), so the SIMD kernels compute a group's 8 rows in the 8 lanes of
-// a vector with no horizontal sums; their integer dot products use AVX2's maddubs/madd or AVX-512
-// VNNI's dpbusd, picked at run time from cpuid (gemm_quant_simd.inc), or plain C++. Every C[m,n]
+// m_w * d_a * sum(q_a) for Q4_1's minimum). The weights are in panels (groups of 16 rows
+// interleaved, retnet/core/quant.h), so the SIMD kernels compute a group's rows in the lanes of
+// vectors with no horizontal sums; their integer dot products use AVX2's maddubs/madd or AVX-512
+// VNNI's dpbusd on 256-bit vectors (gemm_quant_simd.inc) or on 512-bit ones
+// (gemm_quant_avx512.inc), picked at run time from cpuid, or plain C++. Every C[m,n]
 // goes through the same operations over the same bytes whatever M is and whichever rows it is
 // computed with: batch-invariant, and the same on every kernel.
 // Prefill (many rows): rows of W are dequantised to float32 in blocks and multiplied by sgemm.
@@ -26,20 +27,21 @@ namespace retnet {
 namespace {
 
 // Activation rows quantised to int8 blocks: q [M][K], |q| (for Q8_0's sign trick), per block the
-// scale d, d * sum(q) (Q4_1's minimum) and 8 * sum(q) (Q4_0, whose nibbles carry +8).
+// scale d, d * sum(q) (Q4_1's minimum) and sum(q) (Q4_0's nibbles carry +8, and the 512-bit
+// kernel's Q8_0 values +128: 8 or 128 times it is taken off).
 struct ActivationRow {
   const int8_t *q, *qabs;
   const float *d, *s;
-  const int32_t* sum8;
+  const int32_t* sum;
 };
 struct ActivationRows {
   std::vector<int8_t> q, qabs;
   std::vector<float> d, s;
-  std::vector<int32_t> sum8;
+  std::vector<int32_t> sum;
   int64_t K = 0, nb = 0;
   ActivationRow row(int64_t m) const {
     return {q.data() + m * K, qabs.empty() ? nullptr : qabs.data() + m * K, d.data() + m * nb,
-            s.data() + m * nb, sum8.data() + m * nb};
+            s.data() + m * nb, sum.data() + m * nb};
   }
 };
 
@@ -109,7 +111,7 @@ void quantise_activations(QuantType type, int64_t M, int64_t K, const float* A, 
   out.q.resize(static_cast<size_t>(M * K));
   out.d.resize(static_cast<size_t>(M * nb));
   out.s.resize(static_cast<size_t>(M * nb));
-  out.sum8.resize(static_cast<size_t>(M * nb));
+  out.sum.resize(static_cast<size_t>(M * nb));
   out.qabs.resize(type == QuantType::Q8_0 ? static_cast<size_t>(M * K) : 0);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t b = 0; b < nb; ++b) {
@@ -129,7 +131,7 @@ void quantise_activations(QuantType type, int64_t M, int64_t K, const float* A, 
       }
       out.d[m * nb + b] = d;
       out.s[m * nb + b] = d * static_cast<float>(sum);
-      out.sum8[m * nb + b] = 8 * sum;
+      out.sum[m * nb + b] = sum;
     }
 }
 
@@ -144,48 +146,39 @@ float half_at(const uint8_t* p) {
 // the same order).
 void group_dot_scalar(QuantType type, const uint8_t* group, int64_t nb, const ActivationRow& a,
                       float* out) {
-  const int64_t quants = type == QuantType::Q8_0 ? 256 : 128;
-  const int64_t scales = type == QuantType::Q4_1 ? 32 : 16;
-  for (int64_t r = 0; r < kQuantPanelRows; ++r) out[r] = 0.f;
+  constexpr int64_t R = kQuantPanelRows, word = 4 * R;
+  const int64_t words = type == QuantType::Q8_0 ? 8 : 4;
+  const int64_t quants = words * word;
+  const int64_t scales = type == QuantType::Q4_1 ? 4 * R : 2 * R;
+  for (int64_t r = 0; r < R; ++r) out[r] = 0.f;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* q = group + b * quants;
     const uint8_t* s = group + nb * quants + b * scales;
     const int8_t* qa = a.q + b * kQuantBlock;
     // Word j holds bytes 4j..4j+3 of each row in turn: read in memory order.
-    int isum[kQuantPanelRows] = {};
-    const int64_t words = type == QuantType::Q8_0 ? 8 : 4;
-    for (int64_t j = 0; j < words; ++j, q += 32) {
-      int prod[32];  // the word's 32 products first: a loop compilers vectorise
+    int isum[R] = {};
+    for (int64_t j = 0; j < words; ++j, q += word) {
+      int prod[word];  // the word's products first: a loop compilers vectorise
       if (type == QuantType::Q8_0)
-        for (int64_t i = 0; i < 32; ++i) prod[i] = static_cast<int8_t>(q[i]) * qa[4 * j + i % 4];
+        for (int64_t i = 0; i < word; ++i) prod[i] = static_cast<int8_t>(q[i]) * qa[4 * j + i % 4];
       else
-        for (int64_t i = 0; i < 32; ++i)
+        for (int64_t i = 0; i < word; ++i)
           prod[i] = (q[i] & 0x0f) * qa[4 * j + i % 4] + (q[i] >> 4) * qa[16 + 4 * j + i % 4];
-      for (int64_t r = 0; r < kQuantPanelRows; ++r)
+      for (int64_t r = 0; r < R; ++r)
         isum[r] += prod[4 * r] + prod[4 * r + 1] + prod[4 * r + 2] + prod[4 * r + 3];
     }
-    for (int64_t r = 0; r < kQuantPanelRows; ++r) {
-      if (type == QuantType::Q4_0) isum[r] -= a.sum8[b];
+    for (int64_t r = 0; r < R; ++r) {
+      if (type == QuantType::Q4_0) isum[r] -= 8 * a.sum[b];
       out[r] = std::fma(half_at(s + 2 * r) * a.d[b], static_cast<float>(isum[r]), out[r]);
-      if (type == QuantType::Q4_1) out[r] = std::fma(half_at(s + 16 + 2 * r), a.s[b], out[r]);
+      if (type == QuantType::Q4_1) out[r] = std::fma(half_at(s + 2 * R + 2 * r), a.s[b], out[r]);
     }
   }
 }
 
-void scalar_groups_range(QuantType type, const uint8_t* W, size_t group_bytes,
-                         const ActivationRows& act, int64_t M, int64_t N, int64_t g0, int64_t g1,
-                         int64_t nb, float beta, float* C, int64_t ldc) {
-  float v[kQuantPanelRows];
-  for (int64_t g = g0; g < g1; ++g) {
-    const int64_t n0 = g * kQuantPanelRows, rows = std::min(kQuantPanelRows, N - n0);
-    for (int64_t m = 0; m < M; ++m) {
-      group_dot_scalar(type, W + static_cast<size_t>(g) * group_bytes, nb, act.row(m), v);
-      for (int64_t r = 0; r < rows; ++r) {
-        float& c = C[m * ldc + n0 + r];
-        c = beta == 0.f ? v[r] : v[r] + beta * c;
-      }
-    }
-  }
+template <QuantType T>
+void scalar_group_dot(const uint8_t* group, int64_t nb, const ActivationRow& a, bool /*prefetch*/,
+                      float* out) {
+  group_dot_scalar(T, group, nb, a, out);
 }
 
 #if defined(__x86_64__)
@@ -232,41 +225,98 @@ RETNET_VNNI inline __m256i nibble_dot(const __m256i* lo, const __m256i* a_lo, co
 #include "gemm_quant_simd.inc"
 #undef QK_NS
 #undef QK_TARGET
+
+// AVX-512 VNNI (512-bit).
+#include "gemm_quant_vnni512.inc"
 #endif
 
-using RowsFn = void (*)(QuantType, const uint8_t*, size_t, const ActivationRows&, int64_t, int64_t,
-                        int64_t, int64_t, int64_t, float, float*, int64_t);
+// Groups [g0, g1) of W (rows [16 g0, min(N, 16 g1))) against every activation row, with a kernel's
+// group_dot<T>. The first activation row brings the group into cache for the others and
+// prefetches what follows.
+template <auto GroupDot>
+void groups_range(const uint8_t* W, size_t group_bytes, const ActivationRows& act, int64_t M,
+                  int64_t N, int64_t g0, int64_t g1, int64_t nb, float beta, float* C,
+                  int64_t ldc) {
+  alignas(64) float v[kQuantPanelRows];
+  for (int64_t g = g0; g < g1; ++g) {
+    const uint8_t* group = W + static_cast<size_t>(g) * group_bytes;
+    const int64_t n0 = g * kQuantPanelRows, rows = std::min(kQuantPanelRows, N - n0);
+    for (int64_t m = 0; m < M; ++m) {
+      GroupDot(group, nb, act.row(m), m == 0, v);
+      for (int64_t r = 0; r < rows; ++r) {
+        float& c = C[m * ldc + n0 + r];
+        c = beta == 0.f ? v[r] : v[r] + beta * c;
+      }
+    }
+  }
+}
 
-RowsFn rows_function(QuantKernel kernel) {
+using RowsFn = void (*)(const uint8_t*, size_t, const ActivationRows&, int64_t, int64_t, int64_t,
+                        int64_t, int64_t, float, float*, int64_t);
+
+// A kernel's groups_range for each type.
+template <template <QuantType> class Kernel>
+RowsFn rows_of(QuantType type) {
+  switch (type) {
+    case QuantType::Q8_0:
+      return groups_range<Kernel<QuantType::Q8_0>::dot>;
+    case QuantType::Q4_0:
+      return groups_range<Kernel<QuantType::Q4_0>::dot>;
+    default:
+      return groups_range<Kernel<QuantType::Q4_1>::dot>;
+  }
+}
+template <QuantType T>
+struct ScalarKernel {
+  static constexpr auto dot = scalar_group_dot<T>;
+};
+#if defined(__x86_64__)
+template <QuantType T>
+struct Avx2Kernel {
+  static constexpr auto dot = avx2::group_dot<T>;
+};
+template <QuantType T>
+struct VnniKernel {
+  static constexpr auto dot = vnni::group_dot<T>;
+};
+template <QuantType T>
+struct Vnni512Kernel {
+  static constexpr auto dot = vnni512::group_dot<T>;
+};
+#endif
+
+RowsFn rows_function(QuantKernel kernel, QuantType type) {
   RETNET_CHECK(quant_kernel_available(kernel),
                "the {} kernel for quantised weights needs a CPU feature this machine lacks",
                quant_kernel_name(kernel));
 #if defined(__x86_64__)
-  if (kernel == QuantKernel::Avx512Vnni) return vnni::groups_range_any;
-  if (kernel == QuantKernel::Avx2) return avx2::groups_range_any;
+  if (kernel == QuantKernel::Avx512Vnni512) return rows_of<Vnni512Kernel>(type);
+  if (kernel == QuantKernel::Avx512Vnni) return rows_of<VnniKernel>(type);
+  if (kernel == QuantKernel::Avx2) return rows_of<Avx2Kernel>(type);
 #endif
-  return scalar_groups_range;
+  return rows_of<ScalarKernel>(type);
 }
 
-void few_rows(RowsFn rows_fn, QuantType type, int64_t M, int64_t N, int64_t K, const float* A,
+void few_rows(QuantKernel kernel, QuantType type, int64_t M, int64_t N, int64_t K, const float* A,
               int64_t lda, const uint8_t* W, float beta, float* C, int64_t ldc) {
   const size_t group_bytes =
       kQuantPanelRows * quant_row_bytes(type, K, "the weights of a quantised product");
   const int64_t nb = K / kQuantBlock;
+  const RowsFn rows_fn = rows_function(kernel, type);
   thread_local ActivationRows act;
-  quantise_activations(type, M, K, A, lda, rows_fn != scalar_groups_range, act);
+  quantise_activations(type, M, K, A, lda, kernel != QuantKernel::Scalar, act);
   // One group of rows of W per task: each group is read from memory once and reused (from L1) by
   // every row of A.
   const int64_t groups = (N + kQuantPanelRows - 1) / kQuantPanelRows;
   const bool parallel = M * N * K >= (1 << 15) && groups > 1;
   const ActivationRows* shared = &act;  // the calling thread's rows, read by every thread
-  if (!parallel) return rows_fn(type, W, group_bytes, act, M, N, 0, groups, nb, beta, C, ldc);
+  if (!parallel) return rows_fn(W, group_bytes, act, M, N, 0, groups, nb, beta, C, ldc);
 #pragma omp parallel
   {
     // Contiguous ranges of groups, one per thread: each streams its own stretch of W.
     const int threads = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t g0 = groups * t / threads, g1 = groups * (t + 1) / threads;
-    rows_fn(type, W, group_bytes, *shared, M, N, g0, g1, nb, beta, C, ldc);
+    rows_fn(W, group_bytes, *shared, M, N, g0, g1, nb, beta, C, ldc);
   }
 }
 
@@ -295,6 +345,8 @@ const char* quant_kernel_name(QuantKernel kernel) {
       return "avx2";
     case QuantKernel::Avx512Vnni:
       return "avx512-vnni";
+    case QuantKernel::Avx512Vnni512:
+      return "avx512-vnni-512";
     default:
       return "scalar";
   }
@@ -306,6 +358,7 @@ bool quant_kernel_available(QuantKernel kernel) {
     case QuantKernel::Avx2:
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     case QuantKernel::Avx512Vnni:
+    case QuantKernel::Avx512Vnni512:
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vnni");
@@ -319,7 +372,10 @@ bool quant_kernel_available(QuantKernel kernel) {
 
 QuantKernel quant_kernel_best() {
   static const QuantKernel best = [] {
-    if (quant_kernel_available(QuantKernel::Avx512Vnni)) return QuantKernel::Avx512Vnni;
+    // The 512-bit kernel where it was measured faster (AMD's Zen 4 runs 512-bit vectors as two
+    // halves, at full clock); an earlier 512-bit kernel was slower on an Intel Xeon.
+    if (quant_kernel_available(QuantKernel::Avx512Vnni))
+      return __builtin_cpu_is("amd") ? QuantKernel::Avx512Vnni512 : QuantKernel::Avx512Vnni;
     if (quant_kernel_available(QuantKernel::Avx2)) return QuantKernel::Avx2;
     return QuantKernel::Scalar;
   }();
@@ -329,7 +385,7 @@ QuantKernel quant_kernel_best() {
 void quant_gemm_nt(QuantType type, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                    const uint8_t* W, float beta, float* C, int64_t ldc) {
   if (M <= kSkinnyMaxRows)
-    few_rows(rows_function(quant_kernel_best()), type, M, N, K, A, lda, W, beta, C, ldc);
+    few_rows(quant_kernel_best(), type, M, N, K, A, lda, W, beta, C, ldc);
   else
     dequantised_gemm(type, M, N, K, A, lda, W, beta, C, ldc);
 }
@@ -337,7 +393,7 @@ void quant_gemm_nt(QuantType type, int64_t M, int64_t N, int64_t K, const float*
 void quant_gemm_nt_with(QuantKernel kernel, QuantType type, int64_t M, int64_t N, int64_t K,
                         const float* A, int64_t lda, const uint8_t* W, float beta, float* C,
                         int64_t ldc) {
-  few_rows(rows_function(kernel), type, M, N, K, A, lda, W, beta, C, ldc);
+  few_rows(kernel, type, M, N, K, A, lda, W, beta, C, ldc);
 }
 
 void quant_gemm_nt_reference(QuantType type, int64_t M, int64_t N, int64_t K, const float* A,

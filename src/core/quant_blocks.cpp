@@ -162,7 +162,7 @@ PanelShape panel_shape(QuantType type, int64_t K) {
 }
 
 // Calls piece(panel_offset, row_offset, bytes) for each piece of the group's row r: each block's
-// f16 scales (d, then Q4_1's m: each a plane of the 8 rows' values) and each 4-byte run of its
+// f16 scales (d, then Q4_1's m: each a plane of the group's rows' values) and each 4-byte run of its
 // values, with where the piece lies in the group's panel and in the ggml row.
 template <typename Piece>
 void for_each_piece(const PanelShape& s, int64_t r, int64_t block_bytes, Piece piece) {
@@ -171,7 +171,7 @@ void for_each_piece(const PanelShape& s, int64_t r, int64_t block_bytes, Piece p
       piece(s.nb * s.quants + b * s.scales + h * 2 * kQuantPanelRows + 2 * r, b * block_bytes + 2 * h,
             2);
     for (int64_t i = 0; i < s.values; i += 4)
-      piece(b * s.quants + i / 4 * 32 + 4 * r, b * block_bytes + s.header + i, 4);
+      piece(b * s.quants + i / 4 * (4 * kQuantPanelRows) + 4 * r, b * block_bytes + s.header + i, 4);
   }
 }
 

@@ -102,8 +102,10 @@ TEST(BenchModel, SmallDirectoryWritesEveryFigure) {
     EXPECT_EQ(j["model"]["stored_dtype"], "BF16");
     EXPECT_EQ(j["model"]["dtype"], dtype);
     // The decode kernels the figures come from, as the dispatch chose them on this CPU.
-    EXPECT_EQ(j["machine"]["rowmajor_decode_kernel"], rowmajor_kernel_name(rowmajor_kernel_best()));
-    EXPECT_EQ(j["machine"]["quant_decode_kernel"], quant_kernel_name(quant_kernel_best()));
+    EXPECT_EQ(j["machine"]["rowmajor_decode_kernel"].get<std::string>(),
+              rowmajor_kernel_name(rowmajor_kernel_best()));
+    EXPECT_EQ(j["machine"]["quant_decode_kernel"].get<std::string>(),
+              quant_kernel_name(quant_kernel_best()));
     EXPECT_NE(r.out.find(std::string("row-major weights ") +
                          rowmajor_kernel_name(rowmajor_kernel_best())),
               std::string::npos);

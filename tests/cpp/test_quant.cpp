@@ -103,7 +103,7 @@ TEST(QuantBlocks, LayoutIsGgmls) {
 }
 
 TEST(QuantBlocks, PanelsHoldTheRowsBytesAndGiveThemBack) {
-  // N = 13: one full group of 8 and one padded; K = 96: 3 blocks. Unpacking returns the ggml rows
+  // N = 13: one group, padded; K = 96: 3 blocks. Unpacking returns the ggml rows
   // byte for byte, and the panels take the padded rows' bytes exactly.
   const int64_t N = 13, K = 96;
   for (QuantType type : kTypes) {
@@ -119,13 +119,13 @@ TEST(QuantBlocks, PanelsHoldTheRowsBytesAndGiveThemBack) {
     dequantize_panel_rows(type, p.data(), K, 11, 1, got.data(), K);
     EXPECT_EQ(got, want);
   }
-  // Q8_0's word j holds bytes 4j..4j+3 of each row in turn: row 1's value 5 is byte 32 + 4 + 1.
+  // Q8_0's word j holds bytes 4j..4j+3 of each row in turn: row 1's value 5 is byte 64 + 4 + 1.
   std::vector<float> w(2 * 32, 0.f);
   w[32 + 5] = 1.f;  // row 1, value 5: quantised to 127
   const auto p = panels(QuantType::Q8_0, quantised(QuantType::Q8_0, w, 2, 32), 2, 32);
-  EXPECT_EQ(int8_t(p[32 + 4 + 1]), 127);
+  EXPECT_EQ(int8_t(p[64 + 4 + 1]), 127);
   uint16_t d;
-  std::memcpy(&d, p.data() + 256 + 2, 2);  // the scales after the quants: row 1's d
+  std::memcpy(&d, p.data() + 512 + 2, 2);  // the scales after the quants: row 1's d
   EXPECT_EQ(d, float_to_half(1.f / 127.f));
 }
 
@@ -177,7 +177,7 @@ void expect_scalar_within_activation_rounding(QuantType type, int64_t M, int64_t
 void expect_kernel_matches_scalar(QuantKernel kernel) {
   if (!quant_kernel_available(kernel))
     GTEST_SKIP() << "this CPU lacks " << quant_kernel_name(kernel) << ": its path is not tested";
-  // N = 203: 25 whole groups and a partial one, split over the threads.
+  // N = 203: 12 whole groups of 16 and a partial one, split over the threads.
   const int64_t K = 320;
   for (int64_t N : {37, 203}) {
     for (QuantType type : kTypes)
@@ -208,6 +208,9 @@ TEST(QuantGemm, Avx2MatchesScalar) { expect_kernel_matches_scalar(QuantKernel::A
 TEST(QuantGemm, Avx512VnniMatchesScalar) {
   expect_kernel_matches_scalar(QuantKernel::Avx512Vnni);
 }
+TEST(QuantGemm, Avx512Vnni512MatchesScalar) {
+  expect_kernel_matches_scalar(QuantKernel::Avx512Vnni512);
+}
 
 TEST(QuantGemm, BatchedRowsEqualSingleRowsBitForBit) {
   const int64_t K = 128, N = 50, M = 64;
@@ -226,12 +229,13 @@ TEST(QuantGemm, BatchedRowsEqualSingleRowsBitForBit) {
 }
 
 TEST(QuantGemm, EachOutputIsTheSameWhicheverRowsItIsComputedWith) {
-  // The kernels compute a group of 8 rows at a time, the last group padded: a row's result must
+  // The kernels compute a group of 16 rows at a time, the last group padded: a row's result must
   // not depend on its group's other rows nor on its place in it (nor on M), so each row repacked
   // alone (N = 1, a padded group) gives the N = 37 product's column bit for bit, on every kernel
   // this CPU has.
   const int64_t K = 192, N = 37, M = 2;
-  for (QuantKernel kernel : {QuantKernel::Scalar, QuantKernel::Avx2, QuantKernel::Avx512Vnni}) {
+  for (QuantKernel kernel : {QuantKernel::Scalar, QuantKernel::Avx2, QuantKernel::Avx512Vnni,
+                              QuantKernel::Avx512Vnni512}) {
     if (!quant_kernel_available(kernel)) continue;
     for (QuantType type : kTypes) {
       SCOPED_TRACE(std::string(quant_type_name(type)) + " " + quant_kernel_name(kernel));
@@ -259,7 +263,8 @@ TEST(QuantGemm, ActivationTiesRoundToEvenOnEveryPath) {
   const int64_t K = 64, N = 5;
   std::vector<float> A(K);
   for (int64_t i = 0; i < K; ++i) A[i] = i % 32 == 0 ? 127.f : float(i % 32) - 16.5f;
-  for (QuantKernel kernel : {QuantKernel::Avx2, QuantKernel::Avx512Vnni}) {
+  for (QuantKernel kernel :
+       {QuantKernel::Avx2, QuantKernel::Avx512Vnni, QuantKernel::Avx512Vnni512}) {
     if (!quant_kernel_available(kernel)) continue;
     for (QuantType type : kTypes) {
       SCOPED_TRACE(std::string(quant_type_name(type)) + " " + quant_kernel_name(kernel));

@@ -132,7 +132,7 @@ BENCHMARK(BM_WeightLayout)
     ->Unit(benchmark::kMillisecond);
 
 // Decode products against quantised weights (M rows, N x K weights of type 0 q8_0, 1 q4_0,
-// 2 q4_1) with a chosen kernel (0 scalar, 1 avx2, 2 avx512-vnni). "GB/s" counts the weight bytes
+// 2 q4_1) with a chosen kernel (0 scalar, 1 avx2, 2 avx512-vnni, 3 avx512-vnni-512). "GB/s" counts the weight bytes
 // read: with weights far larger than the caches it is the share of the read bandwidth reached;
 // with weights that fit in L2/L3 it shows how fast the kernel's instructions can go.
 static void BM_QuantDecode(benchmark::State& st) {
@@ -162,11 +162,11 @@ static void BM_QuantDecode(benchmark::State& st) {
 }
 BENCHMARK(BM_QuantDecode)
     ->ArgNames({"M", "N", "K", "type", "kernel"})
-    ->ArgsProduct({{1}, {128, 2048, 32768}, {2048}, {0, 1, 2}, {1}})
-    ->ArgsProduct({{1}, {65536}, {1024}, {0, 1, 2}, {1}})
+    ->ArgsProduct({{1}, {128, 2048, 32768}, {2048}, {0, 1, 2}, {1, 2, 3}})
+    ->ArgsProduct({{1}, {65536}, {1024}, {0, 1, 2}, {1, 2, 3}})
     ->Args({1, 2048, 2048, 0, 0})
-    ->Args({1, 8, 2048, 0, 1})
-    ->Args({8, 2048, 2048, 1, 1})
+    ->Args({1, 16, 2048, 0, 1})
+    ->ArgsProduct({{8}, {2048}, {2048}, {0, 1}, {1, 2, 3}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

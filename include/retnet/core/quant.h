@@ -35,16 +35,16 @@ void dequantize_rows(QuantType type, const uint8_t* q, int64_t N, int64_t K, flo
                      int64_t ldo);
 
 // Decode layout ("panels"), built at load from the ggml rows above: the rows are taken in groups
-// of kQuantPanelRows (the last group padded with zero rows), and each group is stored as nb blocks
-// of interleaved quants followed by nb blocks of scales:
-//   quants of block b: 32-byte words; word j holds, for each row r of the group in turn, that row's
-//     bytes 4j..4j+3 of the block (Q8_0: 8 words of int8 values; Q4_0/Q4_1: 4 words of nibble
-//     bytes, packed as in ggml);
-//   scales of block b: the group's 8 f16 d (and, for Q4_1, then its 8 f16 m).
-// So one 32-byte load holds 4 values of every row of the group, an int32 lane of a SIMD dot
-// product is one row, and one 16-byte load gives the group's scales. A group takes exactly
-// kQuantPanelRows ggml rows' bytes.
-inline constexpr int64_t kQuantPanelRows = 8;
+// of kQuantPanelRows = 16 (the last group padded with zero rows), and each group is stored as nb
+// blocks of interleaved quants followed by nb blocks of scales:
+//   quants of block b: 64-byte words; word j holds, for each row r of the group in turn, that
+//     row's bytes 4j..4j+3 of the block (Q8_0: 8 words of int8 values; Q4_0/Q4_1: 4 words of
+//     nibble bytes, packed as in ggml);
+//   scales of block b: the group's 16 f16 d (and, for Q4_1, then its 16 f16 m).
+// So one 64-byte load (or two 32-byte ones, rows 0-7 and 8-15) holds 4 values of every row of the
+// group, an int32 lane of a SIMD dot product is one row, and one 32-byte load gives the group's
+// scales. A group takes exactly kQuantPanelRows ggml rows' bytes.
+inline constexpr int64_t kQuantPanelRows = 16;
 // Bytes of the panels of an [N, K] matrix (N rounded up to kQuantPanelRows).
 size_t quant_panel_bytes(QuantType type, int64_t N, int64_t K);
 // ggml rows [N, K] (N * quant_row_bytes contiguous bytes) -> quant_panel_bytes(type, N, K) bytes.
@@ -56,9 +56,11 @@ void unpack_quant_panels(QuantType type, const uint8_t* panels, int64_t K, int64
 void dequantize_panel_rows(QuantType type, const uint8_t* panels, int64_t K, int64_t n0,
                            int64_t count, float* out, int64_t ldo);
 
-// Which implementation computes the integer dot products of quant_gemm_nt. Best is chosen at run
-// time from the CPU (cpuid), so one binary serves every x86-64 machine.
-enum class QuantKernel { Scalar, Avx2, Avx512Vnni };
+// Which implementation computes the integer dot products of quant_gemm_nt: AVX2, AVX-512 VNNI on
+// 256-bit vectors (a group's two halves of 8 rows in turn) or on 512-bit ones (all 16 rows in one
+// register). Best is chosen at run time from the CPU (cpuid), so one binary serves every x86-64
+// machine.
+enum class QuantKernel { Scalar, Avx2, Avx512Vnni, Avx512Vnni512 };
 const char* quant_kernel_name(QuantKernel kernel);
 bool quant_kernel_available(QuantKernel kernel);
 QuantKernel quant_kernel_best();
