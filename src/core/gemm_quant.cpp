@@ -152,8 +152,8 @@ void group_dot_scalar(QuantType type, const uint8_t* group, int64_t nb, const Ac
   const int64_t scales = type == QuantType::Q4_1 ? 4 * R : 2 * R;
   for (int64_t r = 0; r < R; ++r) out[r] = 0.f;
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* q = group + b * quants;
-    const uint8_t* s = group + nb * quants + b * scales;
+    const uint8_t* q = group + b * (quants + scales);
+    const uint8_t* s = q + quants;
     const int8_t* qa = a.q + b * kQuantBlock;
     // Word j holds bytes 4j..4j+3 of each row in turn: read in memory order.
     int isum[R] = {};

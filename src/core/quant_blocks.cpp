@@ -168,10 +168,11 @@ template <typename Piece>
 void for_each_piece(const PanelShape& s, int64_t r, int64_t block_bytes, Piece piece) {
   for (int64_t b = 0; b < s.nb; ++b) {
     for (int64_t h = 0; h < s.header / 2; ++h)
-      piece(s.nb * s.quants + b * s.scales + h * 2 * kQuantPanelRows + 2 * r, b * block_bytes + 2 * h,
-            2);
+      piece(b * (s.quants + s.scales) + s.quants + h * 2 * kQuantPanelRows + 2 * r,
+            b * block_bytes + 2 * h, 2);
     for (int64_t i = 0; i < s.values; i += 4)
-      piece(b * s.quants + i / 4 * (4 * kQuantPanelRows) + 4 * r, b * block_bytes + s.header + i, 4);
+      piece(b * (s.quants + s.scales) + i / 4 * (4 * kQuantPanelRows) + 4 * r,
+            b * block_bytes + s.header + i, 4);
   }
 }
 

@@ -35,12 +35,13 @@ void dequantize_rows(QuantType type, const uint8_t* q, int64_t N, int64_t K, flo
                      int64_t ldo);
 
 // Decode layout ("panels"), built at load from the ggml rows above: the rows are taken in groups
-// of kQuantPanelRows = 16 (the last group padded with zero rows), and each group is stored as nb
-// blocks of interleaved quants followed by nb blocks of scales:
+// of kQuantPanelRows = 16 (the last group padded with zero rows), and each group is stored as its
+// nb blocks in turn, each block its interleaved quants and then its scales:
 //   quants of block b: 64-byte words; word j holds, for each row r of the group in turn, that
 //     row's bytes 4j..4j+3 of the block (Q8_0: 8 words of int8 values; Q4_0/Q4_1: 4 words of
 //     nibble bytes, packed as in ggml);
 //   scales of block b: the group's 16 f16 d (and, for Q4_1, then its 16 f16 m).
+// A product's panels are read as one sequential stream.
 // So one 64-byte load (or two 32-byte ones, rows 0-7 and 8-15) holds 4 values of every row of the
 // group, an int32 lane of a SIMD dot product is one row, and one 32-byte load gives the group's
 // scales. A group takes exactly kQuantPanelRows ggml rows' bytes.
