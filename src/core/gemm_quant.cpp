@@ -6,7 +6,7 @@
 // interleaved, retnet/core/quant.h), so the SIMD kernels compute a group's rows in the lanes of
 // vectors with no horizontal sums; their integer dot products use AVX2's maddubs/madd or AVX-512
 // VNNI's dpbusd on 256-bit vectors (gemm_quant_simd.inc) or on 512-bit ones
-// (gemm_quant_avx512.inc), picked at run time from cpuid, or plain C++. Every C[m,n]
+// (gemm_quant_vnni512.inc), picked at run time from cpuid, or plain C++. Every C[m,n]
 // goes through the same operations over the same bytes whatever M is and whichever rows it is
 // computed with: batch-invariant, and the same on every kernel.
 // Prefill (many rows): rows of W are dequantised to float32 in blocks and multiplied by sgemm.

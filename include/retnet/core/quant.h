@@ -41,10 +41,10 @@ void dequantize_rows(QuantType type, const uint8_t* q, int64_t N, int64_t K, flo
 //     row's bytes 4j..4j+3 of the block (Q8_0: 8 words of int8 values; Q4_0/Q4_1: 4 words of
 //     nibble bytes, packed as in ggml);
 //   scales of block b: the group's 16 f16 d (and, for Q4_1, then its 16 f16 m).
-// A product's panels are read as one sequential stream.
 // So one 64-byte load (or two 32-byte ones, rows 0-7 and 8-15) holds 4 values of every row of the
 // group, an int32 lane of a SIMD dot product is one row, and one 32-byte load gives the group's
-// scales. A group takes exactly kQuantPanelRows ggml rows' bytes.
+// scales. A group takes exactly kQuantPanelRows ggml rows' bytes, and a product's panels are read
+// front to back as one sequential stream (which hardware prefetchers follow best).
 inline constexpr int64_t kQuantPanelRows = 16;
 // Bytes of the panels of an [N, K] matrix (N rounded up to kQuantPanelRows).
 size_t quant_panel_bytes(QuantType type, int64_t N, int64_t K);
