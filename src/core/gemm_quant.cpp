@@ -103,8 +103,9 @@ RETNET_AVX2 bool quantise_block_avx2(const float* a, int8_t* q, int8_t* qabs, fl
 #endif
 
 // `simd`: quantise with AVX2 (the same bytes, faster); the scalar kernel uses the scalar version.
+// `with_abs`: also write |q| (qabs), for the kernels that use it.
 void quantise_activations(QuantType type, int64_t M, int64_t K, const float* A, int64_t lda,
-                          bool simd, ActivationRows& out) {
+                          bool simd, bool with_abs, ActivationRows& out) {
   const int64_t nb = K / kQuantBlock;
   out.K = K;
   out.nb = nb;
@@ -112,7 +113,7 @@ void quantise_activations(QuantType type, int64_t M, int64_t K, const float* A, 
   out.d.resize(static_cast<size_t>(M * nb));
   out.s.resize(static_cast<size_t>(M * nb));
   out.sum.resize(static_cast<size_t>(M * nb));
-  out.qabs.resize(type == QuantType::Q8_0 ? static_cast<size_t>(M * K) : 0);
+  out.qabs.resize(with_abs ? static_cast<size_t>(M * K) : 0);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t b = 0; b < nb; ++b) {
       const float* a = A + m * lda + b * kQuantBlock;
@@ -312,9 +313,12 @@ void few_rows(QuantKernel kernel, QuantType type, int64_t M, int64_t N, int64_t 
   const int64_t nb = K / kQuantBlock;
   const RowsFn rows_fn = rows_function(kernel, type);
   thread_local ActivationRows act;
-  quantise_activations(type, M, K, A, lda, kernel != QuantKernel::Scalar, act);
-  // One group of rows of W per task: each group is read from memory once and reused (from L1) by
-  // every row of A.
+  // |q| only for the 256-bit kernels' Q8_0 sign trick.
+  const bool with_abs = type == QuantType::Q8_0 &&
+                        (kernel == QuantKernel::Avx2 || kernel == QuantKernel::Avx512Vnni);
+  quantise_activations(type, M, K, A, lda, kernel != QuantKernel::Scalar, with_abs, act);
+  // One group of rows of W per task: each group is read from memory once and reused (from cache)
+  // by every row of A.
   const int64_t groups = (N + kQuantPanelRows - 1) / kQuantPanelRows;
   const bool parallel = M * N * K >= (1 << 15) && groups > 1;
   const ActivationRows* shared = &act;  // the calling thread's rows, read by every thread

@@ -99,15 +99,14 @@ RETNET_AVX512 inline float hsum16(__m512 v) {
 }
 
 // Weight rows row[0..R) against rows 0..MR of A, into out[r][m * ldc]: R x MR accumulators of L
-// lanes, each output one lane-wise FMA chain over the full vectors of k, then the K % L tail (zero-padded copies), then
-// a fixed horizontal sum. With PF, the next R rows (row[r] + R * ldb: the rows are consecutive) are
-// prefetched at the same column, a cache line
-// at a time: a bf16 row of a 2,048-wide model is one 4 KiB page, where an Intel core's hardware
-// prefetcher starts afresh (on a Xeon, batch-1 bf16 decoding of the 1.3B shape in place with 8
-// rows side by side went from 9.1-9.6 to 10.7-10.8 tokens/s, the packed copy's speed). Past the
-// last row the prefetch reads nothing: a prefetch never faults. Every loop is unrolled so the
-// accumulators stay in registers. The body is written once and compiled under each ISA's target
-// attribute.
+// lanes, each output one lane-wise FMA chain over the full vectors of k, then the K % L tail
+// (zero-padded copies), then a fixed horizontal sum. With PF, the next R rows (row[r] + R * ldb:
+// the rows are consecutive) are prefetched at the same column, a cache line at a time: a bf16 row
+// of a 2,048-wide model is one 4 KiB page, where an Intel core's hardware prefetcher starts afresh
+// (on a Xeon, batch-1 bf16 decoding of the 1.3B shape in place with 8 rows side by side went from
+// 9.1-9.6 to 10.7-10.8 tokens/s, the packed copy's speed). Past the last row the prefetch reads
+// nothing: a prefetch never faults. Every loop is unrolled so the accumulators stay in registers.
+// The body is written once and compiled under each ISA's target attribute.
 #define RETNET_ROWMAJOR_BLOCK(NAME, TARGET, REG, L, ZERO, LOADA, LOADW, FMA, HSUM)               \
   template <int R, int MR, bool PF, typename W>                                                 \
   TARGET void NAME(const float* A, int64_t lda, const W* const* row, int64_t ldb, float beta,    \

@@ -132,9 +132,10 @@ BENCHMARK(BM_WeightLayout)
     ->Unit(benchmark::kMillisecond);
 
 // Decode products against quantised weights (M rows, N x K weights of type 0 q8_0, 1 q4_0,
-// 2 q4_1) with a chosen kernel (0 scalar, 1 avx2, 2 avx512-vnni, 3 avx512-vnni-512). "GB/s" counts the weight bytes
-// read: with weights far larger than the caches it is the share of the read bandwidth reached;
-// with weights that fit in L2/L3 it shows how fast the kernel's instructions can go.
+// 2 q4_1) with a chosen kernel (0 scalar, 1 avx2, 2 avx512-vnni, 3 avx512-vnni-512). "GB/s"
+// counts the weight bytes read: with weights far larger than the caches it is the share of the
+// read bandwidth reached; with weights that fit in L2/L3 it shows how fast the kernel's
+// instructions can go.
 static void BM_QuantDecode(benchmark::State& st) {
   const int64_t M = st.range(0), N = st.range(1), K = st.range(2);
   const QuantType type = QuantType(st.range(3));
