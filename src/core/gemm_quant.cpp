@@ -91,8 +91,8 @@ RETNET_AVX2 bool quantise_block_avx2(const float* a, int8_t* q, int8_t* qabs, fl
       _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), ordered);
   if (qabs) _mm256_storeu_si256(reinterpret_cast<__m256i*>(qabs), _mm256_abs_epi8(ordered));
-  const __m256i pairs = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), ordered),
-                                          _mm256_set1_epi16(1));
+  const __m256i pairs =
+      _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), ordered), _mm256_set1_epi16(1));
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
@@ -104,8 +104,8 @@ RETNET_AVX2 bool quantise_block_avx2(const float* a, int8_t* q, int8_t* qabs, fl
 
 // `simd`: quantise with AVX2 (the same bytes, faster); the scalar kernel uses the scalar version.
 // `with_abs`: also write |q| (qabs), for the kernels that use it.
-void quantise_activations(QuantType type, int64_t M, int64_t K, const float* A, int64_t lda,
-                          bool simd, bool with_abs, ActivationRows& out) {
+void quantise_activations(int64_t M, int64_t K, const float* A, int64_t lda, bool simd,
+                          bool with_abs, ActivationRows& out) {
   const int64_t nb = K / kQuantBlock;
   out.K = K;
   out.nb = nb;
@@ -195,7 +195,7 @@ RETNET_AVX2 inline __m256i nibble_dot(const __m256i* lo, const __m256i* a_lo, co
   __m256i s16 = _mm256_setzero_si256();
   for (int j = 0; j < 4; ++j)
     s16 = _mm256_add_epi16(s16, _mm256_add_epi16(_mm256_maddubs_epi16(lo[j], a_lo[j]),
-                                                  _mm256_maddubs_epi16(hi[j], a_hi[j])));
+                                                 _mm256_maddubs_epi16(hi[j], a_hi[j])));
   return _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
 }
 }  // namespace avx2
@@ -314,9 +314,9 @@ void few_rows(QuantKernel kernel, QuantType type, int64_t M, int64_t N, int64_t 
   const RowsFn rows_fn = rows_function(kernel, type);
   thread_local ActivationRows act;
   // |q| only for the 256-bit kernels' Q8_0 sign trick.
-  const bool with_abs = type == QuantType::Q8_0 &&
-                        (kernel == QuantKernel::Avx2 || kernel == QuantKernel::Avx512Vnni);
-  quantise_activations(type, M, K, A, lda, kernel != QuantKernel::Scalar, with_abs, act);
+  const bool with_abs =
+      type == QuantType::Q8_0 && (kernel == QuantKernel::Avx2 || kernel == QuantKernel::Avx512Vnni);
+  quantise_activations(M, K, A, lda, kernel != QuantKernel::Scalar, with_abs, act);
   // One group of rows of W per task: each group is read from memory once and reused (from cache)
   // by every row of A.
   const int64_t groups = (N + kQuantPanelRows - 1) / kQuantPanelRows;
