@@ -89,6 +89,19 @@ TEST(Retention, AllFormsMatchDoubleReference) {
   }
 }
 
+// Heads whose state streams from memory at every step (256 KiB and more: 128 x 513 floats) take the
+// recurrent form row by row, smaller ones by groups of columns: both orders, next to each other and
+// to the reference, over several tokens (a state carried between steps) and two threads' heads.
+TEST(Retention, RecurrentFormMatchesOnLargeHeads) {
+  for (int64_t Dk : {int64_t{127}, int64_t{128}}) {
+    RetentionProblem p(1, 6, 3, Dk, 512, 7, 4.0);
+    auto ref = p.reference();
+    SCOPED_TRACE(::testing::Message() << "Dk " << Dk);
+    EXPECT_TRUE(close(p.run(Form::Recurrent), ref, 1e-5));
+    EXPECT_TRUE(close(p.run(Form::Chunkwise, 4), ref, 1e-5));
+  }
+}
+
 // The test data must exercise both branches of the score normalisation max(|r_n| / sqrt(S_n), 1).
 TEST(Retention, TestDataCoversBothNormalisationBranches) {
   RetentionProblem small(1, 100, 1, 8, 8, 5, 0.5), large(1, 100, 1, 8, 8, 5, 4.0);
