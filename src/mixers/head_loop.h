@@ -75,6 +75,9 @@ void augmented_grad_rows(const HeadGradRows& g, int64_t t0, int64_t L, int64_t D
   }
 }
 
+// Floats rounded up to whole 64-byte lines.
+inline size_t round_to_cache_line(size_t floats) { return (floats + 15) / 16 * 16; }
+
 // Runs fn(b, h, scratch, next_is_mine) for every head, each task with `scratch_per_head` floats of
 // its own. With at least as many heads as threads, heads run in parallel (BLAS then runs
 // single-threaded inside our region); otherwise one at a time, and BLAS and inner loops use all
@@ -87,8 +90,10 @@ void for_each_head_in_order(int64_t B, int64_t H, Arena& arena, size_t scratch_p
   const int64_t tasks = B * H;
   const int threads = omp_get_max_threads();
   const bool heads_in_parallel = tasks >= threads && threads > 1;
-  // Tasks without scratch take nothing from the arena (it may be empty).
-  const size_t per = scratch_per_head;
+  // Tasks without scratch take nothing from the arena (it may be empty). Each thread's scratch
+  // starts on its own cache line: a head's recurrent step writes its sums at every row, and a
+  // line shared with the next thread's inputs would move between the cores at every row.
+  const size_t per = round_to_cache_line(scratch_per_head);
   float* scratch = per ? arena.alloc(per * (heads_in_parallel ? threads : 1)) : nullptr;
   if (heads_in_parallel) {
 #pragma omp parallel
@@ -113,8 +118,8 @@ void for_each_head(int64_t B, int64_t H, Arena& arena, size_t scratch_per_head, 
 inline size_t head_loop_footprint(int64_t B, int64_t H, size_t scratch_per_head) {
   const int64_t threads = omp_get_max_threads();
   const bool heads_in_parallel = B * H >= threads && threads > 1;
-  return scratch_per_head ? Arena::footprint(scratch_per_head * (heads_in_parallel ? threads : 1))
-                          : 0;
+  const size_t per = round_to_cache_line(scratch_per_head);
+  return per ? Arena::footprint(per * (heads_in_parallel ? threads : 1)) : 0;
 }
 
 }  // namespace retnet::detail

@@ -371,7 +371,8 @@ size_t retention_workspace_floats(Form form, int64_t B, int64_t T, int64_t H, in
       per_head = scan_scratch(scan_tile_for(scan_tile, B, T, H, Dk, Dv), Dk, Dv);
       break;
   }
-  return Arena::footprint(per_head * slots);
+  // Each thread's scratch on whole cache lines, as the head loop takes it.
+  return Arena::footprint(detail::round_to_cache_line(per_head) * slots);
 }
 
 void retention_forward(Form form, const RetentionArgs& a, Arena& arena) {

@@ -158,7 +158,8 @@ size_t retention_backward_workspace_floats(Form form, int64_t T, int64_t Dk, int
   size_t per_head = form == Form::Parallel
                         ? 2 * T * T + 2 * T * (Dv + 1) + T
                         : chunkwise_backward_scratch(std::min(chunk, T), Dk, Dv);
-  return Arena::footprint(per_head * slots);
+  // Each thread's scratch on whole cache lines, as the head loop takes it.
+  return Arena::footprint(detail::round_to_cache_line(per_head) * slots);
 }
 
 void retention_backward(Form form, const RetentionGradArgs& a, Arena& arena) {
