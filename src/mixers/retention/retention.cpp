@@ -126,9 +126,10 @@ void parallel_head(const HeadBlock& hb, const Dims& d, float* scratch) {
 //   instead of also loading and storing A (such a step is bound by these stores);
 // - a large one (it comes from memory at every step) goes row by row, A in L1: one sequential
 //   stream the hardware prefetcher follows, where a group of columns is Dk strided runs it does
-//   not (the 1.3B shape's 24 x 8 heads of 256 x 513, two threads on the Zen 4 EPYC: 63 GB/s read
-//   and written row by row, 39 by columns; the default model's 33 KiB heads at batch 16, from
-//   cache: 118 row by row, 160 by columns).
+//   not (the 1.3B shape's 24 x 8 heads of 256 x 513, two threads on the Zen 4 EPYC: 35-38 GB/s
+//   read and written by columns, 59-61 row by row, 71 with each thread's scratch on its own cache
+//   lines; in a standalone copy, the default model's 33 KiB heads at batch 16, from cache: 160 by
+//   columns, 118 row by row).
 constexpr int64_t kRecurrentColumns = 32;
 constexpr int64_t kRowMajorStateBytes = int64_t{256} << 10;
 
