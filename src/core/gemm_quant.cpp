@@ -296,7 +296,7 @@ RowsFn rows_function(QuantKernel kernel, QuantType type) {
   // Zen 4 EPYC, fast phases: 256-bit kernels 54-57 GB/s without, 39-50 with). Intel cores stop
   // at 4 KiB pages (q4_0 decoding on a Xeon, the scales then in a plane: 21.3-22.0 tokens/s
   // without, 26.9 with); the 512-bit kernel, chosen on AMD only, has none.
-  const bool prefetch = !__builtin_cpu_is("amd");
+  static const bool prefetch = !__builtin_cpu_is("amd");
   if (kernel == QuantKernel::Avx512Vnni512) return rows_of<Vnni512Kernel, false>(type);
   if (kernel == QuantKernel::Avx512Vnni)
     return prefetch ? rows_of<VnniKernel, true>(type) : rows_of<VnniKernel, false>(type);

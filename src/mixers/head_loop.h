@@ -122,4 +122,11 @@ inline size_t head_loop_footprint(int64_t B, int64_t H, size_t scratch_per_head)
   return per ? Arena::footprint(per * (heads_in_parallel ? threads : 1)) : 0;
 }
 
+// The most arena floats for_each_head can take for `scratch_per_head`, whatever B and H: for
+// workspace sizes computed before the batch is known.
+inline size_t head_loop_footprint_bound(size_t scratch_per_head) {
+  const size_t threads = static_cast<size_t>(std::max(omp_get_max_threads(), 1));
+  return Arena::footprint(round_to_cache_line(scratch_per_head) * threads);
+}
+
 }  // namespace retnet::detail

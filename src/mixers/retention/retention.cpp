@@ -195,8 +195,10 @@ void recurrent_head(const HeadBlock& hb, const Dims& d, float* scratch, const fl
   // The wide column groups visit Dk rows each: spread the next state's bytes over those visits.
   const int64_t visits = W / kRecurrentColumns * Dk;
   const int64_t state_bytes = Dk * W * static_cast<int64_t>(sizeof(float));
+  const bool by_rows = state_bytes >= kRowMajorStateBytes;
   Prefetch none, next;
-  if (next_state && visits) {
+  // Row by row, the next head's state follows in the same stream: no prefetch.
+  if (next_state && visits && !by_rows) {
     next.begin = reinterpret_cast<const char*>(next_state);
     next.end = next.begin + state_bytes;
     next.step = (state_bytes + 64 * visits - 1) / (64 * visits) * 64;
@@ -207,8 +209,7 @@ void recurrent_head(const HeadBlock& hb, const Dims& d, float* scratch, const fl
     Prefetch& pf = t + 1 == d.T ? next : none;
     std::memcpy(vaug, hb.v + t * hb.ldv, Dv * sizeof(float));
     vaug[Dv] = 1.f;
-    if (state_bytes >= kRowMajorStateBytes) {
-      // The next head's state follows in the same stream: no prefetch.
+    if (by_rows) {
       recurrent_rows(S, W, Dk, g, q, k, vaug, aug);
     } else {
       int64_t j0 = 0;
@@ -356,7 +357,6 @@ double retention_decay_sum(double gamma, int64_t n) {
 
 size_t retention_workspace_floats(Form form, int64_t B, int64_t T, int64_t H, int64_t Dk,
                                   int64_t Dv, int64_t chunk, int64_t scan_tile) {
-  size_t slots = static_cast<size_t>(std::max(omp_get_max_threads(), 1));
   size_t per_head = 1;
   switch (form) {
     case Form::Parallel:
@@ -372,8 +372,7 @@ size_t retention_workspace_floats(Form form, int64_t B, int64_t T, int64_t H, in
       per_head = scan_scratch(scan_tile_for(scan_tile, B, T, H, Dk, Dv), Dk, Dv);
       break;
   }
-  // Each thread's scratch on whole cache lines, as the head loop takes it.
-  return Arena::footprint(detail::round_to_cache_line(per_head) * slots);
+  return detail::head_loop_footprint_bound(per_head);
 }
 
 void retention_forward(Form form, const RetentionArgs& a, Arena& arena) {

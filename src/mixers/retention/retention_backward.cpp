@@ -154,12 +154,10 @@ GradHead grad_head(const RetentionGradArgs& a, int64_t T, int64_t H, int64_t b, 
 
 size_t retention_backward_workspace_floats(Form form, int64_t T, int64_t Dk, int64_t Dv,
                                            int64_t chunk) {
-  size_t slots = static_cast<size_t>(std::max(omp_get_max_threads(), 1));
   size_t per_head = form == Form::Parallel
                         ? 2 * T * T + 2 * T * (Dv + 1) + T
                         : chunkwise_backward_scratch(std::min(chunk, T), Dk, Dv);
-  // Each thread's scratch on whole cache lines, as the head loop takes it.
-  return Arena::footprint(detail::round_to_cache_line(per_head) * slots);
+  return detail::head_loop_footprint_bound(per_head);
 }
 
 void retention_backward(Form form, const RetentionGradArgs& a, Arena& arena) {
