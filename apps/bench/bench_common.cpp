@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "retnet/core/cpu_isa.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
 #include "retnet/core/gemm_rowmajor.h"
@@ -113,6 +114,7 @@ nlohmann::json machine_json() {
           {"cores", sysconf(_SC_NPROCESSORS_ONLN)},
           {"memory_total_bytes", meminfo_bytes("MemTotal")},
           {"memory_available_bytes_at_start", meminfo_bytes("MemAvailable")},
+          {"isa_cap", isa_name(isa_cap())},
           {"blas_core", blas_info().corename},
           {"rowmajor_decode_kernel", rowmajor_kernel_name(rowmajor_kernel_best())},
           {"quant_decode_kernel", quant_kernel_name(quant_kernel_best())}};

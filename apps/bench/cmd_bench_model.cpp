@@ -11,6 +11,7 @@
 
 #include "bench_common.h"
 #include "commands.h"
+#include "retnet/core/cpu_isa.h"
 #include "retnet/core/gemm.h"
 #include "retnet/core/parallel.h"
 #include "retnet/core/process_memory.h"
@@ -241,10 +242,13 @@ void run(const BenchModelOptions& o) {
   nlohmann::ordered_json out;
   out["machine"] = machine_json();
   // Which decode kernels this CPU gets: figures differ by them, so they go with every run.
-  std::printf("machine: %s, %d threads; decode kernels: row-major weights %s, quantised %s\n",
+  std::printf("machine: %s, %d threads; decode kernels: row-major weights %s, quantised %s%s\n",
               out["machine"]["cpu"].get<std::string>().c_str(), num_threads(),
               out["machine"]["rowmajor_decode_kernel"].get<std::string>().c_str(),
-              out["machine"]["quant_decode_kernel"].get<std::string>().c_str());
+              out["machine"]["quant_decode_kernel"].get<std::string>().c_str(),
+              isa_cap() == Isa::Avx512
+                  ? ""
+                  : fmt::format(" (capped by RETNET_MAX_ISA={})", isa_name(isa_cap())).c_str());
   const double bandwidth = read_bandwidth(std::max(o.reps, 5));
   std::vector<nlohmann::ordered_json> runs;
   for (const std::string& dtype : o.dtypes) runs.push_back(run_dtype(o, dtype, bandwidth));

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   retnet::cli::register_bench(app);
   retnet::cli::register_serve(app);
   try {
+    retnet::isa_cap();  // a bad RETNET_MAX_ISA fails every command, not only those reaching a kernel
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version

@@ -15,6 +15,7 @@
 #include <span>
 #include <vector>
 
+#include "retnet/core/cpu_isa.h"
 #include "retnet/core/error.h"
 #include "retnet/core/form.h"
 #include "retnet/core/npy.h"

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "retnet/core/cpu_isa.h"
 #include "retnet/core/error.h"
 
 namespace retnet {
@@ -29,13 +30,17 @@ struct Blas {
   BlasInfo info;
 };
 
-// The OpenBLAS core type for this CPU: the newest kernel family whose instructions it has.
+// The OpenBLAS core type for this CPU: the newest kernel family whose instructions it has and
+// RETNET_MAX_ISA allows (under "scalar", OpenBLAS's SSE3 kernels: x86-64's floor).
 const char* coretype_for_this_cpu() {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq"))
+  if (isa_allowed(Isa::Avx512) && __builtin_cpu_supports("avx512f") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq"))
     return "SkylakeX";
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+  if (isa_allowed(Isa::Avx2) && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    return "Haswell";
+  if (!isa_allowed(Isa::Avx2) && __builtin_cpu_supports("sse3")) return "Prescott";
   return nullptr;
 }
 

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <vector>
 
+#include "retnet/core/cpu_isa.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
 #include "retnet/core/half.h"
@@ -386,9 +387,10 @@ QuantKernel quant_kernel_best() {
   static const QuantKernel best = [] {
     // The 512-bit kernel where it was measured faster (AMD's Zen 4 runs 512-bit vectors as two
     // halves, at full clock); an earlier 512-bit kernel was slower on an Intel Xeon.
-    if (quant_kernel_available(QuantKernel::Avx512Vnni))
+    if (isa_allowed(Isa::Avx512) && quant_kernel_available(QuantKernel::Avx512Vnni))
       return __builtin_cpu_is("amd") ? QuantKernel::Avx512Vnni512 : QuantKernel::Avx512Vnni;
-    if (quant_kernel_available(QuantKernel::Avx2)) return QuantKernel::Avx2;
+    if (isa_allowed(Isa::Avx2) && quant_kernel_available(QuantKernel::Avx2))
+      return QuantKernel::Avx2;
     return QuantKernel::Scalar;
   }();
   return best;

@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "retnet/core/cpu_isa.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
 
@@ -412,10 +413,11 @@ RowMajorKernel rowmajor_kernel_best() {
   static const RowMajorKernel best = [] {
 #if defined(__x86_64__)
     // AMD cores stream across the rows' pages by themselves; Intel ones need the prefetches.
-    if (rowmajor_kernel_available(RowMajorKernel::Avx512))
+    if (isa_allowed(Isa::Avx512) && rowmajor_kernel_available(RowMajorKernel::Avx512))
       return __builtin_cpu_is("amd") ? RowMajorKernel::Avx512 : RowMajorKernel::Avx512Prefetch;
 #endif
-    if (rowmajor_kernel_available(RowMajorKernel::Avx2)) return RowMajorKernel::Avx2;
+    if (isa_allowed(Isa::Avx2) && rowmajor_kernel_available(RowMajorKernel::Avx2))
+      return RowMajorKernel::Avx2;
     return RowMajorKernel::Scalar;
   }();
   return best;
