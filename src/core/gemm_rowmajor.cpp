@@ -161,7 +161,8 @@ RETNET_ROWMAJOR_BLOCK(block_avx512, RETNET_AVX512, __m512, 16, _mm512_setzero_ps
 // 1.3B shape on an AMD EPYC with AVX-512: 9.75 -> 10.82 tokens/s, medians of 8 alternated runs;
 // a 16-lane FMA chain per row keeps up with memory, and two chains per row gained no more in a
 // 1 GB product). AVX2's 8-lane chain would make one row's FMA latency the limit (the same product
-// was no faster that way), so it keeps 8 rows side by side (R1 = 8). Registers for more rows of A:
+// was no faster that way), so it keeps 8 rows side by side (R1 = 8) where batch 1 is not read as
+// streams (avx2-prefetch, Intel). Registers for more rows of A:
 // AVX2 has 16, so 2 rows take 4 weight rows at once, 3-4 rows 2; AVX-512 has 32: 8 weight rows
 // for 2 rows of A, 4 for 3-4.
 // PF12 / PF34: software prefetch for 1-2 / 3-4 rows of A. An AMD Zen 4 core streams across the
@@ -205,10 +206,23 @@ RETNET_ROWMAJOR_BLOCK(block_avx512, RETNET_AVX512, __m512, 16, _mm512_setzero_ps
       }                                                                                          \
     }                                                                                            \
   }
-RETNET_ROWMAJOR_ROWS(rows_avx2, RETNET_AVX2, block_avx2, true, true, 8, 4, 2)
+RETNET_ROWMAJOR_ROWS(rows_avx2, RETNET_AVX2, block_avx2, false, true, 8, 4, 2)
+RETNET_ROWMAJOR_ROWS(rows_avx2_prefetch, RETNET_AVX2, block_avx2, true, true, 8, 4, 2)
 RETNET_ROWMAJOR_ROWS(rows_avx512, RETNET_AVX512, block_avx512, false, true, 1, 8, 4)
 RETNET_ROWMAJOR_ROWS(rows_avx512_prefetch, RETNET_AVX512, block_avx512, true, true, 1, 8, 4)
 #undef RETNET_ROWMAJOR_ROWS
+
+template <typename W>
+RETNET_AVX2 void streams_avx2(const float* a, const W* const* w, float* const* c, int count,
+                              int64_t K, float beta) {
+  static_assert(kStreams == 4);
+  switch (count) {
+    case 1: return block_avx2<1, 1, false>(a, 0, w, 0, beta, c, 0, K);
+    case 2: return block_avx2<2, 1, false>(a, 0, w, 0, beta, c, 0, K);
+    case 3: return block_avx2<3, 1, false>(a, 0, w, 0, beta, c, 0, K);
+    default: return block_avx2<4, 1, false>(a, 0, w, 0, beta, c, 0, K);
+  }
+}
 
 template <typename W>
 RETNET_AVX512 void streams_avx512(const float* a, const W* const* w, float* const* c, int count,
@@ -232,7 +246,8 @@ Kernel<W> kernel_functions(RowMajorKernel kernel) {
 #if defined(__x86_64__)
   if (kernel == RowMajorKernel::Avx512) return {rows_avx512<W>, streams_avx512<W>};
   if (kernel == RowMajorKernel::Avx512Prefetch) return {rows_avx512_prefetch<W>};
-  if (kernel == RowMajorKernel::Avx2) return {rows_avx2<W>};
+  if (kernel == RowMajorKernel::Avx2) return {rows_avx2<W>, streams_avx2<W>};
+  if (kernel == RowMajorKernel::Avx2Prefetch) return {rows_avx2_prefetch<W>};
 #endif
   return {rows_scalar<W>};
 }
@@ -381,6 +396,8 @@ const char* rowmajor_kernel_name(RowMajorKernel kernel) {
   switch (kernel) {
     case RowMajorKernel::Avx2:
       return "avx2";
+    case RowMajorKernel::Avx2Prefetch:
+      return "avx2-prefetch";
     case RowMajorKernel::Avx512:
       return "avx512";
     case RowMajorKernel::Avx512Prefetch:
@@ -396,6 +413,7 @@ bool rowmajor_kernel_available(RowMajorKernel kernel) {
                     __builtin_cpu_supports("f16c");
   switch (kernel) {
     case RowMajorKernel::Avx2:
+    case RowMajorKernel::Avx2Prefetch:
       return avx2;
     case RowMajorKernel::Avx512:
     case RowMajorKernel::Avx512Prefetch:
@@ -415,9 +433,9 @@ RowMajorKernel rowmajor_kernel_best() {
     // AMD cores stream across the rows' pages by themselves; Intel ones need the prefetches.
     if (isa_allowed(Isa::Avx512) && rowmajor_kernel_available(RowMajorKernel::Avx512))
       return __builtin_cpu_is("amd") ? RowMajorKernel::Avx512 : RowMajorKernel::Avx512Prefetch;
-#endif
     if (isa_allowed(Isa::Avx2) && rowmajor_kernel_available(RowMajorKernel::Avx2))
-      return RowMajorKernel::Avx2;
+      return __builtin_cpu_is("amd") ? RowMajorKernel::Avx2 : RowMajorKernel::Avx2Prefetch;
+#endif
     return RowMajorKernel::Scalar;
   }();
   return best;

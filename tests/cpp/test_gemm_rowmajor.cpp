@@ -72,8 +72,8 @@ const std::array<std::array<int64_t, 3>, 8> kShapes = {{{1, 7, 5},
 TEST(RowMajorGemm, EveryKernelAndTypeMatchesTheReferenceAndIsBatchInvariant) {
   int tested = 0;
   for (RowMajorKernel kernel :
-       {RowMajorKernel::Scalar, RowMajorKernel::Avx2, RowMajorKernel::Avx512,
-        RowMajorKernel::Avx512Prefetch}) {
+       {RowMajorKernel::Scalar, RowMajorKernel::Avx2, RowMajorKernel::Avx2Prefetch,
+        RowMajorKernel::Avx512, RowMajorKernel::Avx512Prefetch}) {
     if (!rowmajor_kernel_available(kernel)) {
       std::printf("skipping the %s kernel: this CPU lacks it\n", rowmajor_kernel_name(kernel));
       continue;
@@ -160,8 +160,8 @@ TEST(RowMajorGemm, Batch1StreamsAcrossPartsAndThreadsEqualTheBatchedRows) {
     EXPECT_EQ(single, std::vector<float>(batched.begin() + m * N, batched.begin() + (m + 1) * N))
         << m;
   }
-  for (RowMajorKernel kernel : {RowMajorKernel::Avx2, RowMajorKernel::Avx512,
-                                RowMajorKernel::Avx512Prefetch}) {
+  for (RowMajorKernel kernel : {RowMajorKernel::Avx2, RowMajorKernel::Avx2Prefetch,
+                                RowMajorKernel::Avx512, RowMajorKernel::Avx512Prefetch}) {
     if (!rowmajor_kernel_available(kernel)) continue;
     SCOPED_TRACE(rowmajor_kernel_name(kernel));
     std::vector<float> batched_with(M * N, 1.f), single(N, 1.f);

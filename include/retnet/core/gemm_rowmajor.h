@@ -15,12 +15,12 @@
 namespace retnet {
 
 // Which implementation computes the few-rows products; the best is chosen at run time from the
-// CPU (cpuid), so one binary serves every x86-64 machine. The two AVX-512 kernels compute the
-// same sums (results equal bit for bit) and differ in how they read the weights: Avx512Prefetch
-// prefetches the next rows in software (Intel cores); Avx512 (AMD cores, which 1-2 rows'
-// prefetches slow down) prefetches only for 3 or more rows of A and reads batch 1 as a few long
-// sequential streams per thread (see the source).
-enum class RowMajorKernel { Scalar, Avx2, Avx512, Avx512Prefetch };
+// CPU (cpuid), so one binary serves every x86-64 machine. The two kernels of each ISA compute the
+// same sums (results equal bit for bit) and differ in how they read the weights: Avx2Prefetch and
+// Avx512Prefetch prefetch the next rows in software (Intel cores); Avx2 and Avx512 (AMD cores,
+// which 1-2 rows' prefetches slow down) prefetch only for 3 or more rows of A and read batch 1 as
+// a few long sequential streams per thread (see the source).
+enum class RowMajorKernel { Scalar, Avx2, Avx2Prefetch, Avx512, Avx512Prefetch };
 const char* rowmajor_kernel_name(RowMajorKernel kernel);
 bool rowmajor_kernel_available(RowMajorKernel kernel);
 RowMajorKernel rowmajor_kernel_best();
