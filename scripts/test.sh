@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds and runs the whole test suite: the optimised build with every test (C++ unit and slow
-# tests, the PyTorch reference checks), then the unit tests again under AddressSanitizer and
-# UndefinedBehaviorSanitizer. Installs dependencies first if missing.
+# tests, the PyTorch reference checks), the C++ unit tests again on the AVX2 and scalar kernels,
+# then the unit tests under AddressSanitizer and UndefinedBehaviorSanitizer. Installs dependencies
+# first if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=$(nproc)
@@ -13,6 +14,14 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 echo "== release build and all tests"
 DEPS="test bench" BUILD_DIR=build bash scripts/build.sh
 ctest --test-dir build --output-on-failure --parallel "$JOBS" --timeout 900
+
+# The kernels are chosen at run time from the CPU; capping the choice runs the C++ unit tests
+# again through the paths older CPUs take (on an AVX2-only machine the avx2 pass repeats the first).
+for isa in avx2 scalar; do
+  echo "== C++ unit tests with RETNET_MAX_ISA=$isa"
+  RETNET_MAX_ISA=$isa ctest --test-dir build --output-on-failure --parallel "$JOBS" -L unit \
+    -LE "python|mpi|js|server" --timeout 900
+done
 
 if [ "${RETNET_SKIP_SANITIZERS:-0}" != "1" ]; then
   echo "== ASan + UBSan build and unit tests"
