@@ -212,30 +212,23 @@ RETNET_ROWMAJOR_ROWS(rows_avx512, RETNET_AVX512, block_avx512, false, true, 1, 8
 RETNET_ROWMAJOR_ROWS(rows_avx512_prefetch, RETNET_AVX512, block_avx512, true, true, 1, 8, 4)
 #undef RETNET_ROWMAJOR_ROWS
 
-template <typename W>
-RETNET_AVX2 void streams_avx2(const float* a, const W* const* w, float* const* c, int count,
-                              int64_t K, float beta) {
-  static_assert(kStreams == 4);
-  switch (count) {
-    case 1: return block_avx2<1, 1, false>(a, 0, w, 0, beta, c, 0, K);
-    case 2: return block_avx2<2, 1, false>(a, 0, w, 0, beta, c, 0, K);
-    case 3: return block_avx2<3, 1, false>(a, 0, w, 0, beta, c, 0, K);
-    default: return block_avx2<4, 1, false>(a, 0, w, 0, beta, c, 0, K);
+// Batch 1 as streams: `count` weight rows against the one row of A, by the blocks of one row of A
+// without prefetch (the rows are not consecutive here).
+#define RETNET_ROWMAJOR_STREAMS(NAME, TARGET, BLOCK)                                             \
+  template <typename W>                                                                         \
+  TARGET void NAME(const float* a, const W* const* w, float* const* c, int count, int64_t K,     \
+                   float beta) {                                                                \
+    static_assert(kStreams == 4);                                                               \
+    switch (count) {                                                                            \
+      case 1: return BLOCK<1, 1, false>(a, 0, w, 0, beta, c, 0, K);                              \
+      case 2: return BLOCK<2, 1, false>(a, 0, w, 0, beta, c, 0, K);                              \
+      case 3: return BLOCK<3, 1, false>(a, 0, w, 0, beta, c, 0, K);                              \
+      default: return BLOCK<4, 1, false>(a, 0, w, 0, beta, c, 0, K);                             \
+    }                                                                                           \
   }
-}
-
-template <typename W>
-RETNET_AVX512 void streams_avx512(const float* a, const W* const* w, float* const* c, int count,
-                                  int64_t K, float beta) {
-  static_assert(kStreams == 4);
-  // The blocks of one row of A, without prefetch (the rows are not consecutive here).
-  switch (count) {
-    case 1: return block_avx512<1, 1, false>(a, 0, w, 0, beta, c, 0, K);
-    case 2: return block_avx512<2, 1, false>(a, 0, w, 0, beta, c, 0, K);
-    case 3: return block_avx512<3, 1, false>(a, 0, w, 0, beta, c, 0, K);
-    default: return block_avx512<4, 1, false>(a, 0, w, 0, beta, c, 0, K);
-  }
-}
+RETNET_ROWMAJOR_STREAMS(streams_avx2, RETNET_AVX2, block_avx2)
+RETNET_ROWMAJOR_STREAMS(streams_avx512, RETNET_AVX512, block_avx512)
+#undef RETNET_ROWMAJOR_STREAMS
 #endif
 
 template <typename W>
