@@ -57,34 +57,32 @@ TEST(CpuIsaCap, CappedRunsChooseOlderKernelsAndComputeTheSameLogits) {
   ASSERT_EQ(run_retnet("init --config " + config + " --out " + model + " --dtype bf16").exit_code,
             0);
 
+  // Quantised panels: every ISA path computes the scalar kernel's integer sums and fmas, bit
+  // for bit. Row-major bf16/f16: the same products summed in another lane order. f32 decodes
+  // from packed panels compiled for the build machine, which the cap leaves alone.
+  const std::vector<std::string> dtypes = {"f32", "bf16", "f16", "q8_0", "q4_0", "q4_1"};
+  std::vector<std::vector<float>> uncapped;
+  for (const auto& dtype : dtypes) {
+    uncapped.push_back(logits(model, dtype, dir / "uncapped.npy"));
+    ASSERT_FALSE(uncapped.back().empty()) << dtype;
+  }
+
   const bool cpu_avx2 = retnet::rowmajor_kernel_available(retnet::RowMajorKernel::Avx2);
   for (const char* cap : {"avx2", "scalar"}) {
     SCOPED_TRACE(cap);
     const bool scalar = std::string(cap) == "scalar" || !cpu_avx2;
-    nlohmann::json machine;
-    {
-      ScopedIsaCap scoped(cap);
-      machine = bench_machine(model, dir / "bench.json");
-    }
+    ScopedIsaCap scoped(cap);
+    const nlohmann::json machine = bench_machine(model, dir / "bench.json");
     EXPECT_EQ(machine["isa_cap"], cap);
     // avx2 on AMD, avx2-prefetch on Intel.
     const std::string rowmajor = machine["rowmajor_decode_kernel"].get<std::string>();
     EXPECT_EQ(rowmajor.substr(0, scalar ? 6 : 4), scalar ? "scalar" : "avx2") << rowmajor;
     EXPECT_EQ(machine["quant_decode_kernel"], scalar ? "scalar" : "avx2");
-    // Quantised panels: every ISA path computes the scalar kernel's integer sums and fmas, bit
-    // for bit. Row-major bf16/f16: the same products summed in another lane order. f32 decodes
-    // from packed panels compiled for the build machine, which the cap leaves alone.
-    for (const char* dtype : {"f32", "bf16", "f16", "q8_0", "q4_0", "q4_1"}) {
-      SCOPED_TRACE(dtype);
-      const bool exact = dtype[0] == 'q' || std::string(dtype) == "f32";
-      const auto uncapped = logits(model, dtype, dir / "uncapped.npy");
-      std::vector<float> capped;
-      {
-        ScopedIsaCap scoped(cap);
-        capped = logits(model, dtype, dir / "capped.npy");
-      }
-      ASSERT_FALSE(uncapped.empty());
-      EXPECT_LE(retnet::test::rel_max_error(capped, uncapped), exact ? 0.0 : 1e-5);
+    for (size_t i = 0; i < dtypes.size(); ++i) {
+      SCOPED_TRACE(dtypes[i]);
+      const bool exact = dtypes[i][0] == 'q' || dtypes[i] == "f32";
+      const auto capped = logits(model, dtypes[i], dir / "capped.npy");
+      EXPECT_LE(retnet::test::rel_max_error(capped, uncapped[i]), exact ? 0.0 : 1e-5);
     }
   }
 
