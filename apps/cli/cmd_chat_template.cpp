@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "retnet/core/json_parse.h"
 #include "retnet/retnet.h"
 
 namespace retnet::cli {
@@ -20,12 +21,8 @@ void run_chat_template(const ChatTemplateOptions& o) {
   ChatTemplateSource src = load_chat_template(o.model, o.template_file);
   if (o.bos_given) src.bos_token = o.bos;
   if (o.eos_given) src.eos_token = o.eos;
-  nlohmann::ordered_json input;
-  try {
-    input = nlohmann::ordered_json::parse(read_file(o.messages, "messages file"));
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(fmt::format("messages file '{}': not valid JSON: {}", o.messages, e.what()));
-  }
+  const nlohmann::ordered_json input = parse_ordered_json(
+      read_file(o.messages, "messages file"), fmt::format("messages file '{}'", o.messages));
   // A list of messages, or an object with "messages" and other variables (tools, documents...).
   nlohmann::ordered_json messages, extra = nlohmann::ordered_json::object();
   if (input.is_array()) {

@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "retnet/core/json_parse.h"
+
 namespace retnet::server {
 namespace {
 
@@ -162,10 +164,9 @@ nlohmann::json parse_json_object(const std::string& body) {
                     "invalid_request_error", "invalid_utf8");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(body);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw HttpError(400, fmt::format("the request body is not valid JSON: {}", e.what()),
-                    "invalid_request_error", "invalid_json");
+    j = parse_json(body, "the request body");
+  } catch (const JsonParseError& e) {
+    throw HttpError(400, e.what(), "invalid_request_error", "invalid_json", e.failure().path);
   }
   if (!j.is_object())
     throw HttpError(400,

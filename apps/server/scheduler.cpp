@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "retnet/core/json_parse.h"
+
 namespace retnet::server {
 namespace {
 
@@ -448,7 +450,8 @@ nlohmann::json Scheduler::restore_slot(int64_t id, const std::string& path) {
   const std::string tokens_path = path + ".tokens.json";
   std::vector<int32_t> tokens;
   try {
-    tokens = nlohmann::json::parse(read_file(tokens_path, "slot tokens file"))
+    tokens = parse_json(read_file(tokens_path, "slot tokens file"),
+                        fmt::format("slot tokens file '{}'", tokens_path))
                  .get<std::vector<int32_t>>();
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("slot tokens file '{}' is not a JSON list of token ids: {}",

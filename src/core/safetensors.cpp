@@ -17,6 +17,7 @@
 #include "retnet/core/error.h"
 #include "retnet/core/half.h"
 #include "retnet/core/huge_pages.h"
+#include "retnet/core/json_parse.h"
 
 namespace retnet {
 namespace {
@@ -83,13 +84,9 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
                "'{}' is truncated or not a safetensors file: header claims {} bytes but the file "
                "has {}",
                path, header_len, file_size);
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(bytes + 8, bytes + 8 + header_len);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(fmt::format("'{}' has a corrupt safetensors header (not valid JSON): {}", path,
-                            e.what()));
-  }
+  const nlohmann::json header =
+      parse_json(std::string_view(reinterpret_cast<const char*>(bytes) + 8, header_len),
+                 fmt::format("'{}' has a corrupt safetensors header", path));
   RETNET_CHECK(header.is_object(), "'{}': safetensors header is not a JSON object", path);
   size_t data_size = file_size - 8 - header_len;
   f.data_section_ = static_cast<uint8_t*>(mapping->base) + 8 + header_len;

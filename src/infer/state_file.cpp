@@ -5,6 +5,7 @@
 
 #include "retnet/core/error.h"
 #include "retnet/core/hash.h"
+#include "retnet/core/json_parse.h"
 #include "retnet/core/read_file.h"
 #include "retnet/core/safetensors.h"
 
@@ -74,12 +75,8 @@ SavedSequence read_state_file(const std::string& path, const Model& model, uint6
   RETNET_CHECK(header_len <= kMaxHeader && fixed + header_len + 8 <= bytes.size() &&
                    fnv1a(bytes.data(), bytes.size() - 8) == stored,
                "state file '{}' is damaged or truncated (checksum mismatch)", path);
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(bytes.substr(fixed, header_len));
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(fmt::format("state file '{}' has a malformed header: {}", path, e.what()));
-  }
+  const nlohmann::json header = parse_json(std::string_view(bytes).substr(fixed, header_len),
+                                           fmt::format("state file '{}' header", path));
   SavedSequence s;
   size_t n_state = 0, n_cache = 0, n_logits = 0, n_recent = 0, n_tail = 0;
   std::string model_id;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "retnet/core/error.h"
+#include "retnet/core/json_parse.h"
 #include "retnet/core/read_file.h"
 #include "json_fields.h"
 
@@ -441,13 +442,8 @@ int64_t Config::cache_floats_per_token() const {
 }
 
 Config Config::from_json(const std::string& text, const std::string& origin) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    throw Error(fmt::format("{}: not valid JSON: {}", origin, e.what()));
-  }
-  RETNET_CHECK(j.is_object(), "{}: expected a JSON object, got {}", origin, j.dump().substr(0, 80));
+  const json j = parse_json(text, origin);
+  RETNET_CHECK(j.is_object(), "{}: expected a JSON object, got {}", origin, j.type_name());
   Config c;
   c.embed_dim = json_int(j, "decoder_embed_dim", c.embed_dim, origin);
   c.value_embed_dim = json_int(j, "decoder_value_embed_dim", c.value_embed_dim, origin);

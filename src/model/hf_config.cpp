@@ -5,6 +5,7 @@
 #include <set>
 
 #include "retnet/core/error.h"
+#include "retnet/core/json_parse.h"
 #include "retnet/model/hf_directory.h"
 #include "json_fields.h"
 
@@ -213,19 +214,15 @@ nlohmann::ordered_json fla_attention_json(const Config& c, Refuse refuse) {
 }  // namespace
 
 bool is_hf_config(const std::string& text) {
-  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!is_valid_json(text)) return false;
+  const json j = parse_json(text, "config");
   return j.is_object() && (j.contains("hidden_size") || j.contains("model_type"));
 }
 
 const char* hf_flavour_name(HfFlavour f) { return f == HfFlavour::Fla ? "fla" : "syncdoth"; }
 
 HfModelConfig parse_hf_config(const std::string& text, const std::string& origin) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    throw Error(fmt::format("{}: not valid JSON: {}", origin, e.what()));
-  }
+  const json j = parse_json(text, origin);
   RETNET_CHECK(j.is_object(), "{}: expected a JSON object", origin);
   if (j.contains("model_type") && j["model_type"].is_string())
     RETNET_CHECK(j["model_type"] == "retnet",

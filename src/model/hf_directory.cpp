@@ -13,6 +13,7 @@
 #include <set>
 
 #include "retnet/core/error.h"
+#include "retnet/core/json_parse.h"
 #include "retnet/core/half.h"
 #include "retnet/core/mapped_file.h"
 #include "retnet/core/read_file.h"
@@ -65,12 +66,7 @@ Shards open_shards(const std::string& dir) {
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
   std::map<std::string, std::string> weight_map;
   if (fs::exists(index)) {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(read_file(index.string(), "shard index"));
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(fmt::format("{}: not valid JSON: {}", index.string(), e.what()));
-    }
+    const nlohmann::json j = parse_json(read_file(index.string(), "shard index"), index.string());
     RETNET_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
                  "{}: no 'weight_map' object", index.string());
     std::set<std::string> files;

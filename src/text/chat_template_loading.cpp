@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "retnet/core/error.h"
+#include "retnet/core/json_parse.h"
 #include "retnet/core/read_file.h"
 #include "retnet/text/chat_template.h"
 
@@ -43,11 +44,7 @@ ChatTemplateSource load_chat_template(const std::string& model_dir, const std::s
   nlohmann::json config;
   if (!model_dir.empty() && fs::is_directory(dir, ec) && fs::is_regular_file(config_path, ec)) {
     const std::string origin = config_path.string();
-    try {
-      config = nlohmann::json::parse(read_file(origin, "tokenizer config"));
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(fmt::format("{}: not valid JSON: {}", origin, e.what()));
-    }
+    config = parse_json(read_file(origin, "tokenizer config"), origin);
     RETNET_CHECK(config.is_object(), "{}: expected a JSON object", origin);
     out.bos_token = token_text(config, "bos_token", origin);
     out.eos_token = token_text(config, "eos_token", origin);

@@ -6,6 +6,7 @@
 #include "retnet/core/base64.h"
 #include "retnet/core/error.h"
 #include "retnet/core/hash.h"
+#include "retnet/core/json_parse.h"
 #include "retnet/core/read_file.h"
 #include "retnet/core/safetensors.h"
 #include "retnet/text/utf8.h"
@@ -122,8 +123,7 @@ std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& model_path) {
     // No tokenizer file: a byte-level model (vocabulary 256) needs none.
     const fs::path config = fs::path(model_path) / "config.json";
     if (fs::exists(config, ec)) {
-      const auto j = nlohmann::json::parse(read_whole_file(config.string(), "model config"),
-                                           nullptr, /*allow_exceptions=*/false);
+      const auto j = parse_json(read_whole_file(config.string(), "model config"), config.string());
       if (j.is_object() && j.contains("vocab_size") && j["vocab_size"] == 256)
         return make_byte_tokenizer();
     }

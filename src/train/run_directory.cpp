@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "retnet/core/error.h"
+#include "retnet/core/json_parse.h"
 #include "retnet/train/checkpoint.h"
 
 namespace retnet {
@@ -24,7 +25,8 @@ uint64_t kept_metrics_bytes(const std::string& path, int64_t step) {
   uint64_t kept = 0;
   std::string line;
   while (std::getline(in, line) && !in.eof()) {  // eof: the last line has no '\n', it is torn
-    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    nlohmann::json j;  // a line that is not JSON ends the kept part, like a torn one
+    if (is_valid_json(line)) j = parse_json(line, "log line");
     if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer() ||
         j["step"].get<int64_t>() > step)
       break;

@@ -18,6 +18,7 @@
 #include "retnet/core/arena.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
+#include "retnet/core/json_parse.h"
 #include "retnet/core/parallel.h"
 #include "retnet/core/read_file.h"
 #include "retnet/dist/communicator.h"
@@ -95,7 +96,7 @@ Config model_config(const std::string& path, const Tokenizer& tokenizer,
   Config config = path.empty() ? Config{} : Config::from_file(path);
   bool sets_vocab = false;
   if (!path.empty())
-    sets_vocab = nlohmann::json::parse(read_file(path), nullptr, /*allow_exceptions=*/false)
+    sets_vocab = parse_json(read_file(path, "config file"), fmt::format("config file '{}'", path))
                      .contains("vocab_size");
   if (!sets_vocab) {
     config.vocab_size = tokenizer.vocab_size();

@@ -4,6 +4,8 @@
 #include "json_ctx.h"
 #include "json_sequence.h"
 
+#include "retnet/core/json_parse.h"
+
 namespace retnet::hf {
 namespace {
 
@@ -138,12 +140,7 @@ void parse_all(const Ctx& c, const json& root, Config& config);
 
 Config parse_config(const std::string& json_text, const std::string& origin) {
   const Ctx c{origin};
-  json root;
-  try {
-    root = json::parse(json_text);
-  } catch (const json::parse_error& e) {
-    throw Error(fmt::format("'{}' is not valid JSON: {}", origin, e.what()));
-  }
+  const json root = parse_json(json_text, fmt::format("'{}'", origin));
   if (!root.is_object()) c.fail("(top level)", "expected an object");
   Config config;
   try {
