@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -20,9 +21,28 @@ struct CliResult {
   std::string out, err;
 };
 
-// timeout_s > 0: killed (and failing) when it runs longer.
+// A limit on a child process only turns a hang into a failure; it must never fail a slow but
+// working run. So every limit is at least five minutes, three times that in a sanitizer build
+// (instrumented children on a busy 2-core machine ran past two minutes).
+inline int hang_guard_seconds(int requested_s) {
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr int kScale = 3;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  constexpr int kScale = 3;
+#else
+  constexpr int kScale = 1;
+#endif
+#else
+  constexpr int kScale = 1;
+#endif
+  return std::max(requested_s, 300) * kScale;
+}
+
+// timeout_s > 0: killed (and failing) when it runs longer than hang_guard_seconds(timeout_s).
 inline CliResult run_retnet(const std::string& args, int timeout_s = 0) {
   namespace fs = std::filesystem;
+  if (timeout_s > 0) timeout_s = hang_guard_seconds(timeout_s);
   static int counter = 0;
   fs::path errf = fs::temp_directory_path() /
                   ("retnet_run_err_" + std::to_string(getpid()) + "_" + std::to_string(counter++));

@@ -97,7 +97,9 @@ std::vector<int64_t> train_steps(const std::string& out) {
 
 // Runs `script` with sh; its exit status.
 int sh(const fs::path& script) {
-  const int status = std::system(("timeout -s KILL 120 sh " + script.string()).c_str());
+  const int status = std::system(
+      ("timeout -s KILL " + std::to_string(test::hang_guard_seconds(120)) + " sh " + script.string())
+          .c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
