@@ -92,11 +92,14 @@ class DeadlineSocketStream : public httplib::Stream {
 
   void start_request(SteadyClock::time_point deadline) {
     reading_ = true;
+    answered_ = false;
     deadline_ = deadline;
   }
   void request_read() { reading_ = false; }
   // A read was refused for the deadline: the connection is to be closed.
   bool missed_deadline() const { return missed_deadline_; }
+  // Whether anything of a response to the current request was written.
+  bool answered() const { return answered_; }
 
   bool is_readable() const override {
     return !past_deadline() && (begin_ < end_ || wait_for(POLLIN, read_wait()));
@@ -121,6 +124,7 @@ class DeadlineSocketStream : public httplib::Stream {
   }
   ssize_t write(const char* ptr, size_t size) override {
     if (!is_writable()) return -1;
+    answered_ = true;
     return ::send(sock_, ptr, size, MSG_NOSIGNAL);
   }
   void get_remote_ip_and_port(std::string& ip, int& port) const override {
@@ -160,6 +164,7 @@ class DeadlineSocketStream : public httplib::Stream {
   std::chrono::milliseconds per_read_, per_write_;
   bool reading_ = false;
   mutable bool missed_deadline_ = false;
+  bool answered_ = false;
   SteadyClock::time_point deadline_;
   char buffer_[4096];
   size_t begin_ = 0, end_ = 0;
@@ -181,8 +186,8 @@ std::string peer_address(int sock) {
 // A whole HTTP response written straight to the socket, then the connection closed: the client
 // is refused before any of its request is read.
 void refuse(int sock, int status, const char* reason, const std::string& message,
-            const std::string& type) {
-  const std::string body = json_text(error_json(message, type, "too_many_connections"));
+            const std::string& type, const std::string& code = "too_many_connections") {
+  const std::string body = json_text(error_json(message, type, code));
   const std::string response = fmt::format(
       "HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n"
       "Connection: close\r\n{}\r\n{}",
@@ -267,7 +272,16 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
       stream.start_request(SteadyClock::now() + read_timeout);
       bool connection_closed = false;
       ok = process_request(stream, left == 1, connection_closed, nullptr);
-      if (!ok || connection_closed || stream.missed_deadline()) break;
+      if (stream.missed_deadline()) {
+        // Cut in its request line, which httplib answers with nothing.
+        if (!stream.answered())
+          refuse(sock, 408, "Request Timeout",
+                 fmt::format("the request was not read whole within {} s (--read-timeout)",
+                             limits_.read_timeout_s),
+                 "invalid_request_error", "request_timeout");
+        break;
+      }
+      if (!ok || connection_closed) break;
     }
     tl_stream = nullptr;
     std::lock_guard<std::mutex> lock(mutex_);
