@@ -104,7 +104,14 @@ class DeadlineSocketStream : public httplib::Stream {
   bool is_readable() const override {
     return !past_deadline() && (begin_ < end_ || wait_for(POLLIN, read_wait()));
   }
-  bool is_writable() const override { return wait_for(POLLOUT, per_write_); }
+  // Like httplib's: writable and the client has not closed, so that a stream notices at its next
+  // write that its client left.
+  bool is_writable() const override {
+    if (!wait_for(POLLOUT, per_write_)) return false;
+    char byte;
+    return !(wait_for(POLLIN, std::chrono::milliseconds(0)) &&
+             ::recv(sock_, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0);
+  }
   ssize_t read(char* ptr, size_t size) override {
     if (past_deadline()) return -1;  // even with bytes waiting: a trickle gets no more time
     if (begin_ == end_) {
