@@ -129,8 +129,8 @@ std::string ServerProcess::log() const {
 
 std::pair<int, std::string> http_get(int port, const std::string& path) {
   httplib::Client client("127.0.0.1", port);
-  client.set_connection_timeout(2);
-  client.set_read_timeout(10);
+  client.set_connection_timeout(10);
+  client.set_read_timeout(60);
   auto res = client.Get(path.c_str());
   if (!res) return {0, ""};
   return {res->status, res->body};

@@ -24,20 +24,36 @@ void register_serve(CLI::App& app) {
                   "(repeatable)");
   cmd->add_option("--api-key-file", o->api_key_file, "Read API keys from a file, one per line");
   add_checked(cmd, "--max-prompt-tokens", o->max_prompt_tokens, "Refuse longer prompts",
-              integer_at_least(1));
+              integer_within(1, int64_t{1} << 30));
+  add_checked(cmd, "--max-prompt-bytes", o->max_prompt_bytes,
+              "Refuse longer text to encode (prompts, rendered chats, /tokenize content) and "
+              "longer /detokenize lists, before tokenizing (413)",
+              integer_within(1, int64_t{1} << 30));
   add_checked(cmd, "--max-tokens,-n", o->max_tokens,
-              "Most tokens a request may generate (and the default)", integer_at_least(0));
+              "Most tokens a request may generate (and the default)",
+              integer_within(0, int64_t{1} << 40));
   add_checked(cmd, "--max-queue", o->max_queue, "Requests waiting for a slot before 429",
-              integer_at_least(0));
+              integer_within(0, 1 << 20));
   add_checked(cmd, "--timeout", o->timeout_s, "Seconds a request may take, queue included",
-              number_above(0));
+              number_within(0.001, 1e7));
+  add_checked(cmd, "--read-timeout", o->read_timeout_s,
+              "Seconds to read one whole request, headers and body, on every request of a "
+              "connection (a slower client is disconnected)",
+              number_within(0.001, 1e7));
+  add_checked(cmd, "--max-connections", o->max_connections,
+              "Open connections (one thread each, started on demand); past it a new connection "
+              "gets 503",
+              integer_within(1, 1 << 16));
+  add_checked(cmd, "--max-connections-per-client", o->max_connections_per_client,
+              "Open connections from one client address; past it a new one gets 429",
+              integer_within(1, 1 << 16));
   add_checked(cmd, "--state-cache-mib", o->state_cache_mib,
-              "Prompt cache of sequence states, MiB (0: off)", integer_at_least(0));
+              "Prompt cache of sequence states, MiB (0: off)", integer_within(0, int64_t{1} << 30));
   add_checked(cmd, "--max-body-mib", o->max_body_mib, "Largest request body, MiB",
               integer_within(1, 1024));
   add_checked(cmd, "--prefill-block", o->prefill_block,
               "Prompt tokens read between two decode steps (rounded to whole chunks)",
-              integer_at_least(1));
+              integer_within(1, int64_t{1} << 30));
   cmd->add_option("--slot-save-dir", o->slot_save_dir,
                   "Enable POST /slots/{id}?action=save|restore with files in this directory");
   cmd->add_option("--chat-template", o->chat_template_file,

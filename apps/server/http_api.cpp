@@ -8,6 +8,7 @@
 
 #include "chat_page.h"
 #include "client_socket.h"
+#include "guarded_server.h"
 #include "openai_response.h"
 
 namespace retnet::server {
@@ -36,7 +37,7 @@ uint64_t random_seed() {
   return (static_cast<uint64_t>(device()) << 32) ^ device();
 }
 
-std::string sse(const nlohmann::json& j) { return "data: " + j.dump() + "\n\n"; }
+std::string sse(const nlohmann::json& j) { return "data: " + json_text(j) + "\n\n"; }
 
 // What the inference thread has produced for a job since the last call.
 struct Taken {
@@ -62,6 +63,27 @@ Taken take_output(Job& job, std::chrono::milliseconds wait) {
   t.error_status = job.error_status;
   t.usage = {job.prompt_tokens, job.cached_tokens, job.completion_tokens};
   return t;
+}
+
+// Where a request's path, query or headers hold bytes that are not UTF-8, in words that quote
+// none of them ("header 'X-Name' (byte 0xff at offset 3)"); empty when all are valid. The body
+// is checked where it is parsed.
+std::string invalid_utf8_in(const httplib::Request& req) {
+  size_t bad = 0;
+  auto where = [&bad](const std::string& what, const std::string& text) {
+    return fmt::format("{} (byte 0x{:02x} at offset {})", what,
+                       static_cast<unsigned char>(text[bad]), bad);
+  };
+  if (!utf8_valid(req.path, &bad)) return where("the path", req.path);
+  for (const auto& [key, value] : req.params) {
+    if (!utf8_valid(key, &bad)) return where("a query parameter name", key);
+    if (!utf8_valid(value, &bad)) return where(fmt::format("query parameter '{}'", key), value);
+  }
+  for (const auto& [key, value] : req.headers) {
+    if (!utf8_valid(key, &bad)) return where("a header name", key);
+    if (!utf8_valid(value, &bad)) return where(fmt::format("header '{}'", key), value);
+  }
+  return "";
 }
 
 }  // namespace
@@ -93,11 +115,17 @@ void HttpApi::send_error(httplib::Response& res, int status, const std::string& 
                          const std::string& param) {
   metrics_.rejected += 1;
   res.status = status;
-  res.set_content(error_json(message, type, code, param).dump(), "application/json");
+  res.set_content(json_text(error_json(message, type, code, param)), "application/json");
 }
 
-void HttpApi::install(httplib::Server& server) {
+void HttpApi::install(GuardedServer& server) {
   server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // Before anything else: no later step (a 404 naming the path, a JSON writer) sees such bytes.
+    if (const std::string bad = invalid_utf8_in(req); !bad.empty()) {
+      send_error(res, 400, fmt::format("the request is not valid UTF-8: {}", bad),
+                 "invalid_request_error", "invalid_utf8");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     // The chat page holds no data (its requests carry the key the user types in), and a browser
     // cannot send a Bearer header when it loads a page.
     if (req.path == "/health" || req.path == "/")
@@ -117,7 +145,12 @@ void HttpApi::install(httplib::Server& server) {
   server.set_error_handler(httplib::Server::HandlerWithResponse(
       [this](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        if (res.status == 404)
+        if (GuardedServer::request_timed_out())
+          send_error(res, 408,
+                     fmt::format("the request was not read whole within {} s (--read-timeout)",
+                                 options_.read_timeout_s),
+                     "invalid_request_error", "request_timeout");
+        else if (res.status == 404)
           send_error(res, 404, fmt::format("no route for {} {}", req.method, req.path),
                      "invalid_request_error", "not_found");
         else if (res.status == 413)
@@ -168,7 +201,7 @@ void HttpApi::install(httplib::Server& server) {
                              {{"parameters", model_.parameter_count()},
                               {"state_bytes", model_.state_bytes_per_sequence()},
                               {"vocab_size", model_.config().vocab_size}}}};
-    res.set_content(nlohmann::json({{"object", "list"}, {"data", {model}}}).dump(),
+    res.set_content(json_text(nlohmann::json({{"object", "list"}, {"data", {model}}})),
                     "application/json");
   });
   server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
@@ -186,11 +219,21 @@ void HttpApi::install(httplib::Server& server) {
     res.set_content(metrics_.prometheus_text(), "text/plain; version=0.0.4");
   });
   server.Get("/slots", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(scheduler_.slots_json().dump(), "application/json");
+    res.set_content(json_text(scheduler_.slots_json()), "application/json");
   });
   server.Post(R"(/slots/(\d+))", [this](const httplib::Request& req, httplib::Response& res) {
     slot_action(req, res);
   });
+}
+
+// Encoding takes many times the text's bytes in memory, so text is measured before it is encoded.
+void HttpApi::check_text_size(const std::string& text, const std::string& field) const {
+  if (static_cast<int64_t>(text.size()) > options_.max_prompt_bytes)
+    throw HttpError(413,
+                    fmt::format("'{}' has {} bytes of text, more than the server's "
+                                "--max-prompt-bytes {}",
+                                field, text.size(), options_.max_prompt_bytes),
+                    "invalid_request_error", "too_long", field);
 }
 
 std::shared_ptr<Job> HttpApi::make_job(const CompletionRequest& r) const {
@@ -212,6 +255,7 @@ std::shared_ptr<Job> HttpApi::make_job(const CompletionRequest& r) const {
   if (r.prompt_is_tokens) {
     job->prompt = r.prompt_tokens;
   } else {
+    check_text_size(text, field);
     try {
       check_encodable(tokenizer_, text, field);
     } catch (const Error& e) {
@@ -269,7 +313,8 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
     Taken t;
     // Nothing is written until the end, so look at the socket while waiting: a client that left
     // frees its slot within a tenth of a second.
-    const int socket = find_client_socket(req.remote_addr, req.remote_port, req.local_port);
+    int socket = GuardedServer::current_socket();
+    if (socket < 0) socket = find_client_socket(req.remote_addr, req.remote_port, req.local_port);
     while (!t.finished) {
       t = take_output(*job, std::chrono::milliseconds(100));
       text += t.text;
@@ -285,7 +330,7 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
     int64_t offset = 0;
     nlohmann::json lp =
         with_logprobs ? logprobs_json(logprobs, tokenizer_, chat, &offset) : nlohmann::json();
-    res.set_content(completion_json(ctx, text, t.finish_reason, lp, t.usage).dump(),
+    res.set_content(json_text(completion_json(ctx, text, t.finish_reason, lp, t.usage)),
                     "application/json");
     return;
   }
@@ -345,12 +390,14 @@ void HttpApi::tokenize(const httplib::Request& req, httplib::Response& res) {
     throw HttpError(400, "'content' must be a string", "invalid_request_error", "invalid_value",
                     "content");
   const std::string text = it->get<std::string>();
+  check_text_size(text, "content");
   try {
     check_encodable(tokenizer_, text, "content");
   } catch (const Error& e) {
     throw HttpError(400, e.what(), "invalid_request_error", "invalid_value", "content");
   }
-  res.set_content(nlohmann::json({{"tokens", tokenizer_.encode(text)}}).dump(), "application/json");
+  res.set_content(json_text(nlohmann::json({{"tokens", tokenizer_.encode(text)}})),
+                  "application/json");
 }
 
 void HttpApi::detokenize(const httplib::Request& req, httplib::Response& res) {
@@ -359,6 +406,12 @@ void HttpApi::detokenize(const httplib::Request& req, httplib::Response& res) {
   if (it == body.end() || !it->is_array())
     throw HttpError(400, "'tokens' must be a list of token ids", "invalid_request_error",
                     "invalid_value", "tokens");
+  if (static_cast<int64_t>(it->size()) > options_.max_prompt_bytes)
+    throw HttpError(
+        413,
+        fmt::format("'tokens' holds {} ids, more than the server's --max-prompt-bytes {}",
+                    it->size(), options_.max_prompt_bytes),
+        "invalid_request_error", "too_long", "tokens");
   std::vector<int32_t> ids;
   for (size_t i = 0; i < it->size(); ++i) {
     const auto& t = (*it)[i];
@@ -370,7 +423,7 @@ void HttpApi::detokenize(const httplib::Request& req, httplib::Response& res) {
           "invalid_request_error", "invalid_value", fmt::format("tokens[{}]", i));
     ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
   }
-  res.set_content(nlohmann::json({{"content", utf8_sanitize(tokenizer_.decode(ids))}}).dump(),
+  res.set_content(json_text(nlohmann::json({{"content", utf8_sanitize(tokenizer_.decode(ids))}})),
                   "application/json");
 }
 
@@ -401,7 +454,7 @@ void HttpApi::slot_action(const httplib::Request& req, httplib::Response& res) {
   nlohmann::json out =
       action == "save" ? scheduler_.save_slot(id, path) : scheduler_.restore_slot(id, path);
   out["filename"] = it->get<std::string>();
-  res.set_content(out.dump(), "application/json");
+  res.set_content(json_text(out), "application/json");
 }
 
 }  // namespace retnet::server

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "chat_prompt.h"
+#include "guarded_server.h"
 #include "metrics.h"
 #include "openai_request.h"
 #include "scheduler.h"
@@ -20,7 +21,7 @@ class HttpApi {
           const Tokenizer& tokenizer, const ChatFormatter& chat, Scheduler& scheduler,
           Metrics& metrics);
   // Registers every route and handler on `server`.
-  void install(httplib::Server& server);
+  void install(GuardedServer& server);
   // From now on, new requests get 503 (the server is shutting down).
   void stop_accepting() { stopping_ = true; }
   // Streams still writing to their clients.
@@ -32,6 +33,7 @@ class HttpApi {
                   const std::string& type, const std::string& code = "",
                   const std::string& param = "");
   void completions(const httplib::Request& req, httplib::Response& res, bool chat);
+  void check_text_size(const std::string& text, const std::string& field) const;
   std::shared_ptr<Job> make_job(const CompletionRequest& r) const;
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);

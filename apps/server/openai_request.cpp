@@ -39,10 +39,16 @@ int64_t integer_field(const nlohmann::json& body, const char* name, int64_t lo, 
                       int64_t fallback) {
   const nlohmann::json* v = field(body, name);
   if (!v) return fallback;
+  // A whole number past 64 bits (1e20, 2^70) parses as a double: out of range, not a fraction.
+  if (v->is_number_float() && std::isfinite(v->get<double>()) &&
+      v->get<double>() == std::floor(v->get<double>()))
+    throw bad_field(
+        name, fmt::format("must be an integer in [{}, {}], got {}", lo, hi, v->get<double>()));
   if (!v->is_number_integer())
     throw bad_field(name, fmt::format("must be an integer, got {}", type_name(*v)));
   if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-    throw bad_field(name, fmt::format("must be at most {}", hi));
+    throw bad_field(
+        name, fmt::format("must be an integer in [{}, {}], got {}", lo, hi, v->get<uint64_t>()));
   const int64_t x = v->get<int64_t>();
   if (x < lo || x > hi)
     throw bad_field(name, fmt::format("must be an integer in [{}, {}], got {}", lo, hi, x));
@@ -144,6 +150,27 @@ void prompt_field(const nlohmann::json& body, const RequestLimits& limits, Compl
   }
 }
 
+// {"token id": bias}: the keys and values are checked, and only zero biases are accepted, as
+// biasing is not implemented.
+void logit_bias_field(const nlohmann::json& body, const RequestLimits& limits) {
+  const nlohmann::json* v = field(body, "logit_bias");
+  if (!v) return;
+  if (!v->is_object())
+    throw bad_field("logit_bias", fmt::format("must be an object, got {}", type_name(*v)));
+  for (auto it = v->begin(); it != v->end(); ++it) {
+    const std::string at = fmt::format("logit_bias.{}", it.key());
+    const std::string& key = it.key();
+    const bool digits = !key.empty() && key.size() <= 18 &&
+                        key.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits || std::stoll(key) >= limits.vocab)
+      throw bad_field(at, fmt::format("must be keyed by a token id in [0, {})", limits.vocab));
+    if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < -100 ||
+        it->get<double>() > 100)
+      throw bad_field(at, "must be a number in [-100, 100]");
+    if (it->get<double>() != 0) throw bad_field(at, "is not supported (only 0)");
+  }
+}
+
 }  // namespace
 
 nlohmann::json error_json(const std::string& message, const std::string& type,
@@ -237,6 +264,7 @@ CompletionRequest parse_completion_request(const nlohmann::json& body, bool chat
       if (!suffix->is_string() || !suffix->get<std::string>().empty())
         throw bad_field("suffix", "is not supported");
   }
+  logit_bias_field(body, limits);
   if (const nlohmann::json* user = field(body, "user"))
     if (!user->is_string())
       throw bad_field("user", fmt::format("must be a string, got {}", type_name(*user)));

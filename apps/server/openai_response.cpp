@@ -15,6 +15,10 @@ nlohmann::json token_bytes_json(const Tokenizer& tokenizer, int32_t token) {
 
 }  // namespace
 
+std::string json_text(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 nlohmann::json usage_json(const Usage& u) {
   return {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},

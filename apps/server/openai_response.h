@@ -24,6 +24,10 @@ struct Usage {
 
 nlohmann::json usage_json(const Usage& usage);
 
+// `j` as compact JSON text. Invalid UTF-8 in a string becomes U+FFFD instead of throwing: request
+// bytes are validated before they get here, and a response must never end the process.
+std::string json_text(const nlohmann::json& j);
+
 // Log-probabilities in the endpoint's format; `text_offset` (completions) runs across calls.
 nlohmann::json logprobs_json(const std::vector<TokenLogprob>& logprobs, const Tokenizer& tokenizer,
                              bool chat, int64_t* text_offset);

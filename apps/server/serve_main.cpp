@@ -13,12 +13,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "guarded_server.h"
 #include "http_api.h"
 #include "retnet/retnet.h"
 #include "scheduler.h"
@@ -55,7 +58,8 @@ void restart_with_sleeping_openmp_waits() {
   std::vector<std::string> args;
   for (size_t start = 0; start < cmdline.size();) {
     const size_t end = cmdline.find('\0', start);
-    args.push_back(cmdline.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    args.push_back(
+        cmdline.substr(start, end == std::string::npos ? std::string::npos : end - start));
     if (end == std::string::npos) break;
     start = end + 1;
   }
@@ -68,6 +72,51 @@ void restart_with_sleeping_openmp_waits() {
   execv("/proc/self/exe", argv.data());
   unsetenv("OMP_WAIT_POLICY");  // exec failed: serve as we are
 }
+
+// The one thread that receives SIGINT and SIGTERM, started before anything that can block
+// (opening a model file that is a FIFO, loading): until the server is up, a signal ends the
+// process at once; from then on it runs the orderly stop the server registered.
+class SignalThread {
+ public:
+  explicit SignalThread(const sigset_t& signals) : signals_(signals) {
+    thread_ = std::thread([this] { run(); });
+  }
+  ~SignalThread() { finish(); }
+  // `stop` runs on the signal thread when a signal comes; an empty one goes back to exiting.
+  void on_signal(std::function<void()> stop) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = std::move(stop);
+  }
+  bool by_signal() const { return by_signal_; }
+  // Joins the thread; wakes it first unless a signal already did.
+  void finish() {
+    if (!thread_.joinable()) return;
+    if (!by_signal_) pthread_kill(thread_.native_handle(), SIGUSR1);
+    thread_.join();
+  }
+
+ private:
+  void run() {
+    int sig = 0;
+    sigwait(&signals_, &sig);
+    if (sig == SIGUSR1) return;
+    by_signal_ = true;
+    const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!stop_) {
+      std::fprintf(stderr, "retnet serve: %s received while starting: stopping\n", name);
+      std::fflush(stderr);
+      _exit(128 + sig);  // nothing to clean up yet, and the main thread may be blocked in open()
+    }
+    std::fprintf(stderr, "retnet serve: %s received: stopping\n", name);
+    stop_();
+  }
+  sigset_t signals_;
+  std::mutex mutex_;
+  std::function<void()> stop_;
+  std::atomic<bool> by_signal_{false};
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -82,6 +131,7 @@ void run_server(ServeOptions o) {
   sigaddset(&signals, SIGUSR1);  // internal: ends the signal thread when listen() fails
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  SignalThread signal_thread(signals);
 
   if (!o.api_key_file.empty()) {
     auto more = keys_from_file(o.api_key_file);
@@ -117,10 +167,10 @@ void run_server(ServeOptions o) {
   Scheduler scheduler(model, *tokenizer, so, metrics);
   HttpApi api(o, model_id, model, *tokenizer, chat, scheduler, metrics);
 
-  httplib::Server http;
-  // Every admitted request holds a thread while it streams: enough for all slots and the queue.
-  const size_t http_threads = static_cast<size_t>(o.parallel + o.max_queue + 8);
-  http.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
+  // Every admitted request holds a connection (and its thread) while it streams: --parallel +
+  // --max-queue of them at most; --max-connections caps them all.
+  GuardedServer http(
+      ConnectionLimits{o.read_timeout_s, o.max_connections, o.max_connections_per_client});
   http.set_payload_max_length(static_cast<size_t>(o.max_body_mib) << 20);
   http.set_keep_alive_timeout(2);
   // A client that stops reading for a while (a browser busy drawing a fast stream, a slow link)
@@ -158,14 +208,12 @@ void run_server(ServeOptions o) {
                  "retnet serve: warning: listening on %s without --api-key: anyone who "
                  "can reach this address can use the server\n",
                  o.host.c_str());
-  std::atomic<bool> by_signal{false};
-  std::thread signal_thread([&] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    if (sig == SIGUSR1) return;
-    by_signal = true;
-    std::fprintf(stderr, "retnet serve: %s received: stopping\n",
-                 sig == SIGINT ? "SIGINT" : "SIGTERM");
+  // Cleared before `api`, `scheduler` and `http` go away, whichever way this function ends.
+  struct ClearOnExit {
+    SignalThread& thread;
+    ~ClearOnExit() { thread.on_signal(nullptr); }
+  } clear_on_exit{signal_thread};
+  signal_thread.on_signal([&] {
     api.stop_accepting();                               // new requests get 503
     scheduler.shutdown("the server is shutting down");  // running streams end with an error
     // Let the streams write their error chunk: httplib stops writing them once stop() is called.
@@ -175,9 +223,8 @@ void run_server(ServeOptions o) {
     http.stop();  // no new connections; listen() returns once the handlers have finished
   });
   const bool listened = http.listen_after_bind();
-  // listen() ended without a signal (it failed): wake the signal thread so it can be joined.
-  if (!by_signal) pthread_kill(signal_thread.native_handle(), SIGUSR1);
-  signal_thread.join();
+  signal_thread.finish();
+  const bool by_signal = signal_thread.by_signal();
   scheduler.shutdown("the server is shutting down");
   RETNET_CHECK(listened || by_signal, "the server stopped listening on {}:{} unexpectedly", o.host,
                o.port);

@@ -15,6 +15,10 @@ struct ServeOptions {
   std::vector<std::string> api_keys;
   std::string api_key_file;
   int64_t max_prompt_tokens = 8192;
+  int64_t max_prompt_bytes = 1 << 20;  // text a request may ask to encode
+  double read_timeout_s = 15;          // to read one whole request, headers and body
+  int64_t max_connections = 256;
+  int64_t max_connections_per_client = 64;
   int64_t max_tokens = 512;
   int64_t max_queue = 64;
   double timeout_s = 600;

@@ -17,6 +17,7 @@
 #include "chat_prompt.h"
 #include "client_socket.h"
 #include "openai_request.h"
+#include "openai_response.h"
 #include "prompt_cache.h"
 #include "retnet/core/error.h"
 #include "test_helpers.h"
@@ -112,6 +113,35 @@ TEST(ServerRequest, NamesTheBadField) {
   EXPECT_EQ(refusal(R"({"messages": [{"content": "x"}]})", true).second, "messages[0].role");
   EXPECT_EQ(refusal(R"({"prompt": "x", "logprobs": 21})").second, "logprobs");
   EXPECT_EQ(refusal(R"({"prompt": "x"})", true).second, "messages");
+}
+
+TEST(ServerRequest, NumbersPastTheFieldsRangeNameTheField) {
+  // Whole numbers past 64 bits parse as doubles; 1e400 does not parse at all.
+  for (const auto& [body, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"prompt": "x", "max_tokens": 1e400})", "max_tokens"},
+           {R"({"prompt": "x", "max_tokens": 1e20})", "max_tokens"},
+           {R"({"prompt": "x", "n": 1e300})", "n"},
+           {R"({"prompt": "x", "seed": 1180591620717411303424})", "seed"},
+           {R"({"prompt": "x", "seed": 18446744073709551615})", "seed"},
+           {R"({"prompt": "x", "top_k": 1e30})", "top_k"},
+           {R"({"prompt": "x", "temperature": -1e308})", "temperature"},
+           {R"({"prompt": "x", "logit_bias": {"99999999999999999999": 1}})",
+            "logit_bias.99999999999999999999"},
+           {R"({"prompt": "x", "logit_bias": {"-1": 0}})", "logit_bias.-1"},
+           {R"({"prompt": "x", "logit_bias": {"1": 1e300}})", "logit_bias.1"},
+           {R"({"prompt": "x", "logit_bias": {"1": 5}})", "logit_bias.1"}}) {
+    const auto [status, param] = refusal(body);
+    EXPECT_EQ(status, 400) << body;
+    EXPECT_EQ(param, field) << body;
+  }
+  EXPECT_EQ(refusal(R"({"prompt": "x", "logit_bias": {"1": 0}})").first, 0);
+}
+
+TEST(ServerResponse, JsonTextNeverThrowsOnInvalidUtf8) {
+  const nlohmann::json j = {{"message", std::string("no route for GET /\xff\xfe")}};
+  EXPECT_THROW((void)j.dump(), nlohmann::json::exception);
+  const std::string text = json_text(j);
+  EXPECT_NE(text.find("/\xEF\xBF\xBD"), std::string::npos) << text;  // U+FFFD
 }
 
 TEST(ServerRequest, ReadsFieldsAndDefaults) {

@@ -12,9 +12,7 @@ cat > "$workdir/tiny.json" <<'JSON'
  "decoder_ffn_embed_dim": 40, "decoder_layers": 2, "vocab_size": 256, "recurrent_chunk_size": 8}
 JSON
 "$retnet" init --config "$workdir/tiny.json" -o "$workdir/tiny.safetensors" -s 5 >/dev/null
-# An AddressSanitizer build holds freed memory in its quarantine (up to 256 MiB by default), so its
-# RSS grows with the requests served whatever the server does; there the bound is loose.
-tolerance=0.15
-if ldd "$retnet" 2>/dev/null | grep -q libasan; then tolerance=1.5; fi
+# An AddressSanitizer build does not judge RSS (its quarantine holds freed memory): the bench
+# knows how it was built and says so in its output.
 exec "$retnet" bench serve -m "$workdir/tiny.safetensors" --soak 20 --soak-clients 16 -n 48 \
-  -t 1 --rss-tolerance "$tolerance" --json "$workdir/soak.json"
+  -t 1 --rss-tolerance 0.15 --json "$workdir/soak.json"
