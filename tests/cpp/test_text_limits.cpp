@@ -12,7 +12,7 @@ using retnet::ChatTemplate;
 using retnet::ChatTemplateLimits;
 using ojson = nlohmann::ordered_json;
 
-namespace {
+namespace text_limits_test {
 
 std::string render(const std::string& source, const ojson& vars = ojson::object(),
                    const ChatTemplateLimits& limits = {}) {
@@ -210,4 +210,4 @@ TEST(TextLimits, MessagesMustBeUtf8AndBounded) {
   EXPECT_TRUE(has(e, "nested deeper than 128 levels")) << e;
 }
 
-}  // namespace
+}  // namespace text_limits_test
