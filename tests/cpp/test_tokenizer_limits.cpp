@@ -1,12 +1,14 @@
 // tokenizer.json files built to exhaust the loader or the encoder end in an Error naming the file,
 // the key and what was exceeded: nested or long Sequences, steps that multiply the text, ids far
-// past the entries the file lists, ids shared by two tokens, and an empty vocabulary.
+// past the entries the file lists, ids shared by two tokens, and an empty vocabulary; and a model
+// config.json's special token ids must be ids of its vocabulary.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "retnet/core/error.h"
+#include "retnet/model/hf_directory.h"
 #include "retnet/text/tokenizer.h"
 
 using nlohmann::json;
@@ -162,6 +164,45 @@ TEST(TokenizerLimits, IdsMustFitTheEntriesAndBeUnique) {
   j["model"]["vocab"] = json::object();
   e = error_of(j);
   EXPECT_TRUE(has(e, "key 'model.vocab'") && has(e, "empty")) << e;
+}
+
+// A model directory's config.json: its bos / eos ids must be ids of its vocabulary.
+std::string config_error_of(const std::string& ids) {
+  const std::string text =
+      R"({"model_type": "retnet", "hidden_size": 64, "num_heads": 2, "num_hidden_layers": 1,
+      "hidden_ratio": 2, "expand_k": 1, "expand_v": 2, "vocab_size": 100)" +
+      ids + "}";
+  try {
+    retnet::parse_hf_config(text, "dir/config.json");
+  } catch (const retnet::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TokenizerLimits, ModelSpecialTokenIdsAreIdsOfTheVocabulary) {
+  EXPECT_EQ(config_error_of(R"(, "bos_token_id": 1, "eos_token_id": [2, 99], "pad_token_id": -1)"),
+            "");
+  EXPECT_EQ(config_error_of(R"(, "bos_token_id": null)"), "");
+  const auto h = retnet::parse_hf_config(
+      R"({"hidden_size": 64, "num_heads": 2, "num_hidden_layers": 1, "vocab_size": 100, "eos_token_id": [7, 2]})",
+      "c.json");
+  EXPECT_EQ(h.eos_id, 7);
+  EXPECT_EQ(h.bos_id, -1);
+  std::string e = config_error_of(R"(, "bos_token_id": "<s>")");
+  EXPECT_TRUE(
+      has(e, "dir/config.json: 'bos_token_id' must be a token id (an integer), got \"<s>\""))
+      << e;
+  e = config_error_of(R"(, "eos_token_id": 100)");
+  EXPECT_TRUE(
+      has(e, "dir/config.json: 'eos_token_id' = 100 is outside the vocabulary of 100 tokens"))
+      << e;
+  e = config_error_of(R"(, "eos_token_id": [2, 5000])");
+  EXPECT_TRUE(has(e, "'eos_token_id[1]' = 5000 is outside the vocabulary of 100 tokens")) << e;
+  e = config_error_of(R"(, "eos_token_id": [2, "x"])");
+  EXPECT_TRUE(has(e, "'eos_token_id[1]' must be a token id")) << e;
+  e = config_error_of(R"(, "bos_token_id": -1)");
+  EXPECT_TRUE(has(e, "'bos_token_id' = -1 is outside the vocabulary")) << e;
 }
 
 }  // namespace tokenizer_limits_test
