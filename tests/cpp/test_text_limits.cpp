@@ -7,6 +7,7 @@
 
 #include "retnet/core/error.h"
 #include "retnet/text/chat_template.h"
+#include "retnet/text/fuzz_targets.h"
 
 using retnet::ChatTemplate;
 using retnet::ChatTemplateLimits;
@@ -208,6 +209,38 @@ TEST(TextLimits, MessagesMustBeUtf8AndBounded) {
   for (int i = 0; i < 200; ++i) deep = ojson::array({deep});
   e = messages_error(ojson::array({ojson{{"role", "user"}, {"content", "a"}, {"extra", deep}}}));
   EXPECT_TRUE(has(e, "nested deeper than 128 levels")) << e;
+}
+
+// The raw-bytes entry points answer good input and refuse bad input with an Error only.
+TEST(TextLimits, FuzzEntryPointsRunTheParsers) {
+  EXPECT_EQ(retnet::fuzz_chat_template("{% for m in messages %}{{ m.content }}{% endfor %}",
+                                       R"([{"role": "user", "content": "hi"}])"),
+            "hi");
+  EXPECT_EQ(
+      retnet::fuzz_chat_template("{{ tools | length }}", R"({"messages": [], "tools": [1, 2]})"),
+      "2");
+  const std::string bad_inputs[][2] = {{"{{ " + chain("1", " + 1", 10'000) + " }}", "[]"},
+                                       {"{% if %}", "[]"},
+                                       {"{{ x }}", "[{"},
+                                       {"{{ x }}", R"([{"role": 1}])"},
+                                       {"{{ x }}", R"({"msgs": []})"}};
+  for (const auto& [source, messages] : bad_inputs)
+    EXPECT_THROW(retnet::fuzz_chat_template(source, messages), retnet::Error)
+        << source.substr(0, 40);
+  const std::string tokenizer =
+      R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}})";
+  EXPECT_EQ(retnet::fuzz_hf_tokenizer(tokenizer, "abab"),
+            "ab ab");  // no decoder: HF joins with spaces
+  EXPECT_THROW(
+      retnet::fuzz_hf_tokenizer(R"({"model": {"type": "BPE", "vocab": {}, "merges": []}})", "a"),
+      retnet::Error);
+  EXPECT_THROW(retnet::fuzz_hf_tokenizer("{", "a"), retnet::Error);
+  EXPECT_NO_THROW(retnet::fuzz_hf_config(
+      R"({"hidden_size": 64, "num_heads": 2, "num_hidden_layers": 1, "vocab_size": 10})"));
+  EXPECT_THROW(retnet::fuzz_hf_config(
+                   R"({"hidden_size": 64, "num_heads": 2, "num_hidden_layers": 1, "vocab_size": 10,
+      "eos_token_id": 10})"),
+               retnet::Error);
 }
 
 }  // namespace text_limits_test
