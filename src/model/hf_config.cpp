@@ -39,9 +39,22 @@ int64_t int_key(const json& j, const char* key, const std::string& origin) {
 using detail::json_bool;
 using detail::json_number;
 
-int64_t optional_id(const json& j, const char* key) {
-  if (!j.contains(key) || !j[key].is_number_integer()) return -1;
-  return j[key].get<int64_t>();
+// A special token's id: absent or null is none (-1); an integer must index the vocabulary; a
+// list (transformers allows several eos ids) must hold such integers and gives its first.
+int64_t optional_id(const json& j, const char* key, int64_t vocab_size, const std::string& origin) {
+  if (!j.contains(key) || j[key].is_null()) return -1;
+  const json& v = j[key];
+  auto check = [&](const json& id, const std::string& name) {
+    RETNET_CHECK(id.is_number_integer(), "{}: '{}' must be a token id (an integer), got {}", origin,
+                 name, id.dump());
+    const int64_t i = id.get<int64_t>();
+    RETNET_CHECK(i >= 0 && i < vocab_size, "{}: '{}' = {} is outside the vocabulary of {} tokens",
+                 origin, name, i, vocab_size);
+    return i;
+  };
+  if (!v.is_array()) return check(v, key);
+  for (size_t i = 0; i < v.size(); ++i) check(v[i], fmt::format("{}[{}]", key, i));
+  return v.empty() ? -1 : v[0].get<int64_t>();
 }
 
 // A setting the engine does not implement: an Error naming it, unless it has its neutral value.
@@ -234,17 +247,21 @@ HfModelConfig parse_hf_config(const std::string& text, const std::string& origin
   else if (j.contains("decoder_embed_dim"))
     h = parse_syncdoth(j, origin);
   else
-    throw Error(fmt::format("{}: neither 'hidden_size' (flash-linear-attention) nor "
-                            "'decoder_embed_dim' (syncdoth, torchscale): not a RetNet config",
-                            origin));
-  h.bos_id = optional_id(j, "bos_token_id");
-  h.eos_id = optional_id(j, "eos_token_id");
-  h.pad_id = optional_id(j, "pad_token_id");
+    throw Error(
+        fmt::format("{}: neither 'hidden_size' (flash-linear-attention) nor "
+                    "'decoder_embed_dim' (syncdoth, torchscale): not a RetNet config",
+                    origin));
   try {
     h.config.validate();
   } catch (const Error& e) {
     throw Error(fmt::format("{}: {}", origin, e.what()));
   }
+  h.bos_id = optional_id(j, "bos_token_id", h.config.vocab_size, origin);
+  h.eos_id = optional_id(j, "eos_token_id", h.config.vocab_size, origin);
+  // Padding never reaches the model here, and old configs write -1 for none: read leniently.
+  h.pad_id = j.contains("pad_token_id") && j["pad_token_id"].is_number_integer()
+                 ? j["pad_token_id"].get<int64_t>()
+                 : -1;
   return h;
 }
 

@@ -93,4 +93,28 @@ TEST_F(ChatTemplateLoading, CliRendersAndFailsCleanly) {
   EXPECT_TRUE(retnet::test::fails_cleanly(retnet::test::run_retnet("chat-template --messages " + no_messages), "\"messages\""));
 }
 
+TEST_F(ChatTemplateLoading, CliNamesBadMessages) {
+  const auto fails = [&](const std::string& name, const std::string& text,
+                         const std::string& expected) {
+    const std::string file = retnet::test::write_file(dir / name, text);
+    return retnet::test::fails_cleanly(retnet::test::run_retnet("chat-template --messages " + file),
+                                       expected);
+  };
+  EXPECT_TRUE(fails("number.json", R"([{"role": "user", "content": 5}])",
+                    "messages[0].content must be a string, a list of parts or null, got number"));
+  EXPECT_TRUE(fails("role.json", R"({"messages": [{"role": ["user"], "content": "a"}]})",
+                    "messages[0].role must be a string, got array"));
+  EXPECT_TRUE(fails("utf8.json", "[{\"role\": \"user\", \"content\": \"a\xff\"}]", "utf8.json"));
+  std::string deep = "[{\"role\": \"user\", \"content\": \"a\", \"x\": ";
+  deep += std::string(1000, '[') + std::string(1000, ']') + "}]";
+  EXPECT_TRUE(fails("deep.json", deep, "nested deeper than"));
+  // A template whose output outgrows the render's limit ends in an Error naming it.
+  const std::string list =
+      retnet::test::write_file(dir / "ok.json", R"([{"role": "user", "content": "Hi"}])");
+  const std::string big = retnet::test::write_file(dir / "big.jinja", "{{ 'x' * 100000000 }}");
+  EXPECT_TRUE(retnet::test::fails_cleanly(
+      retnet::test::run_retnet("chat-template --template " + big + " --messages " + list),
+      "big.jinja"));
+}
+
 }  // namespace

@@ -17,6 +17,8 @@ struct ChatTemplateLimits {
   int64_t max_steps = 10'000'000;       // nodes evaluated, items and 64-byte blocks copied,
                                         // 10 per loop iteration: about a second at most
   int max_depth = 64;                   // nested macro calls
+  int max_nesting = 1024;               // statements, expressions and macro calls open at once:
+                                        // bounds the renderer's stack
 };
 
 namespace chat_template_detail {
@@ -33,6 +35,7 @@ class ChatTemplate {
   std::string render(const nlohmann::ordered_json& context) const;
   const std::string& origin() const;
   const std::string& source() const;
+  const ChatTemplateLimits& limits() const;
 
  private:
   std::shared_ptr<const chat_template_detail::Program> program_;
@@ -41,6 +44,8 @@ class ChatTemplate {
 // Renders a conversation the way transformers' apply_chat_template does: the variables
 // `messages`, `add_generation_prompt`, `bos_token`, `eos_token`, plus every key of `extra` (for
 // example `tools`, `documents`, `date_string`). Accepts nlohmann::json too (its keys sorted).
+// Each message must be an object with a string "role" and a "content" that is a string, a list
+// of part objects or null; every string must be UTF-8; anything else is an Error naming it.
 std::string apply_chat_template(const ChatTemplate& chat_template,
                                 const nlohmann::ordered_json& messages, bool add_generation_prompt,
                                 const std::string& bos_token, const std::string& eos_token,

@@ -32,6 +32,7 @@ struct Expr {
   };
   Kind kind;
   int line = 0, column = 0;
+  int height = 1;  // levels of this subtree: bounds the evaluator's recursion
   std::string name;
   Value value;
   bool negated = false;

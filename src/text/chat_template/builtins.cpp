@@ -180,8 +180,9 @@ Value apply_filter(Evaluator& ev, const std::string& name, const Value& in, Call
   if (name == "title") return Value::string(title(need_string()));
   if (name == "capitalize") return Value::string(capitalize(need_string()));
   if (name == "safe") return in;
-  if (name == "e" || name == "escape") return Value::string(html_escape(in.to_display()));
-  if (name == "string") return Value::string(in.to_display());
+  if (name == "e" || name == "escape")
+    return Value::string(html_escape(in.to_display(ev.max_bytes())));
+  if (name == "string") return Value::string(in.to_display(ev.max_bytes()));
   if (name == "length" || name == "count") {
     if (in.is_string()) return Value::integer(static_cast<int64_t>(count_code_points(in.str())));
     if (in.is_array()) return Value::integer(static_cast<int64_t>(in.items().size()));
@@ -192,7 +193,12 @@ Value apply_filter(Evaluator& ev, const std::string& name, const Value& in, Call
   if (name == "tojson") {
     const Value indent = arg(0, "indent");
     const Value sort = arg(1, "sort_keys");
-    std::string s = to_json(in, indent.is_int() ? static_cast<int>(std::clamp<int64_t>(indent.as_int(), 0, 64)) : 0, sort.truthy());
+    RETNET_CHECK(indent.is_int() || indent.is_none() || indent.is_undefined(),
+                 "filter 'tojson': indent must be an integer or None, got a {}",
+                 indent.type_name());
+    // Python: a negative indent inserts newlines only, as 0 does; None keeps one line.
+    const int64_t width = indent.is_int() ? std::max<int64_t>(0, indent.as_int()) : -1;
+    std::string s = to_json(in, width, sort.truthy(), ev.max_bytes());
     ev.check_size(s.size(), "tojson's output");
     ev.charge_bytes(s.size());
     return Value::string(std::move(s));
@@ -205,7 +211,8 @@ Value apply_filter(Evaluator& ev, const std::string& name, const Value& in, Call
     for (const auto& item : iteration_items(in, "join")) {
       if (!first) out += sep.is_string() ? sep.str() : "";
       first = false;
-      const std::string piece = (attribute.is_string() ? attribute_of(item, attribute.str()) : item).to_display();
+      const std::string piece = (attribute.is_string() ? attribute_of(item, attribute.str()) : item)
+                                    .to_display(ev.max_bytes());
       out += piece;
       ev.check_size(out.size(), "join's output");
       ev.charge_bytes(piece.size());
@@ -312,8 +319,13 @@ Value apply_filter(Evaluator& ev, const std::string& name, const Value& in, Call
   }
   if (name == "indent") {
     const Value width_v = arg(0, "width");
-    const std::string pad = width_v.is_string() ? width_v.str()
-                            : std::string(static_cast<size_t>(std::clamp<int64_t>(width_v.is_int() ? width_v.as_int() : 4, 0, 256)), ' ');
+    RETNET_CHECK(width_v.is_string() || width_v.is_int() || width_v.is_undefined(),
+                 "filter 'indent': width must be an integer or a string, got a {}",
+                 width_v.type_name());
+    const int64_t width = width_v.is_int() ? std::max<int64_t>(0, width_v.as_int()) : 4;
+    if (!width_v.is_string()) ev.check_size(static_cast<size_t>(width), "indent's width");
+    const std::string pad =
+        width_v.is_string() ? width_v.str() : std::string(static_cast<size_t>(width), ' ');
     const bool first = arg(1, "first").truthy(), blank = arg(2, "blank").truthy();
     const std::string& s = need_string();
     std::string out;
@@ -378,7 +390,8 @@ Value apply_filter(Evaluator& ev, const std::string& name, const Value& in, Call
   if (name == "replace") {
     const Value from = arg(0, "old"), to = arg(1, "new"), count = arg(2, "count");
     RETNET_CHECK(from.is_string() && to.is_string(), "filter 'replace' needs two strings");
-    return Value::string(replace(ev, in.to_display(), from.str(), to.str(), count.is_int() ? count.as_int() : -1));
+    return Value::string(replace(ev, in.to_display(ev.max_bytes()), from.str(), to.str(),
+                                 count.is_int() ? count.as_int() : -1));
   }
   throw Error(fmt::format("unknown filter '{}'", name));
 }
@@ -531,9 +544,11 @@ std::vector<std::pair<std::string, Value>> global_functions(const std::string& o
     for (const auto& [k, v] : a.keyword) o->set(k, v);
     return Value::object(std::move(o));
   }));
-  g.emplace_back("raise_exception", Value::callable("raise_exception", [origin](Evaluator&, CallArgs& a) -> Value {
-    throw Error(fmt::format("raise_exception: {}", a.get(0, "message").to_display()));
-  }));
+  g.emplace_back("raise_exception",
+                 Value::callable("raise_exception", [origin](Evaluator& ev, CallArgs& a) -> Value {
+                   throw Error(fmt::format("raise_exception: {}",
+                                           a.get(0, "message").to_display(ev.max_bytes())));
+                 }));
   g.emplace_back("strftime_now", Value::callable("strftime_now", [](Evaluator&, CallArgs& a) {
     const Value format = a.get(0, "format");
     RETNET_CHECK(format.is_string() && format.str().size() < 256, "strftime_now() needs a format string (under 256 bytes)");

@@ -122,12 +122,25 @@ void Evaluator::exec(const Body& body) {
   }
 }
 
+Evaluator::Nesting::Nesting(Evaluator& ev) : ev_(ev) {
+  if (++ev_.nesting_ > ev_.program_.limits.max_nesting) {
+    --ev_.nesting_;
+    throw LocatedError(
+        fmt::format("chat template {}: rendering nested deeper than {} levels "
+                    "(statements, expressions and macro calls together)",
+                    ev_.program_.origin, ev_.program_.limits.max_nesting));
+  }
+}
+
 void Evaluator::exec_stmt(const Stmt& s) {
   charge(1);
+  Nesting nesting(*this);
   try {
     switch (s.kind) {
       case Stmt::Kind::Text: emit(s.text); return;
-      case Stmt::Kind::Output: emit(eval(*s.expr).to_display()); return;
+      case Stmt::Kind::Output:
+        emit(eval(*s.expr).to_display(max_bytes()));
+        return;
       case Stmt::Kind::If:
         for (const auto& [cond, body] : s.branches)
           if (eval(*cond).truthy()) { exec(body); return; }
@@ -303,6 +316,7 @@ CallArgs Evaluator::eval_args(const Expr& e, size_t first) {
 
 Value Evaluator::eval(const Expr& e) {
   charge(1);
+  Nesting nesting(*this);
   try {
     switch (e.kind) {
       case Expr::Kind::Literal: return e.value;
@@ -479,8 +493,8 @@ Value Evaluator::eval_binary(const Expr& e) {
     return Value::boolean(found == (op == "in"));
   }
   if (op == "~") {
-    std::string s = a.to_display();
-    const std::string t = b.to_display();
+    std::string s = a.to_display(max_bytes());
+    const std::string t = b.to_display(max_bytes());
     check_size(s.size() + t.size(), "a string");
     charge_bytes(s.size() + t.size());
     return Value::string(s + t);

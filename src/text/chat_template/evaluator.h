@@ -30,6 +30,8 @@ class Evaluator {
   // Calls a function value (a builtin, a bound method or a macro).
   Value call(const Value& callee, CallArgs& args);
   const Program& program() const { return program_; }
+  // The largest string a render may build (max_output_bytes).
+  size_t max_bytes() const { return static_cast<size_t>(program_.limits.max_output_bytes); }
   // A namespace() made by this render, emptied when the render ends.
   void track_namespace(std::shared_ptr<Object> ns);
 
@@ -56,6 +58,12 @@ class Evaluator {
   void emit(const std::string& text);
   void bind_targets(Scope& scope, const std::vector<std::string>& targets, const Value& item);
   [[noreturn]] void fail(int line, int column, const std::string& what) const;
+  // Counts one open level of statements, expressions and macro calls against max_nesting.
+  struct Nesting {
+    explicit Nesting(Evaluator& ev);
+    ~Nesting() { --ev_.nesting_; }
+    Evaluator& ev_;
+  };
 
   const Program& program_;
   std::shared_ptr<Scope> scope_;
@@ -63,6 +71,7 @@ class Evaluator {
   Flow flow_ = Flow::Normal;
   int64_t steps_ = 0;
   int depth_ = 0;
+  int nesting_ = 0;
   int loop_depth_ = 0;
   std::vector<std::shared_ptr<Object>> namespaces_;
 };

@@ -12,6 +12,9 @@ namespace retnet::chat_template_detail {
 namespace {
 
 constexpr int kMaxNesting = 200;  // expressions and blocks: bounds the parser's own recursion
+// Levels of one expression's tree, counted while it is built: "1 + 1 + ..." and "x.a.b..." grow
+// a left-leaning tree without recursing in the parser, and evaluating (or freeing) it recurses.
+constexpr int kMaxExprHeight = 256;
 
 class Parser {
  public:
@@ -162,7 +165,7 @@ class Parser {
     auto list = expr(Expr::Kind::List, peek());
     list->args.push_back(std::move(first));
     while (accept_op(",")) list->args.push_back(parse_expr());
-    return list;
+    return sealed(std::move(list));
   }
 
   ExprPtr parse_expr() {
@@ -174,7 +177,7 @@ class Parser {
       c->args.push_back(parse_or_test());
       c->args.push_back(std::move(value));
       c->args.push_back(accept_name("else") ? parse_expr() : nullptr);
-      return c;
+      return sealed(std::move(c));
     }
     return value;
   }
@@ -196,7 +199,7 @@ class Parser {
       ++pos_;
       u->name = "not";
       u->args.push_back(parse_not());
-      return u;
+      return sealed(std::move(u));
     }
     return parse_compare();
   }
@@ -246,6 +249,7 @@ class Parser {
       u->name = peek().text;
       ++pos_;
       u->args.push_back(parse_unary(false));  // Jinja: "-3 | abs" filters -3
+      u = sealed(std::move(u));
       return with_filters ? parse_filters(std::move(u)) : std::move(u);
     }
     ExprPtr operand = parse_postfix(parse_primary());
@@ -303,7 +307,7 @@ class Parser {
             list->args.push_back(parse_expr());
           }
           expect_op(")");
-          return list;
+          return sealed(std::move(list));
         }
         if (tok.text == "[") {
           ++pos_;
@@ -315,7 +319,7 @@ class Parser {
               break;
             }
           }
-          return list;
+          return sealed(std::move(list));
         }
         if (tok.text == "{") {
           ++pos_;
@@ -329,7 +333,7 @@ class Parser {
               break;
             }
           }
-          return dict;
+          return sealed(std::move(dict));
         }
         break;
       }
@@ -345,7 +349,7 @@ class Parser {
         auto a = expr(Expr::Kind::Attr, tok);
         a->name = peek().type == Token::Type::Int ? t_[pos_++].text : name_token("an attribute name");
         a->args.push_back(std::move(e));
-        e = std::move(a);
+        e = sealed(std::move(a));
       } else if (accept_op("[")) {
         auto s = expr(Expr::Kind::Index, tok);
         s->args.push_back(std::move(e));
@@ -371,14 +375,14 @@ class Parser {
           if (!parts[0]) fail(tok, "empty subscript");
           s->args.push_back(std::move(parts[0]));
         }
-        e = std::move(s);
+        e = sealed(std::move(s));
       } else if (peek_op("(")) {
         auto c = expr(Expr::Kind::Call, tok);
         c->line = e->line;  // errors of a call point at its callee
         c->column = e->column;
         c->args.push_back(std::move(e));
         parse_call_args(*c);
-        e = std::move(c);
+        e = sealed(std::move(c));
       } else {
         return e;
       }
@@ -412,7 +416,7 @@ class Parser {
         f->name = name_token("a filter name");
         f->args.push_back(std::move(e));
         if (peek_op("(")) parse_call_args(*f);
-        e = parse_postfix(std::move(f));
+        e = parse_postfix(sealed(std::move(f)));
       } else if (peek_name("is")) {
         auto t = expr(Expr::Kind::Test, peek());
         ++pos_;
@@ -428,7 +432,7 @@ class Parser {
                    peek().type == Token::Type::Float) {
           t->args.push_back(parse_primary());  // "x is divisibleby 3", "x is equalto 'a'"
         }
-        e = std::move(t);
+        e = sealed(std::move(t));
       } else {
         return e;
       }
@@ -443,7 +447,7 @@ class Parser {
     b->name = op;
     b->args.push_back(std::move(left));
     b->args.push_back(right());
-    return b;
+    return sealed(std::move(b));
   }
 
   // Guards the recursion depth, so "((((...))))" ends in an Error, not a stack overflow.
@@ -454,6 +458,21 @@ class Parser {
     ~Nest() { --p_.depth_; }
     Parser& p_;
   };
+
+  // Sets e's height from its children's and refuses a tree taller than kMaxExprHeight.
+  ExprPtr sealed(ExprPtr e) {
+    int below = 0;
+    for (const auto& a : e->args)
+      if (a) below = std::max(below, a->height);
+    for (const auto& kv : e->kwargs) below = std::max(below, kv.second->height);
+    e->height = below + 1;
+    if (e->height > kMaxExprHeight) {
+      const Token at{Token::Type::End, "", e->line, e->column};
+      fail(at, "expression nested deeper than " + std::to_string(kMaxExprHeight) +
+                   " levels (operators, attributes, calls and filters together)");
+    }
+    return e;
+  }
 
   std::unique_ptr<Stmt> stmt(Stmt::Kind k, const Token& at) {
     auto s = std::make_unique<Stmt>();

@@ -17,13 +17,26 @@ Value Value::string(std::string s) {
   v.string_ = std::make_shared<const std::string>(std::move(s));
   return v;
 }
+namespace {
+int nested_depth(int below, const char* what) {
+  RETNET_CHECK(below < kMaxValueDepth, "a {} nested deeper than {} levels", what, kMaxValueDepth);
+  return below + 1;
+}
+}  // namespace
+
 Value Value::array(Array items) {
   Value v(Kind::Array);
+  int below = 0;
+  for (const auto& item : items) below = std::max(below, item.depth_);
+  v.depth_ = nested_depth(below, "list");
   v.array_ = std::make_shared<Array>(std::move(items));
   return v;
 }
 Value Value::object(std::shared_ptr<Object> o) {
   Value v(Kind::Object);
+  int below = 0;
+  for (const auto& entry : o->entries) below = std::max(below, entry.second.depth_);
+  v.depth_ = nested_depth(below, "dict");
   v.object_ = std::move(o);
   return v;
 }
@@ -171,99 +184,173 @@ void json_string(const std::string& s, std::string& out) {
   out += '"';
 }
 
-void json_value(const Value& v, int indent, bool sort_keys, int depth, std::string& out) {
-  RETNET_CHECK(depth < 512, "tojson: value nested deeper than 512 levels");
-  const std::string item_sep = indent > 0 ? "," : ", ";
-  auto newline = [&](int level) {
+// json.dumps into `out`; `indent` is the pretty-printing unit, or null for one line.
+struct JsonWriter {
+  const std::string* indent;
+  bool sort_keys;
+  size_t max_bytes;
+  std::string& out;
+
+  void check() const {
+    RETNET_CHECK(out.size() <= max_bytes, "tojson: the output would exceed the limit of {} bytes",
+                 max_bytes);
+  }
+  void newline(int level) {
+    // Checked before appending: an indent of a million spaces is refused, not allocated.
+    RETNET_CHECK(
+        indent->size() * static_cast<size_t>(level) <= max_bytes - std::min(max_bytes, out.size()),
+        "tojson: the output would exceed the limit of {} bytes", max_bytes);
     out += '\n';
-    out.append(static_cast<size_t>(indent * level), ' ');
-  };
+    for (int i = 0; i < level; ++i) out += *indent;
+  }
+  void write(const Value& v, int depth) {
+    RETNET_CHECK(depth < kMaxValueDepth, "tojson: value nested deeper than {} levels",
+                 kMaxValueDepth);
+    check();
+    const char* item_sep = indent ? "," : ", ";
+    switch (v.kind()) {
+      case Value::Kind::Undefined:
+      case Value::Kind::None:
+        out += "null";
+        return;
+      case Value::Kind::Bool:
+        out += v.as_bool() ? "true" : "false";
+        return;
+      case Value::Kind::Int:
+        out += std::to_string(v.as_int());
+        return;
+      case Value::Kind::Float: {
+        const double d = v.as_double();
+        out += std::isnan(d)   ? "NaN"
+               : std::isinf(d) ? (d < 0 ? "-Infinity" : "Infinity")
+                               : format_float(d);
+        return;
+      }
+      case Value::Kind::String:
+        json_string(v.str(), out);
+        return;
+      case Value::Kind::Array: {
+        const auto& items = v.items();
+        if (items.empty()) {
+          out += "[]";
+          return;
+        }
+        out += '[';
+        for (size_t i = 0; i < items.size(); ++i) {
+          if (i) out += item_sep;
+          if (indent) newline(depth + 1);
+          write(items[i], depth + 1);
+        }
+        if (indent) newline(depth);
+        out += ']';
+        return;
+      }
+      case Value::Kind::Object: {
+        std::vector<const std::pair<std::string, Value>*> entries;
+        for (const auto& e : v.obj().entries) entries.push_back(&e);
+        if (sort_keys)
+          stable_sort_values(entries, [](auto* a, auto* b) { return a->first < b->first; });
+        if (entries.empty()) {
+          out += "{}";
+          return;
+        }
+        out += '{';
+        for (size_t i = 0; i < entries.size(); ++i) {
+          if (i) out += item_sep;
+          if (indent) newline(depth + 1);
+          json_string(entries[i]->first, out);
+          out += ": ";
+          write(entries[i]->second, depth + 1);
+        }
+        if (indent) newline(depth);
+        out += '}';
+        return;
+      }
+      case Value::Kind::Callable:
+        throw Error(
+            fmt::format("tojson: a function ('{}') is not JSON serializable", v.callable_name()));
+    }
+  }
+};
+
+// str() and repr() into `out`, refusing more than `max_bytes` or kMaxValueDepth levels.
+void display_into(const Value& v, bool repr, int depth, size_t max_bytes, std::string& out) {
+  RETNET_CHECK(depth < kMaxValueDepth,
+               "a value nested deeper than {} levels (a namespace that holds itself?)",
+               kMaxValueDepth);
+  RETNET_CHECK(out.size() <= max_bytes, "printing a {} would exceed the limit of {} bytes",
+               v.type_name(), max_bytes);
   switch (v.kind()) {
     case Value::Kind::Undefined:
-    case Value::Kind::None: out += "null"; return;
-    case Value::Kind::Bool: out += v.as_bool() ? "true" : "false"; return;
+      return;
+    case Value::Kind::None:
+      out += "None";
+      return;
+    case Value::Kind::Bool:
+      out += v.as_bool() ? "True" : "False";
+      return;
     case Value::Kind::Int: out += std::to_string(v.as_int()); return;
-    case Value::Kind::Float: {
-      const double d = v.as_double();
-      out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d < 0 ? "-Infinity" : "Infinity") : format_float(d);
+    case Value::Kind::Float:
+      out += format_float(v.as_double());
       return;
-    }
-    case Value::Kind::String: json_string(v.str(), out); return;
+    case Value::Kind::String:
+      if (repr)
+        out += repr_string(v.str());
+      else
+        out += v.str();
+      break;
     case Value::Kind::Array: {
-      const auto& items = v.items();
-      if (items.empty()) { out += "[]"; return; }
       out += '[';
-      for (size_t i = 0; i < items.size(); ++i) {
-        if (i) out += item_sep;
-        if (indent > 0) newline(depth + 1);
-        json_value(items[i], indent, sort_keys, depth + 1, out);
+      for (size_t i = 0; i < v.items().size(); ++i) {
+        if (i) out += ", ";
+        display_into(v.items()[i], true, depth + 1, max_bytes, out);
       }
-      if (indent > 0) newline(depth);
       out += ']';
-      return;
+      break;
     }
     case Value::Kind::Object: {
-      std::vector<const std::pair<std::string, Value>*> entries;
-      for (const auto& e : v.obj().entries) entries.push_back(&e);
-      if (sort_keys)
-        stable_sort_values(entries, [](auto* a, auto* b) { return a->first < b->first; });
-      if (entries.empty()) { out += "{}"; return; }
-      out += '{';
-      for (size_t i = 0; i < entries.size(); ++i) {
-        if (i) out += item_sep;
-        if (indent > 0) newline(depth + 1);
-        json_string(entries[i]->first, out);
+      const Object& o = v.obj();
+      out += o.is_namespace ? "<Namespace {" : "{";
+      for (size_t i = 0; i < o.entries.size(); ++i) {
+        if (i) out += ", ";
+        out += repr_string(o.entries[i].first);
         out += ": ";
-        json_value(entries[i]->second, indent, sort_keys, depth + 1, out);
+        display_into(o.entries[i].second, true, depth + 1, max_bytes, out);
       }
-      if (indent > 0) newline(depth);
-      out += '}';
-      return;
+      out += o.is_namespace ? "}>" : "}";
+      break;
     }
     case Value::Kind::Callable:
-      throw Error(fmt::format("tojson: a function ('{}') is not JSON serializable", v.callable_name()));
+      out += "<function " + v.callable_name() + ">";
+      return;
   }
+  RETNET_CHECK(out.size() <= max_bytes, "printing a {} would exceed the limit of {} bytes",
+               v.type_name(), max_bytes);
 }
 
 }  // namespace
 
-std::string to_json(const Value& v, int indent, bool sort_keys) {
+std::string to_json(const Value& v, int64_t indent, bool sort_keys, size_t max_bytes) {
   std::string out;
-  json_value(v, indent, sort_keys, 0, out);
+  const std::string unit(
+      static_cast<size_t>(std::clamp<int64_t>(indent, 0, static_cast<int64_t>(max_bytes))), ' ');
+  JsonWriter writer{indent >= 0 ? &unit : nullptr, sort_keys, max_bytes, out};
+  writer.write(v, 0);
+  writer.check();
   return out;
 }
 
-std::string Value::to_repr() const {
-  switch (kind_) {
-    case Kind::String: return repr_string(*string_);
-    case Kind::Undefined: return "";
-    default: return to_display();
-  }
+std::string Value::to_repr(size_t max_bytes) const {
+  std::string out;
+  display_into(*this, true, 0, max_bytes, out);
+  return out;
 }
 
-std::string Value::to_display() const {
-  switch (kind_) {
-    case Kind::Undefined: return "";
-    case Kind::None: return "None";
-    case Kind::Bool: return int_ ? "True" : "False";
-    case Kind::Int: return std::to_string(int_);
-    case Kind::Float: return format_float(float_);
-    case Kind::String: return *string_;
-    case Kind::Array: {
-      std::string out = "[";
-      for (size_t i = 0; i < array_->size(); ++i) out += (i ? ", " : "") + (*array_)[i].to_repr();
-      return out + "]";
-    }
-    case Kind::Object: {
-      std::string out = object_->is_namespace ? "<Namespace {" : "{";
-      for (size_t i = 0; i < object_->entries.size(); ++i)
-        out += (i ? ", " : "") + repr_string(object_->entries[i].first) + ": " +
-               object_->entries[i].second.to_repr();
-      return out + (object_->is_namespace ? "}>" : "}");
-    }
-    case Kind::Callable: return "<function " + *string_ + ">";
-  }
-  return "";
+std::string Value::to_display(size_t max_bytes) const {
+  if (kind_ == Kind::String) return *string_;
+  std::string out;
+  display_into(*this, false, 0, max_bytes, out);
+  return out;
 }
 
 const Value* Object::find(const std::string& key) const {
@@ -285,51 +372,82 @@ Value CallArgs::get(size_t i, const std::string& name) const {
   return Value();
 }
 
-bool values_equal(const Value& a, const Value& b) {
-  if (a.is_number() && b.is_number()) {
-    if (a.is_int() && b.is_int()) return a.as_int() == b.as_int();
-    return a.as_double() == b.as_double();
-  }
-  if (a.kind() != b.kind()) return false;
-  switch (a.kind()) {
-    case Value::Kind::Undefined:
-    case Value::Kind::None: return true;
-    case Value::Kind::String: return a.str() == b.str();
-    case Value::Kind::Array: {
-      if (a.items().size() != b.items().size()) return false;
-      for (size_t i = 0; i < a.items().size(); ++i)
-        if (!values_equal(a.items()[i], b.items()[i])) return false;
-      return true;
-    }
-    case Value::Kind::Object: {
-      if (&a.obj() == &b.obj()) return true;
-      if (a.obj().entries.size() != b.obj().entries.size()) return false;
-      for (const auto& [k, v] : a.obj().entries) {
-        const Value* other = b.obj().find(k);
-        if (!other || !values_equal(v, *other)) return false;
-      }
-      return true;
-    }
-    case Value::Kind::Callable: return &a.function() == &b.function();
-    default: return false;
-  }
-}
+namespace {
 
-int compare_values(const Value& a, const Value& b) {
-  if (a.is_number() && b.is_number()) {
-    if (a.is_int() && b.is_int()) return a.as_int() < b.as_int() ? -1 : a.as_int() > b.as_int();
-    const double x = a.as_double(), y = b.as_double();
-    return x < y ? -1 : x > y;
+// Items two values may visit between them: shared sublists would otherwise make a comparison of
+// two small-looking values take exponential time.
+constexpr int64_t kMaxCompareVisits = int64_t{1} << 22;
+
+struct Comparer {
+  int64_t visits = 0;
+
+  void visit(int depth) {
+    RETNET_CHECK(++visits <= kMaxCompareVisits, "comparing two values visited more than {} items",
+                 kMaxCompareVisits);
+    RETNET_CHECK(depth < kMaxValueDepth, "comparing values nested deeper than {} levels",
+                 kMaxValueDepth);
   }
-  if (a.is_string() && b.is_string()) return a.str().compare(b.str()) < 0 ? -1 : a.str() > b.str();
-  if (a.is_array() && b.is_array()) {
-    const size_t n = std::min(a.items().size(), b.items().size());
-    for (size_t i = 0; i < n; ++i)
-      if (int c = compare_values(a.items()[i], b.items()[i])) return c;
-    return a.items().size() < b.items().size() ? -1 : a.items().size() > b.items().size();
+
+  bool equal(const Value& a, const Value& b, int depth) {
+    visit(depth);
+    if (a.is_number() && b.is_number()) {
+      if (a.is_int() && b.is_int()) return a.as_int() == b.as_int();
+      return a.as_double() == b.as_double();
+    }
+    if (a.kind() != b.kind()) return false;
+    switch (a.kind()) {
+      case Value::Kind::Undefined:
+      case Value::Kind::None:
+        return true;
+      case Value::Kind::String:
+        return a.str() == b.str();
+      case Value::Kind::Array: {
+        if (a.items().size() != b.items().size()) return false;
+        for (size_t i = 0; i < a.items().size(); ++i)
+          if (!equal(a.items()[i], b.items()[i], depth + 1)) return false;
+        return true;
+      }
+      case Value::Kind::Object: {
+        if (&a.obj() == &b.obj()) return true;
+        if (a.obj().entries.size() != b.obj().entries.size()) return false;
+        for (const auto& [k, v] : a.obj().entries) {
+          const Value* other = b.obj().find(k);
+          if (!other || !equal(v, *other, depth + 1)) return false;
+        }
+        return true;
+      }
+      case Value::Kind::Callable:
+        return &a.function() == &b.function();
+      default:
+        return false;
+    }
   }
-  throw Error(fmt::format("'<' is not supported between a {} and a {}", a.type_name(), b.type_name()));
-}
+
+  int compare(const Value& a, const Value& b, int depth) {
+    visit(depth);
+    if (a.is_number() && b.is_number()) {
+      if (a.is_int() && b.is_int()) return a.as_int() < b.as_int() ? -1 : a.as_int() > b.as_int();
+      const double x = a.as_double(), y = b.as_double();
+      return x < y ? -1 : x > y;
+    }
+    if (a.is_string() && b.is_string())
+      return a.str().compare(b.str()) < 0 ? -1 : a.str() > b.str();
+    if (a.is_array() && b.is_array()) {
+      const size_t n = std::min(a.items().size(), b.items().size());
+      for (size_t i = 0; i < n; ++i)
+        if (int c = compare(a.items()[i], b.items()[i], depth + 1)) return c;
+      return a.items().size() < b.items().size() ? -1 : a.items().size() > b.items().size();
+    }
+    throw Error(
+        fmt::format("'<' is not supported between a {} and a {}", a.type_name(), b.type_name()));
+  }
+};
+
+}  // namespace
+
+bool values_equal(const Value& a, const Value& b) { return Comparer().equal(a, b, 0); }
+
+int compare_values(const Value& a, const Value& b) { return Comparer().compare(a, b, 0); }
 
 std::vector<std::string> split_code_points(const std::string& s) {
   std::vector<std::string> out;

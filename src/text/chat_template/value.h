@@ -14,6 +14,8 @@ namespace retnet::chat_template_detail {
 
 class Value;
 class Evaluator;
+// Lists and dicts nest at most this deep: printing, comparing and freeing them recurse.
+constexpr int kMaxValueDepth = 256;
 using Array = std::vector<Value>;
 struct Object;
 // Positional and keyword arguments of a call.
@@ -58,16 +60,21 @@ class Value {
   const Function& function() const { return *function_; }
 
   bool truthy() const;
-  // Python's str(): what {{ value }} prints.
-  std::string to_display() const;
+  // Python's str(): what {{ value }} prints; an Error past `max_bytes` (a list holding the same
+  // list twice, n times over, prints 2^n items) or past kMaxValueDepth levels (a namespace that
+  // holds itself).
+  std::string to_display(size_t max_bytes) const;
   // Python's repr(), used inside printed lists and dicts.
-  std::string to_repr() const;
+  std::string to_repr(size_t max_bytes) const;
+  // Levels of lists and dicts inside this value (0 for a scalar), as built.
+  int depth() const { return depth_; }
   // A Python type name, for messages.
   const char* type_name() const;
 
  private:
   explicit Value(Kind k) : kind_(k) {}
   Kind kind_ = Kind::Undefined;
+  int depth_ = 0;
   int64_t int_ = 0;
   double float_ = 0;
   std::shared_ptr<const std::string> string_;
@@ -92,13 +99,15 @@ struct CallArgs {
 };
 
 // Python's equality and ordering (numbers across int/float/bool; strings; lists elementwise).
+// Both are Errors past a fixed number of items visited, so shared sublists cannot make them hang.
 bool values_equal(const Value& a, const Value& b);
 // <0, 0, >0; throws Error when the two cannot be ordered.
 int compare_values(const Value& a, const Value& b);
 // Python's repr of a float ("1.0", "0.1", "1e+20").
 std::string format_float(double d);
-// json.dumps(value, ensure_ascii=False, indent=indent, sort_keys=...) with Python's separators.
-std::string to_json(const Value& v, int indent, bool sort_keys);
+// json.dumps(value, ensure_ascii=False, indent=indent, sort_keys=...) with Python's separators;
+// indent < 0 is None (one line). An Error past `max_bytes` of output.
+std::string to_json(const Value& v, int64_t indent, bool sort_keys, size_t max_bytes);
 
 // Python's iteration: list items, dict keys, string characters; undefined is empty. Anything else
 // is an Error, prefixed with `context` (a filter's name) when given.

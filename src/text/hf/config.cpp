@@ -1,27 +1,50 @@
 // tokenizer.json -> Config, with an Error naming the file and the key for anything unsupported.
 #include "config.h"
 
+#include <algorithm>
+
 #include "json_ctx.h"
 #include "json_sequence.h"
-
 #include "retnet/core/json_parse.h"
 
 namespace retnet::hf {
 namespace {
 
+// Sequences inside Sequences: real files nest two deep; the builders recurse once per level.
+constexpr int kMaxSequenceDepth = 16;
+// Steps of one section once Sequences are flattened: the encoder recurses once per step.
+constexpr size_t kMaxSteps = 64;
+// How many times the steps of one section may multiply a text's length (each ByteLevel doubles
+// it at most, so a Sequence of many ByteLevels would otherwise grow every input exponentially).
+constexpr double kMaxGrowth = 1024;
+
+void check_sequence_depth(const Ctx& c, const std::string& key, int depth) {
+  if (depth > kMaxSequenceDepth)
+    c.fail(key, fmt::format("Sequences nested deeper than {} levels", kMaxSequenceDepth));
+}
+
+template <typename Step>
+void add_step(const Ctx& c, const std::string& key, std::vector<Step>& out, Step step) {
+  if (out.size() >= kMaxSteps)
+    c.fail(key, fmt::format("more than {} steps in this section (Sequences flattened)", kMaxSteps));
+  out.push_back(std::move(step));
+}
+
 void parse_normalizer(const Ctx& c, const json& j, const std::string& key,
-                      std::vector<NormalizerStep>& out) {
+                      std::vector<NormalizerStep>& out, int depth = 0) {
   if (j.is_null()) return;
   const std::string type = c.type(j, key);
   if (type == "Sequence") {
+    check_sequence_depth(c, key, depth);
     const json& list = c.member(j, key, "normalizers");
     if (!list.is_array()) c.fail(key + ".normalizers", "expected an array");
     for (size_t i = 0; i < list.size(); ++i)
-      parse_normalizer(c, list[i], fmt::format("{}.normalizers[{}]", key, i), out);
+      parse_normalizer(c, list[i], fmt::format("{}.normalizers[{}]", key, i), out, depth + 1);
   } else if (type == "Prepend") {
-    out.push_back({NormalizerStep::kPrepend, c.str(j, key, "prepend"), ""});
+    add_step(c, key, out, NormalizerStep{NormalizerStep::kPrepend, c.str(j, key, "prepend"), ""});
   } else if (type == "Replace") {
-    out.push_back({NormalizerStep::kReplace, c.pattern(j, key), c.str(j, key, "content")});
+    add_step(c, key, out,
+             NormalizerStep{NormalizerStep::kReplace, c.pattern(j, key), c.str(j, key, "content")});
   } else if (type == "NFC" || type == "NFKC" || type == "NFD" || type == "NFKD") {
     c.fail(key, fmt::format("Unicode normalization {} is not supported (no composition tables "
                             "are built in); supported: Sequence, Prepend, Replace",
@@ -63,14 +86,15 @@ void parse_split(const Ctx& c, const json& j, const std::string& key, PreTokeniz
 }
 
 void parse_pre_tokenizer(const Ctx& c, const json& j, const std::string& key,
-                         std::vector<PreTokenizerStep>& out) {
+                         std::vector<PreTokenizerStep>& out, int depth = 0) {
   if (j.is_null()) return;
   const std::string type = c.type(j, key);
   PreTokenizerStep s{};
   if (type == "Sequence") {
+    check_sequence_depth(c, key, depth);
     for_each_in_sequence(c, j, key, "pretokenizers",
                          [&](const json& item, const std::string& item_key) {
-                           parse_pre_tokenizer(c, item, item_key, out);
+                           parse_pre_tokenizer(c, item, item_key, out, depth + 1);
                          });
     return;
   } else if (type == "Metaspace") {
@@ -95,17 +119,18 @@ void parse_pre_tokenizer(const Ctx& c, const json& j, const std::string& key,
                             "Metaspace, ByteLevel, Split, Digits)",
                             type));
   }
-  out.push_back(std::move(s));
+  add_step(c, key, out, std::move(s));
 }
 
 void parse_decoder(const Ctx& c, const json& j, const std::string& key,
-                   std::vector<DecoderStep>& out) {
+                   std::vector<DecoderStep>& out, int depth = 0) {
   if (j.is_null()) return;
   const std::string type = c.type(j, key);
   DecoderStep s{};
   if (type == "Sequence") {
+    check_sequence_depth(c, key, depth);
     for_each_in_sequence(c, j, key, "decoders", [&](const json& item, const std::string& item_key) {
-      parse_decoder(c, item, item_key, out);
+      parse_decoder(c, item, item_key, out, depth + 1);
     });
     return;
   } else if (type == "Replace") {
@@ -131,7 +156,46 @@ void parse_decoder(const Ctx& c, const json& j, const std::string& key,
                             "ByteFallback, Fuse, Strip, Metaspace, ByteLevel)",
                             type));
   }
-  out.push_back(std::move(s));
+  add_step(c, key, out, std::move(s));
+}
+
+// The most a normalizer's steps can multiply a text's length by (a Prepend adds once).
+double normalizer_growth(const std::vector<NormalizerStep>& steps) {
+  double g = 1;
+  for (const auto& s : steps)
+    if (s.kind == NormalizerStep::kReplace && !s.text.empty())
+      g *=
+          std::max(1.0, static_cast<double>(s.content.size()) / static_cast<double>(s.text.size()));
+  return g;
+}
+
+// The same for the decoder: only Replace steps can lengthen a text.
+double decoder_growth(const std::vector<DecoderStep>& steps) {
+  double g = 1;
+  for (const auto& s : steps)
+    if (s.kind == DecoderStep::kReplace && !s.text.empty())
+      g *=
+          std::max(1.0, static_cast<double>(s.content.size()) / static_cast<double>(s.text.size()));
+  return g;
+}
+
+// The same for the pre-tokenizer, per word of one byte: a ByteLevel step maps a byte to up to two
+// (three with its prefix space), a Metaspace step a space to its replacement and may prepend one.
+double pre_tokenizer_growth(const std::vector<PreTokenizerStep>& steps) {
+  double g = 1;
+  for (const auto& s : steps) {
+    if (s.kind == PreTokenizerStep::kByteLevel) g *= s.add_prefix_space ? 4 : 2;
+    if (s.kind == PreTokenizerStep::kMetaspace)
+      g *= 2 * std::max<double>(1, static_cast<double>(s.replacement.size()));
+  }
+  return g;
+}
+
+void check_growth(const Ctx& c, const char* key, double growth) {
+  if (growth > kMaxGrowth)
+    c.fail(key, fmt::format("its steps can make a text over {} times longer (repeated ByteLevel, "
+                            "Metaspace or growing Replace steps); at most {} is supported",
+                            kMaxGrowth, kMaxGrowth));
 }
 
 }  // namespace
@@ -156,6 +220,9 @@ void parse_all(const Ctx& c, const json& root, Config& config) {
   parse_pre_tokenizer(c, root.value("pre_tokenizer", json()), "pre_tokenizer",
                       config.pre_tokenizer);
   parse_decoder(c, root.value("decoder", json()), "decoder", config.decoder);
+  check_growth(c, "normalizer", normalizer_growth(config.normalizer));
+  check_growth(c, "pre_tokenizer", pre_tokenizer_growth(config.pre_tokenizer));
+  check_growth(c, "decoder", decoder_growth(config.decoder));
   parse_model(c, root, config);
   parse_added_and_post(c, root, config);
 }

@@ -34,9 +34,31 @@ void reject_set(const Ctx& c, const json& model, const char* name) {
     c.fail(fmt::format("model.{}", name), "is not supported (BPE without subword affixes only)");
 }
 
-void remember_token(Config& config, int32_t id, const std::string& content) {
+// Records `content` under `id`; the caller has checked that id is within the file's entries.
+// Returns the token already there ("" when none).
+std::string remember_token(Config& config, int32_t id, const std::string& content) {
   if (id >= static_cast<int32_t>(config.id_to_token.size())) config.id_to_token.resize(id + 1);
+  std::string before = std::move(config.id_to_token[id]);
   config.id_to_token[id] = content;
+  return before;
+}
+
+// Ids index a table with a slot for every id up to the largest: real files are dense or nearly,
+// so ids past twice the entries (and a margin) are refused rather than allocated.
+int64_t id_bound(const json& root) {
+  const json& model = root.at("model");
+  const auto vocab = model.find("vocab");
+  const auto added = root.find("added_tokens");
+  const auto entries =
+      static_cast<int64_t>((vocab != model.end() ? vocab->size() : 0) +
+                           (added != root.end() && added->is_array() ? added->size() : 0));
+  return 2 * entries + 65536;
+}
+
+std::string id_limit_text(int64_t bound) {
+  return fmt::format(
+      "ids may not exceed {} (twice the entries of model.vocab and added_tokens, plus 65536)",
+      bound - 1);
 }
 
 int32_t find_token(const Config& config, const std::string& content) {
@@ -47,14 +69,16 @@ int32_t find_token(const Config& config, const std::string& content) {
 }
 
 // TemplateProcessing's "single" template: whether it starts with a special token, and its id.
-void parse_post_processor(const Ctx& c, const json& j, const std::string& key, Config& config) {
+void parse_post_processor(const Ctx& c, const json& j, const std::string& key, Config& config,
+                          int depth = 0) {
   if (j.is_null()) return;
   const std::string type = c.type(j, key);
   if (type == "ByteLevel") return;  // offsets only
   if (type == "Sequence") {
+    if (depth > 16) c.fail(key, "Sequences nested deeper than 16 levels");
     for_each_in_sequence(c, j, key, "processors",
                          [&](const json& item, const std::string& item_key) {
-                           parse_post_processor(c, item, item_key, config);
+                           parse_post_processor(c, item, item_key, config, depth + 1);
                          });
     return;
   }
@@ -92,13 +116,19 @@ void parse_model(const Ctx& c, const json& root, Config& config) {
     c.fail("model.type", fmt::format("model type '{}' is not supported (BPE only)", type));
   const json& vocab = c.member(model, "model", "vocab");
   if (!vocab.is_object()) c.fail("model.vocab", "expected an object of token: id");
+  if (vocab.empty()) c.fail("model.vocab", "empty: a tokenizer needs at least one token");
+  const int64_t bound = id_bound(root);
   std::unordered_map<std::string, int32_t> ids;
   ids.reserve(vocab.size());
   for (const auto& [token, id] : vocab.items()) {
     const int64_t v = c.integer(id, "model.vocab." + token);
-    if (v < 0 || v >= (int64_t{1} << 30)) c.fail("model.vocab." + token, "id out of range");
+    if (v < 0 || v >= bound)
+      c.fail("model.vocab." + token,
+             fmt::format("id {} is out of range: {}", v, id_limit_text(bound)));
     ids.emplace(token, static_cast<int32_t>(v));
-    remember_token(config, static_cast<int32_t>(v), token);
+    const std::string before = remember_token(config, static_cast<int32_t>(v), token);
+    if (!before.empty())
+      c.fail("model.vocab." + token, fmt::format("id {} is also the id of '{}'", v, before));
   }
   const auto merges = parse_merges(c, model);
   const json& dropout = model.value("dropout", json());
@@ -126,13 +156,17 @@ void parse_model(const Ctx& c, const json& root, Config& config) {
 void parse_added_and_post(const Ctx& c, const json& root, Config& config) {
   const json& added = root.value("added_tokens", json::array());
   if (!added.is_array()) c.fail("added_tokens", "expected an array");
+  const int64_t bound = id_bound(root);
+  const size_t vocab_ids = config.id_to_token.size();
   for (size_t i = 0; i < added.size(); ++i) {
     const std::string key = fmt::format("added_tokens[{}]", i);
     const json& t = added[i];
     AddedToken a;
     a.content = c.str(t, key, "content");
     const int64_t id = c.integer(c.member(t, key, "id"), key + ".id");
-    if (id < 0 || id >= (int64_t{1} << 30)) c.fail(key + ".id", "id out of range");
+    if (id < 0 || id >= bound)
+      c.fail(key + ".id", fmt::format("id {} of '{}' is out of range: {}", id,
+                                      c.str(t, key, "content"), id_limit_text(bound)));
     a.id = static_cast<int32_t>(id);
     a.special = c.flag(t, key, "special", false);
     a.lstrip = c.flag(t, key, "lstrip", false);
@@ -141,7 +175,13 @@ void parse_added_and_post(const Ctx& c, const json& root, Config& config) {
     if (c.flag(t, key, "single_word", false))
       c.fail(key + ".single_word", "single_word added tokens are not supported");
     if (a.content.empty()) c.fail(key + ".content", "empty");
-    remember_token(config, a.id, a.content);
+    // An added token may restate a vocabulary entry (same id, same text), never take another's id.
+    const std::string before = remember_token(config, a.id, a.content);
+    if (!before.empty() && before != a.content)
+      c.fail(key + ".id",
+             fmt::format("id {} of '{}' is also the id of '{}'", a.id, a.content, before));
+    if (!before.empty() && static_cast<size_t>(a.id) >= vocab_ids)
+      c.fail(key + ".id", fmt::format("'{}' is listed twice with id {}", a.content, a.id));
     config.added.push_back(std::move(a));
   }
   parse_post_processor(c, root.value("post_processor", json()), "post_processor", config);
