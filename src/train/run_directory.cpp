@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "retnet/core/error.h"
+#include "retnet/core/file_checks.h"
 #include "retnet/core/json_parse.h"
 #include "retnet/train/checkpoint.h"
 
@@ -71,6 +72,7 @@ void prepare_fresh_run(const std::string& dir, bool overwrite) {
 }
 
 MetricsLog::MetricsLog(const std::string& path, bool resume, int64_t step) : path_(path) {
+  check_regular_or_missing(path, "metrics log");
   if (resume && fs::exists(path)) fs::resize_file(path, kept_metrics_bytes(path, step));
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (resume ? 0 : O_TRUNC),
                0644);
