@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "retnet/core/error.h"
+#include "retnet/core/file_checks.h"
 #include "retnet/core/hash.h"
 #include "retnet/core/safetensors.h"
 
@@ -26,8 +27,12 @@ uint64_t checksum(const void* a, const void* b, const void* c, size_t n) {
 
 std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const std::string& dir) {
   std::vector<std::pair<int64_t, fs::path>> found;
-  if (!fs::is_directory(dir)) return found;
-  for (const auto& e : fs::directory_iterator(dir)) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    if (ec && ec != std::errc::no_such_file_or_directory) throw_file_error("open", dir, ec);
+    return found;
+  }
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     if (name.rfind(kPrefix, 0) != 0 || e.path().extension() != ".safetensors") continue;
     try {
@@ -35,6 +40,7 @@ std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const std::string& di
     } catch (...) {
     }
   }
+  if (ec) throw_file_error("list", dir, ec);
   std::sort(found.begin(), found.end(), [](auto& a, auto& b) { return a.first > b.first; });
   return found;
 }
@@ -90,7 +96,9 @@ std::vector<std::string> list_checkpoint_files(const std::string& dir) {
 void save_checkpoint(const std::string& dir, const Model& model, AdamW& opt,
                      const CheckpointInfo& info, int keep_last,
                      const std::map<std::string, std::string>& extra_metadata) {
-  fs::create_directories(dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw_file_error("create the directory", dir, ec);
   remove_orphaned_temporaries(dir);
   const int64_t n = static_cast<int64_t>(model.params().size());
   const float* p = model.params().data();
@@ -112,7 +120,8 @@ void save_checkpoint(const std::string& dir, const Model& model, AdamW& opt,
                     {{"params", {n}, p}, {"adam_m", {n}, m}, {"adam_v", {n}, v}}, meta);
   auto all = list_checkpoints(dir);
   for (size_t i = static_cast<size_t>(std::max(keep_last, 1)); i < all.size(); ++i)
-    fs::remove(all[i].second);
+    if (!fs::remove(all[i].second, ec) && ec)
+      throw_file_error("remove", all[i].second.string(), ec);
 }
 
 namespace {

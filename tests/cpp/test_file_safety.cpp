@@ -307,6 +307,13 @@ TEST_F(FileSafety, FileSystemFailuresNameThePathAndReason) {
     EXPECT_TRUE(fails_cleanly(r, expected)) << args;
     EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
   }
+  // Through the library: a retnet::Error, not a std::filesystem::filesystem_error.
+  try {
+    list_checkpoint_files(loop + "/run");
+    ADD_FAILURE() << "a symbolic-link loop was listed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Too many levels of symbolic links"), std::string::npos);
+  }
 }
 
 // A NaN in an imported directory's weight is reported under the file's tensor name and file,
