@@ -49,6 +49,8 @@ void register_export(CLI::App& app) {
     for (const auto& [input, what] : {std::pair{o->model, "model"}, {o->config, "config file"}}) {
       if (input.empty()) continue;
       check_not_same_file(o->out, "output directory", input, what);
+      std::error_code ec;
+      if (fs::is_directory(input, ec)) continue;  // a directory's own files are never written
       const fs::path parent = fs::absolute(input).parent_path();
       RETNET_CHECK(!same_file(o->out, parent.string()),
                    "the output directory '{}' holds the {} '{}'; the export would replace it; give "

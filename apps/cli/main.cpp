@@ -43,8 +43,11 @@ int main(int argc, char** argv) {
     // A file-system condition (permission, symbolic-link loop, name too long) is the user's to
     // fix, not a bug: name the path and the reason.
     const std::string second = e.path2().empty() ? "" : " and '" + e.path2().string() + "'";
-    std::fprintf(stderr, "retnet: error: cannot access '%s'%s: %s\n", e.path1().c_str(),
-                 second.c_str(), e.code().message().c_str());
+    if (e.path1().empty())
+      std::fprintf(stderr, "retnet: error: %s\n", e.what());
+    else
+      std::fprintf(stderr, "retnet: error: cannot access '%s'%s: %s\n", e.path1().c_str(),
+                   second.c_str(), e.code().message().c_str());
     return 1;
   } catch (const std::system_error& e) {
     std::fprintf(stderr, "retnet: error: %s\n", e.what());

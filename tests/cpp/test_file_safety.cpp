@@ -162,6 +162,11 @@ TEST_F(FileSafety, OutputsThatAreInputsAreRefusedAndTheInputKept) {
   EXPECT_TRUE(fails_cleanly(
       run("generate -m " + hf + " -p a -n 1 --state-out " + hf + "/model.safetensors"),
       "is the same file as the file of the model '" + hf + "'"));
+  EXPECT_TRUE(fails_cleanly(run("export " + hf + " --format syncdoth -o " + hf),
+                            "output directory '" + hf + "' is the same file as the model"));
+  // Beside the directory is fine: the export writes none of the directory's files.
+  const auto beside = run("export " + hf + " --format syncdoth -o " + path("hf2"));
+  EXPECT_EQ(beside.exit_code, 0) << beside.err;
 
   // Continuing a state and saving it back is the intended use: allowed.
   const std::string state = path("s.state");
