@@ -44,6 +44,19 @@ void register_export(CLI::App& app) {
   cmd->add_option("--out,-o", o->out, "Output directory (created; files replaced atomically)")
       ->required();
   cmd->callback([o] {
+    namespace fs = std::filesystem;
+    // The export writes and replaces files in --out: an input there would be destroyed.
+    for (const auto& [input, what] : {std::pair{o->model, "model"}, {o->config, "config file"}}) {
+      if (input.empty()) continue;
+      check_not_same_file(o->out, "output directory", input, what);
+      std::error_code ec;
+      if (fs::is_directory(input, ec)) continue;  // a directory's own files are never written
+      const fs::path parent = fs::absolute(input).parent_path();
+      RETNET_CHECK(!same_file(o->out, parent.string()),
+                   "the output directory '{}' holds the {} '{}'; the export would replace it; give "
+                   "another --out",
+                   o->out, what, input);
+    }
     LoadInfo li;
     const Model model = load_model(o->model, optional_config(o->config), &li);
     const HfFlavour flavour = o->format == "fla" ? HfFlavour::Fla : HfFlavour::Syncdoth;

@@ -22,7 +22,7 @@ struct GenerateArgs {
   int64_t max_tokens = 128, max_prompt_tokens = 262144, chunk = 0, repeat_last_n = 64;
   float temperature = 0.8f, top_p = 0.95f, repeat_penalty = 1.0f;
   int64_t top_k = 40;
-  int64_t seed = -1;
+  std::string seed = "-1";  // the whole uint64 range, or -1
   std::vector<std::string> stop;
   int threads = 0;
   bool stats = false, json = false, ignore_eos = false, no_bos = false, no_mmap = false;
@@ -86,7 +86,7 @@ GenerateOptions generate_options(const GenerateArgs& a) {
   go.sampling.top_p = a.top_p;
   go.sampling.repeat_penalty = a.repeat_penalty;
   go.sampling.repeat_last_n = a.repeat_last_n;
-  go.sampling.seed = a.seed >= 0 ? static_cast<uint64_t>(a.seed) : std::random_device{}();
+  go.sampling.seed = a.seed == "-1" ? std::random_device{}() : std::stoull(a.seed);
   go.sampling.validate();
   return go;
 }
@@ -122,6 +122,12 @@ void run_generate(const GenerateArgs& a) {
   RETNET_CHECK(sources == 1 || !a.state_in.empty(),
                "nothing to continue: give --prompt, --prompt-file, --prompts-file or --state-in");
 
+  // --state-in may equal --state-out (the state is read whole, then replaced atomically).
+  check_output_not_input(a.state_out, "--state-out file",
+                         {{a.model, "model"},
+                          {a.config, "config file"},
+                          {a.prompt_file, "prompt file"},
+                          {a.prompts_file, "prompts file"}});
   Model model = load_for_inference(a.model, a.config, a.weights, false, !a.no_mmap);
   std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(a.model);
   const double load_s =
@@ -247,8 +253,9 @@ void register_generate(CLI::App& app) {
               "Penalty for recently seen tokens (1: off)", number_above(0));
   add_checked(cmd, "--repeat-last-n", a->repeat_last_n, "Recent tokens the penalty looks at",
               integer_at_least(0));
-  add_checked(cmd, "--seed,-s", a->seed, "Sampling seed (-1: random, printed with --json)",
-              integer_at_least(-1));
+  add_checked(cmd, "--seed,-s", a->seed,
+              "Sampling seed, 0 to 18446744073709551615 (-1: random, printed with --json)",
+              integer_validator(-1, UINT64_MAX));
   cmd->add_option("--stop", a->stop, "Stop before this string (repeatable)");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past the end-of-sequence token");
   cmd->add_flag("--no-bos", a->no_bos,

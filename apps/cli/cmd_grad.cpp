@@ -16,6 +16,7 @@ void register_grad(CLI::App& app) {
                        "Output .safetensors with one gradient per parameter");
   cmd->callback([o] {
     apply_threads(o->threads);
+    check_output_not_input(o->out, "output", {{o->model, "model"}, {o->config, "config file"}});
     Model model = load_model(o->model, optional_config(o->config));
     std::vector<int32_t> seq = parse_token_list(o->tokens);
     RETNET_CHECK(seq.size() >= 2, "--tokens needs at least 2 ids (inputs and next-token targets)");

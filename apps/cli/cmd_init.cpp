@@ -26,6 +26,7 @@ void register_init(CLI::App& app) {
                         "config.json: fla)");
   add_checked(cmd, "--seed,-s", o->seed, "Random seed", integer_at_least(0));
   cmd->callback([o] {
+    check_output_not_input(o->out, "output", {{o->config, "config file"}});
     Config config;
     std::string format = o->format;
     int64_t bos = -1, eos = -1;

@@ -15,6 +15,7 @@ void register_logits(CLI::App& app) {
   add_inference_dtype_option(cmd, *dtype);
   cmd->callback([o, dtype] {
     apply_threads(o->threads);
+    check_output_not_input(o->out, "output", {{o->model, "model"}, {o->config, "config file"}});
     Model model = load_for_inference(o->model, o->config, *dtype, /*only_if_half=*/true);
     std::vector<int32_t> tokens = parse_token_list(o->tokens);
     const int64_t T = static_cast<int64_t>(tokens.size());

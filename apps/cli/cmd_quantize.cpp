@@ -28,6 +28,7 @@ void register_quantize(CLI::App& app) {
       ->check(CLI::IsMember({"f32"}));
   cmd->callback([o] {
     const QuantType type = parse_quant_type(o->type, "--type");
+    check_output_not_input(o->out, "output", {{o->in, "input model"}, {o->config, "config file"}});
     LoadInfo li;
     const Model model = load_model(o->in, optional_config(o->config), &li);
     RETNET_CHECK(model.weights_complete(),

@@ -1,4 +1,5 @@
 // `retnet train`.
+#include <filesystem>
 #include <cstdio>
 #include <memory>
 
@@ -85,6 +86,13 @@ void register_train(CLI::App& app) {
     RETNET_CHECK(!(o->seq_parallel && form_option->count() > 0 && *form == "parallel"),
                  "--seq-parallel trains in the chunkwise form; drop --form parallel");
     o->form = parse_form(*form);
+    for (const char* written : {"model.safetensors", "metrics.jsonl"})
+      check_output_not_input((std::filesystem::path(o->out_dir) / written).string(),
+                             "run file",
+                             {{o->data, "--data file"},
+                              {o->config_path, "--config file"},
+                              {o->init_from, "--init-from model"},
+                              {o->tokenizer == "bytes" ? "" : o->tokenizer, "--tokenizer"}});
     // Under mpirun (`mpirun -np N retnet train ...`) the ranks train data-parallel (or sequence
     // parallel with --seq-parallel); alone, one process. An error on one rank of several ends
     // them all: the others would wait for it.

@@ -2,13 +2,17 @@
 // Subcommands of the `retnet` binary; each registers its options and its action on the app.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "retnet/core/file_checks.h"
 #include "retnet/retnet.h"
 
 namespace retnet::cli {
@@ -90,17 +94,42 @@ void add_sequence_options(CLI::App* cmd, SequenceCommandOptions& o, const std::s
 CLI::Validator number_at_least(double min);
 CLI::Validator number_above(double min);
 CLI::Validator number_within(double lo, double hi);  // [lo, hi]
-CLI::Validator integer_at_least(int64_t min);
-CLI::Validator integer_within(int64_t lo, int64_t hi);
+// An integer option's accepted range; add_checked narrows it to the option's type, so a value
+// the type cannot hold is refused with the range instead of wrapped or clamped by the conversion.
+struct IntegerRange {
+  int64_t lo = 0;
+  uint64_t hi = UINT64_MAX;
+  // Checked against [lo, min(hi, INT64_MAX)], for an int64_t option given to ->check().
+  operator CLI::Validator() const;  // NOLINT: reads as a validator at ->check() call sites
+};
+IntegerRange integer_at_least(int64_t min);
+IntegerRange integer_within(int64_t lo, int64_t hi);
+// "must be an integer in [lo, hi], got <text>": the whole text a decimal integer, compared exactly.
+CLI::Validator integer_validator(int64_t lo, uint64_t hi);
 // An option that must pass `check` and shows its default in --help: one call per option.
 template <typename T>
 CLI::Option* add_checked(CLI::App* cmd, const std::string& name, T& value, const std::string& help,
                          const CLI::Validator& check) {
   return cmd->add_option(name, value, help)->check(check)->capture_default_str();
 }
+template <typename T>
+CLI::Option* add_checked(CLI::App* cmd, const std::string& name, T& value, const std::string& help,
+                         const IntegerRange& range) {
+  static_assert(std::is_integral_v<T>, "an IntegerRange checks an integer option");
+  const int64_t type_lo = static_cast<int64_t>(std::numeric_limits<T>::min());
+  const uint64_t type_hi = static_cast<uint64_t>(std::numeric_limits<T>::max());
+  return cmd->add_option(name, value, help)
+      ->check(integer_validator(std::max(range.lo, type_lo), std::min(range.hi, type_hi)))
+      ->capture_default_str();
+}
 // --threads,-t (0: all cores), validated.
 CLI::Option* add_threads_option(CLI::App* cmd, int& threads,
                                 const std::string& help = "Threads (default: all cores)");
 std::string human_bytes(double bytes);
+// Refuses an output path that is one of the command's inputs (same file, or a file of an input
+// directory), naming both: writing it would destroy what the command reads. Inputs are
+// (path, description) pairs; empty paths are skipped.
+void check_output_not_input(const std::string& output, const std::string& output_what,
+                            const std::vector<std::pair<std::string, std::string>>& inputs);
 
 }  // namespace retnet::cli

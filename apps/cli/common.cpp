@@ -1,6 +1,8 @@
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 
 #include "commands.h"
@@ -138,19 +140,57 @@ CLI::Validator number_within(double lo, double hi) {
                  [lo, hi](double v) { return v >= lo && v <= hi; });
 }
 
-CLI::Validator integer_at_least(int64_t min) {
-  return numeric(fmt::format("an integer >= {}", min),
-                 [min](double v) { return v >= static_cast<double>(min); });
+IntegerRange integer_at_least(int64_t min) { return {min, UINT64_MAX}; }
+
+IntegerRange integer_within(int64_t lo, int64_t hi) {
+  return {lo, static_cast<uint64_t>(std::max<int64_t>(hi, 0))};
 }
 
-CLI::Validator integer_within(int64_t lo, int64_t hi) {
-  return numeric(fmt::format("an integer in [{}, {}]", lo, hi), [lo, hi](double v) {
-    return v >= static_cast<double>(lo) && v <= static_cast<double>(hi);
-  });
+IntegerRange::operator CLI::Validator() const {
+  return integer_validator(lo, std::min<uint64_t>(hi, INT64_MAX));
+}
+
+CLI::Validator integer_validator(int64_t lo, uint64_t hi) {
+  const std::string expected = fmt::format("an integer in [{}, {}]", lo, hi);
+  return CLI::Validator(
+      [expected, lo, hi](std::string& text) -> std::string {
+        // Sign and magnitude, each parsed exactly: a double would round 2^64 - 1 and wrap past it.
+        const bool negative = !text.empty() && text[0] == '-';
+        const size_t start = (!text.empty() && (text[0] == '-' || text[0] == '+')) ? 1 : 0;
+        uint64_t magnitude = 0;
+        const char* first = text.data() + start;
+        const char* last = text.data() + text.size();
+        const auto [end, ec] = std::from_chars(first, last, magnitude);
+        bool ok = first != last && ec == std::errc() && end == last;
+        if (ok && negative)
+          ok = (lo < 0 && magnitude <= static_cast<uint64_t>(-(lo + 1)) + 1) ||
+               (magnitude == 0 && lo <= 0);
+        else if (ok)
+          ok = magnitude <= hi && (lo <= 0 || magnitude >= static_cast<uint64_t>(lo));
+        if (ok) return "";
+        return fmt::format("must be {}, got {}", expected, text);
+      },
+      expected);
 }
 
 CLI::Option* add_threads_option(CLI::App* cmd, int& threads, const std::string& help) {
   return cmd->add_option("--threads,-t", threads, help)->check(integer_within(0, 4096));
+}
+
+void check_output_not_input(const std::string& output, const std::string& output_what,
+                            const std::vector<std::pair<std::string, std::string>>& inputs) {
+  namespace fs = std::filesystem;
+  if (output.empty()) return;
+  for (const auto& [input, what] : inputs) {
+    if (input.empty()) continue;
+    check_not_same_file(output, output_what, input, what);
+    std::error_code ec;
+    if (!fs::is_directory(input, ec)) continue;
+    for (const auto& entry : fs::directory_iterator(input, ec))
+      if (entry.is_regular_file(ec))
+        check_not_same_file(output, output_what, entry.path().string(),
+                            fmt::format("file of the {} '{}'", what, input));
+  }
 }
 
 std::string human_bytes(double b) {

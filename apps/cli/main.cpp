@@ -2,6 +2,9 @@
 // non-zero exit status.
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <string>
+#include <system_error>
 
 #include "commands.h"
 #include "retnet/retnet.h"
@@ -34,6 +37,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "retnet: error: %s\nRun with --help for more information.\n", e.what());
     return e.get_exit_code();
   } catch (const retnet::Error& e) {
+    std::fprintf(stderr, "retnet: error: %s\n", e.what());
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A file-system condition (permission, symbolic-link loop, name too long) is the user's to
+    // fix, not a bug: name the path and the reason.
+    const std::string second = e.path2().empty() ? "" : " and '" + e.path2().string() + "'";
+    if (e.path1().empty())
+      std::fprintf(stderr, "retnet: error: %s\n", e.what());
+    else
+      std::fprintf(stderr, "retnet: error: cannot access '%s'%s: %s\n", e.path1().c_str(),
+                   second.c_str(), e.code().message().c_str());
+    return 1;
+  } catch (const std::system_error& e) {
     std::fprintf(stderr, "retnet: error: %s\n", e.what());
     return 1;
   } catch (const std::bad_alloc&) {

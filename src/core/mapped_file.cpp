@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "retnet/core/error.h"
+#include "retnet/core/file_checks.h"
 
 namespace retnet {
 
@@ -16,13 +17,14 @@ MappedFile::~MappedFile() {
   if (data != nullptr) munmap(const_cast<uint8_t*>(data), size);
 }
 
-std::shared_ptr<const MappedFile> map_file_readonly(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  RETNET_CHECK(fd >= 0, "cannot open '{}': {}", path, std::strerror(errno));
+std::shared_ptr<const MappedFile> map_file_readonly(const std::string& path,
+                                                    const std::string& what) {
+  const int fd = open_regular_file(path, what);
   struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (fstat(fd, &st) != 0) {
+    const int err = errno;
     ::close(fd);
-    throw Error(fmt::format("'{}' is not a regular file", path));
+    throw Error(fmt::format("cannot stat '{}': {}", path, std::strerror(err)));
   }
   auto file = std::make_shared<MappedFile>();
   file->size = static_cast<size_t>(st.st_size);

@@ -8,23 +8,18 @@
 #include <cstring>
 
 #include "retnet/core/error.h"
+#include "retnet/core/file_checks.h"
 
 namespace retnet {
 
 std::string read_file(const std::string& path, const std::string& what) {
   const std::string name =
       what.empty() ? fmt::format("'{}'", path) : fmt::format("{} '{}'", what, path);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  RETNET_CHECK(fd >= 0, "cannot read {}: {}", name, std::strerror(errno));
+  const int fd = open_regular_file(path, what);
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
-    const int err = errno;
-    ::close(fd);
-    RETNET_CHECK(!S_ISDIR(st.st_mode), "{} is a directory", name);
-    throw Error(fmt::format("cannot read {}: {}", name, std::strerror(err)));
-  }
+  if (::fstat(fd, &st) != 0) st.st_size = 0;
   std::string bytes;
-  if (S_ISREG(st.st_mode)) bytes.reserve(static_cast<size_t>(st.st_size));
+  bytes.reserve(static_cast<size_t>(st.st_size));
   char buffer[1 << 16];
   for (;;) {
     const ssize_t n = ::read(fd, buffer, sizeof buffer);

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "retnet/core/error.h"
+#include "retnet/core/file_checks.h"
 #include "retnet/core/half.h"
 #include "retnet/core/huge_pages.h"
 #include "retnet/core/json_parse.h"
@@ -50,14 +51,35 @@ int64_t SafetensorsTensor::numel() const {
 }
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
+  return from_descriptor(open_regular_file(path, "model file"), path);
+}
+
+SafetensorsFile SafetensorsFile::from_bytes(const std::string& bytes, const std::string& label) {
+  // A memory file mapped like a disk file: release_mapped's page drops read it back, as from disk.
+  const int fd = memfd_create("safetensors", MFD_CLOEXEC);
+  RETNET_CHECK(fd >= 0, "cannot create a memory file for '{}': {}", label, std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      throw Error(fmt::format("cannot write a memory file for '{}': {}", label, std::strerror(err)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return from_descriptor(fd, label);
+}
+
+SafetensorsFile SafetensorsFile::from_descriptor(int fd, const std::string& path) {
   SafetensorsFile f;
   f.path_ = path;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  RETNET_CHECK(fd >= 0, "cannot open model file '{}': {}", path, std::strerror(errno));
   struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (fstat(fd, &st) != 0) {
+    const int err = errno;
     ::close(fd);
-    throw Error(fmt::format("'{}' is not a regular file", path));
+    throw Error(fmt::format("cannot stat model file '{}': {}", path, std::strerror(err)));
   }
   size_t file_size = static_cast<size_t>(st.st_size);
   if (file_size < 8) {
@@ -69,14 +91,22 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   auto mapping = std::make_shared<Mapping>();
   // Private, writable mapping: parameters can point into it; a write copies the page, never the file.
   mapping->base = mmap(nullptr, file_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  const int map_err = errno;
   mapping->size = file_size;
   ::close(fd);
-  RETNET_CHECK(mapping->base != MAP_FAILED, "cannot map '{}': {}", path, std::strerror(errno));
+  RETNET_CHECK(mapping->base != MAP_FAILED, "cannot map '{}': {}", path, std::strerror(map_err));
   // Weights used where they lie are streamed once per decoded token: 2 MiB pages where the page
-  // cache gives them (bf16 in place, 1.3B shape, AMD EPYC VM, each run from a dropped page cache:
-  // 8.64-8.86 -> 10.10-11.25 tokens/s in 4 alternated pairs).
+  // cache gives them.
   advise_huge_pages(mapping->base, file_size);
-  const auto* bytes = static_cast<const uint8_t*>(mapping->base);
+  f.parse(static_cast<uint8_t*>(mapping->base), file_size);
+  f.mapping_ = mapping;
+  return f;
+}
+
+void SafetensorsFile::parse(uint8_t* image, size_t file_size) {
+  SafetensorsFile& f = *this;
+  const std::string& path = path_;
+  const auto* bytes = image;
 
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = header_len << 8 | bytes[i];
@@ -89,7 +119,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
                  fmt::format("'{}' has a corrupt safetensors header", path));
   RETNET_CHECK(header.is_object(), "'{}': safetensors header is not a JSON object", path);
   size_t data_size = file_size - 8 - header_len;
-  f.data_section_ = static_cast<uint8_t*>(mapping->base) + 8 + header_len;
+  f.data_section_ = image + 8 + header_len;
 
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& name = it.key();
@@ -144,8 +174,6 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     RETNET_CHECK(a.data_offset + a.nbytes <= b.data_offset || a.nbytes == 0 || b.nbytes == 0,
                  "'{}' is corrupt: tensors '{}' and '{}' overlap", path, a.name, b.name);
   }
-  f.mapping_ = mapping;
-  return f;
 }
 
 const SafetensorsTensor* SafetensorsFile::find(const std::string& name) const {

@@ -22,6 +22,20 @@ void append(std::string& out, const T* data, size_t n) {
 
 std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
 
+// A header count: a JSON integer in [0, 2^40] (1.5, -1 or 1e30 would be truncated or wrapped by
+// a plain get<>, and the file read as something it does not say).
+int64_t count_field(const nlohmann::json& header, const char* key, const std::string& path) {
+  RETNET_CHECK(header.is_object() && header.contains(key),
+               "state file '{}' has an incomplete header: no '{}'", path, key);
+  const nlohmann::json& v = header[key];
+  constexpr int64_t kMax = int64_t{1} << 40;
+  const bool ok = (v.is_number_unsigned() && v.get<uint64_t>() <= uint64_t{kMax}) ||
+                  (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= kMax);
+  RETNET_CHECK(ok, "state file '{}': header field '{}' is {}; expected an integer in [0, {}]", path,
+               key, v.dump(), kMax);
+  return v.get<int64_t>();
+}
+
 }  // namespace
 
 void write_state_file(const std::string& path, const Model& model, uint64_t fingerprint,
@@ -60,7 +74,11 @@ void write_state_file(const std::string& path, const Model& model, uint64_t fing
 }
 
 SavedSequence read_state_file(const std::string& path, const Model& model, uint64_t fingerprint) {
-  const std::string bytes = read_file(path, "state file");
+  return parse_state_file(read_file(path, "state file"), path, model, fingerprint);
+}
+
+SavedSequence parse_state_file(const std::string& bytes, const std::string& path,
+                               const Model& model, uint64_t fingerprint) {
   const size_t fixed = sizeof kMagic + 8;
   RETNET_CHECK(bytes.size() >= fixed + 8 && std::memcmp(bytes.data(), kMagic, sizeof kMagic) == 0,
                "'{}' is not a retnet state file", path);
@@ -82,13 +100,13 @@ SavedSequence read_state_file(const std::string& path, const Model& model, uint6
   std::string model_id;
   try {
     model_id = header.at("model_fingerprint").get<std::string>();
-    s.position = header.at("position").get<int64_t>();
-    n_state = header.at("state_floats").get<size_t>();
+    s.position = count_field(header, "position", path);
+    n_state = count_field(header, "state_floats", path);
     // Absent in files of the retention-only engine, whose models have no cache.
-    n_cache = header.value("cache_floats", size_t{0});
-    n_logits = header.at("logits").get<size_t>();
-    n_recent = header.at("recent_tokens").get<size_t>();
-    n_tail = header.at("text_tail_bytes").get<size_t>();
+    n_cache = header.contains("cache_floats") ? count_field(header, "cache_floats", path) : 0;
+    n_logits = count_field(header, "logits", path);
+    n_recent = count_field(header, "recent_tokens", path);
+    n_tail = count_field(header, "text_tail_bytes", path);
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("state file '{}' has an incomplete header: {}", path, e.what()));
   }

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "retnet/core/error.h"
+#include "retnet/core/file_checks.h"
 #include "retnet/core/json_parse.h"
 #include "retnet/core/half.h"
 #include "retnet/core/mapped_file.h"
@@ -52,6 +53,14 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return "[" + fmt::format("{}", fmt::join(s, ", ")) + "]";
 }
 
+// Whether `p` exists; a failure to look (permission, symbolic-link loop) is an Error naming it.
+bool path_exists(const fs::path& p) {
+  std::error_code ec;
+  const bool exists = fs::exists(p, ec);
+  if (ec) throw_file_error("access", p.string(), ec);
+  return exists;
+}
+
 // The weight files: the index's shards (every one must exist and hold what the index says), or
 // model.safetensors.
 struct Shards {
@@ -65,7 +74,13 @@ Shards open_shards(const std::string& dir) {
   Shards s;
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
   std::map<std::string, std::string> weight_map;
-  if (fs::exists(index)) {
+  const fs::path single = fs::path(dir) / "model.safetensors";
+  // Both present: two models in one directory, and nothing says which one is meant.
+  RETNET_CHECK(!(path_exists(index) && path_exists(single)),
+               "'{}' holds both '{}' and '{}': two sets of weights; remove the one that is not "
+               "this model's",
+               dir, single.filename().string(), index.filename().string());
+  if (path_exists(index)) {
     const nlohmann::json j = parse_json(read_file(index.string(), "shard index"), index.string());
     RETNET_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
                  "{}: no 'weight_map' object", index.string());
@@ -81,7 +96,7 @@ Shards open_shards(const std::string& dir) {
       files.insert(file);
     }
     s.files.assign(files.begin(), files.end());
-  } else if (fs::exists(fs::path(dir) / "model.safetensors")) {
+  } else if (path_exists(single)) {
     s.files = {"model.safetensors"};
   } else {
     throw Error(
@@ -90,7 +105,7 @@ Shards open_shards(const std::string& dir) {
   s.opened.reserve(s.files.size());
   for (const std::string& f : s.files) {
     const fs::path p = fs::path(dir) / f;
-    RETNET_CHECK(fs::exists(p), "'{}': the shard '{}' named by the index is missing", dir, f);
+    RETNET_CHECK(path_exists(p), "'{}': the shard '{}' named by the index is missing", dir, f);
     s.opened.push_back(SafetensorsFile::open(p.string()));
   }
   for (size_t i = 0; i < s.opened.size(); ++i)
@@ -109,10 +124,12 @@ Shards open_shards(const std::string& dir) {
   return s;
 }
 
-void check_finite(const float* w, size_t n, const std::string& file, const std::string& name) {
+void check_finite(const float* w, size_t n, const std::string& file, const std::string& name,
+                  const std::string& engine_name) {
   for (size_t j = 0; j < n; ++j)
-    RETNET_CHECK(std::isfinite(w[j]), "'{}': tensor '{}' holds a non-finite value ({}) at index {}",
-                 file, name, w[j], j);
+    RETNET_CHECK(std::isfinite(w[j]),
+                 "'{}': tensor '{}' (the engine's '{}') holds a non-finite value ({}) at index {}",
+                 file, name, engine_name, w[j], j);
 }
 
 }  // namespace
@@ -166,7 +183,7 @@ struct ResolvedDirectory {
     const SafetensorsTensor& t = *source[i];
     const std::string& file = shards.file_of.at(names[i]);
     copy_as_float32(t, out);
-    check_finite(out, layout[i].numel, file, names[i]);
+    check_finite(out, layout[i].numel, file, names[i], layout[i].name);
     if (!keep_pages) release_mapped(t.data, t.nbytes);
     if (i == idx.embed && tied_head) {  // a stored head must equal the embedding it is tied to
       std::vector<float> values(layout[i].numel);
@@ -267,6 +284,11 @@ Model load_hf_directory_for_inference(const std::string& dir, DecodePrecision pr
   auto r = std::make_shared<const ResolvedDirectory>(resolve_directory(dir));
   const auto opened = std::chrono::steady_clock::now();
   Model model(r->li.hf.config, ParamBuffer(r->layout));  // zeros: no memory until filled
+  std::vector<std::string> origins;
+  for (size_t i = 0; i < r->layout.size(); ++i)
+    origins.push_back(fmt::format("tensor '{}' of '{}'", r->names[i],
+                                  (fs::path(dir) / r->shards.file_of.at(r->names[i])).string()));
+  model.set_tensor_origins(std::move(origins));
   if (!in_place) {
     model.prepare_inference(precision, [&](size_t i, float* out) { r->fill(i, out); });
   } else {
@@ -302,6 +324,26 @@ void save_hf_directory(const Model& model, const std::string& dir, HfFlavour fla
   std::error_code ec;
   fs::create_directories(dir, ec);
   RETNET_CHECK(!ec, "cannot create '{}': {}", dir, ec.message());
+  // An earlier model's files that this export would not replace (a shard index and its shards, a
+  // tokenizer of another kind) would be read beside the new model by later loads: refused by name.
+  std::vector<std::string> stale;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool weights = name == "model.safetensors.index.json" ||
+                         (name != "model.safetensors" && name.size() > 12 &&
+                          name.compare(name.size() - 12, 12, ".safetensors") == 0);
+    const bool tokenizer = (name == "tokenizer.json" || name == "tokenizer.model" ||
+                            name == "tokenizer_config.json" || name == "special_tokens_map.json") &&
+                           !tokenizer_files.count(name);
+    if (weights || tokenizer) stale.push_back(name);
+  }
+  if (ec) throw_file_error("list", dir, ec);
+  std::sort(stale.begin(), stale.end());
+  RETNET_CHECK(stale.empty(),
+               "'{}' holds files of an earlier model that this export would not replace ({}); "
+               "later loads would read them with the new model: remove them or give another "
+               "output directory",
+               dir, fmt::format("{}", fmt::join(stale, ", ")));
   const auto& layout = model.params().layout();
   std::vector<TensorToWrite> tensors;
   for (size_t i = 0; i < layout.size(); ++i) {

@@ -49,7 +49,7 @@ template <typename W>
 void check(const W* w, int64_t rows, int64_t K, const RowMajorSlice& slice) {
   const int64_t i = first_non_finite(w, rows * K);
   RETNET_CHECK(i < 0,
-               "tensor '{}' (used in place from the mapped model file) holds a non-finite value "
+               "tensor {} (used in place from the mapped model file) holds a non-finite value "
                "({}) at row {}, column {}: the model file is corrupt",
                slice.tensor, value_of(w[i < 0 ? 0 : i]), i / K, i % K);
 }

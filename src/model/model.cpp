@@ -488,7 +488,10 @@ void Model::fill_and_pack(DecodePrecision precision, const TensorSource& source,
       const int64_t rows = static_cast<int64_t>(layout[i].numel) / K;
       p.in_place.push_back(row_major_slice(
           precision, p.in_place.empty() ? 0 : p.in_place.back().first_row + p.in_place.back().rows,
-          rows, data, layout[i].name));
+          rows, data,
+          tensor_origins_.size() > i
+              ? fmt::format("'{}' ({})", layout[i].name, tensor_origins_[i])
+              : fmt::format("'{}'", layout[i].name)));
     }
     for (size_t i = first; i <= last; ++i) viewed[i] = true;
     pack->in_place_bytes += N * K * static_cast<int64_t>(element_bytes(precision));

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "retnet/core/error.h"
+#include "retnet/core/file_checks.h"
 #include "retnet/core/json_parse.h"
 #include "retnet/train/checkpoint.h"
 
@@ -61,17 +62,25 @@ void prepare_fresh_run(const std::string& dir, bool overwrite) {
   std::vector<fs::path> earlier;
   for (const std::string& c : list_checkpoint_files(dir)) earlier.emplace_back(c);
   const fs::path model = fs::path(dir) / "model.safetensors";
-  if (fs::exists(model)) earlier.push_back(model);
+  std::error_code ec;
+  if (fs::exists(model, ec)) earlier.push_back(model);
+  if (ec) throw_file_error("access", model.string(), ec);
   if (earlier.empty()) return;
   RETNET_CHECK(overwrite,
                "the run directory '{}' holds an earlier run ({} and {} more files); continue it "
                "with --resume, start over with --overwrite (deletes them), or give another --out",
                dir, earlier.front().filename().string(), earlier.size() - 1);
-  for (const fs::path& p : earlier) fs::remove(p);
+  for (const fs::path& p : earlier)
+    if (!fs::remove(p, ec) && ec) throw_file_error("remove", p.string(), ec);
 }
 
 MetricsLog::MetricsLog(const std::string& path, bool resume, int64_t step) : path_(path) {
-  if (resume && fs::exists(path)) fs::resize_file(path, kept_metrics_bytes(path, step));
+  check_regular_or_missing(path, "metrics log");
+  std::error_code ec;
+  if (resume && fs::exists(path, ec)) {
+    fs::resize_file(path, kept_metrics_bytes(path, step), ec);
+    if (ec) throw_file_error("truncate", path, ec);
+  }
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (resume ? 0 : O_TRUNC),
                0644);
   RETNET_CHECK(fd_ >= 0, "cannot open '{}': {}", path, std::strerror(errno));

@@ -1,6 +1,7 @@
 #include "retnet/train/token_cache.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -8,6 +9,7 @@
 #include <fstream>
 
 #include "retnet/core/error.h"
+#include "retnet/core/file_checks.h"
 #include "retnet/core/safetensors.h"
 
 namespace retnet {
@@ -60,25 +62,33 @@ uint64_t checksum_of(Header header, const int32_t* tokens, size_t count) {
 
 TokenCacheKey TokenCacheKey::of(const std::string& data_path, uint64_t tokenizer_fingerprint,
                                 double val_fraction) {
+  const int fd = open_regular_file(data_path, "training data");
   struct stat st {};
-  RETNET_CHECK(::stat(data_path.c_str(), &st) == 0, "cannot read '{}': {}", data_path,
-               std::strerror(errno));
+  const bool stat_ok = ::fstat(fd, &st) == 0;
+  const int stat_err = errno;
   TokenCacheKey key;
   key.tokenizer_fingerprint = tokenizer_fingerprint;
   key.data_size = static_cast<uint64_t>(st.st_size);
   key.data_mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   key.val_fraction = val_fraction;
   // The first and the last MiB: an edit that keeps the size and the time is caught there.
-  std::ifstream in(data_path, std::ios::binary);
-  RETNET_CHECK(in.good(), "cannot open '{}'", data_path);
   std::string sample(std::min<uint64_t>(key.data_size, kSampleBytes), '\0');
-  in.read(sample.data(), static_cast<std::streamsize>(sample.size()));
-  uint64_t h = hash_bytes(sample.data(), static_cast<size_t>(in.gcount()), 0);
-  if (key.data_size > kSampleBytes) {
-    in.seekg(static_cast<std::streamoff>(key.data_size - sample.size()));
-    in.read(sample.data(), static_cast<std::streamsize>(sample.size()));
-    h = hash_bytes(sample.data(), static_cast<size_t>(in.gcount()), h);
-  }
+  auto read_at = [&](uint64_t offset) {
+    size_t got = 0;
+    while (got < sample.size()) {
+      const ssize_t n = ::pread(fd, sample.data() + got, sample.size() - got,
+                                static_cast<off_t>(offset + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    return got;
+  };
+  uint64_t h = stat_ok ? hash_bytes(sample.data(), read_at(0), 0) : 0;
+  if (stat_ok && key.data_size > kSampleBytes)
+    h = hash_bytes(sample.data(), read_at(key.data_size - sample.size()), h);
+  ::close(fd);
+  RETNET_CHECK(stat_ok, "cannot read training data '{}': {}", data_path, std::strerror(stat_err));
   key.data_sample_hash = h;
   return key;
 }

@@ -16,8 +16,10 @@ struct MappedFile {
   ~MappedFile();
 };
 
-// Throws Error naming the file when it cannot be opened or mapped. An empty file maps to size 0.
-std::shared_ptr<const MappedFile> map_file_readonly(const std::string& path);
+// Throws Error naming the file when it cannot be opened or mapped, or is not a regular file;
+// `what` describes it in errors ("token cache"). An empty file maps to size 0.
+std::shared_ptr<const MappedFile> map_file_readonly(const std::string& path,
+                                                    const std::string& what = "");
 
 // Hands the whole pages of [data, data + bytes), a range of a mapped file already read, back to
 // the system: they leave the resident set (the page cache keeps them; reading them again maps

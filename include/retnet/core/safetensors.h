@@ -24,6 +24,9 @@ class SafetensorsFile {
  public:
   // Maps and validates the file; throws Error naming the file and the problem.
   static SafetensorsFile open(const std::string& path);
+  // The same validation over a whole file image held in memory (fuzzing, tests); `label` stands
+  // for the path in errors.
+  static SafetensorsFile from_bytes(const std::string& bytes, const std::string& label);
 
   const std::string& path() const { return path_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
@@ -35,6 +38,8 @@ class SafetensorsFile {
   std::shared_ptr<void> mapping() const { return mapping_; }
 
  private:
+  static SafetensorsFile from_descriptor(int fd, const std::string& path);  // closes fd
+  void parse(uint8_t* image, size_t size);
   std::string path_;
   std::map<std::string, std::string> metadata_;
   std::vector<SafetensorsTensor> tensors_;

@@ -27,5 +27,8 @@ void write_state_file(const std::string& path, const Model& model, uint64_t fing
 // Reads and checks a state file against `model`: damage, truncation, another format version or
 // another model are Errors that say which.
 SavedSequence read_state_file(const std::string& path, const Model& model, uint64_t fingerprint);
+// The same checks over a state file's bytes (fuzzing, tests); `path` names it in errors.
+SavedSequence parse_state_file(const std::string& bytes, const std::string& path,
+                               const Model& model, uint64_t fingerprint);
 
 }  // namespace retnet

@@ -178,6 +178,9 @@ class Model {
                          const InPlaceSource& in_place, std::shared_ptr<const void> keep_alive);
   // Bytes of the weights used in place (0 unless prepared from an InPlaceSource).
   int64_t in_place_bytes() const;
+  // Where each layout tensor is stored ("tensor 'lm_head.weight' of 'dir/model.safetensors'"),
+  // named beside the engine's name in errors about a tensor used in place; set before preparing.
+  void set_tensor_origins(std::vector<std::string> origins) { tensor_origins_ = std::move(origins); }
   // Whether model_fingerprint reads every weight on its first call (a mapped file kept).
   bool fingerprint_deferred() const { return lazy_fingerprint_ != nullptr; }
   // Whether every float32 parameter is still present (false after prepare_inference released some).
@@ -214,6 +217,7 @@ class Model {
   // the fingerprint is computed on first use (shared by copies).
   struct LazyFingerprint;
   std::shared_ptr<LazyFingerprint> lazy_fingerprint_;
+  std::vector<std::string> tensor_origins_;
   [[noreturn]] void throw_released(size_t index) const;
   void pack_projections(DecodePrecision precision, bool release, const QuantOptions& quant = {});
   void pack_quantized(QuantType type,

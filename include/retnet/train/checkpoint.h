@@ -30,8 +30,15 @@ void save_checkpoint(const std::string& dir, const Model& model, AdamW& optimize
 std::vector<std::string> list_checkpoint_files(const std::string& dir);
 
 // The newest checkpoint in dir that loads and verifies (older ones are tried when the newest is
-// damaged, with a warning on stderr); nullopt when there is none. Restores parameters and moments.
+// damaged or holds another step than its name says, with a warning on stderr naming both);
+// nullopt when there is none. Restores parameters and moments. Temporary files left by a killed
+// writer are removed first (and at each save), with a line on stderr.
 std::optional<CheckpointInfo> load_latest_checkpoint(const std::string& dir, Model& model,
                                                      AdamW& optimizer);
+
+// Restores a checkpoint from its file's bytes (fuzzing, tests): every check of a load from disk
+// but the step named by the file name; `label` names it in errors.
+CheckpointInfo parse_checkpoint(const std::string& bytes, const std::string& label, Model& model,
+                                AdamW& optimizer);
 
 }  // namespace retnet
