@@ -6,7 +6,8 @@
 #   bash scripts/install-deps.sh test         # + GoogleTest, Google Benchmark, the PyTorch reference,
 #                                             #   pybind11 and pytest (the Python package),
 #                                             #   node and npm (the tokenizer.json parity test),
-#                                             #   chromium (the server's chat page test)
+#                                             #   chromium (the server's chat page test),
+#                                             #   clang and libFuzzer (the fuzz tests)
 #   bash scripts/install-deps.sh bench        # + Google Benchmark, matplotlib (plots)
 #   bash scripts/install-deps.sh python       # + pybind11, venv, pip (the Python package)
 #   bash scripts/install-deps.sh mpi          # + OpenMPI (multi-process training; in test too)
@@ -26,7 +27,7 @@ PYTHON=(python3 python3-dev python3-numpy pybind11-dev python3-pybind11 python3-
 # Multi-process training (`mpirun -np N retnet train`): CMake turns RETNET_MPI on when it finds it.
 MPI=(openmpi-bin libopenmpi-dev)
 TEST=(libgtest-dev libgmock-dev libbenchmark-dev python3 python3-numpy python3-torch nodejs npm
-      chromium "${PYTHON[@]}" python3-pytest "${MPI[@]}")
+      chromium "${PYTHON[@]}" python3-pytest "${MPI[@]}" clang libfuzzer-14-dev)
 BENCH=(libbenchmark-dev python3-matplotlib)
 
 groups=()

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds and runs the whole test suite: the optimised build with every test (C++ unit and slow
 # tests, the PyTorch reference checks, the Python package, the server, MPI and the Node.js
-# clients), the C++ unit tests again on the AVX2 and scalar kernels, then the unit tests under
-# AddressSanitizer and UndefinedBehaviorSanitizer. Installs dependencies first if missing.
+# clients), the C++ unit tests again on the AVX2 and scalar kernels, the unit tests under
+# AddressSanitizer and UndefinedBehaviorSanitizer, and the fuzz tests (libFuzzer over every
+# parser). Installs dependencies first if missing.
 #
 # It tests what it says: a test may be skipped only for hardware this machine lacks (a CPU
 # feature, a kernel facility); a skip for a missing component (MPI, node, a Python package) fails
@@ -48,6 +49,17 @@ if [ "${RETNET_SKIP_SANITIZERS:-0}" != "1" ]; then
   # slower: the per-test limit is doubled.
   ASAN_OPTIONS=detect_leaks=0 run_ctest asan --test-dir build-asan --output-on-failure \
     --parallel "$JOBS" -L unit -LE "python|mpi|js|fuzz" --timeout 1800
+fi
+
+if [ "${RETNET_SKIP_FUZZ:-0}" != "1" ]; then
+  # Every parser and loader that takes outside input, fuzzed under ASan + UBSan (clang's
+  # libFuzzer, tests/fuzz): each harness replays its seeds and past findings, then fuzzes briefly.
+  # The long run is scripts/fuzz.sh (docs/fuzzing.md).
+  echo "== fuzz tests (libFuzzer, clang)"
+  DEPS=test BUILD_DIR=build-fuzz BUILD_TYPE=RelWithDebInfo BUILD_TARGET=retnet_fuzzers \
+    bash scripts/build.sh -DCMAKE_CXX_COMPILER=clang++ -DRETNET_FUZZ=ON -DRETNET_BUILD_TESTS=OFF \
+    -DRETNET_BUILD_BENCHMARKS=OFF -DRETNET_BUILD_PYTHON=OFF -DRETNET_MPI=OFF
+  run_ctest fuzz --test-dir build-fuzz --output-on-failure --parallel "$JOBS" -L fuzz --timeout 900
 fi
 
 # Skipped tests: ctest lists them as "NN - name (Skipped)".

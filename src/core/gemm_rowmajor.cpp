@@ -5,6 +5,9 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include "retnet/core/gemm_rowmajor.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <immintrin.h>
 #include <omp.h>
 
@@ -402,8 +405,10 @@ const char* rowmajor_kernel_name(RowMajorKernel kernel) {
 
 bool rowmajor_kernel_available(RowMajorKernel kernel) {
 #if defined(__x86_64__)
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
+  // F16C from cpuid itself: clang before 15 does not know it as a __builtin_cpu_supports name.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   switch (kernel) {
     case RowMajorKernel::Avx2:
     case RowMajorKernel::Avx2Prefetch:

@@ -21,6 +21,12 @@ inline int64_t json_int(const nlohmann::json& j, const char* key, int64_t fallba
   RETNET_CHECK(v.is_number_integer() ||
                    (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()),
                "{}: '{}' must be an integer, got {}", origin, key, v.dump());
+  // 2^63 as a double is the first value past int64_t (converting it would be undefined).
+  const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(INT64_MAX)
+                        : v.is_number_float()  ? std::fabs(v.get<double>()) < 0x1p63
+                                               : true;
+  RETNET_CHECK(in_range, "{}: '{}' = {} is out of range (at most {})", origin, key, v.dump(),
+               INT64_MAX);
   return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
 }
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "retnet/core/json_parse.h"
+#include "retnet/model/config.h"
 
 namespace retnet {
 namespace {
@@ -61,6 +62,24 @@ TEST(JsonParse, SyntaxErrorsSayWhere) {
   EXPECT_NE(error_of("").find("not valid JSON"), std::string::npos);
   EXPECT_NE(error_of("{} {}").find("not valid JSON"), std::string::npos);
   EXPECT_FALSE(is_valid_json("nul"));
+}
+
+}  // namespace
+}  // namespace retnet
+
+namespace retnet {
+namespace {
+
+// Found by the config fuzzer: an integral float past int64_t was converted (undefined behaviour).
+TEST(JsonParse, ConfigIntegersPastInt64AreRefused) {
+  for (const char* v : {"2.56e94", "9223372036854775808", "18446744073709551615", "-1e19"}) {
+    try {
+      Config::from_json(fmt::format(R"({{"vocab_size": {}}})", v), "c.json");
+      FAIL() << v;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("'vocab_size'"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
