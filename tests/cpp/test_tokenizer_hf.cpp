@@ -234,7 +234,14 @@ TEST(TokenizerHf, LongWhitespaceRunsAreLinear) {
     return best;
   };
   const std::string text = run(1 << 20);
-  const double small = best_seconds(run(1 << 16), 5), large = best_seconds(text, 2);
+  // 16 times the spaces: about 16 times the time if linear, 256 if quadratic. On a busy machine
+  // one measurement can be preempted, so up to three tries, of which one must stay under 64.
+  double small = 0, large = 0;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    small = best_seconds(run(1 << 16), 5);
+    large = best_seconds(text, 3);
+    if (large / std::max(small, 1e-6) < 64.0) break;
+  }
   EXPECT_LT(large / std::max(small, 1e-6), 64.0) << small << " s for 2^16 spaces, " << large
                                                   << " s for 2^20";
   auto sp = make(sentencepiece_json());
