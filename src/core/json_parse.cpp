@@ -88,7 +88,10 @@ class BoundedSax {
         p += l.key.size() > 64 ? l.key.substr(0, 64) + "..." : l.key;
       }
     }
-    return p;
+    // A path 128 levels deep would bury the message: its tail says where.
+    if (p.size() <= 160) return p;
+    const size_t cut = p.find_first_of(".[", p.size() - 120);  // whole steps, whole characters
+    return cut == std::string::npos ? "..." : "..." + p.substr(cut);
   }
   static std::string reason_of(const nlohmann::detail::exception& e, const std::string& token) {
     const std::string shown = token.size() > 40 ? token.substr(0, 40) + "..." : token;
