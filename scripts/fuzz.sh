@@ -32,8 +32,8 @@ cmake -S . -B build-fuzz "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C
   -DRETNET_FUZZ=ON -DRETNET_BUILD_TESTS=OFF -DRETNET_BUILD_BENCHMARKS=OFF -DRETNET_BUILD_PYTHON=OFF \
   -DRETNET_MPI=OFF >/dev/null
 cmake --build build-fuzz --parallel "$(nproc)" --target retnet_fuzzers
-ALL=$(sed -n 's/^set(RETNET_FUZZERS \(.*\)/\1/p; /^set(RETNET_FUZZERS/,/)/{/^    /p}' \
-  tests/fuzz/CMakeLists.txt | tr -d ')' | tr ' ' '\n' | grep -v '^$')
+ALL=$(sed -n '/^set(RETNET_FUZZERS/,/)/p' tests/fuzz/CMakeLists.txt |
+  sed 's/set(RETNET_FUZZERS//; s/).*//' | tr ' ' '\n' | grep -v '^$')
 [ ${#NAMES[@]} -eq 0 ] && mapfile -t NAMES <<<"$ALL"
 OUT=build-fuzz/tests/fuzz
 if [ "$WRITE_SEEDS" = 1 ]; then
