@@ -584,7 +584,9 @@ def test_bad_serve_options_and_startup_signal(retnet, model, workdir):
     proc.send_signal(signal.SIGTERM)
     try:
         out, _ = proc.communicate(timeout=120)
-        check(b"SIGTERM" in out or proc.returncode == 0,
+        # Before main() blocks the signal, its default action ends the process (-15); after, the
+        # server says it stopped on SIGTERM. Either way it ends: the point is that it does not hang.
+        check(proc.returncode in (0, -signal.SIGTERM) or b"SIGTERM" in out,
               f"SIGTERM ends a server that is starting: {proc.returncode} {out[-300:]!r}")
     except subprocess.TimeoutExpired:
         proc.kill()
