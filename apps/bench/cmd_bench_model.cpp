@@ -26,14 +26,14 @@ namespace {
 constexpr double kBandwidthMovedSpread = 1.25;
 
 // STREAM-like read bandwidth (bytes per second): sums over a buffer far larger than any cache
-// (2 GiB; the Xeon VMs report a 504 MiB L3), each thread reading its share as 1, 2 or 4 streams
-// side by side, 64 floats at a time into independent partial sums (one accumulator would make the
-// adds' latency, not memory, the limit). The best of `passes` passes over the best stream
+// (2 GiB by default; the Xeon VMs report a 504 MiB L3), each thread reading its share as 1, 2 or 4
+// streams side by side, 64 floats at a time into independent partial sums (one accumulator would
+// make the adds' latency, not memory, the limit). The best of `passes` passes over the best stream
 // count: one stream per thread read 25-30 GB/s on a Xeon where this probe reads 34-36 GB/s and
 // the packed f32 decode kernel 33 GB/s, so a one-stream probe made every roofline fraction look
 // better.
-double read_bandwidth(int passes) {
-  const int64_t n = int64_t{512} << 20, run = 64;  // 2 GiB of floats, read 256 bytes at a time
+double read_bandwidth(int passes, int64_t buffer_mib) {
+  const int64_t n = buffer_mib << 18, run = 64;  // floats, read 256 bytes at a time
   constexpr int kMaxStreams = 4;
   std::vector<float> buffer(static_cast<size_t>(n), 1.f);
   double best = 1e30, sink = 0;
@@ -95,6 +95,7 @@ struct BenchModelOptions {
   std::vector<std::string> dtypes = {"f32"};
   std::vector<int64_t> prefill = {512, 4096};
   int64_t decode = 1000;
+  int64_t probe_mib = 2048;
   int reps = 3, threads = 0;
   bool no_mmap = false;
 };
@@ -187,14 +188,14 @@ nlohmann::ordered_json run_dtype(const BenchModelOptions& o, const std::string& 
   // The machine's bandwidth can move within minutes (on a shared AMD EPYC host it swung between
   // about 35 and 57 GB/s: f32 decoding read 166% of a probe taken at the start of the run), so
   // the roofline takes the best of that probe and two taken just before and after this decode.
-  const double before = read_bandwidth(2);
+  const double before = read_bandwidth(2, o.probe_mib);
   for (int64_t i = 0; i < o.decode; ++i) {
     const int32_t next = static_cast<int32_t>((i * 7919) % c.vocab_size);
     const auto t0 = Clock::now();
     s.step(&next);
     step_seconds.push_back(since(t0));
   }
-  const double after = read_bandwidth(2);
+  const double after = read_bandwidth(2, o.probe_mib);
   const double probes[] = {run_bandwidth, before, after};
   const double bandwidth = *std::max_element(std::begin(probes), std::end(probes));
   const double tps = 1.0 / summarize(step_seconds).median, roofline = bandwidth / bytes;
@@ -249,7 +250,7 @@ void run(const BenchModelOptions& o) {
               isa_cap() == Isa::Avx512
                   ? ""
                   : fmt::format(" (capped by RETNET_MAX_ISA={})", isa_name(isa_cap())).c_str());
-  const double bandwidth = read_bandwidth(std::max(o.reps, 5));
+  const double bandwidth = read_bandwidth(std::max(o.reps, 5), o.probe_mib);
   std::vector<nlohmann::ordered_json> runs;
   for (const std::string& dtype : o.dtypes) runs.push_back(run_dtype(o, dtype, bandwidth));
   if (runs.size() == 1) {  // one dtype: the layout this command always wrote
@@ -290,6 +291,10 @@ void register_bench_model(CLI::App* bench) {
       ->capture_default_str();
   cmd->add_option("--prefill", o->prefill, "Prompt lengths to time")->capture_default_str();
   add_checked(cmd, "--decode", o->decode, "Tokens to decode", integer_at_least(1));
+  add_checked(cmd, "--probe-mib", o->probe_mib,
+              "Buffer the read-bandwidth probe streams, in MiB: far larger than the last-level "
+              "cache, or the roofline is the cache's",
+              integer_within(1, 1 << 20));
   add_bench_run_options(cmd, o->reps, o->threads, o->json);
   cmd->add_flag("--no-mmap", o->no_mmap,
                 "Pack every weight at load instead of using a directory's tensors stored in the "

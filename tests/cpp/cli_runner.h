@@ -13,6 +13,8 @@
 #include <iterator>
 #include <string>
 
+#include "sanitizer.h"
+
 namespace retnet::test {
 
 struct CliResult {
@@ -25,17 +27,7 @@ struct CliResult {
 // working run. So every limit is at least five minutes, three times that in a sanitizer build
 // (instrumented children on a busy 2-core machine ran past two minutes).
 inline int hang_guard_seconds(int requested_s) {
-#if defined(__SANITIZE_ADDRESS__)
-  constexpr int kScale = 3;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-  constexpr int kScale = 3;
-#else
-  constexpr int kScale = 1;
-#endif
-#else
-  constexpr int kScale = 1;
-#endif
+  constexpr int kScale = kAddressSanitizer ? 3 : 1;
   return std::max(requested_s, 300) * kScale;
 }
 

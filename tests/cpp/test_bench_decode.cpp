@@ -92,9 +92,10 @@ TEST(BenchModel, SmallDirectoryWritesEveryFigure) {
   for (const std::string dtype : {"f32", "bf16"}) {
     SCOPED_TRACE(dtype);
     const std::string out = (dir / ("r_" + dtype + ".json")).string();
-    auto r = retnet::test::run_retnet("bench model -m " + (dir / "fla").string() + " --dtype " +
-                                          dtype + " --prefill 8 --prefill 80 --decode 6 --reps 1 "
-                                          "--json " + out,
+    auto r = retnet::test::run_retnet("bench model -m " + (dir / "fla").string() +
+                                          " --probe-mib 16 --dtype " + dtype +
+                                          " --prefill 8 --prefill 80 --decode 6 --reps 1 --json " +
+                                          out,
                                       120);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     std::ifstream in(out);

@@ -69,12 +69,8 @@ TEST(BenchServe, ShortSoakEndsWithEverySlotFree) {
   const fs::path dir =
       fs::temp_directory_path() / ("retnet_bench_soak_" + std::to_string(getpid()));
   const fs::path model = serve_tiny_model(dir), out = dir / "soak.json";
-#if defined(__SANITIZE_ADDRESS__)
   // AddressSanitizer's quarantine holds freed memory (up to 256 MiB): a 3 s soak grew 60% there.
-  const std::string rss_tolerance = "2";
-#else
-  const std::string rss_tolerance = "0.5";
-#endif
+  const std::string rss_tolerance = retnet::test::kAddressSanitizer ? "2" : "0.5";
   auto r = retnet::test::run_retnet("bench serve -m " + model.string() +
                                         " --soak 3 --soak-clients 4 -n 16 -t 1 --rss-tolerance " +
                                         rss_tolerance + " --json " + out.string(),

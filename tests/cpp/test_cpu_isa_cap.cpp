@@ -36,8 +36,9 @@ std::vector<float> logits(const std::string& model, const std::string& dtype,
 }
 
 nlohmann::json bench_machine(const std::string& model, const fs::path& out) {
-  auto r = run_retnet("bench model -m " + model + " --dtype q8_0 --prefill 8 --decode 2 --reps 1 "
-                      "--json " + out.string(), 120);
+  auto r = run_retnet("bench model -m " + model + " --probe-mib 16 --dtype q8_0 --prefill 8 " +
+                          "--decode 2 --reps 1 --json " + out.string(),
+                      120);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   if (r.exit_code != 0) return {};
   std::ifstream in(out);

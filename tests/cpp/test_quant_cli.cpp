@@ -56,8 +56,9 @@ TEST(QuantCli, QuantisedFileServesEveryCommand) {
   r = run_retnet("generate -m " + f32 + " --dtype q4_1 -p hello -n 4 --temp 0");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string bench = (dir / "b.json").string();
-  r = run_retnet("bench model -m " + f32 + " --dtype f32,q8_0 --prefill 8 --prefill 80 "
-                 "--decode 4 --reps 1 --json " + bench, 120);
+  r = run_retnet("bench model -m " + f32 + " --probe-mib 16 --dtype f32,q8_0 --prefill 8 " +
+                     "--prefill 80 --decode 4 --reps 1 --json " + bench,
+                 120);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::ifstream in(bench);
   const auto b = nlohmann::json::parse(in);

@@ -10,6 +10,7 @@
 #include "retnet/model/hf_directory.h"
 #include "retnet/model/model.h"
 #include "retnet/model/model_io.h"
+#include "sanitizer.h"
 #include "test_support.h"
 
 using namespace retnet;
@@ -63,8 +64,10 @@ TEST(StreamingLoad, PeakResidentSetStaysNearThePackedBytes) {
       static_cast<double>(m.packed_bytes() + m.config().vocab_size * m.config().embed_dim * 2);
   // Whole-then-prepare peaks at the float32 copy plus the packed one (3x the packed bytes);
   // streaming at the packed bytes plus one projection in float32 (the LM head's 8 MB here, a few
-  // percent of a pretrained-size model) and allocator slack.
-  EXPECT_LT(grew, 1.6 * packed) << "peak grew " << grew << " bytes; packed " << packed;
+  // percent of a pretrained-size model) and allocator slack. AddressSanitizer's redzones and
+  // quarantine (freed float32 copies stay resident) took it to 1.65x there.
+  const double limit = test::kAddressSanitizer ? 2.5 : 1.6;
+  EXPECT_LT(grew, limit * packed) << "peak grew " << grew << " bytes; packed " << packed;
   fs::remove_all(dir);
 }
 
