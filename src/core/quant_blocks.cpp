@@ -127,7 +127,10 @@ void quantize_rows(QuantType type, const float* W, int64_t N, int64_t K, int64_t
 #pragma omp parallel for schedule(static) reduction(&& : finite) if (N * K >= (1 << 16))
   for (int64_t n = 0; n < N; ++n) {
     const float* row = W + n * ldw;
-    for (int64_t k = 0; k < K; ++k) finite = finite && std::isfinite(row[k]);
+    bool row_finite = true;
+    for (int64_t k = 0; k < K; ++k) row_finite = row_finite && std::isfinite(row[k]);
+    finite = finite && row_finite;
+    if (!row_finite) continue;  // converting NaN to an integer is undefined: the error follows
     for (int64_t b = 0; b < K / kQuantBlock; ++b)
       quantize_block(type, row + b * kQuantBlock, out + n * row_bytes + b * block_bytes);
   }

@@ -4,7 +4,8 @@
 // costs as much as the products around it. These are plain arithmetic, so `omp simd` loops over
 // them vectorise. Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, exp(r) by a degree-7 polynomial,
 // 2^n put into the exponent bits; relative error ~2e-7 (2 ulp). Below -87 (and for -inf) the
-// result is 0, where float would underflow to denormals anyway.
+// result is 0, where float would underflow to denormals anyway; NaN gives NaN. Every finite
+// argument gives the same bits as converting n to an integer would (checked over all 2^32 floats).
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -35,7 +36,10 @@ inline float exp_clamped(float xc) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const float two_n = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  // 2^n from n's bits after adding 1.5 * 2^23 (n lands in the low mantissa bits) rather than by
+  // converting n to an integer, which is undefined for the NaN that a NaN argument brings.
+  const int32_t n_bits = std::bit_cast<int32_t>(n + 12582912.f) - 0x4B400000;
+  const float two_n = std::bit_cast<float>(static_cast<uint32_t>(n_bits + 127) << 23);
   return p * two_n;
 }
 
