@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds and runs the whole test suite: the optimised build with every test (C++ unit and slow
 # tests, the PyTorch reference checks, the Python package, the server, MPI and the Node.js
-# clients), the C++ unit tests again on the AVX2 and scalar kernels, the unit tests under
-# AddressSanitizer and UndefinedBehaviorSanitizer, and the fuzz tests (libFuzzer over every
-# parser). Installs dependencies first if missing.
+# clients), the C++ unit tests again on the AVX2 and scalar kernels, then one clang build under
+# AddressSanitizer and UndefinedBehaviorSanitizer for the unit tests and the fuzz tests (libFuzzer
+# over every parser). Installs dependencies first if missing.
 #
 # It tests what it says: a test may be skipped only for hardware this machine lacks (a CPU
 # feature, a kernel facility); a skip for a missing component (MPI, node, a Python package) fails
@@ -52,29 +52,41 @@ for isa in $ISA_CAPS; do
     -L unit -LE "python|mpi|js|server|fuzz" -E "$ISA_INDEPENDENT" --timeout 900
 done
 
-if [ "${RETNET_SKIP_SANITIZERS:-0}" != "1" ]; then
-  stage "ASan + UBSan build and unit tests"
-  DEPS=test BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo bash scripts/build.sh -DRETNET_SANITIZE=ON \
-    -DRETNET_BUILD_BENCHMARKS=OFF
-  # OpenBLAS and libgomp are not instrumented; leak checks would report their one-time buffers.
-  # The mpirun tests run in the release pass only: OpenMPI is not instrumented either, and the
-  # trainer they drive is the one the unit tests check here. So do the Node.js tests (the npm
-  # clients, Chromium, the JS template reference): they check protocols and text, and the server
-  # they talk to runs instrumented in the server tests. Instrumented code runs several times
-  # slower: the per-test limit is doubled.
-  ASAN_OPTIONS=detect_leaks=0 run_ctest asan --test-dir build-asan --output-on-failure \
+# One clang build with AddressSanitizer and UndefinedBehaviorSanitizer serves the unit tests and
+# the libFuzzer harnesses (tests/fuzz): one instrumented build instead of two. clang's UBSan also
+# checks float-to-integer conversions, which GCC's leaves out.
+SANITIZERS=1
+FUZZ=1
+[ "${RETNET_SKIP_SANITIZERS:-0}" = "1" ] && SANITIZERS=0
+[ "${RETNET_SKIP_FUZZ:-0}" = "1" ] && FUZZ=0
+if [ "$SANITIZERS" = 1 ] || [ "$FUZZ" = 1 ]; then
+  stage "ASan + UBSan build (clang)"
+  SANITIZE_ARGS=(-DCMAKE_CXX_COMPILER=clang++ -DRETNET_SANITIZE=ON -DRETNET_FUZZ=ON
+                 -DRETNET_BUILD_BENCHMARKS=OFF)
+  [ "$SANITIZERS" = 0 ] && SANITIZE_ARGS+=(-DRETNET_BUILD_TESTS=OFF -DRETNET_MPI=OFF)
+  DEPS=test BUILD_DIR=build-sanitize BUILD_TYPE=RelWithDebInfo bash scripts/build.sh \
+    "${SANITIZE_ARGS[@]}"
+fi
+
+if [ "$SANITIZERS" = 1 ]; then
+  stage "unit tests under ASan + UBSan"
+  # OpenBLAS and the OpenMP runtime are not instrumented; leak checks would report their one-time
+  # buffers. The mpirun tests run in the release pass only: OpenMPI is not instrumented either,
+  # and the trainer they drive is the one the unit tests check here. So do the Node.js tests (the
+  # npm clients, Chromium, the JS template reference): they check protocols and text, and the
+  # server they talk to runs instrumented in the server tests. Instrumented code runs several
+  # times slower: the per-test limit is doubled.
+  ASAN_OPTIONS=detect_leaks=0 run_ctest asan --test-dir build-sanitize --output-on-failure \
     --parallel "$JOBS" -L unit -LE "python|mpi|js|fuzz" --timeout 1800
 fi
 
-if [ "${RETNET_SKIP_FUZZ:-0}" != "1" ]; then
-  # Every parser and loader that takes outside input, fuzzed under ASan + UBSan (clang's
-  # libFuzzer, tests/fuzz): each harness replays its seeds and past findings, then fuzzes briefly.
-  # The long run is scripts/fuzz.sh (docs/fuzzing.md).
-  stage "fuzz tests (libFuzzer, clang)"
-  DEPS=test BUILD_DIR=build-fuzz BUILD_TYPE=RelWithDebInfo BUILD_TARGET=retnet_fuzzers \
-    bash scripts/build.sh -DCMAKE_CXX_COMPILER=clang++ -DRETNET_FUZZ=ON -DRETNET_BUILD_TESTS=OFF \
-    -DRETNET_BUILD_BENCHMARKS=OFF -DRETNET_BUILD_PYTHON=OFF -DRETNET_MPI=OFF
-  run_ctest fuzz --test-dir build-fuzz --output-on-failure --parallel "$JOBS" -L fuzz --timeout 900
+if [ "$FUZZ" = 1 ]; then
+  # Every parser and loader that takes outside input, fuzzed (clang's libFuzzer): each harness
+  # replays its seeds and past findings, then fuzzes briefly. The long run is scripts/fuzz.sh
+  # (docs/fuzzing.md).
+  stage "fuzz tests (libFuzzer)"
+  run_ctest fuzz --test-dir build-sanitize --output-on-failure --parallel "$JOBS" -L fuzz \
+    --timeout 900
 fi
 
 # Skipped tests: ctest lists them as "NN - name (Skipped)".

@@ -83,7 +83,7 @@ TEST(RowMajorGemm, EveryKernelAndTypeMatchesTheReferenceAndIsBatchInvariant) {
     for (auto [M, N, K] : kShapes) {
       const int64_t ldw = K + 5;
       const Weights w(N, ldw, 23);
-      auto with = [&](const auto* data) {
+      auto with = [&, N = N, K = K](const auto* data) {
         return [&, data](int64_t m, const float* a, int64_t lda, float* c, int64_t ldc,
                          float beta) {
           rowmajor_gemm_nt_with(kernel, m, N, K, a, lda, data, ldw, beta, c, ldc);
@@ -104,7 +104,7 @@ TEST(RowMajorGemm, TheDispatchedProductCoversDecodeAndPrefillRowCounts) {
                          {100, 300, 48}}) {
     const int64_t ldw = K + 1;
     const Weights w(N, ldw, 24);
-    auto run = [&](const auto* data) {
+    auto run = [&, N = N, K = K](const auto* data) {
       return [&, data](int64_t m, const float* a, int64_t lda, float* c, int64_t ldc, float beta) {
         rowmajor_gemm_nt(m, N, K, a, lda, data, ldw, beta, c, ldc);
       };

@@ -147,7 +147,7 @@ void check_linear_gradients(const OwnedMap& features, const LinearShape& shape, 
   auto d_out = random_vector(B * T * H * Dv, 77);
   // Expected gradients: central differences of the double-precision composite.
   std::vector<double> q(p.q.begin(), p.q.end()), k(p.k.begin(), p.k.end()), v(p.v.begin(), p.v.end());
-  auto loss = [&] {
+  auto loss = [&, B = B, T = T, H = H, Dk = Dk, Dv = Dv] {
     auto o = linear_forward_double(map, q, k, v, B, T, H, Dk, Dv);
     double s = 0;
     for (size_t i = 0; i < o.size(); ++i) s += o[i] * d_out[i];

@@ -151,7 +151,7 @@ TEST(Gemm, PackedMatchesReferenceAndIsBatchInvariant) {
         SCOPED_TRACE(::testing::Message() << M << "x" << N << "x" << K << " f16 " << f16
                                           << " beta " << beta);
         auto C = random_vector(M * ldc, 9), R = C, input = C;
-        auto run = [&](int64_t rows, const float* a, float* c) {
+        auto run = [&, N = N, K = K](int64_t rows, const float* a, float* c) {
           if (f16) packed_gemm_nt_f16(rows, N, K, a, lda, half.data(), beta, c, ldc);
           else packed_gemm_nt(rows, N, K, a, lda, packed.data(), beta, c, ldc);
         };

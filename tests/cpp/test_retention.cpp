@@ -131,7 +131,7 @@ TEST(Retention, ContinuesFromAState) {
     std::vector<float> state(p.B * S, 0.f);
     const int64_t T1 = 23;
     for (auto [t0, t1] : {std::pair<int64_t, int64_t>{0, T1}, {T1, p.T}}) {
-      auto part = [&](std::vector<float>& x, int64_t D) {
+      auto part = [&, t0 = t0, t1 = t1](std::vector<float>& x, int64_t D) {
         TensorView t = TensorView::contiguous(x.data(), {p.B, p.T, p.H, D});
         return t.slice(1, t0, t1);
       };

@@ -103,7 +103,7 @@ TEST(RetentionBackward, BothFormsMatchTheReference) {
       std::vector<double> eq(q.size()), ek(k.size()), ev(v.size());
       for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h) {
-          auto take = [&](const std::vector<float>& x, int64_t D) {
+          auto take = [&, T = T, H = H](const std::vector<float>& x, int64_t D) {
             std::vector<double> r(T * D);
             for (int64_t t = 0; t < T; ++t)
               for (int64_t i = 0; i < D; ++i) r[t * D + i] = x[((b * T + t) * H + h) * D + i];
@@ -125,7 +125,7 @@ TEST(RetentionBackward, BothFormsMatchTheReference) {
           if (form == Form::Parallel && chunk != T) continue;
           std::vector<float> out(v.size()), stats(B * T * H * 2);
           std::vector<float> state(B * H * retention_state_floats_per_head(Dk, Dv), 0.f);
-          auto view = [&](std::vector<float>& x, int64_t D) { return TensorView::contiguous(x.data(), {B, T, H, D}); };
+          auto view = [&, B = B, T = T, H = H](std::vector<float>& x, int64_t D) { return TensorView::contiguous(x.data(), {B, T, H, D}); };
           RetentionArgs fa;
           fa.q = view(q, Dk), fa.k = view(k, Dk), fa.v = view(v, Dv), fa.out = view(out, Dv);
           fa.gammas = gammas.data();
