@@ -7,6 +7,7 @@
 #include <string>
 
 #include "retnet/core/error.h"
+#include "chat_template_fixture.h"
 #include "retnet/text/chat_template.h"
 
 using retnet::ChatTemplate;
@@ -15,21 +16,8 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-std::string render(const std::string& source, const ojson& vars = ojson::object(),
-                   const ChatTemplateLimits& limits = {}) {
-  return ChatTemplate::parse(source, "test.jinja", limits).render(vars);
-}
-
-// The Error a template raises (when parsing or rendering); "" when there is none.
-std::string template_error_of(const std::string& source, const ojson& vars = ojson::object(),
-                              const ChatTemplateLimits& limits = {}) {
-  try {
-    render(source, vars, limits);
-  } catch (const retnet::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using retnet::test::render;
+using retnet::test::template_error_of;
 
 TEST(ChatTemplate, ArithmeticFollowsPython) {
   EXPECT_EQ(render("{{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ 2 ** 10 }} {{ 2 ** 3 ** 0 }}"), "7 9 1024 1");  // Jinja's ** groups left

@@ -5,9 +5,9 @@
 
 #include <string>
 
+#include "chat_template_fixture.h"
 #include "retnet/core/error.h"
 #include "retnet/text/chat_template.h"
-#include "retnet/text/fuzz_targets.h"
 
 using retnet::ChatTemplate;
 using retnet::ChatTemplateLimits;
@@ -15,21 +15,8 @@ using ojson = nlohmann::ordered_json;
 
 namespace text_limits_test {
 
-std::string render(const std::string& source, const ojson& vars = ojson::object(),
-                   const ChatTemplateLimits& limits = {}) {
-  return ChatTemplate::parse(source, "limits.jinja", limits).render(vars);
-}
-
-// The Error a template raises (when parsing or rendering); "" when there is none.
-std::string error_of(const std::string& source, const ojson& vars = ojson::object(),
-                     const ChatTemplateLimits& limits = {}) {
-  try {
-    render(source, vars, limits);
-  } catch (const retnet::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using retnet::test::render;
+using retnet::test::template_error_of;
 
 std::string chain(const std::string& first, const std::string& link, int n) {
   std::string s = first;
@@ -48,8 +35,8 @@ TEST(TextLimits, LeftLeaningChainsAreRefusedWhileParsing) {
         chain("x", ".a", 10'000), chain("x", "[0]", 10'000), chain("x", "()", 10'000),
         chain("x", " | string", 10'000), chain("x", " is defined", 10'000),
         chain("1", " == 1", 10'000)}) {
-    const std::string e = error_of("{{ " + expr + " }}");
-    EXPECT_TRUE(has(e, "limits.jinja:1:") && has(e, "expression nested deeper than 256 levels"))
+    const std::string e = template_error_of("{{ " + expr + " }}");
+    EXPECT_TRUE(has(e, "test.jinja:1:") && has(e, "expression nested deeper than 256 levels"))
         << e;
   }
   // Below the limit the same chains render.
@@ -63,11 +50,11 @@ TEST(TextLimits, RenderingNestingIsBoundedAcrossMacroCalls) {
   const std::string deep = chain("", "[", 50) + "f(n - 1)" + chain("", "]", 50);
   const std::string source =
       "{% macro f(n) %}{% if n > 0 %}{{ " + deep + " }}{% endif %}{% endmacro %}{{ f(60) }}";
-  std::string e = error_of(source);
-  EXPECT_TRUE(has(e, "limits.jinja") && has(e, "rendering nested deeper than 1024 levels")) << e;
+  std::string e = template_error_of(source);
+  EXPECT_TRUE(has(e, "test.jinja") && has(e, "rendering nested deeper than 1024 levels")) << e;
   ChatTemplateLimits small;
   small.max_nesting = 50;
-  e = error_of("{{ " + chain("", "[", 60) + "1" + chain("", "]", 60) + " }}", ojson::object(),
+  e = template_error_of("{{ " + chain("", "[", 60) + "1" + chain("", "]", 60) + " }}", ojson::object(),
                small);
   EXPECT_TRUE(has(e, "rendering nested deeper than 50 levels")) << e;
   EXPECT_EQ(render("{{ " + chain("", "[", 40) + "1" + chain("", "]", 40) + " | length }}",
@@ -78,36 +65,36 @@ TEST(TextLimits, RenderingNestingIsBoundedAcrossMacroCalls) {
 TEST(TextLimits, ValuesThatNestOrShareThemselvesEndInErrors) {
   // A list wrapped in a list 100,000 times: refused when built, so printing or freeing it
   // cannot recurse that deep.
-  std::string e = error_of(
+  std::string e = template_error_of(
       "{% set ns = namespace(x=0) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor "
       "%}{{ ns.x }}");
-  EXPECT_TRUE(has(e, "limits.jinja") && has(e, "list nested deeper than 256 levels")) << e;
+  EXPECT_TRUE(has(e, "test.jinja") && has(e, "list nested deeper than 256 levels")) << e;
   // A namespace that holds itself prints as an Error, not an endless recursion.
   for (const char* out : {"{{ ns }}", "{{ ns | tojson }}", "{{ ns == ns2 }}"}) {
-    e = error_of(
+    e = template_error_of(
         std::string(
             "{% set ns = namespace(a=1) %}{% set ns.self = ns %}{% set ns2 = namespace(a=1) %}"
             "{% set ns2.self = ns2 %}") +
         out);
-    EXPECT_TRUE(has(e, "limits.jinja") && has(e, "nested deeper than 256 levels"))
+    EXPECT_TRUE(has(e, "test.jinja") && has(e, "nested deeper than 256 levels"))
         << out << ": " << e;
   }
   // A list holding the same list twice, 40 times over: 2^40 items to print or compare.
   const std::string doubled =
       "{% set ns = namespace(x=[1]) %}{% for i in range(40) %}{% set ns.x = [ns.x, ns.x] %}{% "
       "endfor %}";
-  e = error_of(doubled + "{{ ns.x }}");
-  EXPECT_TRUE(has(e, "limits.jinja") && has(e, "exceed the limit of 16777216 bytes")) << e;
-  e = error_of(doubled + "{{ ns.x | tojson }}");
+  e = template_error_of(doubled + "{{ ns.x }}");
+  EXPECT_TRUE(has(e, "test.jinja") && has(e, "exceed the limit of 16777216 bytes")) << e;
+  e = template_error_of(doubled + "{{ ns.x | tojson }}");
   EXPECT_TRUE(has(e, "tojson: the output would exceed the limit of 16777216 bytes")) << e;
-  e = error_of(doubled + "{{ ns.x ~ '' }}");
+  e = template_error_of(doubled + "{{ ns.x ~ '' }}");
   EXPECT_TRUE(has(e, "exceed the limit")) << e;
-  e = error_of(
+  e = template_error_of(
       doubled +
       "{% set ns2 = namespace(y=[1]) %}{% for i in range(40) %}{% set ns2.y = [ns2.y, ns2.y] "
       "%}{% endfor %}{{ ns.x == ns2.y }}");
   EXPECT_TRUE(has(e, "comparing two values visited more than")) << e;
-  e = error_of(
+  e = template_error_of(
       doubled +
       "{% set ns2 = namespace(y=[1]) %}{% for i in range(40) %}{% set ns2.y = [ns2.y, ns2.y] "
       "%}{% endfor %}{{ ns.x < ns2.y + [2] }}");
@@ -124,17 +111,17 @@ TEST(TextLimits, TojsonAndIndentWidthsAreExactOrRefused) {
             "[\n1,\n2\n]|[\n1,\n2\n]|[1, 2]");
   EXPECT_EQ(render("{{ 'a\\nb' | indent(300) }}"), "a\n" + pad + "b");
   EXPECT_EQ(render("{{ 'a\\nb' | indent(-2) }}|{{ 'a\\nb' | indent('--') }}"), "a\nb|a\n--b");
-  std::string e = error_of("{{ [1] | tojson(indent=1000000000) }}");
-  EXPECT_TRUE(has(e, "limits.jinja:1:") &&
+  std::string e = template_error_of("{{ [1] | tojson(indent=1000000000) }}");
+  EXPECT_TRUE(has(e, "test.jinja:1:") &&
               has(e, "tojson: the output would exceed the limit of 16777216 bytes"))
       << e;
-  e = error_of("{{ 'a\\nb' | indent(1000000000) }}");
-  EXPECT_TRUE(has(e, "limits.jinja") &&
+  e = template_error_of("{{ 'a\\nb' | indent(1000000000) }}");
+  EXPECT_TRUE(has(e, "test.jinja") &&
               has(e, "indent's width of 1000000000 would exceed the limit of 16777216"))
       << e;
-  e = error_of("{{ [1] | tojson(indent='  ') }}");
+  e = template_error_of("{{ [1] | tojson(indent='  ') }}");
   EXPECT_TRUE(has(e, "filter 'tojson': indent must be an integer or None, got a str")) << e;
-  e = error_of("{{ 'a' | indent(1.5) }}");
+  e = template_error_of("{{ 'a' | indent(1.5) }}");
   EXPECT_TRUE(has(e, "filter 'indent': width must be an integer or a string, got a float")) << e;
 }
 
@@ -209,38 +196,6 @@ TEST(TextLimits, MessagesMustBeUtf8AndBounded) {
   for (int i = 0; i < 200; ++i) deep = ojson::array({deep});
   e = messages_error(ojson::array({ojson{{"role", "user"}, {"content", "a"}, {"extra", deep}}}));
   EXPECT_TRUE(has(e, "nested deeper than 128 levels")) << e;
-}
-
-// The raw-bytes entry points answer good input and refuse bad input with an Error only.
-TEST(TextLimits, FuzzEntryPointsRunTheParsers) {
-  EXPECT_EQ(retnet::fuzz_chat_template("{% for m in messages %}{{ m.content }}{% endfor %}",
-                                       R"([{"role": "user", "content": "hi"}])"),
-            "hi");
-  EXPECT_EQ(
-      retnet::fuzz_chat_template("{{ tools | length }}", R"({"messages": [], "tools": [1, 2]})"),
-      "2");
-  const std::string bad_inputs[][2] = {{"{{ " + chain("1", " + 1", 10'000) + " }}", "[]"},
-                                       {"{% if %}", "[]"},
-                                       {"{{ x }}", "[{"},
-                                       {"{{ x }}", R"([{"role": 1}])"},
-                                       {"{{ x }}", R"({"msgs": []})"}};
-  for (const auto& [source, messages] : bad_inputs)
-    EXPECT_THROW(retnet::fuzz_chat_template(source, messages), retnet::Error)
-        << source.substr(0, 40);
-  const std::string tokenizer =
-      R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}})";
-  EXPECT_EQ(retnet::fuzz_hf_tokenizer(tokenizer, "abab"),
-            "ab ab");  // no decoder: HF joins with spaces
-  EXPECT_THROW(
-      retnet::fuzz_hf_tokenizer(R"({"model": {"type": "BPE", "vocab": {}, "merges": []}})", "a"),
-      retnet::Error);
-  EXPECT_THROW(retnet::fuzz_hf_tokenizer("{", "a"), retnet::Error);
-  EXPECT_NO_THROW(retnet::fuzz_hf_config(
-      R"({"hidden_size": 64, "num_heads": 2, "num_hidden_layers": 1, "vocab_size": 10})"));
-  EXPECT_THROW(retnet::fuzz_hf_config(
-                   R"({"hidden_size": 64, "num_heads": 2, "num_hidden_layers": 1, "vocab_size": 10,
-      "eos_token_id": 10})"),
-               retnet::Error);
 }
 
 }  // namespace text_limits_test

@@ -203,11 +203,22 @@ struct JsonWriter {
     out += '\n';
     for (int i = 0; i < level; ++i) out += *indent;
   }
+  // `open` items... `close`, each item on a line of its own when indenting.
+  template <typename WriteItem>
+  void container(char open, char close, size_t count, int depth, WriteItem write_item) {
+    out += open;
+    for (size_t i = 0; i < count; ++i) {
+      if (i) out += indent ? "," : ", ";
+      if (indent) newline(depth + 1);
+      write_item(i);
+    }
+    if (indent && count > 0) newline(depth);
+    out += close;
+  }
   void write(const Value& v, int depth) {
     RETNET_CHECK(depth < kMaxValueDepth, "tojson: value nested deeper than {} levels",
                  kMaxValueDepth);
     check();
-    const char* item_sep = indent ? "," : ", ";
     switch (v.kind()) {
       case Value::Kind::Undefined:
       case Value::Kind::None:
@@ -231,18 +242,7 @@ struct JsonWriter {
         return;
       case Value::Kind::Array: {
         const auto& items = v.items();
-        if (items.empty()) {
-          out += "[]";
-          return;
-        }
-        out += '[';
-        for (size_t i = 0; i < items.size(); ++i) {
-          if (i) out += item_sep;
-          if (indent) newline(depth + 1);
-          write(items[i], depth + 1);
-        }
-        if (indent) newline(depth);
-        out += ']';
+        container('[', ']', items.size(), depth, [&](size_t i) { write(items[i], depth + 1); });
         return;
       }
       case Value::Kind::Object: {
@@ -250,20 +250,11 @@ struct JsonWriter {
         for (const auto& e : v.obj().entries) entries.push_back(&e);
         if (sort_keys)
           stable_sort_values(entries, [](auto* a, auto* b) { return a->first < b->first; });
-        if (entries.empty()) {
-          out += "{}";
-          return;
-        }
-        out += '{';
-        for (size_t i = 0; i < entries.size(); ++i) {
-          if (i) out += item_sep;
-          if (indent) newline(depth + 1);
+        container('{', '}', entries.size(), depth, [&](size_t i) {
           json_string(entries[i]->first, out);
           out += ": ";
           write(entries[i]->second, depth + 1);
-        }
-        if (indent) newline(depth);
-        out += '}';
+        });
         return;
       }
       case Value::Kind::Callable:

@@ -159,21 +159,13 @@ void parse_decoder(const Ctx& c, const json& j, const std::string& key,
   add_step(c, key, out, std::move(s));
 }
 
-// The most a normalizer's steps can multiply a text's length by (a Prepend adds once).
-double normalizer_growth(const std::vector<NormalizerStep>& steps) {
+// The most a normalizer's or decoder's steps can multiply a text's length by: only their Replace
+// steps can lengthen it (a normalizer's Prepend adds once).
+template <typename Step>
+double replace_growth(const std::vector<Step>& steps) {
   double g = 1;
   for (const auto& s : steps)
-    if (s.kind == NormalizerStep::kReplace && !s.text.empty())
-      g *=
-          std::max(1.0, static_cast<double>(s.content.size()) / static_cast<double>(s.text.size()));
-  return g;
-}
-
-// The same for the decoder: only Replace steps can lengthen a text.
-double decoder_growth(const std::vector<DecoderStep>& steps) {
-  double g = 1;
-  for (const auto& s : steps)
-    if (s.kind == DecoderStep::kReplace && !s.text.empty())
+    if (s.kind == Step::kReplace && !s.text.empty())
       g *=
           std::max(1.0, static_cast<double>(s.content.size()) / static_cast<double>(s.text.size()));
   return g;
@@ -220,9 +212,9 @@ void parse_all(const Ctx& c, const json& root, Config& config) {
   parse_pre_tokenizer(c, root.value("pre_tokenizer", json()), "pre_tokenizer",
                       config.pre_tokenizer);
   parse_decoder(c, root.value("decoder", json()), "decoder", config.decoder);
-  check_growth(c, "normalizer", normalizer_growth(config.normalizer));
+  check_growth(c, "normalizer", replace_growth(config.normalizer));
   check_growth(c, "pre_tokenizer", pre_tokenizer_growth(config.pre_tokenizer));
-  check_growth(c, "decoder", decoder_growth(config.decoder));
+  check_growth(c, "decoder", replace_growth(config.decoder));
   parse_model(c, root, config);
   parse_added_and_post(c, root, config);
 }
