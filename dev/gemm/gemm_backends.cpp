@@ -1,4 +1,4 @@
-// dev/: GEMM backend comparison behind docs/gemm-backends.md (not part of the engine).
+// dev/: GEMM backend comparison behind docs/gemm.md ("The backends compared") (not part of the engine).
 // Usage: gemm_backends BACKEND THREADS, BACKEND = openblas:PATH | blis:PATH | dnnl.
 // Each run is its own process: OpenBLAS reads OPENBLAS_CORETYPE when it loads.
 #include <dlfcn.h>

@@ -4,7 +4,7 @@
 // Why at run time: Debian's OpenBLAS 0.3.21 does not recognise recent CPUs and silently falls back
 // to SSE3 kernels (measured 5x slower here) unless OPENBLAS_CORETYPE is set before the library is
 // loaded. Loading it ourselves lets the engine set the core type from cpuid first, for every front
-// end (CLI, library, Python), with no wrapper script. See docs/gemm-backends.md for the measurements.
+// end (CLI, library, Python), with no wrapper script. See docs/gemm.md for the measurements.
 #include <cstdint>
 #include <string>
 
