@@ -1,6 +1,7 @@
 #pragma once
 // Internal to src/model: the token-mixer sub-layer of a block, between the input projection and
-// the output projection, for every mixer of mixer.h. The layer loop (layer_forward.cpp, layer_backward.cpp) runs
+// the output projection, for every mixer of mixer.h. The layer loop (layer_forward.cpp and
+// layer_backward.cpp) runs
 //   xn = norm(x);  proj = xn [q | k | v (| g)]^T;  out = mixer(proj);  x += out out_proj^T
 // and each mixer implements the middle step, forward and backward, in its own file.
 #include <array>
