@@ -43,7 +43,7 @@ run_ctest release --test-dir build --output-on-failure --parallel "$JOBS" --time
 # CPU without AVX-512 the avx2 pass would repeat the first, so it is left out there.
 ISA_INDEPENDENT='^(Base64|BadInput|Batches|Bench|ByteTokenizer|ChatTemplate|Cli\.|Communicator|'\
 'Config\.|CpuIsaCap|Data\.|FileSafety|GenerateCli|HugePages|HybridConfig|JsonParse|MixerConfig|'\
-'Npy|ProcessMemory|QuantCli|SentencePiece|Server|TestHelpers|TextLimits|TextReleaser|Tokenizer)'
+'Npy|ProcessMemory|QuantCli|SentencePiece|Server|TestHelpers|TextLimits|TextReleaser|Tokenizer|library_consumer)'
 ISA_CAPS="scalar"
 grep -qw avx512f /proc/cpuinfo && ISA_CAPS="avx2 scalar"
 for isa in $ISA_CAPS; do

@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "retnet/core/json_parse.h"
+#include "retnet/core/read_file.h"
 #include "retnet/retnet.h"
 
 namespace retnet::cli {

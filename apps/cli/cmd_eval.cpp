@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "retnet/core/read_file.h"
 #include "retnet/retnet.h"
 
 namespace retnet::cli {

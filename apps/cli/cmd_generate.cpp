@@ -10,6 +10,8 @@
 #include <random>
 
 #include "commands.h"
+#include "retnet/core/process_memory.h"
+#include "retnet/core/read_file.h"
 #include "retnet/retnet.h"
 
 namespace retnet::cli {

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "retnet/core/safetensors.h"
 #include "retnet/retnet.h"
 
 namespace retnet::cli {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "retnet/core/process_memory.h"
 #include "retnet/retnet.h"
 
 namespace retnet::cli {

@@ -1,6 +1,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "retnet/core/read_file.h"
 #include "retnet/retnet.h"
 
 namespace retnet::cli {

@@ -1,6 +1,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "retnet/core/npy.h"
 #include "retnet/retnet.h"
 
 namespace retnet::cli {

@@ -6,6 +6,8 @@
 #include <memory>
 
 #include "commands.h"
+#include "retnet/core/read_file.h"
+#include "retnet/core/safetensors.h"
 #include "retnet/retnet.h"
 
 namespace retnet::cli {

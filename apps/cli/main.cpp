@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "commands.h"
+#include "retnet/core/cpu_isa.h"
 #include "retnet/retnet.h"
 
 int main(int argc, char** argv) {

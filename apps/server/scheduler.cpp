@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "retnet/core/json_parse.h"
+#include "retnet/core/read_file.h"
+#include "retnet/core/safetensors.h"
 
 namespace retnet::server {
 namespace {

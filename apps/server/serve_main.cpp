@@ -23,6 +23,7 @@
 
 #include "guarded_server.h"
 #include "http_api.h"
+#include "retnet/core/read_file.h"
 #include "retnet/retnet.h"
 #include "scheduler.h"
 

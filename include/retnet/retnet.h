@@ -10,22 +10,17 @@
 //   Tokenizer    bytes or SentencePiece: load_tokenizer, train_tokenizer
 //   train        the trainer: AdamW, logging, validation, checkpoints, exact resume
 //   Error        every user-facing failure; its message names the bad input
+//
+// This header and what it includes are the installed headers (include/). The engine's internals
+// (kernels, arenas, file formats, state views) live under src/include and are not installed.
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
 
-#include "retnet/core/cpu_isa.h"
 #include "retnet/core/error.h"
 #include "retnet/core/form.h"
-#include "retnet/core/npy.h"
-#include "retnet/core/gemm.h"
-#include "retnet/core/parallel.h"
-#include "retnet/core/process_memory.h"
-#include "retnet/core/quant.h"
-#include "retnet/core/read_file.h"
-#include "retnet/core/safetensors.h"
-#include "retnet/dist/communicator.h"
+#include "retnet/core/threads.h"
 #include "retnet/infer/generator.h"
 #include "retnet/infer/session.h"
 #include "retnet/model/config.h"

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "retnet/core/error.h"
+#include "retnet/core/half.h"
 #include "retnet/core/parallel.h"
 #include "retnet/model/model.h"
 

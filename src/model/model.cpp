@@ -1,3 +1,4 @@
+#include "retnet/core/quant.h"
 #include "retnet/model/model.h"
 
 #include <algorithm>

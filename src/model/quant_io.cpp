@@ -1,4 +1,5 @@
 // Writing and reading model files whose projections are stored quantised (retnet/model/quant_io.h).
+#include "retnet/core/quant.h"
 #include "retnet/model/quant_io.h"
 
 #include <sys/mman.h>

@@ -1,6 +1,6 @@
 """An independent PyTorch reference of the whole mixer family (the config's "mixer" field):
 retention, attention, linear, performer, aft, aft-simple, rwkv. Written from the mixers'
-definitions (include/retnet/mixers/*.h, seeds' equations), not from the engine's kernels.
+definitions (src/include/retnet/mixers/*.h, seeds' equations), not from the engine's kernels.
 Dtype-generic: run it in float64 to get numbers to compare float32 engines against.
 
 Every mixer sits in the same block as retention (retnet_ref.decoder; retention itself is

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "retnet/model/mixer.h"
-#include "retnet/ops/activation.h"
+#include "retnet/model/activation_kind.h"
 
 namespace retnet {
 

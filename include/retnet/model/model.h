@@ -11,12 +11,13 @@
 #include <tuple>
 #include <vector>
 
-#include "retnet/core/half.h"
 #include "retnet/core/param_buffer.h"
-#include "retnet/core/quant.h"
+#include "retnet/core/quant_type.h"
 #include "retnet/model/config.h"
 
 namespace retnet {
+
+struct BFloat16;  // core/half.h
 
 inline constexpr size_t kNoTensor = static_cast<size_t>(-1);
 

@@ -7,7 +7,7 @@
 #include <map>
 #include <string>
 
-#include "retnet/core/quant.h"
+#include "retnet/core/quant_type.h"
 #include "retnet/model/model.h"
 
 namespace retnet {

@@ -1,6 +1,6 @@
 // AFT-full's forward kernels: the tiled online-softmax forward (training and prefill), the
 // key/value cache, the decode step and the double reference. Definition:
-// include/retnet/mixers/aft.h.
+// src/include/retnet/mixers/aft.h.
 #include "retnet/mixers/aft.h"
 
 #include <omp.h>

@@ -1,6 +1,6 @@
 #pragma once
 // Inner loops shared by the AFT-full forward, backward and decode kernels (internal header).
-// Definition and numerics: include/retnet/mixers/aft.h.
+// Definition and numerics: src/include/retnet/mixers/aft.h.
 #include <omp.h>
 
 #include <algorithm>

@@ -1,5 +1,6 @@
 // Softmax attention's forward kernels: the tiled online-softmax forward (training and prefill),
-// the KV-cache decode step and the double reference. Definition: include/retnet/mixers/attention.h.
+// the KV-cache decode step and the double reference. Definition:
+// src/include/retnet/mixers/attention.h.
 #include "retnet/mixers/attention.h"
 
 #include <omp.h>

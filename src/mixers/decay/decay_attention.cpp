@@ -1,5 +1,5 @@
 // Channel-wise decay attention (RWKV-4's WKV, AFT-simple) in three forms; see
-// include/retnet/mixers/decay_attention.h for the definition they share.
+// src/include/retnet/mixers/decay_attention.h for the definition they share.
 #include "retnet/mixers/decay_attention.h"
 
 #include <algorithm>

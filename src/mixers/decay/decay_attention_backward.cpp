@@ -1,5 +1,5 @@
 // Backward passes of the two training forms of decay attention; the forward's definition is in
-// include/retnet/mixers/decay_attention.h.
+// src/include/retnet/mixers/decay_attention.h.
 //
 // Per channel, with weights e^{x_nm} (x_nm = k_m - (n-1-m) w for m < n, u + k_n for m = n), the
 // saved log denominator L_n and wkv_n, the normalised weights are pi_nm = e^{x_nm - L_n} <= 1 and

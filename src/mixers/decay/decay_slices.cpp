@@ -1,6 +1,6 @@
 // Sequence parallel decay attention: a slice's record (the state its tokens leave from an empty one
 // and its log decay) and the associative rule that joins records of consecutive slices; see
-// include/retnet/mixers/decay_attention.h.
+// src/include/retnet/mixers/decay_attention.h.
 #include <algorithm>
 #include <cmath>
 

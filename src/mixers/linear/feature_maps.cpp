@@ -1,5 +1,5 @@
 // Feature maps of the kernelised-attention mixers; definitions in
-// include/retnet/mixers/feature_maps.h.
+// src/include/retnet/mixers/feature_maps.h.
 #include "retnet/mixers/feature_maps.h"
 
 #include <algorithm>

@@ -1,5 +1,5 @@
-// Causal kernelised attention in three forms; see include/retnet/mixers/linear_attention.h for the
-// definition they share.
+// Causal kernelised attention in three forms; see src/include/retnet/mixers/linear_attention.h
+// for the definition they share.
 #include "retnet/mixers/linear_attention.h"
 
 #include <algorithm>

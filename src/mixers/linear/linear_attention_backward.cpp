@@ -1,5 +1,5 @@
 // Backward passes of the two training forms of causal kernelised attention; the forward's
-// definition is in include/retnet/mixers/linear_attention.h.
+// definition is in src/include/retnet/mixers/linear_attention.h.
 //
 // With A_n = sum_{m<=n} (phi_q_n . phi_k_m) [v_m, 1] and o_n = A_n[:Dv] / A_n[Dv], the gradient of
 // A_n is G_n = [dO_n, -(dO_n . o_n)] / A_n[Dv] (0 where A_n[Dv] = 0). From there it is retention's

@@ -1,4 +1,4 @@
-// Retention in four forms; see include/retnet/mixers/retention.h for the definition they share.
+// Retention in four forms; see src/include/retnet/mixers/retention.h for the definition they share.
 #include "retnet/mixers/retention.h"
 
 #include <omp.h>

@@ -1,5 +1,5 @@
 // Backward passes of the two training forms of retention; the forward's definition is in
-// include/retnet/mixers/retention.h.
+// src/include/retnet/mixers/retention.h.
 //
 // With values augmented by a constant 1 (A_n = sum_m w_nm (q_n . k_m) [v_m, 1], w_nm = gamma^(n-m))
 // and o_n = alpha_n A_n[:Dv], the gradient of A_n is G_n = [alpha_n dO_n, beta_n (dO_n . o_n)]: the

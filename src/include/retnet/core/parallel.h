@@ -3,11 +3,10 @@
 // single-threaded inside our parallel regions), so cores are never oversubscribed.
 #include <cstdint>
 
+#include "retnet/core/threads.h"
+
 namespace retnet {
 
-int num_threads();
-// Sets the threads used by our loops and by BLAS; n <= 0 means all cores.
-void set_num_threads(int n);
 // Treats denormal floats as zero on this thread and the pool's: gradients and optimizer moments
 // that decay towards zero otherwise hit the slow denormal paths of the FPU. set_num_threads calls it.
 void flush_denormals_to_zero();

@@ -4,14 +4,11 @@
 #include <cstdint>
 #include <string>
 
+#include "retnet/model/activation_kind.h"
 #include "retnet/ops/fast_exp.h"
 
 namespace retnet {
 
-enum class Activation { Gelu, Swish };
-
-Activation parse_activation(const std::string& name);  // "gelu" | "swish" (alias "silu")
-const char* activation_name(Activation a);
 
 // erfc(z) for z >= 0: Numerical Recipes' Chebyshev fit erfcc (fractional error < 1.2e-7) through
 // the vectorisable exp, so loops over gelu vectorise (libm's scalar erff was ~10 ns an element:

@@ -2,7 +2,7 @@
 // Causal kernelised attention: the linear transformer (feature map elu+1) and the Performer
 // (FAVOR+), in three forms that compute the same function (Katharopoulos et al. 2020; Choromanski et al. 2021 for FAVOR+).
 //
-// Per head, with a feature map phi of F features (include/retnet/mixers/feature_maps.h):
+// Per head, with a feature map phi of F features (src/include/retnet/mixers/feature_maps.h):
 //   A_n = phi(q_n) (S_0 + sum_{m<=n} phi(k_m)^T [v_m, 1])        (Dv + 1 columns)
 //   o_n = A_n[:Dv] / A_n[Dv]      (o_n = 0 where A_n[Dv] = 0)
 // where S_0 is the state carried in (zero for a fresh sequence). As in retention, appending a

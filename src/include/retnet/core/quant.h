@@ -11,20 +11,9 @@
 #include <cstdint>
 #include <string>
 
+#include "retnet/core/quant_type.h"
+
 namespace retnet {
-
-enum class QuantType { Q8_0, Q4_0, Q4_1 };
-inline constexpr int64_t kQuantBlock = 32;  // weights per block
-
-// "q8_0" | "q4_0" | "q4_1"; anything else is an Error naming `option`.
-QuantType parse_quant_type(const std::string& name, const std::string& option);
-const char* quant_type_name(QuantType type);
-// Bytes of one block (34, 18, 20) and bits per weight (8.5, 4.5, 5).
-int64_t quant_block_bytes(QuantType type);
-double quant_bits_per_weight(QuantType type);
-// Bytes of one quantised row of K values; an Error naming `what` unless K is a positive multiple
-// of 32.
-size_t quant_row_bytes(QuantType type, int64_t K, const std::string& what = "a quantised matrix");
 
 // W [N, K] (row stride ldw) -> N * quant_row_bytes(type, K) bytes. Scales round to f16; values
 // round to nearest. Non-finite weights are an Error naming `what`.
