@@ -1,5 +1,4 @@
 // Writing and reading model files whose projections are stored quantised (retnet/model/quant_io.h).
-#include "retnet/core/quant.h"
 #include "retnet/model/quant_io.h"
 
 #include <sys/mman.h>
@@ -9,6 +8,7 @@
 
 #include "retnet/core/error.h"
 #include "retnet/core/mapped_file.h"
+#include "retnet/core/quant.h"
 #include "retnet/core/safetensors.h"
 #include "retnet/model/model_io.h"
 

@@ -1,0 +1,40 @@
+#pragma once
+// What Model keeps for decoding besides its float32 parameters (model.cpp builds the model,
+// model_packing.cpp fills these).
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "retnet/core/half.h"
+#include "retnet/model/model.h"
+
+namespace retnet {
+
+struct DecodePack {
+  DecodePrecision precision;
+  std::vector<float> f32;
+  std::vector<uint16_t> f16;
+  std::vector<BFloat16> bf16;
+  // With released weights in f16/bf16, the embedding too, row-major [vocab, d] (rows are looked
+  // up, not multiplied: no panels); its by_tensor entry points here.
+  std::vector<uint16_t> embed_f16;
+  std::vector<BFloat16> embed_bf16;
+  std::vector<uint8_t>
+      quant;              // the quantised precisions: every product's panels, one after another
+  bool head_f32 = false;  // a quantised model whose LM head stays float32 (in f32)
+  std::unordered_map<size_t, PackedProjection> by_tensor;
+  // Weights used in place: what holds their storage (the file mappings), and their bytes.
+  std::shared_ptr<const void> keep_alive;
+  int64_t in_place_bytes = 0;
+};
+
+struct Model::LazyFingerprint {
+  std::once_flag once;
+  uint64_t value = 0;
+  std::function<uint64_t()> compute;
+};
+
+}  // namespace retnet
