@@ -166,11 +166,9 @@ SavedSequence Session::snapshot(int64_t b) const {
   check_index(b);
   SavedSequence s;
   s.position = state_->positions[b];
-  std::vector<float> all(static_cast<size_t>(state_->snapshot_floats(b)));
-  state_->snapshot(b, all.data());
-  // The state file keeps the constant state and the cached tokens apart.
-  s.state.assign(all.begin(), all.begin() + state_->floats_per_sequence);
-  s.cache.assign(all.begin() + state_->floats_per_sequence, all.end());
+  s.state.resize(static_cast<size_t>(state_->floats_per_sequence));
+  s.cache.resize(static_cast<size_t>(state_->cache_floats(b)));
+  state_->snapshot(b, s.state.data(), s.cache.data());
   if (has_logits_[b])
     s.logits.assign(logits_.data() + b * vocab(), logits_.data() + (b + 1) * vocab());
   s.recent = recent_[b];
@@ -187,9 +185,7 @@ void Session::restore(int64_t b, const SavedSequence& s) {
                "{} at position {}, {})",
                s.state.size(), s.cache.size(), s.logits.size(), state_->floats_per_sequence,
                cache_floats, s.position, vocab());
-  std::vector<float> all(s.state);
-  all.insert(all.end(), s.cache.begin(), s.cache.end());
-  state_->restore(b, all.data(), s.position);
+  state_->restore(b, s.state.data(), s.cache.data(), s.position);
   has_logits_[b] = !s.logits.empty();
   if (has_logits_[b])
     std::memcpy(logits_.data() + b * vocab(), s.logits.data(), s.logits.size() * sizeof(float));

@@ -65,13 +65,13 @@ void State::remove(int64_t b, int64_t active) {
   std::move(positions.begin() + b + 1, positions.begin() + active, positions.begin() + b);
 }
 
-int64_t State::snapshot_floats(int64_t b) const {
-  return floats_per_sequence + (cache.empty() ? 0 : positions[b] * cache.floats_per_token);
+int64_t State::cache_floats(int64_t b) const {
+  return cache.empty() ? 0 : positions[b] * cache.floats_per_token;
 }
 
-void State::snapshot(int64_t b, float* out) const {
-  copy_floats(out, sequence(b), floats_per_sequence);
-  out += floats_per_sequence;
+void State::snapshot(int64_t b, float* state_out, float* cache_out) const {
+  copy_floats(state_out, sequence(b), floats_per_sequence);
+  float* out = cache_out;
   if (cache.empty()) return;
   for (int64_t l = 0; l < cache.layers; ++l) {
     const int64_t rows = positions[b] * cache.row_floats[l];
@@ -80,10 +80,10 @@ void State::snapshot(int64_t b, float* out) const {
   }
 }
 
-void State::restore(int64_t b, const float* in, int64_t position) {
+void State::restore(int64_t b, const float* state_in, const float* cache_in, int64_t position) {
   RETNET_CHECK(position >= 0, "restore at position {}", position);
-  copy_floats(sequence(b), in, floats_per_sequence);
-  in += floats_per_sequence;
+  copy_floats(sequence(b), state_in, floats_per_sequence);
+  const float* in = cache_in;
   positions[b] = position;
   if (cache.empty()) return;
   cache.reserve(position);

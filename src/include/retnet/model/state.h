@@ -73,11 +73,12 @@ struct State {
   // Drops sequence b of the first `active`: the ones after it move down one index.
   void remove(int64_t b, int64_t active);
 
-  // A snapshot of sequence b in a caller's buffer: its constant state, then per layer its
-  // position's cache rows. snapshot_floats(b) floats; restore takes the position it was taken at.
-  int64_t snapshot_floats(int64_t b) const;
-  void snapshot(int64_t b, float* out) const;
-  void restore(int64_t b, const float* in, int64_t position);
+  // A snapshot of sequence b in a caller's buffers: its constant state (floats_per_sequence
+  // floats), and per layer its position's cache rows (cache_floats(b) floats in all). restore
+  // takes the position it was taken at. One copy each way.
+  int64_t cache_floats(int64_t b) const;
+  void snapshot(int64_t b, float* state_out, float* cache_out) const;
+  void restore(int64_t b, const float* state_in, const float* cache_in, int64_t position);
 };
 
 }  // namespace retnet
