@@ -35,6 +35,8 @@ std::string Metrics::prometheus_text() const {
   add("slots_busy", "gauge", "Slots prefilling or generating", busy_slots.load());
   add("queue_depth", "gauge", "Requests waiting for a slot", queue_depth.load());
   add("state_bytes", "gauge", "Bytes of the busy slots' states", state_bytes.load());
+  add("state_bytes_copied_total", "counter", "Bytes of sequence states copied",
+      state_bytes_copied.load());
   return out;
 }
 

@@ -91,6 +91,8 @@ void Scheduler::update_gauges_locked() {
   metrics_.state_bytes = bytes;
   metrics_.cache_bytes = cache_.bytes();
   metrics_.cache_entries = cache_.entries();
+  metrics_.state_bytes_copied =
+      prefill_session_.state_bytes_copied() + decode_session_.state_bytes_copied();
 }
 
 void Scheduler::emit(Slot& slot, const std::string& text, const TokenLogprob* logprob) {

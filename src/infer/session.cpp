@@ -83,6 +83,7 @@ void Session::remove_sequence(int64_t b) {
   check_index(b);
   const int64_t after = active_ - b - 1, V = vocab();
   if (after > 0) {
+    for (int64_t i = b + 1; i < active_; ++i) bytes_copied_ += state_->sequence_bytes(i);
     state_->remove(b, active_);
     std::memmove(logits_.data() + b * V, logits_.data() + (b + 1) * V,
                  static_cast<size_t>(after * V) * sizeof(float));
@@ -156,6 +157,7 @@ void Session::fork(int64_t src, int64_t dst) {
   check_index(dst);
   if (src == dst) return;
   state_->fork(src, dst);
+  bytes_copied_ += state_->sequence_bytes(dst);
   std::memcpy(logits_.data() + dst * vocab(), logits_.data() + src * vocab(),
               static_cast<size_t>(vocab()) * sizeof(float));
   has_logits_[dst] = has_logits_[src];
@@ -169,6 +171,7 @@ SavedSequence Session::snapshot(int64_t b) const {
   s.state.resize(static_cast<size_t>(state_->floats_per_sequence));
   s.cache.resize(static_cast<size_t>(state_->cache_floats(b)));
   state_->snapshot(b, s.state.data(), s.cache.data());
+  bytes_copied_ += state_->sequence_bytes(b);
   if (has_logits_[b])
     s.logits.assign(logits_.data() + b * vocab(), logits_.data() + (b + 1) * vocab());
   s.recent = recent_[b];
@@ -186,6 +189,7 @@ void Session::restore(int64_t b, const SavedSequence& s) {
                s.state.size(), s.cache.size(), s.logits.size(), state_->floats_per_sequence,
                cache_floats, s.position, vocab());
   state_->restore(b, s.state.data(), s.cache.data(), s.position);
+  bytes_copied_ += state_->sequence_bytes(b);
   has_logits_[b] = !s.logits.empty();
   if (has_logits_[b])
     std::memcpy(logits_.data() + b * vocab(), s.logits.data(), s.logits.size() * sizeof(float));

@@ -95,6 +95,9 @@ class Session {
   uint64_t model_fingerprint() const {
     return fingerprint_ ? *fingerprint_ : retnet::model_fingerprint(model_);
   }
+  // Bytes of sequence states copied so far: snapshots, restores (state files included), forks,
+  // and the later sequences remove_sequence moves down one index.
+  int64_t state_bytes_copied() const { return bytes_copied_; }
   // The thread count steps run with (after resolving "automatic").
   int decode_threads() const { return decode_threads_; }
   // Changes it for the following steps (n >= 1): a caller that knows its steps' size and its
@@ -110,6 +113,7 @@ class Session {
   std::optional<uint64_t> fingerprint_;
   int decode_threads_ = 0;
   int64_t active_ = 0;
+  mutable int64_t bytes_copied_ = 0;  // snapshot() is const
   std::unique_ptr<State> state_;  // the model layer's state and scratch, private to the session
   std::vector<float> logits_;                 // [capacity, vocab]
   std::vector<uint8_t> has_logits_;           // [capacity]

@@ -77,6 +77,10 @@ struct State {
   // floats), and per layer its position's cache rows (cache_floats(b) floats in all). restore
   // takes the position it was taken at. One copy each way.
   int64_t cache_floats(int64_t b) const;
+  // Bytes of sequence b: its constant state and its filled cache rows.
+  int64_t sequence_bytes(int64_t b) const {
+    return (floats_per_sequence + cache_floats(b)) * static_cast<int64_t>(sizeof(float));
+  }
   void snapshot(int64_t b, float* state_out, float* cache_out) const;
   void restore(int64_t b, const float* state_in, const float* cache_in, int64_t position);
 };
