@@ -19,6 +19,10 @@ std::string json_text(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+const char* openai_finish_reason(FinishReason reason) {
+  return reason == FinishReason::Length ? "length" : "stop";
+}
+
 nlohmann::json usage_json(const Usage& u) {
   return {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},

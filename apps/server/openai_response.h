@@ -24,6 +24,10 @@ struct Usage {
 
 nlohmann::json usage_json(const Usage& usage);
 
+// OpenAI's finish_reason for why a sequence ended: "stop" (a stop string or the end-of-sequence
+// token) or "length".
+const char* openai_finish_reason(FinishReason reason);
+
 // `j` as compact JSON text. Invalid UTF-8 in a string becomes U+FFFD instead of throwing: request
 // bytes are validated before they get here, and a response must never end the process.
 std::string json_text(const nlohmann::json& j);

@@ -104,16 +104,16 @@ void Scheduler::emit(Slot& slot, const std::string& text, const TokenLogprob* lo
   job.changed.notify_all();
 }
 
-void Scheduler::finish(Slot& slot, const std::string& reason, const std::string& error,
+void Scheduler::finish(Slot& slot, FinishReason reason, const std::string& error,
                        int error_status) {
   Job& job = *slot.job;
   std::string tail;
-  if (slot.releaser) tail = slot.releaser->finish(nullptr);
+  if (slot.decoder) tail = slot.decoder->finish(nullptr);
   {
     std::lock_guard<std::mutex> lock(job.mutex);
     job.text += tail;
     job.finished = true;
-    job.finish_reason = reason;
+    job.finish_reason = reason == FinishReason::None ? "" : openai_finish_reason(reason);
     job.error = error;
     job.error_status = error_status;
     job.completion_tokens = slot.generated;
@@ -121,7 +121,7 @@ void Scheduler::finish(Slot& slot, const std::string& reason, const std::string&
   }
   release(slot);
   slot.job.reset();
-  slot.releaser.reset();
+  slot.decoder.reset();
   slot.phase = Phase::Idle;
   slot.prefilled = slot.generated = slot.position = slot.state_bytes = 0;
   slot.fed.clear();
@@ -153,9 +153,9 @@ bool Scheduler::sweep_locked() {
     if (s.phase == Phase::Idle) continue;
     if (s.job->cancelled) {
       metrics_.cancelled += 1;
-      finish(s, "", "the client disconnected", 499);
+      finish(s, FinishReason::None, "the client disconnected", 499);
     } else if (now > s.job->deadline) {
-      finish(s, "", "the request ran past the server's --timeout", 504);
+      finish(s, FinishReason::None, "the request ran past the server's --timeout", 504);
     }
   }
   for (Slot& s : slots_) {
@@ -173,7 +173,13 @@ bool Scheduler::sweep_locked() {
     }
     s.phase = Phase::Waiting;
     s.prefilled = s.generated = 0;
-    s.releaser = std::make_unique<TextReleaser>(&s.job->stop);
+    DecodeRule rule;
+    rule.sampling = s.job->sampling;
+    rule.max_tokens = s.job->max_tokens;
+    rule.stop = &s.job->stop;
+    rule.stop_at_eos = s.job->stop_at_eos;
+    rule.stream = 0;  // every request: the text `retnet generate` gives it alone
+    s.decoder = std::make_unique<SequenceDecoder>(tokenizer_, std::move(rule));
     s.started = Clock::now();
     prefill_session_.add_sequence();  // index prefilling_.size(): the orders match
     prefilling_.push_back(s.id);
@@ -214,13 +220,13 @@ void Scheduler::loop() {
       lock.lock();
       for (Slot& s : slots_)
         if (s.phase != Phase::Idle)
-          finish(s, "", std::string("inference failed: ") + e.what(), 500);
+          finish(s, FinishReason::None, std::string("inference failed: ") + e.what(), 500);
       continue;
     }
     lock.lock();
   }
   for (Slot& s : slots_)
-    if (s.phase != Phase::Idle) finish(s, "", stop_reason_, 503);
+    if (s.phase != Phase::Idle) finish(s, FinishReason::None, stop_reason_, 503);
   for (auto& job : queue_) {
     std::lock_guard<std::mutex> job_lock(job->mutex);
     job->finished = true;
@@ -312,7 +318,7 @@ bool Scheduler::prefill_segment(Slot& slot, int64_t b) {
   }
   metrics_.prompt_tokens += T;
   if (job.max_tokens == 0) {
-    finish(slot, "length");  // nothing to generate
+    finish(slot, FinishReason::Length);  // nothing to generate
     return true;
   }
   const int64_t d = decode_session_.add_sequence();
@@ -362,31 +368,24 @@ void Scheduler::decode_one_step() {
   const auto t0 = Clock::now();
   std::vector<int32_t> next;
   std::vector<int64_t> ended;  // session indices of slots that finish this round
-  std::vector<std::string> reasons;
+  std::vector<FinishReason> reasons;
   for (size_t b = 0; b < decoding_.size(); ++b) {
     Slot& slot = slots_[static_cast<size_t>(decoding_[b])];
     Job& job = *slot.job;
     const int64_t i = static_cast<int64_t>(b);
-    // Stream 0 for every request: a request gives the text `retnet generate` gives alone.
-    const int32_t token = decode_session_.sample(i, job.sampling, 0);
-    std::optional<TokenLogprob> lp;
-    if (job.top_logprobs >= 0) lp = logprob_of(decode_session_.logits(i), token, job.top_logprobs);
-    const char* reason = nullptr;
-    if (job.stop_at_eos && token == tokenizer_.eos_id()) {
-      reason = "stop";
-    } else {
-      ++slot.generated;
+    const SequenceDecoder::Next step = slot.decoder->next(decode_session_, i);
+    if (step.finish != FinishReason::Eos) {
+      std::optional<TokenLogprob> lp;
+      if (job.top_logprobs >= 0)
+        lp = logprob_of(decode_session_.logits(i), step.token, job.top_logprobs);
+      slot.generated = slot.decoder->generated();
       metrics_.generated_tokens += 1;
-      emit(slot, slot.releaser->push(tokenizer_.token_bytes(token)), lp ? &*lp : nullptr);
-      if (slot.releaser->stopped())
-        reason = "stop";
-      else if (slot.generated >= job.max_tokens)
-        reason = "length";
+      emit(slot, step.text, lp ? &*lp : nullptr);
     }
-    next.push_back(token);
-    if (reason) {
+    next.push_back(step.token);
+    if (step.finish != FinishReason::None) {  // not fed: the request's text is complete
       ended.push_back(i);
-      reasons.emplace_back(reason);
+      reasons.push_back(step.finish);
     }
   }
   {

@@ -64,7 +64,7 @@ class Scheduler {
     int64_t generated = 0;
     int64_t position = 0, state_bytes = 0;  // copies for /slots, updated under the lock
     std::vector<int32_t> fed;               // generated tokens the state has consumed
-    std::unique_ptr<TextReleaser> releaser;
+    std::unique_ptr<SequenceDecoder> decoder;  // the request's decode rule and released text
     std::vector<int32_t> last_tokens;  // tokens of its last finished request (for save)
     std::optional<SavedSequence> last_state;
     Clock::time_point started;
@@ -81,7 +81,7 @@ class Scheduler {
   void decode_one_step();
   int step_threads() const;  // threads for the next step with --threads 0
   // Ends the slot's job (reason "stop"/"length", or an error and its HTTP status) and frees it.
-  void finish(Slot& slot, const std::string& reason, const std::string& error = "",
+  void finish(Slot& slot, FinishReason reason, const std::string& error = "",
               int error_status = 0);
   void release(Slot& slot);  // removes the slot's sequence from whichever session holds it
   void emit(Slot& slot, const std::string& text, const TokenLogprob* logprob);

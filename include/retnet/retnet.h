@@ -7,6 +7,8 @@
 //   ModelRunner  logits in any form, losses, gradients and evaluation over whole sequences
 //   Session      decoding: prefill, batched recurrent steps, sampling, fork, snapshots, state files
 //   generate     the generation loop over a session (stop strings, streaming, stats)
+//   SequenceDecoder  one sequence's decode rule (sampling, end of sequence, stop strings,
+//                budget), which generate and the server share
 //   Tokenizer    bytes or SentencePiece: load_tokenizer, train_tokenizer
 //   train        the trainer: AdamW, logging, validation, checkpoints, exact resume
 //   Error        every user-facing failure; its message names the bad input
@@ -21,6 +23,7 @@
 #include "retnet/core/error.h"
 #include "retnet/core/form.h"
 #include "retnet/core/threads.h"
+#include "retnet/infer/decoder.h"
 #include "retnet/infer/generator.h"
 #include "retnet/infer/session.h"
 #include "retnet/model/config.h"

@@ -4,7 +4,6 @@
 #include <chrono>
 
 #include "retnet/core/error.h"
-#include "retnet/text/utf8.h"
 
 namespace retnet {
 namespace {
@@ -14,50 +13,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 }  // namespace
-
-TextReleaser::TextReleaser(const std::vector<std::string>* stop, std::string initial_bytes)
-    : stop_(stop), held_(std::move(initial_bytes)) {}
-
-std::string TextReleaser::push(std::string_view bytes) {
-  if (stopped_) return "";
-  held_.append(bytes);
-  size_t first_stop = std::string::npos;
-  if (stop_)
-    for (const auto& s : *stop_)
-      if (!s.empty()) first_stop = std::min(first_stop, held_.find(s));
-  if (first_stop != std::string::npos) {
-    stopped_ = true;
-    std::string out = utf8_sanitize(std::string_view(held_).substr(0, first_stop));
-    held_.clear();
-    return out;
-  }
-  // Hold back the longest suffix that is the start of a stop string, and an unfinished character.
-  size_t keep = 0;
-  if (stop_)
-    for (const auto& s : *stop_)
-      for (size_t n = std::min(s.size() - (s.empty() ? 0 : 1), held_.size()); n > keep; --n)
-        if (held_.compare(held_.size() - n, n, s, 0, n) == 0) {
-          keep = n;
-          break;
-        }
-  size_t release = held_.size() - keep;
-  release = utf8_complete_prefix(std::string_view(held_).substr(0, release));
-  std::string out = utf8_sanitize(std::string_view(held_).substr(0, release));
-  held_.erase(0, release);
-  return out;
-}
-
-std::string TextReleaser::finish(std::string* unfinished_tail) {
-  const size_t complete = utf8_complete_prefix(held_);
-  std::string out = utf8_sanitize(std::string_view(held_).substr(0, complete));
-  std::string tail = held_.substr(complete);
-  if (unfinished_tail)
-    *unfinished_tail = tail;
-  else
-    out += utf8_sanitize(tail);
-  held_.clear();
-  return out;
-}
 
 std::vector<SequenceResult> generate(Session& session, const Tokenizer& tokenizer,
                                      const std::vector<std::vector<int32_t>>& prompts,
@@ -72,14 +27,23 @@ std::vector<SequenceResult> generate(Session& session, const Tokenizer& tokenize
   RETNET_CHECK(tokenizer.vocab_size() <= session.vocab(),
                "the tokenizer has {} tokens but the model's vocabulary only {}",
                tokenizer.vocab_size(), session.vocab());
-  options.sampling.validate();
   GenerationTimings local;
   GenerationTimings& tm = timings ? *timings : local;
+  options.sampling.validate();
   std::vector<SequenceResult> results(static_cast<size_t>(n));
-  std::vector<TextReleaser> releasers;
-  for (int64_t i = 0; i < n; ++i)
-    releasers.emplace_back(&options.stop,
-                           i < static_cast<int64_t>(text_tails.size()) ? text_tails[i] : "");
+  std::vector<SequenceDecoder> decoders;
+  decoders.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    DecodeRule rule;
+    rule.sampling = options.sampling;
+    rule.max_tokens = options.max_tokens;
+    rule.stop = &options.stop;
+    rule.stop_at_eos = options.stop_at_eos;
+    rule.stream = i < static_cast<int64_t>(options.streams.size()) ? options.streams[i]
+                                                                   : static_cast<uint64_t>(i);
+    decoders.emplace_back(tokenizer, std::move(rule),
+                          i < static_cast<int64_t>(text_tails.size()) ? text_tails[i] : "");
+  }
 
   auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < n; ++i) {
@@ -101,12 +65,12 @@ std::vector<SequenceResult> generate(Session& session, const Tokenizer& tokenize
     results[i].text += text;
     if (on_text) on_text(i, text);
   };
-  auto finish = [&](int64_t i, std::string reason) {
-    results[i].finish_reason = std::move(reason);
-    emit(i, releasers[i].finish(&results[i].text_tail));
+  auto finish = [&](int64_t i, FinishReason reason) {
+    results[i].finish_reason = finish_reason_name(reason);
+    emit(i, decoders[i].finish(&results[i].text_tail));
   };
   if (options.max_tokens == 0)
-    for (int64_t i = 0; i < n; ++i) finish(i, "length");
+    for (int64_t i = 0; i < n; ++i) finish(i, FinishReason::Length);
 
   for (int64_t produced = 0; produced < options.max_tokens && !owner.empty(); ++produced) {
     if (options.before_step) options.before_step();
@@ -114,25 +78,9 @@ std::vector<SequenceResult> generate(Session& session, const Tokenizer& tokenize
     // Sample every sequence; those that end leave the batch (the last one stays in the session).
     for (int64_t slot = 0; slot < static_cast<int64_t>(owner.size());) {
       const int64_t i = owner[slot];
-      const uint64_t stream = i < static_cast<int64_t>(options.streams.size())
-                                  ? options.streams[i]
-                                  : static_cast<uint64_t>(i);
-      const int32_t token = session.sample(slot, options.sampling, stream);
-      const char* reason = nullptr;
-      if (options.stop_at_eos && token == tokenizer.eos_id()) {
-        reason = "eos";
-      } else {
-        ++results[i].generated_tokens;
-        emit(i, releasers[i].push(tokenizer.token_bytes(token)));
-        if (releasers[i].stopped())
-          reason = "stop";
-        else if (results[i].generated_tokens == options.max_tokens)
-          reason = "length";
-      }
-      // A generated token is always fed, so a saved state covers all the text produced.
-      next[slot] = token;
-      if (reason != nullptr && std::string_view(reason) == "eos") {
-        finish(i, reason);
+      const SequenceDecoder::Next step = decoders[i].next(session, slot);
+      if (step.finish == FinishReason::Eos) {  // not fed: the text ends before it
+        finish(i, step.finish);
         if (owner.size() > 1) {
           session.remove_sequence(slot);
           owner.erase(owner.begin() + slot);
@@ -142,9 +90,10 @@ std::vector<SequenceResult> generate(Session& session, const Tokenizer& tokenize
         owner.clear();
         break;
       }
-      if (reason != nullptr) {
-        results[i].finish_reason = reason;
-      }
+      results[i].generated_tokens = decoders[i].generated();
+      emit(i, step.text);
+      // A generated token is always fed, so a saved state covers all the text produced.
+      next[slot] = step.token;
       ++slot;
     }
     if (owner.empty()) break;
@@ -155,8 +104,8 @@ std::vector<SequenceResult> generate(Session& session, const Tokenizer& tokenize
     // Sequences that hit a stop string or their length have now consumed their last token.
     for (int64_t slot = static_cast<int64_t>(owner.size()) - 1; slot >= 0; --slot) {
       const int64_t i = owner[slot];
-      if (results[i].finish_reason.empty()) continue;
-      finish(i, results[i].finish_reason);
+      if (decoders[i].finish_reason() == FinishReason::None) continue;
+      finish(i, decoders[i].finish_reason());
       if (owner.size() > 1) {
         session.remove_sequence(slot);
         owner.erase(owner.begin() + slot);

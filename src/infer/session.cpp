@@ -146,7 +146,12 @@ const float* Session::logits(int64_t b) const {
 }
 
 int32_t Session::sample(int64_t b, const SamplingParams& params, uint64_t stream) {
-  const float* z = logits(b);
+  return sample_logits(b, logits(b), params, stream);
+}
+
+int32_t Session::sample_logits(int64_t b, const float* z, const SamplingParams& params,
+                               uint64_t stream) {
+  check_index(b);
   const auto& r = recent_[b];
   return sample_token(z, vocab(), params, stream, static_cast<uint64_t>(position(b)), r.data(),
                       static_cast<int64_t>(r.size()), scratch_);

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "retnet/infer/decoder.h"
 #include "retnet/infer/session.h"
 #include "retnet/text/tokenizer.h"
 
@@ -62,21 +63,5 @@ std::vector<SequenceResult> generate(Session& session, const Tokenizer& tokenize
                                      GenerationTimings* timings = nullptr,
                                      const TextCallback& on_text = nullptr,
                                      const std::vector<std::string>& text_tails = {});
-
-// The streaming rule on its own: bytes in, releasable text out.
-class TextReleaser {
- public:
-  TextReleaser(const std::vector<std::string>* stop, std::string initial_bytes = "");
-  // Adds bytes; returns text now safe to release. Sets stopped() when a stop string appears.
-  std::string push(std::string_view bytes);
-  bool stopped() const { return stopped_; }
-  // What is left at the end: released text, and the unfinished character tail kept aside.
-  std::string finish(std::string* unfinished_tail);
-
- private:
-  const std::vector<std::string>* stop_;
-  std::string held_;
-  bool stopped_ = false;
-};
 
 }  // namespace retnet

@@ -63,6 +63,10 @@ class Session {
   // Next token of sequence b from its logits; `stream` keys the random draws (give each
   // independent sequence its own).
   int32_t sample(int64_t b, const SamplingParams& params, uint64_t stream = 0);
+  // The same draw from other logits ([vocab]: sequence b's, adjusted), with b's position and
+  // recent tokens.
+  int32_t sample_logits(int64_t b, const float* logits, const SamplingParams& params,
+                        uint64_t stream = 0);
 
   // Sequence dst becomes a copy of sequence src (state, position, logits, recent tokens): a
   // shared prompt prefilled once, continued several ways.

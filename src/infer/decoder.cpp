@@ -1,0 +1,101 @@
+#include "retnet/infer/decoder.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "retnet/core/error.h"
+#include "retnet/text/utf8.h"
+
+namespace retnet {
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::Stop:
+      return "stop";
+    case FinishReason::Length:
+      return "length";
+    case FinishReason::Eos:
+      return "eos";
+    case FinishReason::None:
+      break;
+  }
+  return "";
+}
+
+TextReleaser::TextReleaser(const std::vector<std::string>* stop, std::string initial_bytes)
+    : stop_(stop), held_(std::move(initial_bytes)) {}
+
+std::string TextReleaser::push(std::string_view bytes) {
+  if (stopped_) return "";
+  held_.append(bytes);
+  size_t first_stop = std::string::npos;
+  if (stop_)
+    for (const auto& s : *stop_)
+      if (!s.empty()) first_stop = std::min(first_stop, held_.find(s));
+  if (first_stop != std::string::npos) {
+    stopped_ = true;
+    std::string out = utf8_sanitize(std::string_view(held_).substr(0, first_stop));
+    held_.clear();
+    return out;
+  }
+  // Hold back the longest suffix that is the start of a stop string, and an unfinished character.
+  size_t keep = 0;
+  if (stop_)
+    for (const auto& s : *stop_)
+      for (size_t n = std::min(s.size() - (s.empty() ? 0 : 1), held_.size()); n > keep; --n)
+        if (held_.compare(held_.size() - n, n, s, 0, n) == 0) {
+          keep = n;
+          break;
+        }
+  size_t release = held_.size() - keep;
+  release = utf8_complete_prefix(std::string_view(held_).substr(0, release));
+  std::string out = utf8_sanitize(std::string_view(held_).substr(0, release));
+  held_.erase(0, release);
+  return out;
+}
+
+std::string TextReleaser::finish(std::string* unfinished_tail) {
+  const size_t complete = utf8_complete_prefix(held_);
+  std::string out = utf8_sanitize(std::string_view(held_).substr(0, complete));
+  std::string tail = held_.substr(complete);
+  if (unfinished_tail)
+    *unfinished_tail = tail;
+  else
+    out += utf8_sanitize(tail);
+  held_.clear();
+  return out;
+}
+
+SequenceDecoder::SequenceDecoder(const Tokenizer& tokenizer, DecodeRule rule, std::string text_tail)
+    : tokenizer_(tokenizer), rule_(std::move(rule)), releaser_(rule_.stop, std::move(text_tail)) {
+  RETNET_CHECK(rule_.max_tokens >= 0, "max tokens must be >= 0, got {}", rule_.max_tokens);
+}
+
+SequenceDecoder::Next SequenceDecoder::next(Session& session, int64_t b) {
+  RETNET_CHECK(finish_ == FinishReason::None, "the sequence has ended ({})",
+               finish_reason_name(finish_));
+  Next out;
+  if (rule_.adjust) {
+    const int64_t V = session.vocab();
+    adjusted_.resize(static_cast<size_t>(V));
+    std::memcpy(adjusted_.data(), session.logits(b), static_cast<size_t>(V) * sizeof(float));
+    rule_.adjust(adjusted_.data(), V);
+    out.token = session.sample_logits(b, adjusted_.data(), rule_.sampling, rule_.stream);
+  } else {
+    out.token = session.sample(b, rule_.sampling, rule_.stream);
+  }
+  if (rule_.stop_at_eos && out.token == tokenizer_.eos_id()) {
+    out.finish = finish_ = FinishReason::Eos;
+    return out;
+  }
+  ++generated_;
+  out.text = releaser_.push(tokenizer_.token_bytes(out.token));
+  if (releaser_.stopped())
+    out.finish = FinishReason::Stop;
+  else if (generated_ >= rule_.max_tokens)
+    out.finish = FinishReason::Length;
+  finish_ = out.finish;
+  return out;
+}
+
+}  // namespace retnet
