@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_server import Server  # noqa: E402  (the harness: free port, bounded waits)
+from server_harness import Server  # noqa: E402  (free port, bounded waits)
 
 FAILURES = []
 # What each front end calls a finish: the CLI names the end-of-sequence token "eos", OpenAI "stop".

@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import random
-import signal
 import socket
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_server import Server, wait_idle  # noqa: E402
+from server_harness import Server, wait_idle  # noqa: E402
 
 NORMAL_LATENCY_BOUND_S = 60  # a loaded 2-core CI box; a starved client waits forever
 HOSTILE = "127.0.0.2"
