@@ -26,12 +26,11 @@ namespace {
 constexpr double kBandwidthMovedSpread = 1.25;
 
 // STREAM-like read bandwidth (bytes per second): sums over a buffer far larger than any cache
-// (2 GiB by default; the Xeon VMs report a 504 MiB L3), each thread reading its share as 1, 2 or 4
-// streams side by side, 64 floats at a time into independent partial sums (one accumulator would
-// make the adds' latency, not memory, the limit). The best of `passes` passes over the best stream
-// count: one stream per thread read 25-30 GB/s on a Xeon where this probe reads 34-36 GB/s and
-// the packed f32 decode kernel 33 GB/s, so a one-stream probe made every roofline fraction look
-// better.
+// (2 GiB by default; some hosts report an L3 of hundreds of MiB), each thread reading its share as
+// 1, 2 or 4 streams side by side, 64 floats at a time into independent partial sums (one
+// accumulator would make the adds' latency, not memory, the limit). The best of `passes` passes over
+// the best stream count: one stream per thread reads less than the decode kernels do, which would
+// flatter every roofline fraction (docs/design-notes.md#bandwidth-probe).
 double read_bandwidth(int passes, int64_t buffer_mib) {
   const int64_t n = buffer_mib << 18, run = 64;  // floats, read 256 bytes at a time
   constexpr int kMaxStreams = 4;
