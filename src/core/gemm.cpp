@@ -47,7 +47,7 @@ const char* coretype_for_this_cpu() {
 Blas load_blas() {
   Blas b;
   // The engine picks the kernel family from cpuid and overrides an inherited OPENBLAS_CORETYPE:
-  // measured here, a machine-wide OPENBLAS_CORETYPE=Haswell halves GEMM speed on an AVX-512 CPU.
+  // a machine-wide OPENBLAS_CORETYPE=Haswell slows GEMM on an AVX-512 CPU (docs/gemm.md).
   // RETNET_BLAS_CORETYPE overrides the engine's choice.
   const char* forced = std::getenv("RETNET_BLAS_CORETYPE");
   const char* core = forced && *forced ? forced : coretype_for_this_cpu();
