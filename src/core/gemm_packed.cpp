@@ -105,8 +105,8 @@ template <int R, int P, typename W, bool kPrefetch = false>
 void tile(const float* A, int64_t lda, const W* packed, int64_t K, float beta, float* C,
           int64_t ldc, int64_t N, int64_t m0, int64_t p0, const W* next = nullptr) {
   // Every loop over the tile is unrolled: an accumulator indexed at run time anywhere makes GCC
-  // keep the array in memory and store all of it on every k (measured: 12 stores per 12 FMAs,
-  // which halved the kernel's speed).
+  // keep the array in memory and store all of it on every k
+  // (docs/design-notes.md#packed-decode-kernels).
   __m256 acc[R][P][2];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
