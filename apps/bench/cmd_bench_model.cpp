@@ -70,7 +70,8 @@ double gemm_ceiling(const Config& c, int64_t T, int reps) {
   const int64_t K = c.embed_dim, N = c.max_projection_width();
   std::vector<float> a(T * K, 0.5f), b(N * K, 0.25f), out(T * N);
   double best = 1e30;
-  // Best of at least 5: on a shared machine single calls of this size varied 87-146 GFLOP/s.
+  // Best of at least 5: on a shared machine single calls of this size vary widely
+  // (docs/design-notes.md#bandwidth-probe).
   for (int r = 0; r < std::max(reps, 5); ++r) {
     const auto t0 = Clock::now();
     sgemm(Trans::No, Trans::Yes, T, N, K, 1.f, a.data(), K, b.data(), K, 0.f, out.data(), N);
@@ -184,8 +185,7 @@ nlohmann::ordered_json run_dtype(const BenchModelOptions& o, const std::string& 
   const std::vector<int32_t> prompt = bench_tokens(16, c.vocab_size, 3);
   s.prefill(0, prompt.data(), static_cast<int64_t>(prompt.size()));
   std::vector<double> step_seconds;
-  // The machine's bandwidth can move within minutes (on a shared AMD EPYC host it swung between
-  // about 35 and 57 GB/s: f32 decoding read 166% of a probe taken at the start of the run), so
+  // The machine's bandwidth can move within minutes (docs/design-notes.md#bandwidth-probe), so
   // the roofline takes the best of that probe and two taken just before and after this decode.
   const double before = read_bandwidth(2, o.probe_mib);
   for (int64_t i = 0; i < o.decode; ++i) {

@@ -121,7 +121,7 @@ void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float 
     return;
   }
   // A one-row product is a matrix-vector product: OpenBLAS's sgemm does not hand it to sgemv
-  // and runs about 3x slower on it.
+  // and runs several times slower on it (docs/design-notes.md#one-row-products).
   if (M == 1) {
     // y[N] = op(B)^T a: with B [K,N] that is B^T a; with B^T stored [N,K] it is B a.
     int64_t incx = trans_a == Trans::No ? 1 : lda;
