@@ -25,8 +25,9 @@ namespace {
 namespace fs = std::filesystem;
 
 // Batch-1 states at each position, saved once (prefilled then), so that every repetition's window
-// starts at exactly its position without a prefill just before it: timed right after a 16k-token
-// prefill, a window ran ~10% slower than the same steps in a session already decoding.
+// starts at exactly its position without a prefill just before it: a window timed right after a
+// long prefill runs slower than the same steps in a session already decoding
+// (docs/design-notes.md#bench-decode-order).
 class PositionStates {
  public:
   PositionStates(const Model& m, const std::vector<int64_t>& positions) {
@@ -164,8 +165,8 @@ void run_bench_decode(const std::string& model_path, int reps, bool quick, int t
   // 1. Latency by position: the state does not grow, so neither does the step. Each repetition
   // visits every position in turn (and every batch size below), starting one further on each
   // time, so a machine that speeds up or slows down during the run, or a window that follows
-  // another, shifts all of them alike instead of skewing the ratios (the first-visited position
-  // measured 6-8% faster when the order was fixed).
+  // another, shifts all of them alike instead of skewing the ratios (with a fixed order the
+  // first-visited position ran faster: docs/design-notes.md#bench-decode-order).
   const std::vector<int64_t> positions =
       quick ? std::vector<int64_t>{16, 1024} : std::vector<int64_t>{16, 1024, 4096, 16384};
   std::printf("decode latency per token by position (batch 1, 64-step windows)\n");

@@ -26,12 +26,11 @@ namespace {
 constexpr double kBandwidthMovedSpread = 1.25;
 
 // STREAM-like read bandwidth (bytes per second): sums over a buffer far larger than any cache
-// (2 GiB by default; the Xeon VMs report a 504 MiB L3), each thread reading its share as 1, 2 or 4
-// streams side by side, 64 floats at a time into independent partial sums (one accumulator would
-// make the adds' latency, not memory, the limit). The best of `passes` passes over the best stream
-// count: one stream per thread read 25-30 GB/s on a Xeon where this probe reads 34-36 GB/s and
-// the packed f32 decode kernel 33 GB/s, so a one-stream probe made every roofline fraction look
-// better.
+// (2 GiB by default; some hosts report an L3 of hundreds of MiB), each thread reading its share as
+// 1, 2 or 4 streams side by side, 64 floats at a time into independent partial sums (one
+// accumulator would make the adds' latency, not memory, the limit). The best of `passes` passes over
+// the best stream count: one stream per thread reads less than the decode kernels do, which would
+// flatter every roofline fraction (docs/design-notes.md#bandwidth-probe).
 double read_bandwidth(int passes, int64_t buffer_mib) {
   const int64_t n = buffer_mib << 18, run = 64;  // floats, read 256 bytes at a time
   constexpr int kMaxStreams = 4;
@@ -71,7 +70,8 @@ double gemm_ceiling(const Config& c, int64_t T, int reps) {
   const int64_t K = c.embed_dim, N = c.max_projection_width();
   std::vector<float> a(T * K, 0.5f), b(N * K, 0.25f), out(T * N);
   double best = 1e30;
-  // Best of at least 5: on a shared machine single calls of this size varied 87-146 GFLOP/s.
+  // Best of at least 5: on a shared machine single calls of this size vary widely
+  // (docs/design-notes.md#bandwidth-probe).
   for (int r = 0; r < std::max(reps, 5); ++r) {
     const auto t0 = Clock::now();
     sgemm(Trans::No, Trans::Yes, T, N, K, 1.f, a.data(), K, b.data(), K, 0.f, out.data(), N);
@@ -185,8 +185,7 @@ nlohmann::ordered_json run_dtype(const BenchModelOptions& o, const std::string& 
   const std::vector<int32_t> prompt = bench_tokens(16, c.vocab_size, 3);
   s.prefill(0, prompt.data(), static_cast<int64_t>(prompt.size()));
   std::vector<double> step_seconds;
-  // The machine's bandwidth can move within minutes (on a shared AMD EPYC host it swung between
-  // about 35 and 57 GB/s: f32 decoding read 166% of a probe taken at the start of the run), so
+  // The machine's bandwidth can move within minutes (docs/design-notes.md#bandwidth-probe), so
   // the roofline takes the best of that probe and two taken just before and after this decode.
   const double before = read_bandwidth(2, o.probe_mib);
   for (int64_t i = 0; i < o.decode; ++i) {

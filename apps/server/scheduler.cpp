@@ -355,10 +355,8 @@ TokenLogprob Scheduler::logprob_of(const float* logits, int32_t token, int top) 
 
 // The server's OpenMP threads sleep at their barriers (serve_main), so each parallel region of a
 // step pays a wake-up: a step too small to be worth splitting (batch x parameters below 2^23)
-// runs on the inference thread alone. Measured on the default model (3.8 M parameters), 2-core
-// AMD EPYC, idle but for the benchmark: one stream 1,629 and 1,806 tokens/s on one thread against
-// 1,344 and 1,372 on two; at 4 streams (15 M) two threads were faster (3,073 and 3,506 against
-// 2,004 and 3,040 tokens/s), and at 16.
+// runs on the inference thread alone: one thread is faster for a single default-model stream, two
+// from 4 streams up (docs/design-notes.md#server-step-threads).
 int Scheduler::step_threads() const {
   const int64_t work = static_cast<int64_t>(decoding_.size()) * model_.parameter_count();
   return work >= (int64_t{1} << 23) ? full_threads_ : 1;

@@ -47,11 +47,10 @@ std::vector<std::string> keys_from_file(const std::string& path) {
 }
 
 // The server's HTTP threads share the cores with the OpenMP threads that decode, and OpenMP's
-// default wait spins at every barrier, holding a core an HTTP thread needs. With sleeping waits the
-// server gave 2.2x the tokens/s at 16 streams and a third of the time to first token (`retnet bench
-// serve`, 2-core AMD EPYC). OpenMP reads OMP_WAIT_POLICY once, when it loads, so the process
-// restarts itself (same pid, arguments and environment) with the policy set, unless the user set
-// one. Returns only when it does not restart.
+// default wait spins at every barrier, holding a core an HTTP thread needs; sleeping waits serve
+// faster (docs/design-notes.md#server-openmp-waits). OpenMP reads OMP_WAIT_POLICY once, when it
+// loads, so the process restarts itself (same pid, arguments and environment) with the policy set,
+// unless the user set one. Returns only when it does not restart.
 void restart_with_sleeping_openmp_waits() {
   if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
   std::ifstream in("/proc/self/cmdline", std::ios::binary);

@@ -47,7 +47,7 @@ const char* coretype_for_this_cpu() {
 Blas load_blas() {
   Blas b;
   // The engine picks the kernel family from cpuid and overrides an inherited OPENBLAS_CORETYPE:
-  // measured here, a machine-wide OPENBLAS_CORETYPE=Haswell halves GEMM speed on an AVX-512 CPU.
+  // a machine-wide OPENBLAS_CORETYPE=Haswell slows GEMM on an AVX-512 CPU (docs/gemm.md).
   // RETNET_BLAS_CORETYPE overrides the engine's choice.
   const char* forced = std::getenv("RETNET_BLAS_CORETYPE");
   const char* core = forced && *forced ? forced : coretype_for_this_cpu();
@@ -121,7 +121,7 @@ void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float 
     return;
   }
   // A one-row product is a matrix-vector product: OpenBLAS's sgemm does not hand it to sgemv
-  // and runs about 3x slower on it.
+  // and runs several times slower on it (docs/design-notes.md#one-row-products).
   if (M == 1) {
     // y[N] = op(B)^T a: with B [K,N] that is B^T a; with B^T stored [N,K] it is B a.
     int64_t incx = trans_a == Trans::No ? 1 : lda;

@@ -105,8 +105,8 @@ template <int R, int P, typename W, bool kPrefetch = false>
 void tile(const float* A, int64_t lda, const W* packed, int64_t K, float beta, float* C,
           int64_t ldc, int64_t N, int64_t m0, int64_t p0, const W* next = nullptr) {
   // Every loop over the tile is unrolled: an accumulator indexed at run time anywhere makes GCC
-  // keep the array in memory and store all of it on every k (measured: 12 stores per 12 FMAs,
-  // which halved the kernel's speed).
+  // keep the array in memory and store all of it on every k
+  // (docs/design-notes.md#packed-decode-kernels).
   __m256 acc[R][P][2];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -254,8 +254,8 @@ void tile(const float* A, int64_t lda, const W* packed, int64_t K, float beta, f
 // go six at a time through one panel (12 accumulators, the panel's 2 registers and a broadcast:
 // the classic 6x16 AVX2 tile), so the tile stays in registers.
 // One pass over panel p streams it at one line per FMA group, faster than one core's hardware
-// prefetch brings a single stream from L3 or memory (measured: 4 rows reached 20 GB/s, batch 1's
-// four streams 50). So the last pass over a panel also pulls in the next one: the next panel's
+// prefetch brings a single stream from L3 or memory (docs/design-notes.md#packed-decode-kernels).
+// So the last pass over a panel also pulls in the next one: the next panel's
 // first pass then reads the cache.
 template <int R, typename W>
 void panel_rows(const float* A, int64_t lda, const W* packed, int64_t K, float beta, float* C,
@@ -401,8 +401,8 @@ void pack(const float* weights, int64_t N, int64_t K, int64_t ldw, W* out, Conve
 // of panels is unpacked to float32 [K][columns] (converting f16/bf16 on the way) and handed to
 // sgemm. The unpacking is O(N K) against the product's O(M N K): a few percent at 512 rows.
 // The block is as wide as converted_block_rows allows (32 MiB, reused across calls): sgemm packs
-// A again for every call, and with 512-column blocks the f32 prefill of the 1.3B shape ran at
-// 78% of the GEMM ceiling on a Xeon.
+// A again for every call, so narrow blocks cost prefill speed
+// (docs/design-notes.md#converted-prefill-blocks).
 template <typename W>
 void unpacked_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const W* packed,
                    float beta, float* C, int64_t ldc) {

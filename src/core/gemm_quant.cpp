@@ -293,10 +293,9 @@ RowsFn rows_function(QuantKernel kernel, QuantType type) {
                quant_kernel_name(kernel));
 #if defined(__x86_64__)
   // An AMD core's hardware prefetcher follows the panels' one sequential stream at memory's speed,
-  // and software prefetches there hold its few miss buffers (the 1.3B shape's q4_0 products on the
-  // Zen 4 EPYC, fast phases: 256-bit kernels 54-57 GB/s without, 39-50 with). Intel cores stop
-  // at 4 KiB pages (q4_0 decoding on a Xeon, the scales then in a plane: 21.3-22.0 tokens/s
-  // without, 26.9 with); the 512-bit kernel, chosen on AMD only, has none.
+  // and software prefetches there hold its few miss buffers; Intel cores stop at 4 KiB pages and
+  // gain from them (docs/design-notes.md#quantised-kernels-and-prefetch). The 512-bit kernel,
+  // chosen on AMD only, has none.
   static const bool prefetch = !__builtin_cpu_is("amd");
   if (kernel == QuantKernel::Avx512Vnni512) return rows_of<Vnni512Kernel, false>(type);
   if (kernel == QuantKernel::Avx512Vnni)
@@ -385,8 +384,9 @@ bool quant_kernel_available(QuantKernel kernel) {
 
 QuantKernel quant_kernel_best() {
   static const QuantKernel best = [] {
-    // The 512-bit kernel where it was measured faster (AMD's Zen 4 runs 512-bit vectors as two
-    // halves, at full clock); an earlier 512-bit kernel was slower on an Intel Xeon.
+    // The 512-bit kernel where it is faster (AMD cores run 512-bit vectors as two halves, at full
+    // clock); on Intel cores an earlier 512-bit kernel was slower
+    // (docs/design-notes.md#quantised-kernels-and-prefetch).
     if (isa_allowed(Isa::Avx512) && quant_kernel_available(QuantKernel::Avx512Vnni))
       return __builtin_cpu_is("amd") ? QuantKernel::Avx512Vnni512 : QuantKernel::Avx512Vnni;
     if (isa_allowed(Isa::Avx2) && quant_kernel_available(QuantKernel::Avx2))

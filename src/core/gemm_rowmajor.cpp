@@ -107,8 +107,7 @@ RETNET_AVX512 inline float hsum16(__m512 v) {
 // (zero-padded copies), then a fixed horizontal sum. With PF, the next R rows (row[r] + R * ldb:
 // the rows are consecutive) are prefetched at the same column, a cache line at a time: a bf16 row
 // of a 2,048-wide model is one 4 KiB page, where an Intel core's hardware prefetcher starts afresh
-// (on a Xeon, batch-1 bf16 decoding of the 1.3B shape in place with 8 rows side by side went from
-// 9.1-9.6 to 10.7-10.8 tokens/s, the packed copy's speed). Past the last row the prefetch reads
+// (docs/design-notes.md#row-major-decode-kernels). Past the last row the prefetch reads
 // nothing: a prefetch never faults. Every loop is unrolled so the accumulators stay in registers.
 // The body is written once and compiled under each ISA's target attribute.
 #define RETNET_ROWMAJOR_BLOCK(NAME, TARGET, REG, L, ZERO, LOADA, LOADW, FMA, HSUM)               \
@@ -160,19 +159,17 @@ RETNET_ROWMAJOR_BLOCK(block_avx512, RETNET_AVX512, __m512, 16, _mm512_setzero_ps
 // One task's rows (8, fewer at the end) against every row of A, in groups of up to 4 rows of A.
 // Batch 1 with AVX-512 reads the weight rows one at a time (R1 = 1; the avx512 kernel reads batch
 // 1 as streams instead, batch1_as_streams): one sequential stream per thread, which the memory
-// system serves faster than eight rows side by side (bf16 in place, the
-// 1.3B shape on an AMD EPYC with AVX-512: 9.75 -> 10.82 tokens/s, medians of 8 alternated runs;
-// a 16-lane FMA chain per row keeps up with memory, and two chains per row gained no more in a
-// 1 GB product). AVX2's 8-lane chain would make one row's FMA latency the limit (the same product
+// system serves faster than eight rows side by side (docs/design-notes.md#row-major-decode-kernels;
+// a 16-lane FMA chain per row keeps up with memory, and two chains per row gained no more).
+// AVX2's 8-lane chain would make one row's FMA latency the limit (the same product
 // was no faster that way), so it keeps 8 rows side by side (R1 = 8) where batch 1 is not read as
 // streams (avx2-prefetch, Intel). Registers for more rows of A:
 // AVX2 has 16, so 2 rows take 4 weight rows at once, 3-4 rows 2; AVX-512 has 32: 8 weight rows
 // for 2 rows of A, 4 for 3-4.
-// PF12 / PF34: software prefetch for 1-2 / 3-4 rows of A. An AMD Zen 4 core streams across the
-// rows' pages by itself, and there the prefetches, which hold the core's few L1 miss buffers, cost
-// 1-2 rows a tenth to a quarter of the speed; with 3 or more rows there is more arithmetic per
-// byte, the core runs less far ahead, and they pay (2.5 GB of bf16, K = 2,048, medians of 5:
-// M = 1 32.7 GB/s without, 26.9 with; M = 2 32.4 / 30.7; M = 4 22.7 / 27.7; M = 16 7.2 / 11.0).
+// PF12 / PF34: software prefetch for 1-2 / 3-4 rows of A. An AMD core streams across the rows'
+// pages by itself, and there the prefetches, which hold the core's few L1 miss buffers, slow 1-2
+// rows; with 3 or more rows there is more arithmetic per byte, the core runs less far ahead, and
+// they pay (docs/design-notes.md#row-major-decode-kernels).
 #define RETNET_ROWMAJOR_ROWS(NAME, TARGET, BLOCK, PF12, PF34, R1, R2, R3)                        \
   template <typename W>                                                                         \
   TARGET void NAME(int64_t M, const float* A, int64_t lda, const W* B, int64_t ldb, float beta,  \
@@ -250,13 +247,10 @@ Kernel<W> kernel_functions(RowMajorKernel kernel) {
 
 // Batch 1 as streams: each thread takes a contiguous run of the stacked rows, split into kStreams
 // equal stretches read side by side, row after row, so every stretch is one long sequential
-// stream. Rows one at a time leave one FMA chain per core in flight: on a Zen 4 EPYC that caps two
-// cores at 68 GB/s even from L2, below what memory gives in the host's fast phases (50-63 GB/s).
-// 4 streams reach 109-112 GB/s from L2 and read memory as fast as one (a 2.5 GB bf16 product,
-// K = 2,048: 36.2 / 54.6 GB/s against 35.4 / 53.3 in a slow and a fast phase, medians of 7; the
-// 1.3B shape's products alone, alternated: medians 35.1 against 32.9 GB/s). 8 rows of one task
+// stream. Rows one at a time leave one FMA chain per core in flight, which caps the read below what
+// memory can give; 4 streams lift that cap and read memory as fast as one. 8 rows of one task
 // side by side give 8 chains but streams 4 KiB long, which the prefetcher finds again at every
-// task; 2 streams only reach 81 GB/s from L2.
+// task; 2 streams lift the cap less (docs/design-notes.md#batch-1-as-streams).
 template <typename W>
 void batch1_as_streams(StreamsFn<W> streams, int parts, const W* const* B,
                        const int64_t* first_column, int64_t K, const float* a, int64_t ldb,

@@ -37,8 +37,8 @@ Session::Session(const Model& model, const SessionOptions& options)
   RETNET_CHECK(options.history >= 0, "history must be >= 0 tokens, got {}", options.history);
   RETNET_CHECK(options.decode_threads >= 0, "decode threads must be >= 0 (0: automatic), got {}",
                options.decode_threads);
-  // Measured on the default model (3.8 M parameters, 15 MB per step): two threads decode 1.6x
-  // faster than one; below about a million multiply-adds per token one thread wins.
+  // Two threads pay off from the default model's size up; below about a million multiply-adds per
+  // token one thread wins (docs/design-notes.md#decode-threads).
   decode_threads_ = options.decode_threads > 0             ? options.decode_threads
                     : model.parameter_count() >= (1 << 20) ? num_threads()
                                                            : 1;

@@ -181,8 +181,8 @@ RowMajorSlice row_major_slice(DecodePrecision precision, int64_t first_row, int6
 
 // Where a loader writes the tensors of the products it packs: one staging area, reused product
 // after product, instead of the buffer's own pages. A fresh page costs a fault and a clear in the
-// kernel (the 1.3B shape's f32 load from BF16 spent 40% of its time clearing pages, the buffer's
-// and the packed copy's); the staging area's pages are cleared once.
+// kernel, a large share of a converting load (docs/design-notes.md#staging-area-for-loads); the
+// staging area's pages are cleared once.
 class Staging {
  public:
   // The products (first tensor, N, K) for which `staged(first)` holds.

@@ -15,8 +15,9 @@ const char* activation_name(Activation a) { return a == Activation::Gelu ? "gelu
 
 void gated_activation_forward(Activation act, const float* a, int64_t lda, const float* b,
                               int64_t ldb, float* out, int64_t ldo, int64_t N, int64_t D) {
-  // Threads pay off from ~10 us of work (a parallel region costs ~1.5 us); gelu costs ~2.2 ns per
-  // element here, swish ~0.7 (measured, AVX2): a batch-16 decode step's FFN runs on all threads.
+  // Threads pay off from ~10 us of work; gelu costs about three times swish per element
+  // (docs/design-notes.md#gated-activation-threads): a batch-16 decode step's FFN runs on all
+  // threads.
   const int64_t parallel_from = act == Activation::Gelu ? 4096 : 16384;
   parallel_for_if(N * D >= parallel_from, N, [&](int64_t n) {
     const float* ar = a + n * lda;

@@ -9,7 +9,7 @@ RetNet (retnet_ref.py):
      chunk sizes that divide T and that don't, on torchscale's init and on scaled weights where the
      score normalisation c_n is active on some rows and not on others; batch rows are independent;
      dropping c_n changes the logits (so the checks would notice a form that skips it).
- (b) the parallel form equals a literal loop over ENGINEERING.md's definition.
+ (b) the parallel form equals a literal loop over the definition in docs/numerics.md.
  (c) the official torchscale outputs in tests/data/torchscale-small: tensor names, the
      retnet_rel_pos buffers against our angles and decays, and every form (float64 and float32,
      chunk 32 and 20) against every official file (rel 1e-5).
@@ -38,7 +38,7 @@ checks = harness.Checks()
 
 
 def retention_by_definition(q, k, v, gamma):
-    """Literal loops over ENGINEERING.md's parallel definition; q, k, v: [T, d] of one head."""
+    """Literal loops over the parallel definition in docs/numerics.md; q, k, v: [T, d] of one head."""
     T = q.shape[0]
     out = torch.zeros(T, v.shape[1], dtype=torch.float64)
     for n in range(T):

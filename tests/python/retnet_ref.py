@@ -1,6 +1,6 @@
 """Independent PyTorch reference of the RetNet language model (torchscale "v2" RetNetDecoder semantics).
 
-Written from the definitions in ENGINEERING.md section 2, not from torchscale's code or the engine's. Three forms of
+Written from the definitions in docs/numerics.md#the-definition, not from torchscale's code or the engine's. Three forms of
 retention (parallel, recurrent, chunkwise) compute the same function, including the score normalisation
 c_n = max(|r_n| / sqrt(S_n), 1), so they agree to rounding at any layernorm_eps. Works in float32 and
 float64: the computation runs in the dtype of the weights.

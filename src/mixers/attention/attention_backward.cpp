@@ -73,7 +73,7 @@ void backward_key_tile(const GradHead& g, const float* D, int64_t j0, int64_t Lk
     // dV_j += P^T dO_i ; dP = scale dO_i V_j^T. The scale is folded in here rather than into
     // the dQ and dK products, which also keeps this product on OpenBLAS's small-matrix kernel:
     // sgemm sends (No, Yes) products with alpha 1 and <= 64 rows to the decode-oriented skinny
-    // kernel, measured 2x slower on square tiles.
+    // kernel, which is slower on square tiles (docs/design-notes.md#attention-backward-tiles).
     sgemm(Trans::Yes, Trans::No, Lk, Dv, Lq, 1.f, P, Lk, d_out, g.ld_do, 1.f, g.d_v + j0 * g.ld_dv,
           g.ld_dv);
     sgemm(Trans::No, Trans::Yes, Lq, Lk, Dv, scale, d_out, g.ld_do, v, g.ldv, 0.f, dP, Lk);

@@ -126,10 +126,7 @@ void parallel_head(const HeadBlock& hb, const Dims& d, float* scratch) {
 //   instead of also loading and storing A (such a step is bound by these stores);
 // - a large one (it comes from memory at every step) goes row by row, A in L1: one sequential
 //   stream the hardware prefetcher follows, where a group of columns is Dk strided runs it does
-//   not (the 1.3B shape's 24 x 8 heads of 256 x 513, two threads on the Zen 4 EPYC: 35-38 GB/s
-//   read and written by columns, 59-61 row by row, 71 with each thread's scratch on its own cache
-//   lines; in a standalone copy, the default model's 33 KiB heads at batch 16, from cache: 160 by
-//   columns, 118 row by row).
+//   not (docs/design-notes.md#recurrent-retention-step).
 constexpr int64_t kRecurrentColumns = 32;
 constexpr int64_t kRowMajorStateBytes = int64_t{256} << 10;
 
@@ -185,7 +182,7 @@ inline void recurrent_columns(float* S, int64_t W, int64_t Dk, float g, const fl
 // updating: the prefetch would pull its lines away from that core). Batched decoding keeps
 // B x layers x H states (516 KiB per sequence for the default model) that the weights' stream
 // evicts between steps: this head's last token pulls the next head's state in while it computes,
-// instead of that head stalling on it (measured: 4 layers at batch 16, 600 -> 250-390 us).
+// instead of that head stalling on it (docs/design-notes.md#recurrent-retention-step).
 void recurrent_head(const HeadBlock& hb, const Dims& d, float* scratch, const float* next_state) {
   const int64_t Dk = d.Dk, Dv = d.Dv, W = Dv + 1;
   float* vaug = scratch;     // [Dv+1]

@@ -2,7 +2,7 @@
 // GEMM wrapper over a BLAS library loaded at run time.
 //
 // Why at run time: Debian's OpenBLAS 0.3.21 does not recognise recent CPUs and silently falls back
-// to SSE3 kernels (measured 5x slower here) unless OPENBLAS_CORETYPE is set before the library is
+// to SSE3 kernels (several times slower) unless OPENBLAS_CORETYPE is set before the library is
 // loaded. Loading it ourselves lets the engine set the core type from cpuid first, for every front
 // end (CLI, library, Python), with no wrapper script. See docs/gemm.md for the measurements.
 #include <cstdint>
@@ -26,9 +26,8 @@ void sgemv(Trans trans_a, int64_t M, int64_t N, float alpha, const float* A, int
 
 // Prefill against weights stored in another type (f16/bf16 rows used in place, quantised blocks):
 // rows of W are converted to float32 a block at a time and handed to sgemm, which packs A again for
-// every block, so blocks must be large (1.3B fla model, bf16 in place, 512 tokens, 2-core AMD EPYC:
-// 37-41 tokens/s with 256-row blocks, 42-46 with 1,024, 49 with 4,096). A block holds at most
-// kConvertedBlockBytes of float32, a whole number of 64 rows (at least 64).
+// every block, so blocks must be large (docs/design-notes.md#converted-prefill-blocks). A block
+// holds at most kConvertedBlockBytes of float32, a whole number of 64 rows (at least 64).
 inline constexpr int64_t kConvertedBlockBytes = int64_t{32} << 20;
 inline int64_t converted_block_rows(int64_t N, int64_t K) {
   const int64_t row_bytes = static_cast<int64_t>(sizeof(float)) * (K > 0 ? K : 1);

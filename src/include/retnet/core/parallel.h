@@ -32,8 +32,9 @@ void parallel_for(int64_t n, Fn&& fn) {
 }
 
 // parallel_for when `parallel` (the loop is worth the threads), else a plain loop on the calling
-// thread. Not an OpenMP `if` clause: a region costs ~0.5 us even when `if` turns it off
-// (measured), more than a decode step's small loops take, and a step runs dozens of them.
+// thread. Not an OpenMP `if` clause: a region has a cost even when `if` turns it off, more than a
+// decode step's small loops take, and a step runs dozens of them
+// (docs/design-notes.md#openmp-if-clauses).
 template <typename Fn>
 void parallel_for_if(bool parallel, int64_t n, Fn&& fn) {
   if (parallel && n > 1) {

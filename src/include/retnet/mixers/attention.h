@@ -24,7 +24,7 @@
 namespace retnet {
 
 // 128: large enough that OpenBLAS's per-call overhead on the tile products stays small, while a
-// tile's scratch (2 x 64 KiB) stays in L2; 64 measured 10-30% slower forward and backward
+// tile's scratch (2 x 64 KiB) stays in L2; 64 is slower forward and backward
 // (docs/attention-kernels.md).
 inline constexpr int64_t kAttentionDefaultTile = 128;
 

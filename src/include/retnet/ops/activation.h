@@ -11,8 +11,8 @@ namespace retnet {
 
 
 // erfc(z) for z >= 0: Numerical Recipes' Chebyshev fit erfcc (fractional error < 1.2e-7) through
-// the vectorisable exp, so loops over gelu vectorise (libm's scalar erff was ~10 ns an element:
-// the most expensive thing in a decode step's serial work and a tenth of a gelu FFN's training).
+// the vectorisable exp, so loops over gelu vectorise (libm's scalar erff was the most expensive
+// thing in a decode step's serial work: docs/design-notes.md#gated-activation-threads).
 #pragma omp declare simd notinbranch
 inline float erfc_nonnegative(float z) {
   const float t = 1.f / (1.f + 0.5f * z);
