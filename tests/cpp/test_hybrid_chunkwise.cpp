@@ -3,7 +3,8 @@
 // don't, for one token, and for a prompt continued after a chunkwise prefill; chunkwise training
 // gives the parallel form's gradients; sequence parallel training is refused naming the layer.
 // End to end: `retnet eval` (its default form) and `retnet logits --mode chunkwise` on an fla
-// hybrid directory and on a hybrid model made with `retnet init`.
+// hybrid directory and on a hybrid model made with `retnet init`; `retnet train --form chunkwise`
+// on a hybrid config, and `--seq-parallel` refused naming the attention layer.
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -155,5 +156,25 @@ TEST(HybridChunkwiseCli, EvalAndChunkwiseLogitsOnFlaAndInitModels) {
     EXPECT_TRUE(test::close(logits("chunkwise", (dir / "c.npy").string()),
                             logits("parallel", (dir / "p.npy").string()), 1e-5));
   }
+  fs::remove_all(dir);
+}
+
+TEST(HybridChunkwiseCli, TrainsChunkwiseAndRefusesSequenceParallelNamingTheLayer) {
+  const fs::path dir = test::fresh_temp_dir("hybrid_chunkwise_train");
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "retention and attention layers take turns in this model.\n";
+  const std::string data = test::write_file(dir / "text.txt", text);
+  nlohmann::json cfg = nlohmann::json::parse(kRetentionAttention);
+  cfg["vocab_size"] = 256;
+  const std::string config = test::write_file(dir / "config.json", cfg.dump());
+  const std::string train = "train --config " + config + " --data " + data +
+                            " --steps 2 --seq 32 --batch 2 --threads 2 --out ";
+  auto r = test::run_retnet(train + (dir / "chunkwise").string() + " --form chunkwise", 300);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE((r.out + r.err).find("chunkwise form"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::exists(dir / "chunkwise" / "model.safetensors"));
+  EXPECT_TRUE(
+      test::fails_cleanly(test::run_retnet(train + (dir / "sp").string() + " --seq-parallel", 300),
+                          "layer 1 uses 'attention', which keeps every earlier token"));
   fs::remove_all(dir);
 }
