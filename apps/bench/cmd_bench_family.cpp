@@ -39,9 +39,11 @@ struct FamilyOptions {
   bool quick = false;
 };
 
+// Chunkwise where it carries a constant-size state; a token cache's chunkwise training is its
+// parallel form's kernel, reported under that name.
 Form training_form(const MixerSpec* kind) {
-  return kind->trains_with(Form::Chunkwise) ? Form::Chunkwise
-                                                           : Form::Parallel;
+  return kind->trains_with(Form::Chunkwise) && !kind->keeps_tokens ? Form::Chunkwise
+                                                                   : Form::Parallel;
 }
 
 // Tokens/s of full training steps (forward, backward, clipping, AdamW) at B x T.

@@ -89,7 +89,7 @@ void add_sequence_options(CLI::App* cmd, SequenceCommandOptions& o, const std::s
   add_model_options(cmd, o.model, o.config);
   cmd->add_option("--tokens", o.tokens, tokens_help)->required();
   add_checked(cmd, form_flag, o.form,
-              "Form; each mixer has parallel and recurrent, chunkwise all but attention and aft, "
+              "Form; each mixer has parallel and recurrent, chunkwise all but aft, "
               "scan retention only",
               CLI::IsMember(forms));
   cmd->add_option("--chunk", o.chunk, "Chunk size of the chunkwise form (default: the config's)")

@@ -1,8 +1,8 @@
 // Softmax attention: the tiled forward against a double-precision definition (tiles that divide T
 // and that don't, T = 1, batches, strided views), the backward against a double gradient that is
 // itself checked by central finite differences, the KV cache (step by step and chunked prefill
-// equal one tiled pass, batched decode equals each sequence alone, growth, a full cache) and the
-// O(tile^2) workspace.
+// equal one tiled pass, the chunkwise form's chunks against the cache, batched decode equals each
+// sequence alone, growth, a full cache) and the O(tile^2) workspace.
 #include <array>
 #include <cmath>
 
@@ -380,6 +380,40 @@ TEST(AttentionCache, ChunkedPrefillEqualsOnePass) {
     }
     EXPECT_EQ(c.length, (std::vector<int64_t>{T, T}));
     EXPECT_TRUE(close(out, want, 1e-5)) << "first chunk " << chunks[0];
+  }
+}
+
+TEST(AttentionChunkwise, ChunksAgainstTheCacheMatchTheReference) {
+  // The chunkwise form after a prefill of P tokens (so the first chunk already has a cache):
+  // chunks that divide the rest, that don't, of one token and longer than it; with a window.
+  const int64_t B = 2, H = 2, Dk = 8, Dv = 6;
+  for (int64_t T : {1, 30}) {
+    for (int64_t W : {0, 5}) {
+      AttentionProblem p(B, T, H, Dk, Dv, 41 + T + W);
+      p.window = W;
+      const auto want = p.reference();
+      const int64_t P = T > 1 ? 6 : 0;
+      for (int64_t chunk : {1, 4, 7, 24, 64}) {
+        SCOPED_TRACE(::testing::Message() << "T " << T << ", window " << W << ", chunk " << chunk);
+        OwnedAttentionCache c(B);
+        std::vector<float> out(B * T * H * Dv, NAN);
+        Arena arena(attention_workspace_floats(T, Dk, Dv, 8));
+        attention_cache_reserve(c.cache, c.storage, B, H, Dk, Dv, T);
+        if (P > 0)
+          attention_prefill(attention_time_slice(p.q, B, T, H, Dk, 0, P),
+                            attention_time_slice(p.k, B, T, H, Dk, 0, P),
+                            attention_time_slice(p.v, B, T, H, Dv, 0, P),
+                            attention_time_slice(out, B, T, H, Dv, 0, P), c.cache, arena, 8, W);
+        arena.reset();
+        attention_chunkwise(attention_time_slice(p.q, B, T, H, Dk, P, T - P),
+                            attention_time_slice(p.k, B, T, H, Dk, P, T - P),
+                            attention_time_slice(p.v, B, T, H, Dv, P, T - P),
+                            attention_time_slice(out, B, T, H, Dv, P, T - P), c.cache, arena, chunk,
+                            8, W);
+        EXPECT_EQ(c.length, (std::vector<int64_t>{T, T}));
+        EXPECT_TRUE(close(out, want, 1e-5));
+      }
+    }
   }
 }
 

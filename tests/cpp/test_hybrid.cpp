@@ -108,21 +108,24 @@ TEST(HybridConfig, ErrorsNameTheLayerAndKey) {
       "mixer": ["attention", {"mixer": "attention", "value_dim": 64}]})"));
 }
 
-TEST(HybridModel, TrainsOnlyInFormsEveryLayerHas) {
+TEST(HybridModel, RunsOnlyFormsEveryLayerHas) {
+  // Attention has a chunkwise form (test_hybrid_chunkwise.cpp) but no scan form; a token cache
+  // prefills in one parallel pass.
   const Model m = Model::init(Config::from_json(kHybrid), 2);
   EXPECT_TRUE(m.config().has_form(Form::Recurrent));
-  EXPECT_FALSE(m.config().has_form(Form::Chunkwise));
+  EXPECT_TRUE(m.config().has_form(Form::Chunkwise));
+  EXPECT_FALSE(m.config().has_form(Form::Scan));
   EXPECT_EQ(m.config().prefill_form(), Form::Parallel);
   std::vector<int32_t> tok(8, 3);
   Arena arena;
   std::vector<float> out(8 * 64);
   ForwardOptions o;
-  o.form = Form::Chunkwise;
+  o.form = Form::Scan;
   try {
     forward_logits(m, tok.data(), 1, 8, out.data(), o, arena);
-    ADD_FAILURE() << "chunkwise ran with an attention layer";
+    ADD_FAILURE() << "scan ran with an attention layer";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no chunkwise form"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no scan form"), std::string::npos) << e.what();
   }
 }
 
@@ -185,7 +188,7 @@ TEST(HybridCli, InfoCountsStateAndCacheAtALength) {
   auto text = test::run_retnet("info " + model + " --length 100");
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("at 100 tokens"), std::string::npos) << text.out;
-  // bench decode runs the mix (no chunkwise prefill: attention has none).
+  // bench decode runs the mix, and its chunkwise prefill too.
   const std::string out = (dir / "bench.json").string();
   auto b = test::run_retnet("bench decode --quick --reps 1 --threads 2 -m " + model + " --json " +
                             out, 120);
@@ -194,6 +197,6 @@ TEST(HybridCli, InfoCountsStateAndCacheAtALength) {
   const nlohmann::json res = nlohmann::json::parse(in);
   EXPECT_GT(res["decode_tokens_per_s_by_batch"]["1"]["median"].get<double>(), 0);
   EXPECT_EQ(res["cache_bytes_per_token"].get<int64_t>(), 4 * c.cache_floats_per_token());
-  EXPECT_FALSE(res["prefill_tokens_per_s"]["512"].contains("chunkwise"));
+  EXPECT_TRUE(res["prefill_tokens_per_s"]["512"].contains("chunkwise"));
   fs::remove_all(dir);
 }

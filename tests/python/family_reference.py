@@ -41,9 +41,10 @@ import retnet_ref as R
 MIXERS = ("retention", "attention", "linear", "performer", "aft", "aft-simple", "rwkv")
 SCOPES = {"retention": "retention", "attention": "attention", "linear": "linear",
           "performer": "performer", "aft": "aft", "aft-simple": "aft_simple", "rwkv": "rwkv"}
-# The forms the engine runs per mixer (chunkwise needs a constant-size state).
+# The forms the engine runs per mixer (chunkwise: a constant-size state, or attention's chunks
+# against its cache).
 FORMS = {"retention": ("parallel", "recurrent", "chunkwise", "scan"),
-         "attention": ("parallel", "recurrent"),
+         "attention": ("parallel", "recurrent", "chunkwise"),
          "linear": ("parallel", "recurrent", "chunkwise"),
          "performer": ("parallel", "recurrent", "chunkwise"),
          "aft": ("parallel", "recurrent"),

@@ -112,9 +112,12 @@ struct Config : ModelSettings {
   bool trains_with(Form form) const {
     return form == Form::Parallel || (form == Form::Chunkwise && has_form(form));
   }
-  // The form sessions prefill with: chunkwise where every layer has it, else parallel (the layers
-  // with a constant state then continue it in their chunkwise form).
-  Form prefill_form() const { return has_form(Form::Chunkwise) ? Form::Chunkwise : Form::Parallel; }
+  // The form sessions prefill with: chunkwise where every layer has it and none keeps tokens,
+  // else parallel (a token cache prefills in one pass; the layers with a constant state then
+  // continue it in their chunkwise form).
+  Form prefill_form() const {
+    return has_form(Form::Chunkwise) && !keeps_tokens() ? Form::Chunkwise : Form::Parallel;
+  }
   // "retention" or "hybrid (retention x3, attention x1)".
   std::string mixer_description() const;
   // The largest per-layer widths (buffers shared by all layers).

@@ -68,8 +68,11 @@ struct MixerSpec {
   bool trains_with(Form form) const {
     return form == Form::Parallel || (form == Form::Chunkwise && has_form(form));
   }
-  // The form sessions prefill prompts with: chunkwise where the mixer has it, else parallel.
-  Form prefill_form() const { return has_form(Form::Chunkwise) ? Form::Chunkwise : Form::Parallel; }
+  // The form sessions prefill prompts with: chunkwise where the mixer has it and keeps no tokens
+  // (a token cache prefills in one parallel pass), else parallel.
+  Form prefill_form() const {
+    return has_form(Form::Chunkwise) && !keeps_tokens ? Form::Chunkwise : Form::Parallel;
+  }
 };
 
 // Every mixer, in the registry's order.

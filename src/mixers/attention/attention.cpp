@@ -337,6 +337,27 @@ void attention_prefill(const TensorView& q, const TensorView& k, const TensorVie
   for (int64_t b = 0; b < d.B; ++b) cache.length[b] += d.T;
 }
 
+void attention_chunkwise(const TensorView& q, const TensorView& k, const TensorView& v,
+                         const TensorView& out, AttentionCache& cache, Arena& arena, int64_t chunk,
+                         int64_t tile, int64_t window) {
+  RETNET_CHECK(chunk >= 1, "attention_chunkwise: chunk must be at least 1, got {}", chunk);
+  const int64_t T = q.shape[1];
+  // Tokens [t0, t0 + L) of every sequence: the same views, L rows from row t0.
+  auto rows = [](TensorView t, int64_t t0, int64_t L) {
+    t.data += t0 * t.stride[1];
+    t.shape[1] = L;
+    return t;
+  };
+  const size_t mark = arena.used();  // each chunk reuses the same scratch
+  for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+    const int64_t L = std::min(chunk, T - t0);
+    arena.rewind(mark);
+    // The prefill appends the chunk, then runs its queries against the cache it extended.
+    attention_prefill(rows(q, t0, L), rows(k, t0, L), rows(v, t0, L), rows(out, t0, L), cache,
+                      arena, tile, window);
+  }
+}
+
 void attention_reference(const float* q, const float* k, const float* v, double* out, int64_t T,
                          int64_t Dk, int64_t Dv, double* logsumexp, int64_t window) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(Dk));

@@ -4,7 +4,8 @@
 // v biases, kv heads shared by groups of query heads and a sliding window (the config's
 // AttentionOptions; the cache keeps every token, the window limits what a query reads):
 //   out = attention(rot(q + b_q), rot(k + b_k), v + b_v)
-// Training runs the tiled online-softmax kernel; decoding keeps every key and value in the
+// Training runs the tiled online-softmax kernel (both forms); the chunkwise form with a state
+// runs it per chunk against the cache; decoding keeps every key and value in the
 // state's token cache (rows of [kv heads, d_k] keys then [kv heads, d_v] values, the kernel's
 // layout: a kv head is cached once for its whole group of query heads).
 #include <algorithm>
@@ -136,7 +137,10 @@ class AttentionMixer final : public SavedRegionsMixer<saved_sizes> {
     float* o = p.saved ? sv.o : p.out;
     const TensorView q = head_view(p.proj, B, T, c.heads, col.P, c.key_dim());
     const TensorView out = head_output_view(o, B, T, c);
-    if (!p.cache) {  // from an empty sequence (training, or a parallel pass without a state)
+    // From an empty sequence (training, or a pass without a state). In the chunkwise form too:
+    // a chunk's queries against the keys of the earlier chunks and its own, causally, is what
+    // the query-tiled kernel computes, and its backward serves both forms.
+    if (!p.cache) {
       const HeadKv kv = head_kv(c, p.proj, B, T, arena);
       AttentionArgs a;
       a.q = q, a.k = kv.k, a.v = kv.v, a.out = out;
@@ -152,6 +156,9 @@ class AttentionMixer final : public SavedRegionsMixer<saved_sizes> {
     AttentionCache cache = pass_cache<AttentionCache>(p, arena);
     if (is_decode_step(p))
       attention_step(q, kv.k, kv.v, out, cache, arena, c.attention.window_size);
+    else if (p.form == Form::Chunkwise)
+      attention_chunkwise(q, kv.k, kv.v, out, cache, arena, p.chunk, kAttentionDefaultTile,
+                          c.attention.window_size);
     else
       attention_prefill(q, kv.k, kv.v, out, cache, arena, kAttentionDefaultTile,
                         c.attention.window_size);
@@ -213,9 +220,11 @@ void zero_bias(const Config&, int64_t, uint64_t, float* w, int64_t n) {
 // Every token's keys [kv heads, d_k] and values [kv heads, d_v] (each kv head once).
 int64_t attention_cache_floats(const Config& c) { return c.k_width() + c.v_width(); }
 
-// Scores and values over the earlier tokens (mean_context).
+// Scores and values over the earlier tokens (mean_context; the chunkwise form reads what the
+// parallel form does).
 double attention_core_flops(const Config& c, int64_t T, Form form, int64_t) {
-  return 2.0 * mean_context(T, form) * static_cast<double>(c.qk_width() + c.value_embed_dim);
+  const Form reads = form == Form::Chunkwise ? Form::Parallel : form;
+  return 2.0 * mean_context(T, reads) * static_cast<double>(c.qk_width() + c.value_embed_dim);
 }
 
 }  // namespace
@@ -225,6 +234,7 @@ const MixerSpec& attention_mixer_spec() {
       .name = "attention", .scope = "attention",
       .summary = "causal softmax attention with rotary positions (the transformer baseline)",
       .rotates = true, .keeps_tokens = true,
+      .forms = {true, true, true, false},  // parallel, recurrent, chunkwise
       .tensors = {{"q_proj.bias", [](const Config& c) { return std::vector<int64_t>{c.qk_width()}; },
                    zero_bias, false, has_qkv_bias},
                   {"k_proj.bias", [](const Config& c) { return std::vector<int64_t>{c.k_width()}; },

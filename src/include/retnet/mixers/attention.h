@@ -97,6 +97,14 @@ void attention_prefill(const TensorView& q, const TensorView& k, const TensorVie
                        const TensorView& out, AttentionCache& cache, Arena& arena,
                        int64_t tile = kAttentionDefaultTile, int64_t window = 0);
 
+// The chunkwise form: T tokens per sequence in chunks of `chunk`; each chunk's queries attend
+// causally to the chunk's own keys and to all the cache holds (the earlier chunks and what came
+// before), then its keys and values join the cache. Chunk by chunk equals one attention_prefill
+// to float precision. Scratch: attention_workspace_floats(T, Dk, Dv, tile).
+void attention_chunkwise(const TensorView& q, const TensorView& k, const TensorView& v,
+                         const TensorView& out, AttentionCache& cache, Arena& arena, int64_t chunk,
+                         int64_t tile = kAttentionDefaultTile, int64_t window = 0);
+
 // Naive double-precision definition, for tests: q, k [T, Dk], v [T, Dv] of one head, contiguous,
 // queries at positions 0 .. T - 1; out [T, Dv]; logsumexp [T] if not null.
 void attention_reference(const float* q, const float* k, const float* v, double* out, int64_t T,
