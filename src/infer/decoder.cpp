@@ -9,17 +9,8 @@
 namespace retnet {
 
 const char* finish_reason_name(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::Stop:
-      return "stop";
-    case FinishReason::Length:
-      return "length";
-    case FinishReason::Eos:
-      return "eos";
-    case FinishReason::None:
-      break;
-  }
-  return "";
+  static const char* const names[] = {"", "stop", "length", "eos"};  // in FinishReason's order
+  return names[static_cast<int>(reason)];
 }
 
 TextReleaser::TextReleaser(const std::vector<std::string>* stop, std::string initial_bytes)

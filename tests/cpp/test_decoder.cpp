@@ -64,12 +64,18 @@ DecodedRun decode_alone(const Model& m, const Tokenizer& tok, DecodeRule rule,
   return r;
 }
 
-TEST(Decoder, EndsAtItsBudgetWithTheTextOfEveryToken) {
-  const Model m = decoder_test_model();
-  DecoderTestBytes tok(-1);
+// Greedy decoding of at most 12 tokens.
+DecodeRule greedy_rule() {
   DecodeRule rule;
   rule.sampling.temperature = 0;
   rule.max_tokens = 12;
+  return rule;
+}
+
+TEST(Decoder, EndsAtItsBudgetWithTheTextOfEveryToken) {
+  const Model m = decoder_test_model();
+  DecoderTestBytes tok(-1);
+  DecodeRule rule = greedy_rule();
   const DecodedRun r = decode_alone(m, tok, rule, "abc");
   EXPECT_EQ(r.finish, FinishReason::Length);
   EXPECT_EQ(r.tokens.size(), 12u);
@@ -79,9 +85,7 @@ TEST(Decoder, EndsAtItsBudgetWithTheTextOfEveryToken) {
 TEST(Decoder, TheEndOfSequenceTokenEndsWithoutText) {
   const Model m = decoder_test_model();
   DecoderTestBytes plain(-1);
-  DecodeRule rule;
-  rule.sampling.temperature = 0;
-  rule.max_tokens = 12;
+  DecodeRule rule = greedy_rule();
   const DecodedRun unlimited = decode_alone(m, plain, rule, "abc");
   // The fourth greedy token as the end-of-sequence token: the run ends there, before its text.
   DecoderTestBytes eos(unlimited.tokens[3]);
@@ -97,9 +101,7 @@ TEST(Decoder, TheEndOfSequenceTokenEndsWithoutText) {
 TEST(Decoder, AStopStringEndsTheTextBeforeIt) {
   const Model m = decoder_test_model();
   DecoderTestBytes tok(-1);
-  DecodeRule rule;
-  rule.sampling.temperature = 0;
-  rule.max_tokens = 12;
+  DecodeRule rule = greedy_rule();
   const DecodedRun unlimited = decode_alone(m, tok, rule, "abc");
   // The bytes of the sixth and seventh tokens (a random model's bytes need not be UTF-8).
   const std::string bytes(unlimited.tokens.begin(), unlimited.tokens.end());

@@ -9,14 +9,13 @@ the server's /v1/completions (plain and streamed) and the Python package (genera
 generate_batch). The front ends share one decode rule, so their outputs must be equal; the
 comparison is checked to catch a front end that differs (a changed seed) before it is trusted.
 """
-import argparse
 import json
 import os
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_harness import Server  # noqa: E402  (free port, bounded waits)
+from server_harness import Server, parse_args  # noqa: E402  (free port, bounded waits)
 
 FAILURES = []
 # What each front end calls a finish: the CLI names the end-of-sequence token "eos", OpenAI "stop".
@@ -113,11 +112,7 @@ def compare(cases, cli, served, streamed, python):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--retnet", required=True)
-    ap.add_argument("--workdir", required=True)
-    a = ap.parse_args()
-    os.makedirs(a.workdir, exist_ok=True)
+    a = parse_args()
     model = train_model(a.retnet, a.workdir)
     base = {"temperature": 0, "top_k": 40, "top_p": 0.95, "repeat_penalty": 1.0, "seed": 1,
             "stop": []}

@@ -1,5 +1,6 @@
 """The harness of the server tests: a `retnet serve` on a free 127.0.0.1 port with bounded waits,
 raw HTTP exchanges and slow clients, and the failure list the checks append to."""
+import argparse
 import http.client
 import json
 import os
@@ -10,6 +11,45 @@ import threading
 import time
 
 FAILURES = []
+
+
+def tiny_model(retnet, workdir):
+    """A small random model (`retnet init`, seed 5) in workdir: its path."""
+    cfg = os.path.join(workdir, "tiny.json")
+    with open(cfg, "w") as f:
+        json.dump({"decoder_embed_dim": 32, "decoder_value_embed_dim": 48,
+                   "decoder_retention_heads": 4, "decoder_ffn_embed_dim": 40,
+                   "decoder_layers": 2, "vocab_size": 256, "recurrent_chunk_size": 8}, f)
+    model = os.path.join(workdir, "tiny.safetensors")
+    subprocess.run([retnet, "init", "--config", cfg, "-o", model, "-s", "5"], check=True,
+                   capture_output=True, timeout=120)
+    return model
+
+
+def expect_json_error(s, status, method, path, body, headers, param, what):
+    """Checks that a request gets `status` and a JSON error (naming `param`, if given)."""
+    st, data = s.request(method, path, body, dict({"Content-Type": "application/json"},
+                                                  **(headers or {})))
+    try:
+        err = json.loads(data)["error"]
+    except (ValueError, KeyError):
+        return check(False, f"{what}: no JSON error ({st} {data[:200]!r})")
+    ok = st == status and err.get("message")
+    if param:
+        ok = ok and err.get("param") == param
+    return check(ok, f"{what}: expected {status} naming {param}, got {st} {err}")
+
+
+def parse_args(*extra):
+    """--retnet and --workdir (created), and any (flag, kwargs) pairs in `extra`."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--retnet", required=True)
+    ap.add_argument("--workdir", required=True)
+    for flag, kwargs in extra:
+        ap.add_argument(flag, **kwargs)
+    a = ap.parse_args()
+    os.makedirs(a.workdir, exist_ok=True)
+    return a
 
 
 def check(cond, what):
@@ -119,13 +159,17 @@ def wait_idle(s, seconds=15):
     return False
 
 
-def raw_exchange(port, data, source="127.0.0.1", timeout=60):
-    """Sends raw bytes from `source` and reads until the server closes (or `timeout`)."""
+def connect(port, source="127.0.0.1", timeout=30):
+    """A socket to the server from the loopback address `source`."""
     sock = socket.socket()
     sock.bind((source, 0))
     sock.settimeout(timeout)
     sock.connect(("127.0.0.1", port))
-    sock.sendall(data)
+    return sock
+
+
+def read_all(sock):
+    """What the server sends until it closes the connection (or the socket times out)."""
     got = b""
     try:
         while True:
@@ -135,6 +179,14 @@ def raw_exchange(port, data, source="127.0.0.1", timeout=60):
             got += chunk
     except OSError:
         pass
+    return got
+
+
+def raw_exchange(port, data, source="127.0.0.1", timeout=60):
+    """Sends raw bytes from `source` and reads until the server closes (or `timeout`)."""
+    sock = connect(port, source, timeout)
+    sock.sendall(data)
+    got = read_all(sock)
     sock.close()
     return got
 

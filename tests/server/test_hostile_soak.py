@@ -8,18 +8,17 @@ abruptly (mid-request and mid-stream), while normal clients on 127.0.0.1 run com
 when every normal request succeeds within a generous bound, no hostile request gets a 500, the
 slow clients are cut by --read-timeout, and at the end the server is alive, idle, its RSS flat
 (not judged in an AddressSanitizer build) and it exits 0 on SIGTERM."""
-import argparse
 import json
 import os
 import random
 import socket
-import subprocess
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_harness import Server, wait_idle  # noqa: E402
+from server_harness import (Server, connect, parse_args, read_all, tiny_model,  # noqa: E402
+                            wait_idle)
 
 NORMAL_LATENCY_BOUND_S = 60  # a loaded 2-core CI box; a starved client waits forever
 HOSTILE = "127.0.0.2"
@@ -36,27 +35,6 @@ class Tally:
             self.counts[key] = self.counts.get(key, 0) + 1
             if error and len(self.errors) < 20:
                 self.errors.append(error)
-
-
-def connect(port, source, timeout=30):
-    sock = socket.socket()
-    sock.bind((source, 0))
-    sock.settimeout(timeout)
-    sock.connect(("127.0.0.1", port))
-    return sock
-
-
-def read_all(sock):
-    got = b""
-    try:
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            got += chunk
-    except OSError:
-        pass
-    return got
 
 
 def status_of(data):
@@ -183,20 +161,8 @@ def address_sanitized(binary):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--retnet", required=True)
-    ap.add_argument("--workdir", required=True)
-    ap.add_argument("--seconds", type=float, default=20)
-    a = ap.parse_args()
-    os.makedirs(a.workdir, exist_ok=True)
-    cfg = os.path.join(a.workdir, "tiny.json")
-    with open(cfg, "w") as f:
-        json.dump({"decoder_embed_dim": 32, "decoder_value_embed_dim": 48,
-                   "decoder_retention_heads": 4, "decoder_ffn_embed_dim": 40,
-                   "decoder_layers": 2, "vocab_size": 256, "recurrent_chunk_size": 8}, f)
-    model = os.path.join(a.workdir, "tiny.safetensors")
-    subprocess.run([a.retnet, "init", "--config", cfg, "-o", model, "-s", "5"], check=True,
-                   capture_output=True, timeout=120)
+    a = parse_args(("--seconds", {"type": float, "default": 20}))
+    model = tiny_model(a.retnet, a.workdir)
     s = Server(a.retnet, model, a.workdir, "hostile", "--parallel", "4", "-t", "1",
                "--read-timeout", "3", "--max-connections", "128",
                "--max-connections-per-client", "48", "--max-tokens", "64")

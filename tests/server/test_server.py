@@ -13,7 +13,6 @@ exit status 0; hostile input (bytes that are not UTF-8 in the path, query, heade
 out of a field's range, text past --max-prompt-bytes), clients that trickle their requests
 (--read-timeout), connection caps (429, 503), numeric options out of range, and SIGTERM while
 starting. Every wait is bounded."""
-import argparse
 import http.client
 import json
 import os
@@ -25,8 +24,9 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_harness import (FAILURES, Server, check, free_port, generate,  # noqa: E402
-                            open_long_stream, stream_text, wait_idle)
+from server_harness import (FAILURES, Server, check, expect_json_error,  # noqa: E402
+                            free_port, generate, open_long_stream, parse_args, stream_text,
+                            tiny_model, wait_idle)
 from hostile_cases import (test_bad_serve_options_and_startup_signal,  # noqa: E402
                            test_hostile_requests, test_slow_and_greedy_clients)
 
@@ -232,16 +232,7 @@ def test_chat_turns_read_only_new_text(s):
 
 def test_bad_requests(s, headers):
     def expect(status, body, param=None, path="/v1/completions", what=""):
-        st, data = s.request("POST", path, body, dict(headers, **{"Content-Type":
-                                                                  "application/json"}))
-        try:
-            err = json.loads(data)["error"]
-        except (ValueError, KeyError):
-            return check(False, f"{what}: no JSON error ({st} {data[:200]!r})")
-        ok = st == status and err.get("message")
-        if param:
-            ok = ok and err.get("param") == param
-        check(ok, f"{what}: expected {status} naming {param}, got {st} {err}")
+        expect_json_error(s, status, "POST", path, body, headers, param, what)
 
     good = {"prompt": "hello", "max_tokens": 4}
     expect(400, b'{"prompt": "x", ', what="malformed JSON")
@@ -408,19 +399,8 @@ def test_chat_template_file_and_dtype(retnet, model, workdir):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--retnet", required=True)
-    ap.add_argument("--workdir", required=True)
-    a = ap.parse_args()
-    os.makedirs(a.workdir, exist_ok=True)
-    cfg = os.path.join(a.workdir, "tiny.json")
-    with open(cfg, "w") as f:
-        json.dump({"decoder_embed_dim": 32, "decoder_value_embed_dim": 48,
-                   "decoder_retention_heads": 4, "decoder_ffn_embed_dim": 40,
-                   "decoder_layers": 2, "vocab_size": 256, "recurrent_chunk_size": 8}, f)
-    model = os.path.join(a.workdir, "tiny.safetensors")
-    subprocess.run([a.retnet, "init", "--config", cfg, "-o", model, "-s", "5"], check=True,
-                   capture_output=True, timeout=60)
+    a = parse_args()
+    model = tiny_model(a.retnet, a.workdir)
     # Small prefill blocks, so that prompts are read in several blocks between decode steps.
     main_server = Server(a.retnet, model, a.workdir, "main", "--alias", "tiny", "--parallel", "8",
                          "--max-tokens", "100000", "--prefill-block", "16")
