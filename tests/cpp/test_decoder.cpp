@@ -121,7 +121,7 @@ TEST(Decoder, AnAdjustmentChangesTheLogitsSampledFrom) {
   rule.sampling.seed = 3;
   rule.max_tokens = 6;
   // A bias that only 'z' can win against.
-  rule.adjust = [](float* logits, int64_t) { logits['z'] += 1000.f; };
+  rule.adjust = [](float* logits, int64_t) { logits[static_cast<int>('z')] += 1000.f; };
   const DecodedRun r = decode_alone(m, tok, rule, "abc");
   EXPECT_EQ(r.text, "zzzzzz");
   // Without it the model's own choice (a random model does not pick 'z' six times).
