@@ -13,7 +13,8 @@ Runs fixed models and tokens through every front end and records a SHA-256 per c
   ... change the code, rebuild ...
   python3 scripts/check_outputs.py --retnet build/retnet --python-dir build/python --compare before.json
 
---compare exits 1 if any case recorded in both runs differs; cases only one run has are listed.
+--compare exits 1 if any case recorded in both runs differs; a form refused before that computes
+now is listed apart (a gain, not a change), as are cases only one run has.
 Everything runs with one thread so that reductions are ordered the same way in both runs.
 """
 import argparse
@@ -297,14 +298,21 @@ def main():
         print(f"{len(r.results)} cases saved to {args.save}")
         return 0
     before = json.load(open(args.compare))
-    differ = [c for c in before if c in r.results and before[c] != r.results[c]]
+    both = [c for c in before if c in r.results and before[c] != r.results[c]]
+    # A form that was refused and now computes is a gain, not a changed output.
+    gained = [c for c in both if before[c].startswith("refused:") and
+              not r.results[c].startswith("refused:")]
+    differ = [c for c in both if c not in gained]
     only = sorted(set(before) ^ set(r.results))
+    for c in gained:
+        print(f"NOW COMPUTED {c} (refused before)")
     for c in differ:
         print(f"DIFFERS {c}: {before[c]} -> {r.results[c]}")
     for c in only:
         print(f"ONLY IN {'before' if c in before else 'after'}: {c}")
-    same = len([c for c in before if c in r.results]) - len(differ)
-    print(f"{same} cases identical, {len(differ)} differ, {len(only)} in one run only")
+    same = len([c for c in before if c in r.results]) - len(both)
+    print(f"{same} cases identical, {len(differ)} differ, {len(gained)} refused before and "
+          f"computed now, {len(only)} in one run only")
     return 1 if differ else 0
 
 
