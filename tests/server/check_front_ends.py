@@ -15,18 +15,10 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_harness import Server, parse_args  # noqa: E402  (free port, bounded waits)
+from server_harness import FAILURES, Server, check, parse_args  # noqa: E402
 
-FAILURES = []
 # What each front end calls a finish: the CLI names the end-of-sequence token "eos", OpenAI "stop".
 CLI_TO_OPENAI = {"stop": "stop", "length": "length", "eos": "stop"}
-
-
-def check(cond, what):
-    if not cond:
-        FAILURES.append(what)
-        print(f"FAIL: {what}", flush=True)
-    return cond
 
 
 def train_model(retnet, workdir):
