@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
 #include "retnet/core/arena.h"
 #include "retnet/core/error.h"
@@ -47,6 +48,12 @@ Session::Session(const Model& model, const SessionOptions& options)
   has_logits_.assign(cap, 0);
   recent_.resize(cap);
   for (auto& r : recent_) r.reserve(static_cast<size_t>(options.history) + 1);
+  every_row_.resize(cap);
+  std::iota(every_row_.begin(), every_row_.end(), int64_t{0});
+  step_rows_.assign(cap, 0);
+  step_positions_.assign(cap, 0);
+  step_logits_.assign(cap * V, 0.f);
+  stepping_.assign(cap, 0);
   // Size the arena for the larger of a prefill block and a full-batch step, once.
   ForwardOptions prefill;
   prefill.form = model.config().prefill_form();
@@ -126,15 +133,49 @@ void Session::set_decode_threads(int n) {
 
 void Session::step(const int32_t* tokens) {
   RETNET_CHECK(active_ >= 1, "step with no sequence in the session");
+  step(std::span<const int64_t>(every_row_.data(), static_cast<size_t>(active_)), tokens);
+}
+
+void Session::step(std::span<const int64_t> sequences, const int32_t* tokens) {
+  const int64_t n = static_cast<int64_t>(sequences.size()), V = vocab();
+  RETNET_CHECK(n >= 1, "step with no sequence");
+  std::fill(stepping_.begin(), stepping_.end(), 0);
+  bool leading = true;  // the first n sequences in order: the plain step
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t b = sequences[static_cast<size_t>(i)];
+    check_index(b);
+    RETNET_CHECK(!stepping_[b], "sequence {} is listed twice in one step", b);
+    stepping_[b] = 1;
+    leading &= b == i;
+  }
   ScopedThreads threads(decode_threads_);
   ForwardOptions fo;
   fo.form = Form::Recurrent;
   StateView view = state_->view();
-  view.batch = active_;
-  forward_logits(model_, tokens, active_, 1, logits_.data(), fo, *arena_, view);
-  for (int64_t b = 0; b < active_; ++b) {
+  view.batch = n;
+  if (leading) {
+    forward_logits(model_, tokens, n, 1, logits_.data(), fo, *arena_, view);
+  } else {
+    // The kernels read and write each state in its own row; positions and logits go through
+    // step-ordered buffers.
+    for (int64_t i = 0; i < n; ++i) {
+      step_rows_[i] = sequences[static_cast<size_t>(i)];
+      step_positions_[i] = state_->positions[step_rows_[i]];
+    }
+    view.rows = step_rows_.data();
+    view.positions = step_positions_.data();
+    forward_logits(model_, tokens, n, 1, step_logits_.data(), fo, *arena_, view);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t b = step_rows_[i];
+      state_->positions[b] = step_positions_[i];
+      std::memcpy(logits_.data() + b * V, step_logits_.data() + i * V,
+                  static_cast<size_t>(V) * sizeof(float));
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t b = sequences[static_cast<size_t>(i)];
     has_logits_[b] = 1;
-    remember(b, tokens[b]);
+    remember(b, tokens[i]);
   }
 }
 
@@ -195,12 +236,45 @@ void Session::restore(int64_t b, const SavedSequence& s) {
                cache_floats, s.position, vocab());
   state_->restore(b, s.state.data(), s.cache.data(), s.position);
   bytes_copied_ += state_->sequence_bytes(b);
+  take_logits_and_history(b, s);
+}
+
+void Session::take_logits_and_history(int64_t b, const SavedSequence& s) {
   has_logits_[b] = !s.logits.empty();
   if (has_logits_[b])
     std::memcpy(logits_.data() + b * vocab(), s.logits.data(), s.logits.size() * sizeof(float));
   recent_[b].clear();
   const size_t keep = std::min(s.recent.size(), static_cast<size_t>(options_.history));
   recent_[b].insert(recent_[b].end(), s.recent.end() - keep, s.recent.end());
+}
+
+void Session::truncate(int64_t b, const SavedSequence& earlier) {
+  check_index(b);
+  RETNET_CHECK(
+      static_cast<int64_t>(earlier.state.size()) == state_->floats_per_sequence &&
+          (earlier.logits.empty() || static_cast<int64_t>(earlier.logits.size()) == vocab()),
+      "snapshot of {} state and {} logit floats does not fit this model ({}, {})",
+      earlier.state.size(), earlier.logits.size(), state_->floats_per_sequence, vocab());
+  state_->rewind(b, earlier.state.data(), earlier.position);
+  bytes_copied_ += state_->floats_per_sequence * static_cast<int64_t>(sizeof(float));
+  take_logits_and_history(b, earlier);
+}
+
+void Session::truncate(int64_t b, int64_t position) {
+  check_index(b);
+  RETNET_CHECK(state_->floats_per_sequence == 0,
+               "the {} model has a constant-size state: rolling sequence {} back needs a snapshot "
+               "taken at position {}",
+               model_.config().mixer_description(), b, position);
+  const int64_t dropped = this->position(b) - position;
+  RETNET_CHECK(position >= 0 && dropped >= 0,
+               "sequence {} at position {} cannot roll back to position {}", b, this->position(b),
+               position);
+  if (dropped == 0) return;
+  state_->positions[b] = position;
+  has_logits_[b] = 0;
+  auto& r = recent_[b];
+  r.resize(r.size() - std::min(r.size(), static_cast<size_t>(dropped)));
 }
 
 void Session::save(const std::string& path, int64_t b, const std::string& text_tail) const {

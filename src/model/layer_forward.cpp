@@ -136,6 +136,10 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
   const int64_t N = B * T, d = c.embed_dim, F = c.ffn_dim;
   const float eps = static_cast<float>(c.layernorm_eps);
   float* x = acts.x;
+  // Only a decode step runs some of a state's sequences in place (the other forms' kernels read a
+  // batch's states contiguously).
+  RETNET_CHECK(!state || !state->rows || (form == Form::Recurrent && state->first == 0),
+               "a pass over chosen rows of a state is a recurrent step");
 
   const float scale = static_cast<float>(c.embed_scale());
   // A model prepared for inference in f16/bf16 keeps its embedding rows in that type too
@@ -214,6 +218,7 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
                    : nullptr;
     mp.cache_layer = model.cache_slot(l);
     mp.first = state ? state->first : 0;
+    mp.rows = state ? state->rows : nullptr;
     mp.positions = positions;
     mp.rotation = rotates ? acts.rotation : nullptr;
     mp.rotation_stride = rotation_stride;

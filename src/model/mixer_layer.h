@@ -30,6 +30,9 @@ struct MixerPass {
   // nullptr (parallel form).
   float* state = nullptr;
   int64_t state_stride = 0;
+  // A decode step over some of a session's sequences: the row of the state and of the cache that
+  // sequence b is in (`first` is then 0); nullptr: rows first .. first + B - 1.
+  const int64_t* rows = nullptr;
   // Mixers with a cache: the cache and the index of the call's first sequence in it, or nullptr
   // (training: from an empty sequence).
   TokenCache* cache = nullptr;
@@ -232,6 +235,7 @@ Cache pass_cache(const MixerPass& p, Arena& arena) {
   cache.data = p.cache->block(p.cache_layer, p.first);
   cache.capacity = p.cache->capacity;
   cache.length = cache_lengths(arena, p.positions, p.B);
+  cache.rows = p.rows;
   return cache;
 }
 

@@ -94,6 +94,14 @@ void State::restore(int64_t b, const float* state_in, const float* cache_in, int
   }
 }
 
+void State::rewind(int64_t b, const float* state_in, int64_t position) {
+  RETNET_CHECK(position >= 0 && position <= positions[b],
+               "sequence {} at position {} cannot roll back to position {}", b, positions[b],
+               position);
+  copy_floats(sequence(b), state_in, floats_per_sequence);
+  positions[b] = position;
+}
+
 void TokenCache::reserve(int64_t tokens) {
   if (empty() || tokens <= capacity) return;
   const int64_t grown = std::max({tokens, 2 * capacity, int64_t{16}});

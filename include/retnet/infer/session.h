@@ -5,11 +5,11 @@
 // batch. A sequence's state is one contiguous block of floats; saving, restoring, adding and
 // removing, forking and snapshotting sequences are memcpys. Front ends (the CLI) use this class.
 #include <cstdint>
-#include <string>
-#include <vector>
-
 #include <memory>
 #include <optional>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "retnet/infer/sampler.h"
 #include "retnet/infer/state_file.h"
@@ -54,6 +54,10 @@ class Session {
   void prefill(int64_t b, const int32_t* tokens, int64_t T);
   // One recurrent step for every active sequence: tokens[batch()] -> logits of each.
   void step(const int32_t* tokens);
+  // One recurrent step for the listed sequences alone (distinct, any order; the others keep their
+  // state): tokens[i] is fed to sequences[i]. Each state is advanced where it is, not copied: a
+  // server steps its generating slots while others read their prompts.
+  void step(std::span<const int64_t> sequences, const int32_t* tokens);
 
   // Logits after sequence b's last token ([vocab]); an error before it has consumed any.
   const float* logits(int64_t b) const;
@@ -74,6 +78,14 @@ class Session {
   // Sequence b in memory, without a file (a prompt cache keeps these), and back.
   SavedSequence snapshot(int64_t b) const;
   void restore(int64_t b, const SavedSequence& sequence);
+  // Rolls sequence b back to `earlier`, a snapshot of b itself taken at an earlier (or the same)
+  // position, discarding the tokens since: its constant-size state, logits and recent tokens come
+  // back; its cached tokens up to there are still in place, so only the constant state is copied.
+  void truncate(int64_t b, const SavedSequence& earlier);
+  // For a model whose every layer keeps its tokens (no constant state): drops sequence b's tokens
+  // after `position`, with no copy; it has no logits until it consumes a token again, and its
+  // recent tokens lose the dropped ones.
+  void truncate(int64_t b, int64_t position);
 
   // Saves sequence b (state, position, logits, recent tokens) to a versioned, checksummed file
   // that names the model; atomic. `text_tail` (bytes of an unfinished UTF-8 character, say) is
@@ -111,6 +123,8 @@ class Session {
  private:
   void check_index(int64_t b) const;
   void remember(int64_t b, int32_t token);
+  // A snapshot's logits and recent tokens into sequence b (restore, truncate).
+  void take_logits_and_history(int64_t b, const SavedSequence& s);
 
   const Model& model_;
   SessionOptions options_;
@@ -118,12 +132,17 @@ class Session {
   int decode_threads_ = 0;
   int64_t active_ = 0;
   mutable int64_t bytes_copied_ = 0;  // snapshot() is const
-  std::unique_ptr<State> state_;  // the model layer's state and scratch, private to the session
-  std::vector<float> logits_;                 // [capacity, vocab]
-  std::vector<uint8_t> has_logits_;           // [capacity]
+  std::unique_ptr<State> state_;      // the model layer's state and scratch, private to the session
+  std::vector<float> logits_;         // [capacity, vocab]
+  std::vector<uint8_t> has_logits_;   // [capacity]
   std::vector<std::vector<int32_t>> recent_;  // per sequence, at most options_.history
   std::unique_ptr<Arena> arena_;
   SamplerScratch scratch_;
+  // A step over chosen sequences: their rows, positions and logits in step order, and which rows
+  // it takes ([capacity] each; sized once, so steps do not allocate).
+  std::vector<int64_t> every_row_, step_rows_, step_positions_;
+  std::vector<float> step_logits_;
+  std::vector<uint8_t> stepping_;
 };
 
 }  // namespace retnet

@@ -107,7 +107,7 @@ void check_room(const AftCache& cache, const Dims& d, const char* what) {
 }
 
 float* cache_block(const AftCache& c, int64_t C, int64_t b) {
-  return c.data + b * aft_cache_floats(C, c.capacity);
+  return c.data + sequence_row(c.rows, b) * aft_cache_floats(C, c.capacity);
 }
 
 // Copies the T new keys and values of every sequence into rows length[b] .. of its block.

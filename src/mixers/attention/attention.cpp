@@ -131,12 +131,17 @@ void check_room(const AttentionCache& cache, const Dims& d, const char* what) {
                  what, b, cache.length[b], d.T, cache.capacity);
 }
 
+// Sequence b's block of the cache.
+float* cache_block(const AttentionCache& c, const Dims& d, int64_t b) {
+  return c.data + sequence_row(c.rows, b) * c.capacity * cache_row(d);
+}
+
 // Copies the T new keys and values of every sequence into rows length[b] .. of its block.
 void append_to_cache(const TensorView& k, const TensorView& v, const AttentionCache& cache,
                      const Dims& d) {
   const int64_t row = cache_row(d);
   for (int64_t b = 0; b < d.B; ++b) {
-    float* block = cache.data + b * cache.capacity * row;
+    float* block = cache_block(cache, d, b);
     for (int64_t t = 0; t < d.T; ++t) {
       float* dst = block + (cache.length[b] + t) * row;
       for (int64_t h = 0; h < d.Hkv; ++h) {
@@ -150,10 +155,10 @@ void append_to_cache(const TensorView& k, const TensorView& v, const AttentionCa
 // The cached keys and values that query head h of sequence b reads (its kv head's): rows
 // cache_row(d) floats apart.
 const float* cache_keys(const AttentionCache& c, const Dims& d, int64_t b, int64_t h) {
-  return c.data + b * c.capacity * cache_row(d) + (h / d.groups()) * d.Dk;
+  return cache_block(c, d, b) + (h / d.groups()) * d.Dk;
 }
 const float* cache_values(const AttentionCache& c, const Dims& d, int64_t b, int64_t h) {
-  return c.data + b * c.capacity * cache_row(d) + d.Hkv * d.Dk + (h / d.groups()) * d.Dv;
+  return cache_block(c, d, b) + d.Hkv * d.Dk + (h / d.groups()) * d.Dv;
 }
 
 // ---- decode: flash-decoding over the token-major cache ------------------------------------
@@ -307,7 +312,7 @@ void attention_step(const TensorView& q, const TensorView& k, const TensorView& 
     const int64_t b = t / S, s = t % S, L = cache.length[b] + 1;
     const int64_t first = window > 0 ? std::max<int64_t>(L - window, 0) : 0;  // seen: [first, L)
     decode_range([&](int64_t h) { return &q.at(b, 0, h, 0); },
-                 cache.data + b * cache.capacity * cache_row(d), d, first + (L - first) * s / S,
+                 cache_block(cache, d, b), d, first + (L - first) * s / S,
                  first + (L - first) * (s + 1) / S,
                  scores + d.H * kDecodeBlock * omp_get_thread_num(),
                  partials + t * partial_floats(d));

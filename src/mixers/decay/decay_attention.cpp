@@ -103,7 +103,7 @@ void pairwise_block(const DecayAttentionArgs& args, const Dims& d, int64_t b, in
   alignas(64) float w[kCb], u[kCb], a[kCb], bs[kCb], p[kCb];
   detail::pack_channels(args.w, c0, nc, w);
   detail::pack_channels(args.u, c0, nc, u);
-  float* state = with_state ? args.state + b * args.state_stride : nullptr;
+  float* state = with_state ? args.state + sequence_row(args.rows, b) * args.state_stride : nullptr;
   for (int64_t c = 0; c < kCb; ++c) {
     const bool real = state && c < nc;
     a[c] = real ? state[c0 + c] : 0.f;
@@ -132,7 +132,7 @@ void recurrent_block(const DecayAttentionArgs& args, const Dims& d, int64_t b, i
                      int64_t nc) {
   // The block's state, w and u in padded local lanes (padding: empty state, zero inputs), so the
   // per-token loop has a fixed trip count and vectorises.
-  float* state = args.state + b * args.state_stride;
+  float* state = args.state + sequence_row(args.rows, b) * args.state_stride;
   alignas(64) float w[kCb], u[kCb], a[kCb], bs[kCb], p[kCb], k[kCb], v[kCb];
   alignas(64) float M[kCb], num[kCb], den[kCb];
   detail::pack_channels(args.w, c0, nc, w);

@@ -42,7 +42,7 @@ struct HeadBlock : detail::HeadRows {
 };
 
 HeadBlock head_block(const CausalLinearArgs& a, const Dims& d, int64_t b, int64_t h) {
-  float* state = a.state ? a.state + b * a.state_stride +
+  float* state = a.state ? a.state + sequence_row(a.rows, b) * a.state_stride +
                                h * linear_attention_state_floats_per_head(d.F, d.Dv)
                          : nullptr;
   return {detail::head_rows(a.phi_q, a.phi_k, a.v, a.out, b, h), state,
@@ -227,6 +227,7 @@ void linear_attention_forward(Form form, const LinearAttentionArgs& a,
   k.out = a.out;
   k.state = a.state;
   k.state_stride = a.state_stride;
+  k.rows = a.rows;
   k.chunk = a.chunk;
   k.inv_denominators = a.saved_inv_denominators;
   feature_map_forward(a.features, FeatureRole::Query, a.q, k.phi_q);

@@ -47,7 +47,7 @@ Dims dims_of(const RetentionArgs& a) {
 
 HeadBlock head_block(const RetentionArgs& a, const Dims& d, int64_t b, int64_t h) {
   return {detail::head_rows(a.q, a.k, a.v, a.out, b, h),
-          a.state ? a.state + b * a.state_stride + h * retention_state_floats_per_head(d.Dk, d.Dv)
+          a.state ? a.state + sequence_row(a.rows, b) * a.state_stride + h * retention_state_floats_per_head(d.Dk, d.Dv)
                   : nullptr,
           a.row_stats ? a.row_stats + (b * d.T * d.H + h) * 2 : nullptr,
           d.H * 2,

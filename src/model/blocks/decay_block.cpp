@@ -104,7 +104,7 @@ class DecayMixer final : public SavedRegionsMixer<saved_sizes> {
     a.r = x.q, a.k = x.k, a.v = x.v;
     a.out = channel_view(p.out, B, T, vd, vd);
     a.w = wu, a.u = wu + vd;
-    a.state = p.state, a.state_stride = p.state_stride;
+    a.state = p.state, a.state_stride = p.state_stride, a.rows = p.rows;
     a.chunk = p.chunk;
     if (p.link) {
       // This slice's record through the link: the state the earlier slices leave, to start from.

@@ -79,7 +79,7 @@ class LinearMixer final : public SavedRegionsMixer<saved_sizes> {
     a.q = x.q, a.k = x.k, a.v = x.v;
     a.out = head_output_view(o, B, T, c);
     a.features = layer_features(*p.model, p.layer);
-    a.state = p.state, a.state_stride = p.state_stride;
+    a.state = p.state, a.state_stride = p.state_stride, a.rows = p.rows;
     a.chunk = p.chunk;
     if (p.saved) {
       a.saved_phi_q = sv.phi_q, a.saved_phi_k = sv.phi_k;

@@ -191,6 +191,7 @@ class RetentionMixer final : public LayerMixer {
     ra.gammas = model.gammas().data();
     ra.state = p.state;
     ra.state_stride = p.state_stride;
+    ra.rows = p.rows;
     ra.positions = p.positions;
     ra.chunk = p.chunk;
     ra.scan_tile = p.scan_tile;

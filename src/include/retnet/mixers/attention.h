@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "retnet/core/arena.h"
+#include "retnet/core/sequence_rows.h"
 #include "retnet/core/tensor.h"
 
 namespace retnet {
@@ -68,6 +69,8 @@ struct AttentionCache {
   float* data = nullptr;      // B blocks of attention_cache_floats(H, Dk, Dv, capacity) floats
   int64_t capacity = 0;       // tokens each block holds
   int64_t* length = nullptr;  // [B] tokens cached per sequence; step and prefill advance it
+  // The row of the cache each sequence b is in (retnet/core/sequence_rows.h; nullptr: row b).
+  const int64_t* rows = nullptr;
 };
 
 // How the cache grows: the kernels never allocate; they throw Error when a sequence would pass

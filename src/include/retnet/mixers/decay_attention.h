@@ -42,6 +42,7 @@
 
 #include "retnet/core/arena.h"
 #include "retnet/core/form.h"
+#include "retnet/core/sequence_rows.h"
 #include "retnet/core/tensor.h"
 
 namespace retnet {
@@ -57,6 +58,8 @@ struct DecayAttentionArgs {
   const float* u = nullptr;  // [C]
   float* state = nullptr;    // required by recurrent and chunkwise: [3][C] per sequence
   int64_t state_stride = 0;
+  // The row of the state each sequence b is in (retnet/core/sequence_rows.h; nullptr: row b).
+  const int64_t* rows = nullptr;
   int64_t chunk = 64;
   // What the backward pass needs, or nullptr (inference), both [B, T, C] contiguous: wkv_n and
   // the log of the denominator, log(sum_m e^{...}), per token and channel.

@@ -30,6 +30,7 @@
 
 #include "retnet/core/arena.h"
 #include "retnet/core/form.h"
+#include "retnet/core/sequence_rows.h"
 #include "retnet/core/tensor.h"
 #include "retnet/mixers/feature_maps.h"
 
@@ -44,6 +45,8 @@ struct CausalLinearArgs {
   TensorView v, out;        // [B, T, H, Dv]
   float* state = nullptr;   // required by recurrent and chunkwise
   int64_t state_stride = 0;
+  // The row of the state each sequence b is in (retnet/core/sequence_rows.h; nullptr: row b).
+  const int64_t* rows = nullptr;
   int64_t chunk = 64;
   float* inv_denominators = nullptr;  // [B, T, H]: 1 / A_n[Dv] (0 where it is 0), for backward
 };
@@ -80,6 +83,8 @@ struct LinearAttentionArgs {
   FeatureMap features;      // elu+1 (linear transformer) or FAVOR+ (Performer)
   float* state = nullptr;   // per sequence H blocks of [F, Dv + 1]; recurrent and chunkwise
   int64_t state_stride = 0;
+  // The row of the state each sequence b is in (retnet/core/sequence_rows.h; nullptr: row b).
+  const int64_t* rows = nullptr;
   int64_t chunk = 64;
   // What the backward pass needs, or nullptr (inference): the features [B, T, H, F] contiguous
   // and 1 / denominator [B, T, H]. Without them the features live in the arena.

@@ -21,6 +21,7 @@
 
 #include "retnet/core/arena.h"
 #include "retnet/core/form.h"
+#include "retnet/core/sequence_rows.h"
 #include "retnet/core/tensor.h"
 
 namespace retnet {
@@ -31,6 +32,8 @@ struct RetentionArgs {
   const double* gammas = nullptr;  // [H]
   float* state = nullptr;          // required by recurrent, chunkwise and scan; unused by parallel
   int64_t state_stride = 0;
+  // The row of the state each sequence b is in (retnet/core/sequence_rows.h; nullptr: row b).
+  const int64_t* rows = nullptr;
   const int64_t* positions = nullptr;
   int64_t chunk = 64;          // chunkwise: tokens per chunk (T need not be a multiple)
   int64_t scan_tile = 0;       // scan: tokens scanned at once (0: chosen from a memory budget)

@@ -35,10 +35,11 @@ struct TokenCache {
   size_t bytes() const;
 };
 
-// A view of the states of `batch` sequences: `floats_per_sequence` floats each, contiguous, and
-// the number of tokens each has consumed; for the mixers with a cache, the cache and the index in
-// it of the view's first sequence. A view of one sequence of a larger state is how a session
-// prefills one prompt of a batch.
+// A view of the states of `batch` sequences: `floats_per_sequence` floats each, and the number of
+// tokens each has consumed ([batch]); for the mixers with a cache, the cache and the index in it of
+// the view's first sequence. The sequences are contiguous from `data`, or, for a decode step over
+// some of a session's sequences, rows[b] is the row (from `data`, and in the cache) of sequence b.
+// A view of one sequence of a larger state is how a session prefills one prompt of a batch.
 struct StateView {
   float* data = nullptr;
   int64_t* positions = nullptr;
@@ -46,6 +47,7 @@ struct StateView {
   int64_t floats_per_sequence = 0;
   TokenCache* cache = nullptr;
   int64_t first = 0;
+  const int64_t* rows = nullptr;  // nullptr: sequence b is row first + b
 };
 
 // The owning state of `batch` sequences.
@@ -83,6 +85,9 @@ struct State {
   }
   void snapshot(int64_t b, float* state_out, float* cache_out) const;
   void restore(int64_t b, const float* state_in, const float* cache_in, int64_t position);
+  // Rolls sequence b back to `position` (<= its own) with the constant state it had there; the
+  // cache's first `position` rows are the same tokens' and stay in place.
+  void rewind(int64_t b, const float* state_in, int64_t position);
 };
 
 }  // namespace retnet
