@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "openai_request.h"
 #include "retnet/core/json_parse.h"
 #include "retnet/core/read_file.h"
 #include "retnet/core/safetensors.h"
@@ -40,12 +41,12 @@ Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer,
       metrics_(metrics),
       chunk_(std::max<int64_t>(1, model.config().recurrent_chunk_size)),
       block_(aligned_block(options.prefill_block, chunk_)),
-      prefill_session_(model, session_options(options.slots, block_, options)),
-      decode_session_(model, session_options(options.slots, 1, options)),
+      session_(model, session_options(options.slots, block_, options)),
       cache_(options.cache_bytes),
-      full_threads_(decode_session_.decode_threads()) {
+      full_threads_(session_.decode_threads()) {
   RETNET_CHECK(options.slots >= 1, "--parallel must be >= 1, got {}", options.slots);
   RETNET_CHECK(options.max_queue >= 0, "--max-queue must be >= 0, got {}", options.max_queue);
+  for (int64_t i = 0; i < options.slots; ++i) session_.add_sequence();
   slots_.resize(static_cast<size_t>(options.slots));
   for (size_t i = 0; i < slots_.size(); ++i) slots_[i].id = static_cast<int64_t>(i);
   metrics_.slots = options.slots;
@@ -91,8 +92,7 @@ void Scheduler::update_gauges_locked() {
   metrics_.state_bytes = bytes;
   metrics_.cache_bytes = cache_.bytes();
   metrics_.cache_entries = cache_.entries();
-  metrics_.state_bytes_copied =
-      prefill_session_.state_bytes_copied() + decode_session_.state_bytes_copied();
+  metrics_.state_bytes_copied = session_.state_bytes_copied();
 }
 
 void Scheduler::emit(Slot& slot, const std::string& text, const TokenLogprob* logprob) {
@@ -130,18 +130,15 @@ void Scheduler::finish(Slot& slot, FinishReason reason, const std::string& error
 
 void Scheduler::release(Slot& slot) {
   if (slot.phase == Phase::Decode) {
-    auto it = std::find(decoding_.begin(), decoding_.end(), slot.id);
-    const int64_t b = it - decoding_.begin();
-    // Keep the finished conversation's state for POST /slots/{id}?action=save.
-    slot.last_state = decode_session_.snapshot(b);
+    // The finished conversation's state stays in the slot's sequence for POST
+    // /slots/{id}?action=save, until the slot's next request.
+    slot.has_state = true;
     slot.last_tokens = slot.job->prompt;
     slot.last_tokens.insert(slot.last_tokens.end(), slot.fed.begin(), slot.fed.end());
-    decode_session_.remove_sequence(b);
-    decoding_.erase(it);
+    decoding_.erase(std::find(decoding_.begin(), decoding_.end(), slot.id));
   } else if (slot.phase == Phase::Prefill || slot.phase == Phase::Waiting) {
     auto it = std::find(prefilling_.begin(), prefilling_.end(), slot.id);
     const int64_t b = it - prefilling_.begin();
-    prefill_session_.remove_sequence(b);
     prefilling_.erase(it);
     if (next_prefill_ > b) --next_prefill_;  // the turn stays with the same prompt
   }
@@ -181,7 +178,7 @@ bool Scheduler::sweep_locked() {
     rule.stream = 0;  // every request: the text `retnet generate` gives it alone
     s.decoder = std::make_unique<SequenceDecoder>(tokenizer_, std::move(rule));
     s.started = Clock::now();
-    prefill_session_.add_sequence();  // index prefilling_.size(): the orders match
+    s.has_state = false;  // its sequence is about to start over
     prefilling_.push_back(s.id);
   }
   // Queued jobs whose client left or whose time ran out never take a slot.
@@ -213,6 +210,7 @@ void Scheduler::loop() {
     }
     lock.unlock();
     try {
+      std::lock_guard<std::mutex> session_lock(session_mutex_);
       if (!prefilling_.empty()) prefill_round();
       if (!decoding_.empty()) decode_one_step();
     } catch (const std::exception& e) {
@@ -247,29 +245,31 @@ void Scheduler::loop() {
 // round; a long one cannot hold the others back for more than a block at a time. Segments end at
 // the same boundaries whatever the interleaving, so every prompt runs the chunks it runs alone.
 void Scheduler::prefill_round() {
+  // Prompts are read with every thread, as before a step chose fewer.
+  if (options_.threads == 0) session_.set_decode_threads(full_threads_);
   int64_t used = 0;
   const size_t visits = prefilling_.size();
   for (size_t v = 0; v < visits && !prefilling_.empty(); ++v) {
     if (next_prefill_ >= static_cast<int64_t>(prefilling_.size())) next_prefill_ = 0;
     const int64_t b = next_prefill_;
     Slot& slot = slots_[static_cast<size_t>(prefilling_[static_cast<size_t>(b)])];
-    if (slot.phase == Phase::Waiting) start_prefill(slot, b);
+    if (slot.phase == Phase::Waiting) start_prefill(slot);
     const int64_t length = next_segment_end(slot) - slot.prefilled;
     if (used > 0 && used + length > block_) break;  // the next round starts with this prompt
     used += length;
     // A prompt that is done leaves prefilling_, and its successor takes its index.
-    if (!prefill_segment(slot, b)) next_prefill_ = b + 1;
+    if (!prefill_segment(slot)) next_prefill_ = b + 1;
   }
 }
 
-void Scheduler::start_prefill(Slot& slot, int64_t b) {
+void Scheduler::start_prefill(Slot& slot) {
   Job& job = *slot.job;
-  prefill_session_.reset_sequence(b);
+  session_.reset_sequence(slot.id);
   int64_t cached = 0;
   std::lock_guard<std::mutex> lock(mutex_);
   if (cache_.capacity_bytes() > 0) {
     if (const SavedSequence* hit = cache_.find_longest_prefix(job.prompt, &cached)) {
-      prefill_session_.restore(b, *hit);
+      session_.restore(slot.id, *hit);
       metrics_.cache_hits += 1;
       metrics_.cache_tokens_saved += cached;
     } else {
@@ -293,17 +293,17 @@ int64_t Scheduler::next_segment_end(const Slot& slot) const {
   return end;
 }
 
-bool Scheduler::prefill_segment(Slot& slot, int64_t b) {
+bool Scheduler::prefill_segment(Slot& slot) {
   Job& job = *slot.job;
   const auto t0 = Clock::now();
   const int64_t T = static_cast<int64_t>(job.prompt.size());
   const int64_t last_boundary = T / chunk_ * chunk_;
   const int64_t start = slot.prefilled, end = next_segment_end(slot);
-  if (end > start) prefill_session_.prefill(b, job.prompt.data() + start, end - start);
+  if (end > start) session_.prefill(slot.id, job.prompt.data() + start, end - start);
   metrics_.prefilled_tokens += end - start;
   const bool at_boundary = end % block_ == 0 || end == last_boundary;
   if (cache_.capacity_bytes() > 0 && end > start && end % chunk_ == 0 && at_boundary) {
-    SavedSequence snap = prefill_session_.snapshot(b);
+    SavedSequence snap = session_.snapshot(slot.id);
     std::lock_guard<std::mutex> lock(mutex_);
     cache_.insert(std::vector<int32_t>(job.prompt.begin(), job.prompt.begin() + end),
                   std::move(snap));
@@ -311,7 +311,7 @@ bool Scheduler::prefill_segment(Slot& slot, int64_t b) {
   metrics_.prompt_microseconds += micros_since(t0);
   std::lock_guard<std::mutex> lock(mutex_);
   slot.prefilled = slot.position = end;
-  slot.state_bytes = prefill_session_.state_bytes(b);
+  slot.state_bytes = session_.state_bytes(slot.id);
   if (end < T) {
     update_gauges_locked();
     return false;
@@ -321,10 +321,7 @@ bool Scheduler::prefill_segment(Slot& slot, int64_t b) {
     finish(slot, FinishReason::Length);  // nothing to generate
     return true;
   }
-  const int64_t d = decode_session_.add_sequence();
-  decode_session_.restore(d, prefill_session_.snapshot(b));
-  prefill_session_.remove_sequence(b);
-  prefilling_.erase(prefilling_.begin() + b);
+  prefilling_.erase(std::find(prefilling_.begin(), prefilling_.end(), slot.id));
   decoding_.push_back(slot.id);
   slot.phase = Phase::Decode;
   update_gauges_locked();
@@ -332,7 +329,7 @@ bool Scheduler::prefill_segment(Slot& slot, int64_t b) {
 }
 
 TokenLogprob Scheduler::logprob_of(const float* logits, int32_t token, int top) const {
-  const int64_t V = decode_session_.vocab();
+  const int64_t V = session_.vocab();
   float max_logit = logits[0];
   for (int64_t i = 1; i < V; ++i) max_logit = std::max(max_logit, logits[i]);
   double sum = 0;
@@ -365,24 +362,23 @@ int Scheduler::step_threads() const {
 void Scheduler::decode_one_step() {
   const auto t0 = Clock::now();
   std::vector<int32_t> next;
-  std::vector<int64_t> ended;  // session indices of slots that finish this round
+  std::vector<int64_t> ended;  // indices in decoding_ of slots that finish this round
   std::vector<FinishReason> reasons;
   for (size_t b = 0; b < decoding_.size(); ++b) {
     Slot& slot = slots_[static_cast<size_t>(decoding_[b])];
     Job& job = *slot.job;
-    const int64_t i = static_cast<int64_t>(b);
-    const SequenceDecoder::Next step = slot.decoder->next(decode_session_, i);
+    const SequenceDecoder::Next step = slot.decoder->next(session_, slot.id);
     if (step.finish != FinishReason::Eos) {
       std::optional<TokenLogprob> lp;
       if (job.top_logprobs >= 0)
-        lp = logprob_of(decode_session_.logits(i), step.token, job.top_logprobs);
+        lp = logprob_of(session_.logits(slot.id), step.token, job.top_logprobs);
       slot.generated = slot.decoder->generated();
       metrics_.generated_tokens += 1;
       emit(slot, step.text, lp ? &*lp : nullptr);
     }
     next.push_back(step.token);
     if (step.finish != FinishReason::None) {  // not fed: the request's text is complete
-      ended.push_back(i);
+      ended.push_back(static_cast<int64_t>(b));
       reasons.push_back(step.finish);
     }
   }
@@ -395,15 +391,15 @@ void Scheduler::decode_one_step() {
     }
   }
   if (!decoding_.empty()) {
-    if (options_.threads == 0) decode_session_.set_decode_threads(step_threads());
-    decode_session_.step(next.data());
+    if (options_.threads == 0) session_.set_decode_threads(step_threads());
+    session_.step(decoding_, next.data());
     metrics_.decode_steps += 1;
     std::lock_guard<std::mutex> lock(mutex_);
     for (size_t b = 0; b < decoding_.size(); ++b) {
       Slot& slot = slots_[static_cast<size_t>(decoding_[b])];
       slot.fed.push_back(next[b]);
-      slot.position = decode_session_.position(static_cast<int64_t>(b));
-      slot.state_bytes = decode_session_.state_bytes(static_cast<int64_t>(b));
+      slot.position = session_.position(slot.id);
+      slot.state_bytes = session_.state_bytes(slot.id);
     }
     update_gauges_locked();
   }
@@ -425,29 +421,44 @@ nlohmann::json Scheduler::slots_json() {
       j["position"] = s.position;
       j["state_bytes"] = s.state_bytes;
     }
-    j["saved_state"] = s.last_state.has_value();
+    j["saved_state"] = s.has_state;
     out.push_back(std::move(j));
   }
   return out;
 }
 
+// The slot's sequence is the inference thread's while the slot is busy.
+void Scheduler::check_idle_locked(int64_t id) const {
+  if (slots_[static_cast<size_t>(id)].phase != Phase::Idle)
+    throw HttpError(409,
+                    fmt::format("slot {} is busy with a request; try again when it is idle", id),
+                    "invalid_request_error", "slot_busy");
+}
+
 nlohmann::json Scheduler::save_slot(int64_t id, const std::string& path) {
-  std::lock_guard<std::mutex> lock(mutex_);
   RETNET_CHECK(id >= 0 && id < options_.slots, "slot {} does not exist (the server has {})", id,
                options_.slots);
-  const Slot& s = slots_[static_cast<size_t>(id)];
-  RETNET_CHECK(s.last_state.has_value(), "slot {} has finished no request yet: nothing to save",
-               id);
-  write_state_file(path, model_, decode_session_.model_fingerprint(), *s.last_state);
-  nlohmann::json tokens = s.last_tokens;
+  SavedSequence state;
+  nlohmann::json tokens;
+  {
+    std::lock_guard<std::mutex> session_lock(session_mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
+    check_idle_locked(id);
+    const Slot& s = slots_[static_cast<size_t>(id)];
+    RETNET_CHECK(s.has_state, "slot {} has finished no request yet: nothing to save", id);
+    state = session_.snapshot(id);
+    tokens = s.last_tokens;
+    update_gauges_locked();
+  }
+  write_state_file(path, model_, session_.model_fingerprint(), state);
   write_file_atomically(path + ".tokens.json", tokens.dump());
-  return {{"id_slot", id}, {"n_saved", static_cast<int64_t>(s.last_tokens.size())}};
+  return {{"id_slot", id}, {"n_saved", static_cast<int64_t>(tokens.size())}};
 }
 
 nlohmann::json Scheduler::restore_slot(int64_t id, const std::string& path) {
   RETNET_CHECK(id >= 0 && id < options_.slots, "slot {} does not exist (the server has {})", id,
                options_.slots);
-  SavedSequence state = read_state_file(path, model_, decode_session_.model_fingerprint());
+  SavedSequence state = read_state_file(path, model_, session_.model_fingerprint());
   const std::string tokens_path = path + ".tokens.json";
   std::vector<int32_t> tokens;
   try {
@@ -464,12 +475,15 @@ nlohmann::json Scheduler::restore_slot(int64_t id, const std::string& path) {
   for (int32_t t : tokens)
     RETNET_CHECK(t >= 0 && t < model_.config().vocab_size,
                  "slot tokens file '{}' holds token {} outside the vocabulary", tokens_path, t);
+  std::lock_guard<std::mutex> session_lock(session_mutex_);
   std::lock_guard<std::mutex> lock(mutex_);
+  check_idle_locked(id);
   Slot& s = slots_[static_cast<size_t>(id)];
-  // A restored state serves the next request that starts with its tokens, through the cache.
-  if (cache_.capacity_bytes() > 0) cache_.insert(tokens, state);
+  session_.restore(id, state);  // the slot holds it until its next request (a save writes it)
+  s.has_state = true;
+  // It serves the next request that starts with its tokens, through the cache.
+  if (cache_.capacity_bytes() > 0) cache_.insert(tokens, std::move(state));
   s.last_tokens = std::move(tokens);
-  s.last_state = std::move(state);
   update_gauges_locked();
   return {{"id_slot", id}, {"n_restored", static_cast<int64_t>(s.last_tokens.size())}};
 }

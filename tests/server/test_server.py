@@ -212,6 +212,29 @@ def test_prompt_cache(cached, uncached):
           cached.metric("retnet_prompt_cache_tokens_saved_total") >= c, "cache metrics")
 
 
+def test_state_copies(s):
+    """A request's state stays in its slot from prompt to last token: one that misses the prompt
+    cache copies one state (into the cache, at its last chunk boundary), one that hits copies at
+    most two (out of the cache, and its own boundary state back in). The server's prompts here
+    fit one prefill block (16 tokens; a longer prompt leaves a state per block it reads)."""
+    # The tiny model's state: 2 layers x 4 heads x d_k 8 x (d_v 12 + 1) floats.
+    state = 2 * 4 * 8 * 13 * 4
+
+    def copied(prompt):
+        before = s.metric("retnet_state_bytes_copied_total")
+        st, r = s.json("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 5,
+                                                   "temperature": 0})
+        check(st == 200, f"request: {st} {r}")
+        return s.metric("retnet_state_bytes_copied_total") - before, r
+
+    miss, r = copied("Copy me once.")  # 13 byte tokens: a boundary at 8
+    check(r["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, "a new prompt misses")
+    check(miss == state, f"a miss copies one state ({state} bytes): {miss}")
+    hit, r = copied("Copy me once. Then?")  # 19 tokens: 8 from the cache, a boundary at 16
+    check(r["usage"]["prompt_tokens_details"]["cached_tokens"] == 8, f"it hits: {r['usage']}")
+    check(0 < hit <= 2 * state, f"a hit copies at most two states ({2 * state} bytes): {hit}")
+
+
 def test_chat_turns_read_only_new_text(s):
     """Each turn of a chat restores the previous turn's prompt from the cache (up to its last
     chunk boundary, chunks of 8 tokens here) and reads only the rest."""
@@ -412,6 +435,7 @@ def main():
         test_disconnect(main_server)
         test_slow_reader(main_server)
         test_prompt_cache(main_server, uncached)
+        test_state_copies(main_server)
         test_chat_turns_read_only_new_text(main_server)
         test_hostile_requests(main_server)
         check(wait_idle(main_server), "no slot leaked")
