@@ -189,9 +189,7 @@ class RetentionMixer final : public LayerMixer {
     ra.v = head_view(kv.v, B, T, H, kv.ldv, dv);
     ra.out = head_view(o, B, T, H, vd, dv);
     ra.gammas = model.gammas().data();
-    ra.state = p.state;
-    ra.state_stride = p.state_stride;
-    ra.rows = p.rows;
+    ra.state = p.state, ra.state_stride = p.state_stride, ra.rows = p.rows;
     ra.positions = p.positions;
     ra.chunk = p.chunk;
     ra.scan_tile = p.scan_tile;
