@@ -19,35 +19,41 @@
 #include "retnet/core/mapped_file.h"
 #include "retnet/core/read_file.h"
 #include "retnet/core/safetensors.h"
+#include "retnet/model/hf_layout.h"
 #include "retnet/model/model.h"
 
 namespace retnet {
 namespace fs = std::filesystem;
 namespace {
 
-// The engine's names inside one layer (after "layers.N.") and fla's.
-const std::pair<const char*, const char*> kFlaLayerNames[] = {
-    {"retention.q_proj.weight", "attn.q_proj.weight"},
-    {"retention.k_proj.weight", "attn.k_proj.weight"},
-    {"retention.v_proj.weight", "attn.v_proj.weight"},
-    {"retention.g_proj.weight", "attn.g_proj.weight"},
-    {"retention.out_proj.weight", "attn.o_proj.weight"},
-    {"retention.head_norm.weight", "attn.g_norm_swish_gate.weight"},
-    {"retention_layer_norm.weight", "attn_norm.weight"},
+// The engine's names inside one layer (after "layers.N.") and fla's, but for the mixers' own
+// (their Hugging Face descriptions name those).
+const detail::HfTensorName kFlaLayerNames[] = {
     {"ffn.fc1.weight", "mlp.gate_proj.weight"},  // swish(gate_proj x) * up_proj x
     {"ffn.gate.weight", "mlp.up_proj.weight"},
     {"ffn.fc2.weight", "mlp.down_proj.weight"},
     {"final_layer_norm.weight", "mlp_norm.weight"},
-    // A hybrid model's softmax-attention layers (fla's "attn").
-    {"attention.q_proj.weight", "attn.q_proj.weight"},
-    {"attention.k_proj.weight", "attn.k_proj.weight"},
-    {"attention.v_proj.weight", "attn.v_proj.weight"},
-    {"attention.out_proj.weight", "attn.o_proj.weight"},
-    {"attention.q_proj.bias", "attn.q_proj.bias"},
-    {"attention.k_proj.bias", "attn.k_proj.bias"},
-    {"attention.v_proj.bias", "attn.v_proj.bias"},
-    {"attention_layer_norm.weight", "attn_norm.weight"},
 };
+
+// fla's entry of a name inside a layer: the model's, or a mixer's that the layout holds.
+const detail::HfTensorName* fla_layer_name(const std::string& name) {
+  for (const detail::HfTensorName& n : kFlaLayerNames)
+    if (name == n.engine) return &n;
+  for (const MixerSpec* m : mixer_registry())
+    if (m->hf && m->hf->fla.role != detail::HfRole::None)
+      for (const detail::HfTensorName& n : m->hf->fla.names)
+        if (name == n.engine) return &n;
+  return nullptr;
+}
+
+// The engine's name of a tensor in the fla layout, split at its layer: {"model.layers.3.", entry}
+// (a null entry where it has none).
+std::pair<std::string, const detail::HfTensorName*> fla_entry(const std::string& engine_name) {
+  static const std::regex layer(R"(layers\.(\d+)\.(.*))");
+  std::smatch m;
+  if (!std::regex_match(engine_name, m, layer)) return {"", nullptr};
+  return {"model.layers." + m[1].str() + ".", fla_layer_name(m[2].str())};
+}
 
 std::string shape_str(const std::vector<int64_t>& s) {
   return "[" + fmt::format("{}", fmt::join(s, ", ")) + "]";
@@ -139,23 +145,18 @@ std::string hf_tensor_name(const std::string& engine_name, HfFlavour flavour) {
   if (flavour == HfFlavour::Syncdoth) return "model." + engine_name;
   if (engine_name == "embed_tokens.weight") return "model.embeddings.weight";
   if (engine_name == "layer_norm.weight") return "model.norm.weight";
-  static const std::regex layer(R"(layers\.(\d+)\.(.*))");
-  std::smatch m;
-  if (std::regex_match(engine_name, m, layer))
-    for (const auto& [ours, theirs] : kFlaLayerNames)
-      if (m[2] == ours) return "model.layers." + m[1].str() + "." + theirs;
-  throw Error(
-      fmt::format("tensor '{}' has no name in flash-linear-attention's layout", engine_name));
+  const auto [prefix, entry] = fla_entry(engine_name);
+  RETNET_CHECK(entry != nullptr, "tensor '{}' has no name in flash-linear-attention's layout",
+               engine_name);
+  return prefix + entry->layout;
 }
 
 std::vector<std::string> hf_tensor_names_accepted(const std::string& engine_name,
                                                   HfFlavour flavour) {
   std::vector<std::string> names = {hf_tensor_name(engine_name, flavour)};
-  const std::string fused = "attn.g_norm_swish_gate.weight";
-  const std::string& n = names[0];
-  if (flavour == HfFlavour::Fla && n.size() > fused.size() &&
-      n.compare(n.size() - fused.size(), fused.size(), fused) == 0)
-    names.push_back(n.substr(0, n.size() - fused.size()) + "attn.g_norm.weight");
+  if (flavour != HfFlavour::Fla) return names;
+  const auto [prefix, entry] = fla_entry(engine_name);
+  if (entry && entry->also) names.push_back(prefix + entry->also);
   return names;
 }
 
