@@ -26,33 +26,42 @@ namespace retnet {
 namespace fs = std::filesystem;
 namespace {
 
-// The engine's names inside one layer (after "layers.N.") and fla's, but for the mixers' own
-// (their Hugging Face descriptions name those).
-const detail::HfTensorName kFlaLayerNames[] = {
+// The engine's names inside one layer (after "layers.N.") and fla's, for the model's tensors. A
+// layer's mixer is fla's "attn" (its tensors named by its description) after the norm "attn_norm".
+const std::pair<const char*, const char*> kFlaLayerNames[] = {
     {"ffn.fc1.weight", "mlp.gate_proj.weight"},  // swish(gate_proj x) * up_proj x
     {"ffn.gate.weight", "mlp.up_proj.weight"},
     {"ffn.fc2.weight", "mlp.down_proj.weight"},
     {"final_layer_norm.weight", "mlp_norm.weight"},
 };
 
-// fla's entry of a name inside a layer: the model's, or a mixer's that the layout holds.
-const detail::HfTensorName* fla_layer_name(const std::string& name) {
-  for (const detail::HfTensorName& n : kFlaLayerNames)
-    if (name == n.engine) return &n;
-  for (const MixerSpec* m : mixer_registry())
-    if (m->hf && m->hf->fla.role != detail::HfRole::None)
-      for (const detail::HfTensorName& n : m->hf->fla.names)
-        if (name == n.engine) return &n;
-  return nullptr;
+// fla's names of a tensor inside a layer (the first is the one written; empty: it has none).
+std::vector<std::string> fla_layer_names(const std::string& name) {
+  for (const auto& [ours, theirs] : kFlaLayerNames)
+    if (name == ours) return {theirs};
+  for (const MixerSpec* m : mixer_registry()) {
+    if (!m->hf || m->hf->fla.role == detail::HfRole::None) continue;
+    const std::string scope = m->scope;
+    if (name == scope + "_layer_norm.weight") return {"attn_norm.weight"};
+    if (name.rfind(scope + ".", 0) != 0) continue;
+    for (const detail::HfTensorName& n : m->hf->fla.names) {
+      if (name.substr(scope.size() + 1) != n.engine) continue;
+      std::vector<std::string> names = {std::string("attn.") + (n.layout ? n.layout : n.engine)};
+      if (n.also) names.push_back(std::string("attn.") + n.also);
+      return names;
+    }
+  }
+  return {};
 }
 
-// The engine's name of a tensor in the fla layout, split at its layer: {"model.layers.3.", entry}
-// (a null entry where it has none).
-std::pair<std::string, const detail::HfTensorName*> fla_entry(const std::string& engine_name) {
+// fla's names of one of the engine's tensors in a layer (empty: none, or not in a layer).
+std::vector<std::string> fla_names(const std::string& engine_name) {
   static const std::regex layer(R"(layers\.(\d+)\.(.*))");
   std::smatch m;
-  if (!std::regex_match(engine_name, m, layer)) return {"", nullptr};
-  return {"model.layers." + m[1].str() + ".", fla_layer_name(m[2].str())};
+  if (!std::regex_match(engine_name, m, layer)) return {};
+  std::vector<std::string> names = fla_layer_names(m[2].str());
+  for (std::string& n : names) n = "model.layers." + m[1].str() + "." + n;
+  return names;
 }
 
 std::string shape_str(const std::vector<int64_t>& s) {
@@ -141,22 +150,18 @@ void check_finite(const float* w, size_t n, const std::string& file, const std::
 }  // namespace
 
 std::string hf_tensor_name(const std::string& engine_name, HfFlavour flavour) {
-  if (engine_name == "output_projection.weight") return "lm_head.weight";
-  if (flavour == HfFlavour::Syncdoth) return "model." + engine_name;
-  if (engine_name == "embed_tokens.weight") return "model.embeddings.weight";
-  if (engine_name == "layer_norm.weight") return "model.norm.weight";
-  const auto [prefix, entry] = fla_entry(engine_name);
-  RETNET_CHECK(entry != nullptr, "tensor '{}' has no name in flash-linear-attention's layout",
-               engine_name);
-  return prefix + entry->layout;
+  return hf_tensor_names_accepted(engine_name, flavour).front();
 }
 
 std::vector<std::string> hf_tensor_names_accepted(const std::string& engine_name,
                                                   HfFlavour flavour) {
-  std::vector<std::string> names = {hf_tensor_name(engine_name, flavour)};
-  if (flavour != HfFlavour::Fla) return names;
-  const auto [prefix, entry] = fla_entry(engine_name);
-  if (entry && entry->also) names.push_back(prefix + entry->also);
+  if (engine_name == "output_projection.weight") return {"lm_head.weight"};
+  if (flavour == HfFlavour::Syncdoth) return {"model." + engine_name};
+  if (engine_name == "embed_tokens.weight") return {"model.embeddings.weight"};
+  if (engine_name == "layer_norm.weight") return {"model.norm.weight"};
+  std::vector<std::string> names = fla_names(engine_name);
+  RETNET_CHECK(!names.empty(), "tensor '{}' has no name in flash-linear-attention's layout",
+               engine_name);
   return names;
 }
 

@@ -99,21 +99,20 @@ void write_fla_attention_layers(const Config& c, nlohmann::ordered_json& j,
 
 }  // namespace
 
+// syncdoth's RetNet has no attention layers: no role there.
 const HfMixerLayout& attention_hf_layout() {
-  static const HfMixerLayout layout{
-      .fla = {.role = HfRole::Hybrid,
-              .names = {{"attention.q_proj.weight", "attn.q_proj.weight"},
-                        {"attention.k_proj.weight", "attn.k_proj.weight"},
-                        {"attention.v_proj.weight", "attn.v_proj.weight"},
-                        {"attention.out_proj.weight", "attn.o_proj.weight"},
-                        {"attention.q_proj.bias", "attn.q_proj.bias"},
-                        {"attention.k_proj.bias", "attn.k_proj.bias"},
-                        {"attention.v_proj.bias", "attn.v_proj.bias"},
-                        {"attention_layer_norm.weight", "attn_norm.weight"}},
-              .keys = {"attn"},
-              .read = read_fla_attention_layers,
-              .write = write_fla_attention_layers},
-      .syncdoth = {}};  // syncdoth's RetNet has no attention layers
+  static const HfMixerLayout layout{.fla = {.role = HfRole::Hybrid,
+                                            .names = {{"q_proj.weight"},
+                                                      {"k_proj.weight"},
+                                                      {"v_proj.weight"},
+                                                      {"out_proj.weight", "o_proj.weight"},
+                                                      {"q_proj.bias"},
+                                                      {"k_proj.bias"},
+                                                      {"v_proj.bias"}},
+                                            .keys = {"attn"},
+                                            .read = read_fla_attention_layers,
+                                            .write = write_fla_attention_layers},
+                                    .syncdoth = {}};
   return layout;
 }
 

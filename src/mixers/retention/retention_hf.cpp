@@ -76,16 +76,14 @@ void write_syncdoth_retention(const Config& c, nlohmann::ordered_json& j, const 
 const HfMixerLayout& retention_hf_layout() {
   static const HfMixerLayout layout{
       .fla = {.role = HfRole::Base,
-              .names = {{"retention.q_proj.weight", "attn.q_proj.weight"},
-                        {"retention.k_proj.weight", "attn.k_proj.weight"},
-                        {"retention.v_proj.weight", "attn.v_proj.weight"},
-                        {"retention.g_proj.weight", "attn.g_proj.weight"},
-                        {"retention.out_proj.weight", "attn.o_proj.weight"},
+              .names = {{"q_proj.weight"},
+                        {"k_proj.weight"},
+                        {"v_proj.weight"},
+                        {"g_proj.weight"},
+                        {"out_proj.weight", "o_proj.weight"},
                         // fla writes the head norm without the fused gate as g_norm (fuse_norm
                         // false, or no output gate).
-                        {"retention.head_norm.weight", "attn.g_norm_swish_gate.weight",
-                         "attn.g_norm.weight"},
-                        {"retention_layer_norm.weight", "attn_norm.weight"}},
+                        {"head_norm.weight", "g_norm_swish_gate.weight", "g_norm.weight"}},
               .keys = {"num_heads", "num_kv_heads", "expand_k", "expand_v", "elementwise_affine",
                        "use_output_gate", "feature_map"},
               .read = read_fla_retention,

@@ -20,11 +20,12 @@ enum class HfRole {
   Hybrid,  // some layers of a hybrid model whose other layers are the base mixer
 };
 
-// One tensor inside a layer, after "layers.N.": the engine's name, the layout's, and another name
-// a file may give it (nullptr: none).
+// One of the mixer's tensors: its name after "layers.N.<scope>.", the layout's name of it (nullptr:
+// the same) after the layout's prefix for a layer's mixer (fla: "attn."), and another name a file
+// may give it (nullptr: none).
 struct HfTensorName {
   const char* engine;
-  const char* layout;
+  const char* layout = nullptr;
   const char* also = nullptr;
 };
 
@@ -37,7 +38,8 @@ struct HfRefuse {
 
 struct HfLayoutOfMixer {
   HfRole role = HfRole::None;
-  // The layout's names of its tensors; empty where the layout keeps the engine's names (syncdoth).
+  // The layout's names of its tensors (its norm is the layout's norm of a layer's mixer); empty
+  // where the layout keeps the engine's names (syncdoth).
   std::vector<HfTensorName> names = {};
   // The config.json keys it reads (accepted beside the layout's own).
   std::vector<const char*> keys = {};
