@@ -17,9 +17,9 @@ using nlohmann::json;
 // function a model computes here.
 const std::set<std::string> kRuntimeKeys = {
     "_name_or_path", "architectures", "auto_map", "torch_dtype", "dtype", "transformers_version",
-    "model_type", "bos_token_id", "eos_token_id", "pad_token_id", "use_cache", "initializer_range",
-    "tie_word_embeddings", "is_decoder", "return_dict", "output_hidden_states", "output_attentions",
-    "torchscript", "max_position_embeddings",
+    "model_type", "bos_token_id", "eos_token_id", "pad_token_id", "use_cache",
+    "initializer_range", "tie_word_embeddings", "is_decoder", "return_dict",
+    "output_hidden_states", "output_attentions", "torchscript", "max_position_embeddings",
     // fla
     "attn_mode", "fuse_norm", "fuse_swiglu", "fuse_cross_entropy", "fuse_linear_cross_entropy",
     "use_l2warp", "conv_size", "conv_bias",

@@ -111,3 +111,17 @@ TEST(HfLayout, ATestOnlyMixersDescriptionDecidesWhatTheLayoutHolds) {
   fla.layer_specs = {{&find_mixer("retention"), fla.attention}, {&copy, fla.attention}};
   EXPECT_NO_THROW(hf_config_json(fla, HfFlavour::Fla));
 }
+
+TEST(HfLayout, ImportRefusesAMixerTheLayoutDoesNotHoldByName) {
+  // syncdoth's config.json is the engine's config JSON, which may name any mixer.
+  for (const char* mixer : {"aft", "attention"})
+    EXPECT_TRUE(test::throws_error_naming(
+        [&] {
+          parse_hf_config(fmt::format(R"({{"decoder_embed_dim": 16, "decoder_layers": 1,
+              "decoder_retention_heads": 2, "decoder_ffn_embed_dim": 20, "vocab_size": 30,
+              "mixer": "{}"}})",
+                                      mixer),
+                          "cfg.json");
+        },
+        {"cfg.json", mixer, "syncdoth layout"}));
+}
