@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "retnet/core/json_parse.h"
 
@@ -84,7 +86,6 @@ std::vector<std::string> stop_field(const nlohmann::json& body) {
 // Message content: a string, or a list of {"type": "text", "text": ...} parts.
 std::string content_text(const nlohmann::json& content, const std::string& where) {
   if (content.is_string()) return content.get<std::string>();
-  if (content.is_null()) return "";
   if (!content.is_array())
     throw bad_field(
         where, fmt::format("must be a string or a list of text parts, got {}", type_name(content)));
@@ -117,8 +118,12 @@ std::vector<ChatMessage> messages_field(const nlohmann::json& body) {
     ChatMessage msg;
     msg.role = role->get<std::string>();
     if (msg.role.empty()) throw bad_field(at + ".role", "must not be empty");
+    for (auto key = m.begin(); key != m.end(); ++key)
+      if (key.key() != "role" && key.key() != "content")
+        throw bad_field(at + "." + key.key(), "is not supported (a message has role and content)");
     auto content = m.find("content");
-    msg.content = content_text(content == m.end() ? nlohmann::json() : *content, at + ".content");
+    if (content == m.end() || content->is_null()) throw bad_field(at + ".content", "is required");
+    msg.content = content_text(*content, at + ".content");
     out.push_back(std::move(msg));
   }
   return out;
@@ -171,6 +176,32 @@ void logit_bias_field(const nlohmann::json& body, const RequestLimits& limits) {
   }
 }
 
+// Every field of a request is read or refused by name: a field this server does not implement
+// (response_format, tools, grammar, min_p, ...) would change the output if honoured, so a client
+// must learn that it was not.
+void refuse_unknown_fields(const nlohmann::json& body, bool chat) {
+  static const char* const common[] = {
+      "model",       "stream",         "stream_options", "n",        "max_tokens",
+      "temperature", "top_p",          "top_k",          "seed",     "repeat_penalty",
+      "repeat_last_n", "presence_penalty", "frequency_penalty", "stop", "ignore_eos",
+      "logprobs",    "logit_bias",     "user"};
+  static const char* const chat_only[] = {"messages", "max_completion_tokens", "top_logprobs"};
+  static const char* const completion_only[] = {"prompt", "echo", "suffix"};
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    const std::string& key = it.key();
+    auto known = [&](const auto& names) {
+      return std::any_of(std::begin(names), std::end(names),
+                         [&](const char* name) { return key == name; });
+    };
+    if (known(common) || (chat ? known(chat_only) : known(completion_only))) continue;
+    throw HttpError(400,
+                    fmt::format("'{}' is not supported by this server (docs/server.md lists the "
+                                "fields it reads)",
+                                key),
+                    "invalid_request_error", "unsupported_field", key);
+  }
+}
+
 }  // namespace
 
 nlohmann::json error_json(const std::string& message, const std::string& type,
@@ -219,10 +250,14 @@ CompletionRequest parse_completion_request(const nlohmann::json& body, bool chat
     r.messages = messages_field(body);
   else
     prompt_field(body, limits, r);
+  refuse_unknown_fields(body, chat);
   r.stream = bool_field(body, "stream", false);
   if (const nlohmann::json* so = field(body, "stream_options")) {
     if (!so->is_object())
       throw bad_field("stream_options", fmt::format("must be an object, got {}", type_name(*so)));
+    for (auto key = so->begin(); key != so->end(); ++key)
+      if (key.key() != "include_usage")
+        throw bad_field("stream_options." + key.key(), "is not supported (only include_usage)");
     r.include_usage = bool_field(*so, "include_usage", false);
   }
   const int64_t n = integer_field(body, "n", INT64_MIN, INT64_MAX, 1);

@@ -115,6 +115,36 @@ TEST(ServerRequest, NamesTheBadField) {
   EXPECT_EQ(refusal(R"({"prompt": "x"})", true).second, "messages");
 }
 
+// A field the server does not implement would change the output if honoured: it is refused by
+// name, never ignored.
+TEST(ServerRequest, RefusesFieldsItDoesNotImplementByName) {
+  for (const char* field : {"response_format", "tools", "tool_choice", "grammar", "min_p",
+                            "typical_p", "mirostat", "functions", "cache_prompt", "best_of"}) {
+    const std::string body = fmt::format(R"({{"prompt": "x", "{}": 1}})", field);
+    EXPECT_EQ(refusal(body), std::make_pair(400, std::string(field))) << body;
+    const std::string chat =
+        fmt::format(R"({{"messages": [{{"role": "user", "content": "x"}}], "{}": 1}})", field);
+    EXPECT_EQ(refusal(chat, true), std::make_pair(400, std::string(field))) << chat;
+  }
+  // Each endpoint's own fields belong to it alone.
+  EXPECT_EQ(refusal(R"({"prompt": "x", "messages": []})").second, "messages");
+  EXPECT_EQ(refusal(R"({"messages": [{"role": "user", "content": "x"}], "echo": false})", true)
+                .second,
+            "echo");
+  EXPECT_EQ(refusal(R"({"prompt": "x", "stream_options": {"include_usage": true, "x": 1}})")
+                .second,
+            "stream_options.x");
+  EXPECT_EQ(
+      refusal(R"({"messages": [{"role": "user", "content": "x", "name": "bob"}]})", true).second,
+      "messages[0].name");
+  EXPECT_EQ(refusal(R"({"messages": [{"role": "assistant"}]})", true).second,
+            "messages[0].content");
+  // What the server reads is accepted, null included.
+  EXPECT_EQ(refusal(R"({"prompt": "x", "user": "u", "seed": null, "top_k": 5, "stop": "."})")
+                .first,
+            0);
+}
+
 TEST(ServerRequest, NumbersPastTheFieldsRangeNameTheField) {
   // Whole numbers past 64 bits parse as doubles; 1e400 does not parse at all.
   for (const auto& [body, field] : std::vector<std::pair<std::string, std::string>>{
