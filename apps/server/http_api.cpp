@@ -281,6 +281,7 @@ std::shared_ptr<Job> HttpApi::make_job(const CompletionRequest& r) const {
   job->stop.insert(job->stop.end(), r.stop.begin(), r.stop.end());
   job->stop_at_eos = !r.ignore_eos;
   job->top_logprobs = r.top_logprobs;
+  job->logit_bias = r.logit_bias;
   job->deadline =
       Clock::now() + std::chrono::microseconds(static_cast<int64_t>(options_.timeout_s * 1e6));
   return job;

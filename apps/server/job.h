@@ -33,6 +33,8 @@ struct Job {
   std::vector<std::string> stop;
   bool stop_at_eos = true;
   int top_logprobs = -1;  // -1: no log-probabilities; else how many alternatives per token
+  // Added to the logits before sampling (OpenAI's logit_bias); log-probabilities stay the model's.
+  std::vector<std::pair<int32_t, float>> logit_bias;
   Clock::time_point deadline;
 
   // What came out, not yet taken by the HTTP thread.

@@ -155,13 +155,16 @@ void prompt_field(const nlohmann::json& body, const RequestLimits& limits, Compl
   }
 }
 
-// {"token id": bias}: the keys and values are checked, and only zero biases are accepted, as
-// biasing is not implemented.
-void logit_bias_field(const nlohmann::json& body, const RequestLimits& limits) {
+// {"token id": bias}: a bias in [-100, 100] added to the token's logit before sampling (-100
+// practically bans it, 100 practically forces it).
+std::vector<std::pair<int32_t, float>> logit_bias_field(const nlohmann::json& body,
+                                                         const RequestLimits& limits) {
+  std::vector<std::pair<int32_t, float>> out;
   const nlohmann::json* v = field(body, "logit_bias");
-  if (!v) return;
+  if (!v) return out;
   if (!v->is_object())
     throw bad_field("logit_bias", fmt::format("must be an object, got {}", type_name(*v)));
+  if (v->size() > 1024) throw bad_field("logit_bias", "may hold at most 1024 tokens");
   for (auto it = v->begin(); it != v->end(); ++it) {
     const std::string at = fmt::format("logit_bias.{}", it.key());
     const std::string& key = it.key();
@@ -172,8 +175,9 @@ void logit_bias_field(const nlohmann::json& body, const RequestLimits& limits) {
     if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < -100 ||
         it->get<double>() > 100)
       throw bad_field(at, "must be a number in [-100, 100]");
-    if (it->get<double>() != 0) throw bad_field(at, "is not supported (only 0)");
+    out.emplace_back(static_cast<int32_t>(std::stoll(key)), it->get<float>());
   }
+  return out;
 }
 
 // Every field of a request is read or refused by name: a field this server does not implement
@@ -299,7 +303,7 @@ CompletionRequest parse_completion_request(const nlohmann::json& body, bool chat
       if (!suffix->is_string() || !suffix->get<std::string>().empty())
         throw bad_field("suffix", "is not supported");
   }
-  logit_bias_field(body, limits);
+  r.logit_bias = logit_bias_field(body, limits);
   if (const nlohmann::json* user = field(body, "user"))
     if (!user->is_string())
       throw bad_field("user", fmt::format("must be a string, got {}", type_name(*user)));

@@ -44,6 +44,7 @@ struct CompletionRequest {
   std::vector<std::string> stop;
   bool ignore_eos = false;
   int top_logprobs = -1;  // -1: no log-probabilities
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token, added to its logit)
 };
 
 struct RequestLimits {

@@ -176,6 +176,10 @@ bool Scheduler::sweep_locked() {
     rule.stop = &s.job->stop;
     rule.stop_at_eos = s.job->stop_at_eos;
     rule.stream = 0;  // every request: the text `retnet generate` gives it alone
+    if (!s.job->logit_bias.empty())
+      rule.adjust = [bias = s.job->logit_bias](float* logits, int64_t) {
+        for (const auto& [token, b] : bias) logits[token] += b;
+      };
     s.decoder = std::make_unique<SequenceDecoder>(tokenizer_, std::move(rule));
     s.started = Clock::now();
     s.has_state = false;  // its sequence is about to start over

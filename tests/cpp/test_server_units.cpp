@@ -159,12 +159,12 @@ TEST(ServerRequest, NumbersPastTheFieldsRangeNameTheField) {
             "logit_bias.99999999999999999999"},
            {R"({"prompt": "x", "logit_bias": {"-1": 0}})", "logit_bias.-1"},
            {R"({"prompt": "x", "logit_bias": {"1": 1e300}})", "logit_bias.1"},
-           {R"({"prompt": "x", "logit_bias": {"1": 5}})", "logit_bias.1"}}) {
+           {R"({"prompt": "x", "logit_bias": {"1": 101}})", "logit_bias.1"}}) {
     const auto [status, param] = refusal(body);
     EXPECT_EQ(status, 400) << body;
     EXPECT_EQ(param, field) << body;
   }
-  EXPECT_EQ(refusal(R"({"prompt": "x", "logit_bias": {"1": 0}})").first, 0);
+  EXPECT_EQ(refusal(R"({"prompt": "x", "logit_bias": {"1": 0, "2": -100, "3": 5.5}})").first, 0);
 }
 
 TEST(ServerResponse, JsonTextNeverThrowsOnInvalidUtf8) {

@@ -212,6 +212,20 @@ def test_prompt_cache(cached, uncached):
           cached.metric("retnet_prompt_cache_tokens_saved_total") >= c, "cache metrics")
 
 
+def test_logit_bias(s):
+    """A bias of 100 forces its token; -100 bans tokens (the tiny model's vocabulary is bytes)."""
+    ask = {"prompt": "The sea", "max_tokens": 6, "temperature": 0}
+    st, forced = s.json("POST", "/v1/completions", {**ask, "logit_bias": {"65": 100}})
+    check(st == 200 and forced["choices"][0]["text"] == "AAAAAA", f"forced 'A': {forced}")
+    upper = range(ord("A"), ord("Z") + 1)
+    banned = {str(t): -100 for t in range(256) if t not in upper}
+    st, r = s.json("POST", "/v1/completions", {**ask, "temperature": 1, "seed": 3,
+                                               "logit_bias": banned})
+    text = r["choices"][0]["text"] if st == 200 else ""
+    check(len(text) == 6 and all(ord(c) in upper for c in text),
+          f"all but A-Z banned: {st} {text!r}")
+
+
 def test_state_copies(s):
     """A request's state stays in its slot from prompt to last token: one that misses the prompt
     cache copies one state (into the cache, at its last chunk boundary), one that hits copies at
@@ -436,6 +450,7 @@ def main():
         test_slow_reader(main_server)
         test_prompt_cache(main_server, uncached)
         test_state_copies(main_server)
+        test_logit_bias(main_server)
         test_chat_turns_read_only_new_text(main_server)
         test_hostile_requests(main_server)
         check(wait_idle(main_server), "no slot leaked")
