@@ -30,11 +30,12 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+// 63 bits: the reply reports it, and a client sends it back as a JSON integer.
 uint64_t random_seed() {
   static std::mutex mutex;
   static std::random_device device;
   std::lock_guard<std::mutex> lock(mutex);
-  return (static_cast<uint64_t>(device()) << 32) ^ device();
+  return ((static_cast<uint64_t>(device()) << 32) ^ device()) & static_cast<uint64_t>(INT64_MAX);
 }
 
 std::string sse(const nlohmann::json& j) { return "data: " + json_text(j) + "\n\n"; }
@@ -305,7 +306,7 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
       return send_error(res, 503, "the server is shutting down", "server_error", "shutting_down");
   }
   ResponseContext ctx{fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++), unix_seconds(),
-                      model_id_, chat};
+                      model_id_, chat, static_cast<int64_t>(job->sampling.seed)};
   const bool with_logprobs = r.top_logprobs >= 0;
 
   if (!r.stream) {

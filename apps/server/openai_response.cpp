@@ -64,6 +64,20 @@ nlohmann::json logprobs_json(const std::vector<TokenLogprob>& logprobs, const To
           {"text_offset", offsets}};
 }
 
+namespace {
+
+// What every response object and chunk starts with; `seed` is the request's random stream (the
+// one the server picked when the request named none), so that any reply can be reproduced.
+nlohmann::json envelope(const ResponseContext& ctx, const char* object) {
+  return {{"id", ctx.id},
+          {"object", object},
+          {"created", ctx.created},
+          {"model", ctx.model},
+          {"seed", ctx.seed}};
+}
+
+}  // namespace
+
 nlohmann::json completion_json(const ResponseContext& ctx, const std::string& text,
                                const std::string& finish_reason, const nlohmann::json& logprobs,
                                const Usage& usage) {
@@ -72,12 +86,10 @@ nlohmann::json completion_json(const ResponseContext& ctx, const std::string& te
     choice["message"] = {{"role", "assistant"}, {"content", text}};
   else
     choice["text"] = text;
-  return {{"id", ctx.id},
-          {"object", ctx.chat ? "chat.completion" : "text_completion"},
-          {"created", ctx.created},
-          {"model", ctx.model},
-          {"choices", nlohmann::json::array({choice})},
-          {"usage", usage_json(usage)}};
+  nlohmann::json out = envelope(ctx, ctx.chat ? "chat.completion" : "text_completion");
+  out["choices"] = nlohmann::json::array({choice});
+  out["usage"] = usage_json(usage);
+  return out;
 }
 
 nlohmann::json chunk_json(const ResponseContext& ctx, const std::string& text, bool first,
@@ -91,20 +103,16 @@ nlohmann::json chunk_json(const ResponseContext& ctx, const std::string& text, b
   } else {
     choice["text"] = text;
   }
-  return {{"id", ctx.id},
-          {"object", ctx.chat ? "chat.completion.chunk" : "text_completion"},
-          {"created", ctx.created},
-          {"model", ctx.model},
-          {"choices", nlohmann::json::array({choice})}};
+  nlohmann::json out = envelope(ctx, ctx.chat ? "chat.completion.chunk" : "text_completion");
+  out["choices"] = nlohmann::json::array({choice});
+  return out;
 }
 
 nlohmann::json usage_chunk_json(const ResponseContext& ctx, const Usage& usage) {
-  return {{"id", ctx.id},
-          {"object", ctx.chat ? "chat.completion.chunk" : "text_completion"},
-          {"created", ctx.created},
-          {"model", ctx.model},
-          {"choices", nlohmann::json::array()},
-          {"usage", usage_json(usage)}};
+  nlohmann::json out = envelope(ctx, ctx.chat ? "chat.completion.chunk" : "text_completion");
+  out["choices"] = nlohmann::json::array();
+  out["usage"] = usage_json(usage);
+  return out;
 }
 
 }  // namespace retnet::server

@@ -16,6 +16,9 @@ struct ResponseContext {
   int64_t created = 0;
   std::string model;
   bool chat = false;
+  // The request's sampling seed (given, or picked by the server), as the request's integer: a
+  // negative seed a client gave is reported as given.
+  int64_t seed = 0;
 };
 
 struct Usage {

@@ -226,6 +226,20 @@ def test_logit_bias(s):
           f"all but A-Z banned: {st} {text!r}")
 
 
+def test_seed_reported(s):
+    """A reply names its seed, the server's pick when the request named none: sending that seed
+    back gives the same text."""
+    ask = {"prompt": "Pick a seed.", "max_tokens": 12, "temperature": 1}
+    st, picked = s.json("POST", "/v1/completions", ask)
+    check(st == 200 and isinstance(picked.get("seed"), int), f"the seed is reported: {picked}")
+    st, again = s.json("POST", "/v1/completions", {**ask, "seed": picked["seed"]})
+    check(again.get("seed") == picked["seed"] and
+          again["choices"][0]["text"] == picked["choices"][0]["text"],
+          f"the reported seed reproduces the text: {picked} vs {again}")
+    events = s.stream("/v1/completions", {**ask, "seed": -7})
+    check(all(json.loads(e)["seed"] == -7 for e in events[:-1]), "every chunk names the seed")
+
+
 def test_state_copies(s):
     """A request's state stays in its slot from prompt to last token: one that misses the prompt
     cache copies one state (into the cache, at its last chunk boundary), one that hits copies at
@@ -451,6 +465,7 @@ def main():
         test_prompt_cache(main_server, uncached)
         test_state_copies(main_server)
         test_logit_bias(main_server)
+        test_seed_reported(main_server)
         test_chat_turns_read_only_new_text(main_server)
         test_hostile_requests(main_server)
         check(wait_idle(main_server), "no slot leaked")
