@@ -22,7 +22,8 @@ struct GenerateArgs {
       weights = "f32";
   bool prompt_given = false;
   int64_t max_tokens = 128, max_prompt_tokens = 262144, chunk = 0, repeat_last_n = 64;
-  float temperature = 0.8f, top_p = 0.95f, repeat_penalty = 1.0f;
+  float temperature = 0.8f, top_p = 0.95f, repeat_penalty = 1.0f, min_p = 0.0f;
+  float presence_penalty = 0.0f, frequency_penalty = 0.0f;
   int64_t top_k = 40;
   std::string seed = "-1";  // the whole uint64 range, or -1
   std::vector<std::string> stop;
@@ -88,6 +89,9 @@ GenerateOptions generate_options(const GenerateArgs& a) {
   go.sampling.top_p = a.top_p;
   go.sampling.repeat_penalty = a.repeat_penalty;
   go.sampling.repeat_last_n = a.repeat_last_n;
+  go.sampling.min_p = a.min_p;
+  go.sampling.presence_penalty = a.presence_penalty;
+  go.sampling.frequency_penalty = a.frequency_penalty;
   go.sampling.seed = a.seed == "-1" ? std::random_device{}() : std::stoull(a.seed);
   go.sampling.validate();
   return go;
@@ -253,7 +257,15 @@ void register_generate(CLI::App& app) {
               number_within(0, 1));
   add_checked(cmd, "--repeat-penalty", a->repeat_penalty,
               "Penalty for recently seen tokens (1: off)", number_above(0));
-  add_checked(cmd, "--repeat-last-n", a->repeat_last_n, "Recent tokens the penalty looks at",
+  add_checked(cmd, "--min-p", a->min_p,
+              "Drop tokens less likely than this times the likeliest one (0: off)",
+              number_within(0, 1));
+  add_checked(cmd, "--presence-penalty", a->presence_penalty,
+              "Subtracted from the logit of each recently seen token (0: off)",
+              number_within(-2, 2));
+  add_checked(cmd, "--frequency-penalty", a->frequency_penalty,
+              "Subtracted per occurrence of a recently seen token (0: off)", number_within(-2, 2));
+  add_checked(cmd, "--repeat-last-n", a->repeat_last_n, "Recent tokens the penalties look at",
               integer_at_least(0));
   add_checked(cmd, "--seed,-s", a->seed,
               "Sampling seed, 0 to 18446744073709551615 (-1: random, printed with --json)",

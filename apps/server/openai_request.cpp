@@ -158,7 +158,7 @@ void prompt_field(const nlohmann::json& body, const RequestLimits& limits, Compl
 // {"token id": bias}: a bias in [-100, 100] added to the token's logit before sampling (-100
 // practically bans it, 100 practically forces it).
 std::vector<std::pair<int32_t, float>> logit_bias_field(const nlohmann::json& body,
-                                                         const RequestLimits& limits) {
+                                                        const RequestLimits& limits) {
   std::vector<std::pair<int32_t, float>> out;
   const nlohmann::json* v = field(body, "logit_bias");
   if (!v) return out;
@@ -181,14 +181,15 @@ std::vector<std::pair<int32_t, float>> logit_bias_field(const nlohmann::json& bo
 }
 
 // Every field of a request is read or refused by name: a field this server does not implement
-// (response_format, tools, grammar, min_p, ...) would change the output if honoured, so a client
+// (response_format, tools, grammar, typical_p, ...) would change the output if honoured, so a client
 // must learn that it was not.
 void refuse_unknown_fields(const nlohmann::json& body, bool chat) {
+  // clang-format off
   static const char* const common[] = {
-      "model",       "stream",         "stream_options", "n",        "max_tokens",
-      "temperature", "top_p",          "top_k",          "seed",     "repeat_penalty",
-      "repeat_last_n", "presence_penalty", "frequency_penalty", "stop", "ignore_eos",
-      "logprobs",    "logit_bias",     "user"};
+      "model", "stream", "stream_options", "n", "max_tokens", "temperature", "top_p", "top_k",
+      "min_p", "seed", "repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty",
+      "stop", "ignore_eos", "logprobs", "logit_bias", "user"};
+  // clang-format on
   static const char* const chat_only[] = {"messages", "max_completion_tokens", "top_logprobs"};
   static const char* const completion_only[] = {"prompt", "echo", "suffix"};
   for (auto it = body.begin(); it != body.end(); ++it) {
@@ -285,10 +286,11 @@ CompletionRequest parse_completion_request(const nlohmann::json& body, bool chat
   s.repeat_last_n = integer_field(body, "repeat_last_n", 0, 256, s.repeat_last_n);
   r.seed_given = field(body, "seed") != nullptr;
   s.seed = static_cast<uint64_t>(integer_field(body, "seed", INT64_MIN, INT64_MAX, 0));
-  // Accepted for compatibility; these penalties are not implemented, so only 0 is honest.
-  for (const char* name : {"presence_penalty", "frequency_penalty"})
-    if (number_field(body, name, -2, 2, 0) != 0)
-      throw bad_field(name, "is not supported (only 0); use repeat_penalty");
+  s.presence_penalty =
+      static_cast<float>(number_field(body, "presence_penalty", -2, 2, s.presence_penalty));
+  s.frequency_penalty =
+      static_cast<float>(number_field(body, "frequency_penalty", -2, 2, s.frequency_penalty));
+  s.min_p = static_cast<float>(number_field(body, "min_p", 0, 1, s.min_p));
   r.stop = stop_field(body);
   r.ignore_eos = bool_field(body, "ignore_eos", false);
   if (chat) {

@@ -1,10 +1,10 @@
 // Model.generate / Model.generate_batch / streaming: the engine's generate() over a Session, with
 // the GIL released while it computes and Ctrl-C checked between decode steps.
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
-#include <atomic>
-#include <chrono>
 #include <random>
 #include <thread>
 
@@ -20,6 +20,7 @@ struct GenerateArgs {
   std::vector<std::string> stop;
   py::object seed, add_bos;
   bool ignore_eos = false;
+  float min_p = 0.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
 };
 
 GenerateOptions generate_options(const GenerateArgs& a, size_t sequences) {
@@ -34,6 +35,9 @@ GenerateOptions generate_options(const GenerateArgs& a, size_t sequences) {
   go.sampling.top_p = a.top_p;
   go.sampling.repeat_penalty = a.repeat_penalty;
   go.sampling.repeat_last_n = a.repeat_last_n;
+  go.sampling.min_p = a.min_p;
+  go.sampling.presence_penalty = a.presence_penalty;
+  go.sampling.frequency_penalty = a.frequency_penalty;
   go.sampling.seed = a.seed.is_none() ? std::random_device{}() : a.seed.cast<uint64_t>();
   go.sampling.validate();
   go.streams.resize(sequences);
@@ -202,26 +206,29 @@ void bind_generation(py::module_& m) {
       .def("__iter__", [](py::object self) { return self; })
       .def("__next__", &TextStream::next);
 
-  auto model = py::reinterpret_borrow<py::class_<PyModel, std::shared_ptr<PyModel>>>(
-      m.attr("Model"));
+  auto model =
+      py::reinterpret_borrow<py::class_<PyModel, std::shared_ptr<PyModel>>>(m.attr("Model"));
   model.def(
       "generate",
       [](std::shared_ptr<PyModel> self, const std::string& prompt, int64_t max_tokens,
          float temperature, int64_t top_k, float top_p, const py::object& stop,
          const py::object& seed, bool stream, float repeat_penalty, int64_t repeat_last_n,
-         const py::object& add_bos, bool ignore_eos) -> py::object {
-        GenerateArgs a{max_tokens, temperature, top_p, repeat_penalty, top_k, repeat_last_n,
-                       stop_strings(stop), seed, add_bos, ignore_eos};
+         const py::object& add_bos, bool ignore_eos, float min_p, float presence_penalty,
+         float frequency_penalty) -> py::object {
+        GenerateArgs a{
+            max_tokens,         temperature, top_p,   repeat_penalty, top_k, repeat_last_n,
+            stop_strings(stop), seed,        add_bos, ignore_eos,     min_p, presence_penalty,
+            frequency_penalty};
         if (!stream) return py::str(generate_blocking(std::move(self), {prompt}, a)[0]);
-        return py::cast(
-            std::make_unique<TextStream>(std::make_unique<Generation>(std::move(self),
-                                                                      std::vector{prompt}, a)));
+        return py::cast(std::make_unique<TextStream>(
+            std::make_unique<Generation>(std::move(self), std::vector{prompt}, a)));
       },
       py::arg("prompt"), py::arg("max_tokens") = 128, py::arg("temperature") = 0.8f,
       py::arg("top_k") = 40, py::arg("top_p") = 0.95f, py::arg("stop") = py::none(),
       py::arg("seed") = py::none(), py::arg("stream") = false, py::arg("repeat_penalty") = 1.0f,
-      py::arg("repeat_last_n") = 64, py::arg("add_bos") = py::none(),
-      py::arg("ignore_eos") = false,
+      py::arg("repeat_last_n") = 64, py::arg("add_bos") = py::none(), py::arg("ignore_eos") = false,
+      py::arg("min_p") = 0.0f, py::arg("presence_penalty") = 0.0f,
+      py::arg("frequency_penalty") = 0.0f,
       "Generated text after a prompt (chunkwise prefill, then recurrent decoding), as "
       "`retnet generate` makes it: the same seed gives the same text. stream=True returns an "
       "iterator of text pieces instead. stop: a string or list of strings the text ends before. "
@@ -229,19 +236,22 @@ void bind_generation(py::module_& m) {
       "computes; Ctrl-C stops it between steps.");
   model.def(
       "generate_batch",
-      [](std::shared_ptr<PyModel> self, const std::vector<std::string>& prompts,
-         int64_t max_tokens, float temperature, int64_t top_k, float top_p,
-         const py::object& stop, const py::object& seed, float repeat_penalty,
-         int64_t repeat_last_n, const py::object& add_bos, bool ignore_eos) {
-        GenerateArgs a{max_tokens, temperature, top_p, repeat_penalty, top_k, repeat_last_n,
-                       stop_strings(stop), seed, add_bos, ignore_eos};
+      [](std::shared_ptr<PyModel> self, const std::vector<std::string>& prompts, int64_t max_tokens,
+         float temperature, int64_t top_k, float top_p, const py::object& stop,
+         const py::object& seed, float repeat_penalty, int64_t repeat_last_n,
+         const py::object& add_bos, bool ignore_eos, float min_p, float presence_penalty,
+         float frequency_penalty) {
+        GenerateArgs a{
+            max_tokens,         temperature, top_p,   repeat_penalty, top_k, repeat_last_n,
+            stop_strings(stop), seed,        add_bos, ignore_eos,     min_p, presence_penalty,
+            frequency_penalty};
         return generate_blocking(std::move(self), prompts, a);
       },
       py::arg("prompts"), py::arg("max_tokens") = 128, py::arg("temperature") = 0.8f,
       py::arg("top_k") = 40, py::arg("top_p") = 0.95f, py::arg("stop") = py::none(),
-      py::arg("seed") = py::none(), py::arg("repeat_penalty") = 1.0f,
-      py::arg("repeat_last_n") = 64, py::arg("add_bos") = py::none(),
-      py::arg("ignore_eos") = false,
+      py::arg("seed") = py::none(), py::arg("repeat_penalty") = 1.0f, py::arg("repeat_last_n") = 64,
+      py::arg("add_bos") = py::none(), py::arg("ignore_eos") = false, py::arg("min_p") = 0.0f,
+      py::arg("presence_penalty") = 0.0f, py::arg("frequency_penalty") = 0.0f,
       "Generated texts of several prompts decoded together as one batch; prompt i samples "
       "stream i, so it gets the text it would get alone in a batch at index i.");
 }

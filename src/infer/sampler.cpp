@@ -17,12 +17,17 @@ void SamplingParams::validate() const {
   RETNET_CHECK(std::isfinite(repeat_penalty) && repeat_penalty > 0,
                "repeat penalty must be a finite number > 0, got {}", repeat_penalty);
   RETNET_CHECK(repeat_last_n >= 0, "repeat-last-n must be >= 0, got {}", repeat_last_n);
+  RETNET_CHECK(std::isfinite(presence_penalty) && std::isfinite(frequency_penalty),
+               "presence and frequency penalties must be finite, got {} and {}", presence_penalty,
+               frequency_penalty);
+  RETNET_CHECK(min_p >= 0 && min_p <= 1, "min-p must be in [0, 1], got {}", min_p);
 }
 
 SamplerScratch::SamplerScratch(int64_t vocab)
     : logits(static_cast<size_t>(vocab)),
       order(static_cast<size_t>(vocab)),
-      seen(static_cast<size_t>(vocab), -1) {}
+      seen(static_cast<size_t>(vocab), -1),
+      count(static_cast<size_t>(vocab), 0) {}
 
 int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params,
                      uint64_t stream, uint64_t position, const int32_t* recent, int64_t n_recent,
@@ -35,15 +40,29 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
   for (int64_t i = 0; i < vocab; ++i)
     RETNET_CHECK(!std::isnan(z[i]), "the model produced NaN logits (token {}, position {})", i,
                  position);
-  // llama.cpp's penalty: divide positive logits by it, multiply negative ones, once per token.
-  if (params.repeat_penalty != 1.0f && n_recent > 0) {
+  // llama.cpp's penalty: divide positive logits by it, multiply negative ones, once per token;
+  // then OpenAI's: presence once, frequency per occurrence in the window.
+  const bool additive = params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f;
+  if ((params.repeat_penalty != 1.0f || additive) && n_recent > 0) {
     const int32_t stamp = ++scratch.stamp;
     const int64_t first = std::max<int64_t>(0, n_recent - params.repeat_last_n);
     for (int64_t i = first; i < n_recent; ++i) {
       const int32_t t = recent[i];
-      if (t < 0 || t >= vocab || scratch.seen[t] == stamp) continue;
+      if (t < 0 || t >= vocab) continue;
+      if (scratch.seen[t] == stamp) {
+        ++scratch.count[t];
+        continue;
+      }
       scratch.seen[t] = stamp;
-      z[t] = z[t] > 0 ? z[t] / params.repeat_penalty : z[t] * params.repeat_penalty;
+      scratch.count[t] = 1;
+      if (params.repeat_penalty != 1.0f)
+        z[t] = z[t] > 0 ? z[t] / params.repeat_penalty : z[t] * params.repeat_penalty;
+    }
+    for (int64_t i = first; additive && i < n_recent; ++i) {
+      const int32_t t = recent[i];
+      if (t < 0 || t >= vocab || scratch.count[t] == 0) continue;
+      z[t] -= params.presence_penalty + params.frequency_penalty * scratch.count[t];
+      scratch.count[t] = 0;  // once per token
     }
   }
   // Greedy: the first maximum (ties go to the lowest id, as argmax does).
@@ -66,11 +85,18 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
   };
   double total = 0;
   for (int64_t i = 0; i < k; ++i) total += weight(i);
-  // Nucleus: the smallest prefix whose probability reaches top_p.
+  // Nucleus: the smallest prefix whose probability reaches top_p; min-p: only the candidates at
+  // least min_p times as likely as the first.
   int64_t n = k;
+  if (params.min_p > 0.f)
+    for (int64_t i = 1; i < k; ++i)
+      if (weight(i) < params.min_p * weight(0)) {
+        n = i;
+        break;
+      }
   if (params.top_p < 1.f) {
     double cum = 0;
-    for (int64_t i = 0; i < k; ++i) {
+    for (int64_t i = 0; i < n; ++i) {
       cum += weight(i) / total;
       if (cum >= params.top_p) {
         n = i + 1;

@@ -382,6 +382,47 @@ TEST(Sampler, FrequenciesFollowTheSoftmax) {
     EXPECT_NEAR(counts[t] / double(n), std::exp(z[t] / 2) / total, 0.015) << "token " << t;
 }
 
+// min-p keeps the tokens at least min_p times as likely as the top one (at the temperature);
+// presence and frequency penalties subtract from the logits of the window's tokens, the latter
+// per occurrence.
+TEST(Sampler, MinPAndOpenAIPenalties) {
+  // At temperature 1: token 1 is e^-1 = 0.37 times as likely as token 0, token 2 e^-3 = 0.05.
+  const std::vector<float> z = {0.f, -1.f, -3.f, -3.f};
+  SamplerScratch scratch(4);
+  SamplingParams p;
+  p.temperature = 1;
+  p.top_k = 0;
+  p.top_p = 1;
+  p.min_p = 0.1f;
+  std::vector<int> counts(4);
+  for (int i = 0; i < 2000; ++i) ++counts[sample_token(z.data(), 4, p, 1, i, nullptr, 0, scratch)];
+  EXPECT_GT(counts[0], 0);
+  EXPECT_GT(counts[1], 0);
+  EXPECT_EQ(counts[2] + counts[3], 0) << "min-p 0.1 drops the tokens at 0.05";
+
+  // Greedy picks 0 (logit 0) over 1 (-1) until the penalties push 0 below 1.
+  SamplingParams g;
+  g.temperature = 0;
+  const int32_t recent[] = {0, 0, 0};
+  EXPECT_EQ(sample_token(z.data(), 4, g, 0, 0, recent, 3, scratch), 0);
+  g.presence_penalty = 0.9f;  // 0 - 0.9 > -1
+  EXPECT_EQ(sample_token(z.data(), 4, g, 0, 0, recent, 3, scratch), 0);
+  g.presence_penalty = 1.1f;
+  EXPECT_EQ(sample_token(z.data(), 4, g, 0, 0, recent, 3, scratch), 1);
+  g.presence_penalty = 0;
+  g.frequency_penalty = 0.3f;  // three occurrences: 0 - 0.9
+  EXPECT_EQ(sample_token(z.data(), 4, g, 0, 0, recent, 3, scratch), 0);
+  g.frequency_penalty = 0.4f;  // 0 - 1.2
+  EXPECT_EQ(sample_token(z.data(), 4, g, 0, 0, recent, 3, scratch), 1);
+  g.repeat_last_n = 2;  // two occurrences in the window: 0 - 0.8
+  EXPECT_EQ(sample_token(z.data(), 4, g, 0, 0, recent, 3, scratch), 0);
+  g.repeat_last_n = 64;
+  g.frequency_penalty = -1.f;  // a negative penalty favours the token
+  EXPECT_EQ(sample_token(z.data(), 4, g, 0, 0, recent, 3, scratch), 0);
+  g.min_p = 1.5f;
+  EXPECT_THROW(g.validate(), Error);
+}
+
 // ---- `retnet generate` end to end ----
 #include <nlohmann/json.hpp>
 

@@ -118,7 +118,7 @@ TEST(ServerRequest, NamesTheBadField) {
 // A field the server does not implement would change the output if honoured: it is refused by
 // name, never ignored.
 TEST(ServerRequest, RefusesFieldsItDoesNotImplementByName) {
-  for (const char* field : {"response_format", "tools", "tool_choice", "grammar", "min_p",
+  for (const char* field : {"response_format", "tools", "tool_choice", "grammar", "top_a",
                             "typical_p", "mirostat", "functions", "cache_prompt", "best_of"}) {
     const std::string body = fmt::format(R"({{"prompt": "x", "{}": 1}})", field);
     EXPECT_EQ(refusal(body), std::make_pair(400, std::string(field))) << body;
