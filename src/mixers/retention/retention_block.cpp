@@ -8,10 +8,10 @@
 #include <cmath>
 #include <cstring>
 
-#include "../mixer_layer.h"
-#include "retention_heads.h"
+#include "../shared/retention_heads.h"
 #include "retnet/core/parallel.h"
 #include "retnet/mixers/retention.h"
+#include "retnet/model/mixer_layer.h"
 #include "retnet/ops/activation.h"
 #include "retnet/ops/rmsnorm.h"
 
