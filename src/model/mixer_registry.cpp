@@ -7,8 +7,11 @@
 
 namespace retnet {
 
-std::span<const MixerSpec* const> mixer_registry() {
-  static const MixerSpec* const registry[] = {
+namespace {
+
+// The built-in mixers, then the ones register_mixer added, in the order they were added.
+std::vector<const MixerSpec*>& registered_mixers() {
+  static std::vector<const MixerSpec*> registry = {
       &detail::retention_mixer_spec(),   // retention/retention_block.cpp
       &detail::attention_mixer_spec(),   // attention/attention_block.cpp
       &detail::linear_mixer_spec(),      // linear/linear_spec.cpp
@@ -18,6 +21,21 @@ std::span<const MixerSpec* const> mixer_registry() {
       &detail::rwkv_mixer_spec(),        // rwkv/rwkv_spec.cpp
   };
   return registry;
+}
+
+}  // namespace
+
+std::span<const MixerSpec* const> mixer_registry() { return registered_mixers(); }
+
+bool register_mixer(const MixerSpec& spec) {
+  RETNET_CHECK(spec.name && spec.scope && spec.block,
+               "register_mixer: a mixer spec needs a name, a scope and a block");
+  for (const MixerSpec* m : mixer_registry())
+    RETNET_CHECK(std::string(spec.name) != m->name,
+                 "register_mixer: a mixer named '{}' is already registered (mixers: {})", spec.name,
+                 mixer_names());
+  registered_mixers().push_back(&spec);
+  return true;
 }
 
 const MixerSpec& default_mixer() { return *mixer_registry().front(); }

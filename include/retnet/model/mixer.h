@@ -75,8 +75,14 @@ struct MixerSpec {
   }
 };
 
-// Every mixer, in the registry's order.
+// Every mixer, in the registry's order: the built-in ones, then the registered ones.
 std::span<const MixerSpec* const> mixer_registry();
+// Adds a mixer defined outside the library, from one line at namespace scope:
+//   static const bool registered = retnet::register_mixer(toy_mixer_spec());
+// `spec` must outlive every model (a function-local static); its block implements the internal
+// LayerMixer interface (src/include/retnet/model/mixer_layer.h). Throws Error on a name taken.
+// Returns true, for that line's variable.
+bool register_mixer(const MixerSpec& spec);
 // The spec named `name`; throws Error listing the valid names.
 const MixerSpec& find_mixer(const std::string& name);
 // "retention, attention, linear, ...", from the registry.
