@@ -3,8 +3,9 @@
 // found through one registry (src/model/mixer_registry.cpp): its name, what it adds to a layer's
 // parameters (projection widths, its own tensors with their init and weight decay), the state or
 // cache it carries between calls, the forms it has, its FLOPs, and its block (the LayerMixer that
-// runs it, internal to src/model). Everything else in a block (norms, FFN, residuals) is the same
-// for all, and nothing outside the registry and the mixer's own files names a mixer.
+// runs it, internal: src/include/retnet/model/mixer_layer.h). Everything else in a block (norms,
+// FFN, residuals) is the same for all, and nothing outside the registry and the mixer's own folder
+// (src/mixers/<name>/) names a mixer.
 #include <cstdint>
 #include <span>
 #include <string>
