@@ -1,13 +1,12 @@
 // config.json of flash-linear-attention's and syncdoth's RetNets <-> the engine's Config.
-#include <algorithm>
-#include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "json_fields.h"
 #include "retnet/core/error.h"
 #include "retnet/core/json_parse.h"
 #include "retnet/model/hf_directory.h"
-#include "json_fields.h"
+#include "retnet/model/hf_layout.h"
 
 namespace retnet {
 namespace {
@@ -27,15 +26,12 @@ const std::set<std::string> kRuntimeKeys = {
     // syncdoth
     "forward_impl", "output_retentions", "z_loss_coeff", "subln", "use_ffn_rms_norm"};
 
-bool is_neutral(const json& v) { return v.is_null() || (v.is_boolean() && !v.get<bool>()); }
-
-int64_t int_key(const json& j, const char* key, const std::string& origin) {
-  RETNET_CHECK(j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() > 0,
-               "{}: '{}' must be a positive integer, got {}", origin, key,
-               j.contains(key) ? j[key].dump() : "nothing");
-  return j[key].get<int64_t>();
-}
-
+using detail::hf_expanded;
+using detail::hf_is_neutral;
+using detail::hf_positive_int;
+using detail::hf_refuse_unless_neutral;
+using detail::HfLayoutOfMixer;
+using detail::HfRole;
 using detail::json_bool;
 using detail::json_number;
 
@@ -57,96 +53,57 @@ int64_t optional_id(const json& j, const char* key, int64_t vocab_size, const st
   return v.empty() ? -1 : v[0].get<int64_t>();
 }
 
-// A setting the engine does not implement: an Error naming it, unless it has its neutral value.
-void refuse_unless_neutral(const json& j, const char* key, const std::string& origin,
-                           const char* why) {
-  if (j.contains(key) && !is_neutral(j[key]))
-    throw Error(fmt::format("{}: '{}' = {} is not supported: {}", origin, key, j[key].dump(), why));
+// The descriptions of the registry's mixers that a layout holds, in the registry's order.
+std::vector<const HfLayoutOfMixer*> layout_mixers(HfFlavour flavour) {
+  std::vector<const HfLayoutOfMixer*> found;
+  for (const MixerSpec* m : mixer_registry())
+    if (m->hf && m->hf->in(flavour).role != HfRole::None) found.push_back(&m->hf->in(flavour));
+  return found;
 }
 
-// fla's width rule: int(hidden * ratio) (a float ratio in the file).
-int64_t expanded(int64_t hidden, double ratio, const char* key, const std::string& origin) {
-  const double w = static_cast<double>(hidden) * ratio;
-  RETNET_CHECK(ratio > 0 && w >= 1 && w < double(int64_t{1} << 40),
-               "{}: '{}' = {} gives no usable width", origin, key, ratio);
-  return static_cast<int64_t>(w);
-}
-
-// fla's "attn": {"layers": [...], "num_heads", "num_kv_heads", "qkv_bias", "rope_theta",
-// "window_size"} (or a list of such objects) makes those layers softmax attention over head dim
-// hidden / num_heads, with q, o: hidden x hidden and k, v: num_kv_heads * head dim x hidden.
-void read_fla_attention_layers(const json& attn, Config& c, const std::string& origin) {
-  RETNET_CHECK(attn.is_object() || attn.is_array(),
-               "{}: 'attn' = {} must be null, an object or a list of objects", origin, attn.dump());
-  const json specs = attn.is_array() ? attn : json::array({attn});
-  c.layer_specs.assign(static_cast<size_t>(c.layers), {&default_mixer(), c.attention});
-  std::vector<bool> taken(static_cast<size_t>(c.layers), false);
-  static const std::set<std::string> known = {"layers",   "num_heads",  "num_kv_heads", "qkv_bias",
-                                              "qk_norm",  "rope_theta", "window_size"};
-  for (const json& s : specs) {
-    RETNET_CHECK(s.is_object() && s.contains("layers") && s["layers"].is_array() &&
-                     s.contains("num_heads"),
-                 "{}: 'attn' entry {} needs 'layers' (a list) and 'num_heads'", origin, s.dump());
-    for (auto it = s.begin(); it != s.end(); ++it)
-      RETNET_CHECK(known.count(it.key()) || is_neutral(it.value()),
-                   "{}: 'attn.{}' = {} is not supported", origin, it.key(), it.value().dump());
-    refuse_unless_neutral(s, "qk_norm", origin + ": attn", "q/k norms are not implemented");
-    AttentionOptions a;
-    a.heads = int_key(s, "num_heads", origin + ": attn");
-    if (s.contains("num_kv_heads") && !s["num_kv_heads"].is_null()) {
-      const int64_t kv = int_key(s, "num_kv_heads", origin + ": attn");
-      a.kv_heads = kv == a.heads ? 0 : kv;
-    }
-    a.value_dim = c.embed_dim;
-    a.qkv_bias = json_bool(s, "qkv_bias", false, origin + ": attn");
-    const double theta = json_number(s, "rope_theta", 10000.0, origin + ": attn");
-    a.rope_theta = theta == c.rope_theta ? 0 : theta;
-    a.window_size = detail::json_int(s, "window_size", 0, origin + ": attn");
-    RETNET_CHECK(!s.contains("window_size") || s["window_size"].is_null() || a.window_size > 0,
-                 "{}: 'attn.window_size' = {} must be null or positive", origin,
-                 s["window_size"].dump());
-    for (const json& l : s["layers"]) {
-      RETNET_CHECK(l.is_number_integer() && l.get<int64_t>() >= 0 && l.get<int64_t>() < c.layers &&
-                       !taken[l.get<size_t>()],
-                   "{}: 'attn.layers' entry {} is not a layer in [0, {}) or is repeated", origin,
-                   l.dump(), c.layers);
-      taken[l.get<size_t>()] = true;
-      c.layer_specs[l.get<size_t>()] = {&find_mixer("attention"), a};
-    }
+// "retention models and their hybrids with attention layers", from the registry.
+std::string layout_holds(HfFlavour flavour) {
+  std::string base, hybrid;
+  for (const MixerSpec* m : mixer_registry()) {
+    const HfRole role = m->hf ? m->hf->in(flavour).role : HfRole::None;
+    std::string& names = role == HfRole::Base ? base : hybrid;
+    if (role != HfRole::None) names += (names.empty() ? "" : " or ") + std::string(m->name);
   }
+  return base + " models" + (hybrid.empty() ? "" : " and their hybrids with " + hybrid + " layers");
 }
 
+bool is_mixer_key(const std::string& key, HfFlavour flavour) {
+  for (const HfLayoutOfMixer* m : layout_mixers(flavour))
+    for (const char* k : m->keys)
+      if (key == k) return true;
+  return false;
+}
+
+// The model's keys here; the mixers' keys (heads, widths, gates, hybrid layers) are read by their
+// descriptions.
 HfModelConfig parse_fla(const json& j, const std::string& origin) {
   static const std::set<std::string> known = {
-      "hidden_size", "num_hidden_layers", "num_heads", "num_kv_heads", "expand_k", "expand_v",
-      "hidden_ratio", "intermediate_size", "vocab_size", "norm_eps", "hidden_act",
-      "elementwise_affine", "use_output_gate", "feature_map", "use_short_conv", "attn",
-      "attnres_block_size"};
+      "hidden_size", "num_hidden_layers", "hidden_ratio",   "intermediate_size", "vocab_size",
+      "norm_eps",    "hidden_act",        "use_short_conv", "attnres_block_size"};
   for (auto it = j.begin(); it != j.end(); ++it)
-    if (!known.count(it.key()) && !kRuntimeKeys.count(it.key()) && !is_neutral(it.value()))
-      throw Error(fmt::format("{}: unknown key '{}' = {} (this engine implements fla's RetNet "
-                              "without it; remove it if it does not change the model)",
-                              origin, it.key(), it.value().dump()));
-  refuse_unless_neutral(j, "use_short_conv", origin, "short convolutions are not implemented");
-  refuse_unless_neutral(j, "attnres_block_size", origin, "attention residuals are not implemented");
+    if (!known.count(it.key()) && !kRuntimeKeys.count(it.key()) &&
+        !is_mixer_key(it.key(), HfFlavour::Fla) && !hf_is_neutral(it.value()))
+      throw Error(
+          fmt::format("{}: unknown key '{}' = {} (this engine implements fla's RetNet "
+                      "without it; remove it if it does not change the model)",
+                      origin, it.key(), it.value().dump()));
+  hf_refuse_unless_neutral(j, "use_short_conv", origin, "short convolutions are not implemented");
+  hf_refuse_unless_neutral(j, "attnres_block_size", origin,
+                           "attention residuals are not implemented");
   HfModelConfig h;
   h.flavour = HfFlavour::Fla;
   Config& c = h.config;
-  c.embed_dim = int_key(j, "hidden_size", origin);
-  c.layers = int_key(j, "num_hidden_layers", origin);
-  c.heads = int_key(j, "num_heads", origin);
-  c.vocab_size = int_key(j, "vocab_size", origin);
-  if (j.contains("num_kv_heads") && !j["num_kv_heads"].is_null()) {
-    const int64_t kv = int_key(j, "num_kv_heads", origin);
-    RETNET_CHECK(kv <= c.heads && c.heads % kv == 0,
-                 "{}: 'num_kv_heads' = {} does not divide 'num_heads' = {}", origin, kv, c.heads);
-    c.kv_heads = kv == c.heads ? 0 : kv;
-  }
-  c.feature_map = detail::json_feature_map(j, "feature_map", c.feature_map, origin);
-  c.key_embed_dim = expanded(c.embed_dim, json_number(j, "expand_k", 1.0, origin), "expand_k", origin);
-  c.value_embed_dim = expanded(c.embed_dim, json_number(j, "expand_v", 2.0, origin), "expand_v", origin);
+  c.mixer = &detail::hf_base_mixer(HfFlavour::Fla);
+  c.embed_dim = hf_positive_int(j, "hidden_size", origin);
+  c.layers = hf_positive_int(j, "num_hidden_layers", origin);
+  c.vocab_size = hf_positive_int(j, "vocab_size", origin);
   if (j.contains("intermediate_size") && !j["intermediate_size"].is_null()) {
-    c.ffn_dim = int_key(j, "intermediate_size", origin);
+    c.ffn_dim = hf_positive_int(j, "intermediate_size", origin);
   } else {
     const double ratio = json_number(j, "hidden_ratio", 4.0, origin);  // GatedMLP's default
     const int64_t n = static_cast<int64_t>(static_cast<double>(c.embed_dim) * ratio * 2 / 3);
@@ -160,15 +117,11 @@ HfModelConfig parse_fla(const json& j, const std::string& origin) {
                act);
   c.activation = Activation::Swish;
   c.layernorm_eps = json_number(j, "norm_eps", 1e-6, origin);
-  c.head_norm_weight = json_bool(j, "elementwise_affine", true, origin);
-  c.output_gate = json_bool(j, "use_output_gate", true, origin);
   c.rotary = RotaryStyle::HalfSplit;
   c.rope_theta = 10000.0;
-  c.normalize_scores = false;
-  c.decay = DecaySchedule::Torchscale;
   c.no_scale_embedding = true;
-  if (c.key_embed_dim == c.embed_dim) c.key_embed_dim = 0;
-  if (j.contains("attn") && !is_neutral(j["attn"])) read_fla_attention_layers(j["attn"], c, origin);
+  for (const HfLayoutOfMixer* m : layout_mixers(HfFlavour::Fla))
+    if (m->read) m->read(j, c, origin);
   h.tied_embeddings = json_bool(j, "tie_word_embeddings", false, origin);
   c.tie_embeddings = h.tied_embeddings;
   return h;
@@ -178,53 +131,109 @@ HfModelConfig parse_syncdoth(json j, const std::string& origin) {
   HfModelConfig h;
   h.flavour = HfFlavour::Syncdoth;
   RETNET_CHECK(json_bool(j, "use_glu", true, origin),
-               "{}: 'use_glu' = false is not supported (the engine's FFN is the gated one)", origin);
-  const bool lm_decay = json_bool(j, "use_lm_decay", false, origin);
+               "{}: 'use_glu' = false is not supported (the engine's FFN is the gated one)",
+               origin);
   h.tied_embeddings = json_bool(j, "tie_word_embeddings", false, origin);
-  for (const char* key : {"use_glu", "use_lm_decay"}) j.erase(key);
-  for (const std::string& key : kRuntimeKeys) j.erase(key);
-  if (lm_decay) j["decay"] = "paper";
-  h.config = Config::from_json(j.dump(), origin);
+  // The rest is the engine's config JSON, but for the keys the mixers translate.
+  json config = j;
+  config.erase("use_glu");
+  for (const std::string& key : kRuntimeKeys) config.erase(key);
+  for (const HfLayoutOfMixer* m : layout_mixers(HfFlavour::Syncdoth))
+    for (const char* key : m->keys) config.erase(key);
+  h.config = Config::from_json(config.dump(), origin);
+  for (const HfLayoutOfMixer* m : layout_mixers(HfFlavour::Syncdoth))
+    if (m->read) m->read(j, h.config, origin);
   h.config.tie_embeddings = h.config.tie_embeddings || h.tied_embeddings;
   h.tied_embeddings = h.config.tie_embeddings;
   return h;
 }
 
-// The "attn" of a hybrid model (null without attention layers): one object per distinct set of
-// attention options, a list where there are several.
-template <class Refuse>
-nlohmann::ordered_json fla_attention_json(const Config& c, Refuse refuse) {
-  std::vector<std::pair<AttentionOptions, std::vector<int64_t>>> groups;
-  for (int64_t l = 0; l < c.layers; ++l) {
-    if (&c.layer_mixer(l) == &default_mixer()) continue;
-    const Config lc = c.layer(l);
-    refuse(lc.value_embed_dim != c.embed_dim,
-           "attention value width apart from hidden_size (attention.value_dim)");
-    const AttentionOptions& a = lc.attention;
-    auto it = std::find_if(groups.begin(), groups.end(), [&](auto& g) { return g.first == a; });
-    if (it == groups.end()) groups.push_back({a, {l}});
-    else it->second.push_back(l);
-  }
-  if (groups.empty()) return nullptr;
-  nlohmann::ordered_json list = nlohmann::ordered_json::array();
-  for (const auto& [a, layers] : groups) {
-    const Config lc = c.layer(layers[0]);
-    nlohmann::ordered_json s;
-    s["layers"] = layers;
-    s["num_heads"] = lc.heads;
-    s["num_kv_heads"] = lc.kv_head_count();
-    s["qkv_bias"] = a.qkv_bias;
-    s["rope_theta"] = lc.rope_theta;
-    if (a.window_size > 0)
-      s["window_size"] = a.window_size;
-    else
-      s["window_size"] = nullptr;
-    list.push_back(s);
-  }
-  return list.size() == 1 ? list[0] : list;
+// The keys of fla's config.json in the order this engine writes them (so files stay identical
+// from one version to the next); a key not listed follows them.
+const char* const kFlaKeyOrder[] = {"model_type",
+                                    "architectures",
+                                    "hidden_size",
+                                    "num_hidden_layers",
+                                    "num_heads",
+                                    "num_kv_heads",
+                                    "expand_k",
+                                    "expand_v",
+                                    "intermediate_size",
+                                    "hidden_act",
+                                    "use_output_gate",
+                                    "elementwise_affine",
+                                    "norm_eps",
+                                    "feature_map",
+                                    "use_short_conv",
+                                    "attn",
+                                    "tie_word_embeddings",
+                                    "vocab_size"};
+
+nlohmann::ordered_json in_fla_order(const nlohmann::ordered_json& j) {
+  nlohmann::ordered_json ordered;
+  for (const char* key : kFlaKeyOrder)
+    if (j.contains(key)) ordered[key] = j[key];
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (!ordered.contains(it.key())) ordered[it.key()] = it.value();
+  return ordered;
 }
 
 }  // namespace
+
+namespace detail {
+
+bool hf_is_neutral(const json& v) { return v.is_null() || (v.is_boolean() && !v.get<bool>()); }
+
+int64_t hf_positive_int(const json& j, const char* key, const std::string& origin) {
+  RETNET_CHECK(j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() > 0,
+               "{}: '{}' must be a positive integer, got {}", origin, key,
+               j.contains(key) ? j[key].dump() : "nothing");
+  return j[key].get<int64_t>();
+}
+
+void hf_refuse_unless_neutral(const json& j, const char* key, const std::string& origin,
+                              const char* why) {
+  if (j.contains(key) && !hf_is_neutral(j[key]))
+    throw Error(fmt::format("{}: '{}' = {} is not supported: {}", origin, key, j[key].dump(), why));
+}
+
+int64_t hf_expanded(int64_t hidden, double ratio, const char* key, const std::string& origin) {
+  const double w = static_cast<double>(hidden) * ratio;
+  RETNET_CHECK(ratio > 0 && w >= 1 && w < double(int64_t{1} << 40),
+               "{}: '{}' = {} gives no usable width", origin, key, ratio);
+  return static_cast<int64_t>(w);
+}
+
+void HfRefuse::operator()(bool cannot, const char* option) const {
+  RETNET_CHECK(!cannot, "the {} layout cannot express this model's {}", hf_flavour_name(flavour),
+               option);
+}
+
+const HfLayoutOfMixer& hf_layout_of(const MixerSpec& spec, HfFlavour flavour) {
+  RETNET_CHECK(spec.hf != nullptr,
+               "mixer '{}' has no Hugging Face layout (the {} layout holds {} "
+               "only)",
+               spec.name, hf_flavour_name(flavour), layout_holds(flavour));
+  return spec.hf->in(flavour);
+}
+
+const MixerSpec& hf_base_mixer(HfFlavour flavour) {
+  for (const MixerSpec* m : mixer_registry())
+    if (m->hf && m->hf->in(flavour).role == HfRole::Base) return *m;
+  throw Error(fmt::format("no mixer has the {} layout's base role", hf_flavour_name(flavour)));
+}
+
+void check_hf_mixers(const Config& c, HfFlavour flavour) {
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const MixerSpec& m = c.layer_mixer(l);
+    const HfRole role = hf_layout_of(m, flavour).role;
+    RETNET_CHECK(role == HfRole::Base || (c.hybrid() && role == HfRole::Hybrid),
+                 "the {} layout holds {} only (layer {}'s mixer: {})", hf_flavour_name(flavour),
+                 layout_holds(flavour), l, m.name);
+  }
+}
+
+}  // namespace detail
 
 bool is_hf_config(const std::string& text) {
   if (!is_valid_json(text)) return false;
@@ -253,6 +262,7 @@ HfModelConfig parse_hf_config(const std::string& text, const std::string& origin
                     origin));
   try {
     h.config.validate();
+    detail::check_hf_mixers(h.config, h.flavour);  // syncdoth's file may name any mixer
   } catch (const Error& e) {
     throw Error(fmt::format("{}: {}", origin, e.what()));
   }
@@ -267,71 +277,32 @@ HfModelConfig parse_hf_config(const std::string& text, const std::string& origin
 
 std::string hf_config_json(const Config& c, HfFlavour flavour, int64_t bos, int64_t eos,
                            int64_t pad) {
-  // fla's hybrid models add attention layers; nothing else mixes tokens in either layout.
-  const MixerSpec& attention = find_mixer("attention");
-  for (int64_t l = 0; l < c.layers; ++l) {
-    const MixerSpec& m = c.layer_mixer(l);
-    RETNET_CHECK(&m == &default_mixer() || (flavour == HfFlavour::Fla && c.hybrid() && &m == &attention),
-                 "the {} layout holds retention models{} only (layer {}'s mixer: {})",
-                 hf_flavour_name(flavour),
-                 flavour == HfFlavour::Fla ? " and their hybrids with attention layers" : "", l,
-                 m.name);
-  }
-  auto refuse = [&](bool cannot, const char* option) {
-    RETNET_CHECK(!cannot, "the {} layout cannot express this model's {}",
-                 hf_flavour_name(flavour), option);
-  };
+  detail::check_hf_mixers(c, flavour);
+  const detail::HfRefuse refuse{flavour};
   nlohmann::ordered_json j;
   if (flavour == HfFlavour::Fla) {
     refuse(c.rotary != RotaryStyle::HalfSplit || c.rope_theta != 10000.0,
            "rotation (fla rotates half-split pairs with base 10000: rotary \"half_split\")");
-    refuse(c.normalize_scores, "score normalisation (fla's retention has none)");
-    refuse(c.decay != DecaySchedule::Torchscale, "decay schedule (fla uses 1 - 2^(-5-h))");
     refuse(c.activation != Activation::Swish, "activation (fla's FFN is SwiGLU)");
     refuse(!c.no_scale_embedding, "embedding scale");
-    refuse(c.key_dim() > 256, "key dim per head above 256");
-    const double d = static_cast<double>(c.embed_dim);
     j["model_type"] = "retnet";
     j["architectures"] = {"RetNetForCausalLM"};
     j["hidden_size"] = c.embed_dim;
     j["num_hidden_layers"] = c.layers;
-    j["num_heads"] = c.heads;
-    if (c.kv_heads != 0 && c.kv_heads != c.heads)
-      j["num_kv_heads"] = c.kv_heads;
-    else
-      j["num_kv_heads"] = nullptr;
-    j["expand_k"] = static_cast<double>(c.qk_width()) / d;
-    j["expand_v"] = static_cast<double>(c.value_embed_dim) / d;
     j["intermediate_size"] = c.ffn_dim;
     j["hidden_act"] = "swish";
-    j["use_output_gate"] = c.output_gate;
-    j["elementwise_affine"] = c.head_norm_weight;
     j["norm_eps"] = c.layernorm_eps;
-    if (c.feature_map != QkFeatureMap::None)
-      j["feature_map"] = qk_feature_map_name(c.feature_map);
-    else
-      j["feature_map"] = nullptr;
     j["use_short_conv"] = false;
-    j["attn"] = fla_attention_json(c, refuse);
     j["tie_word_embeddings"] = c.tie_embeddings;
     j["vocab_size"] = c.vocab_size;
-    // expand_k and expand_v must give the widths back through int(hidden * ratio).
-    refuse(static_cast<int64_t>(d * (static_cast<double>(c.qk_width()) / d)) != c.qk_width() ||
-               static_cast<int64_t>(d * (static_cast<double>(c.value_embed_dim) / d)) !=
-                   c.value_embed_dim,
-           "q/k or value width (not an exact multiple of hidden_size)");
+    for (const HfLayoutOfMixer* m : layout_mixers(flavour))
+      if (m->write) m->write(c, j, refuse);
+    j = in_fla_order(j);
   } else {
     refuse(c.rotary != RotaryStyle::Torchscale, "half-split rotation");
-    refuse(!c.normalize_scores, "retention without score normalisation");
-    refuse(c.head_norm_weight, "head norm weight");
-    refuse(!c.output_gate, "retention without output gate");
-    refuse(c.qk_width() != c.embed_dim, "q/k width apart from decoder_embed_dim");
-    refuse(c.kv_heads != 0 && c.kv_heads != c.heads, "kv_heads (keys and values shared by groups "
-           "of heads)");
-    refuse(c.feature_map != QkFeatureMap::None, "feature_map (a feature map of q and k)");
     j = nlohmann::ordered_json::parse(c.to_json());
-    j.erase("decay");
-    j["use_lm_decay"] = c.decay == DecaySchedule::Paper;
+    for (const HfLayoutOfMixer* m : layout_mixers(flavour))
+      if (m->write) m->write(c, j, refuse);
     j["use_glu"] = true;
     j["model_type"] = "retnet";
     j["architectures"] = {"RetNetForCausalLM"};

@@ -19,35 +19,50 @@
 #include "retnet/core/mapped_file.h"
 #include "retnet/core/read_file.h"
 #include "retnet/core/safetensors.h"
+#include "retnet/model/hf_layout.h"
 #include "retnet/model/model.h"
 
 namespace retnet {
 namespace fs = std::filesystem;
 namespace {
 
-// The engine's names inside one layer (after "layers.N.") and fla's.
+// The engine's names inside one layer (after "layers.N.") and fla's, for the model's tensors. A
+// layer's mixer is fla's "attn" (its tensors named by its description) after the norm "attn_norm".
 const std::pair<const char*, const char*> kFlaLayerNames[] = {
-    {"retention.q_proj.weight", "attn.q_proj.weight"},
-    {"retention.k_proj.weight", "attn.k_proj.weight"},
-    {"retention.v_proj.weight", "attn.v_proj.weight"},
-    {"retention.g_proj.weight", "attn.g_proj.weight"},
-    {"retention.out_proj.weight", "attn.o_proj.weight"},
-    {"retention.head_norm.weight", "attn.g_norm_swish_gate.weight"},
-    {"retention_layer_norm.weight", "attn_norm.weight"},
     {"ffn.fc1.weight", "mlp.gate_proj.weight"},  // swish(gate_proj x) * up_proj x
     {"ffn.gate.weight", "mlp.up_proj.weight"},
     {"ffn.fc2.weight", "mlp.down_proj.weight"},
     {"final_layer_norm.weight", "mlp_norm.weight"},
-    // A hybrid model's softmax-attention layers (fla's "attn").
-    {"attention.q_proj.weight", "attn.q_proj.weight"},
-    {"attention.k_proj.weight", "attn.k_proj.weight"},
-    {"attention.v_proj.weight", "attn.v_proj.weight"},
-    {"attention.out_proj.weight", "attn.o_proj.weight"},
-    {"attention.q_proj.bias", "attn.q_proj.bias"},
-    {"attention.k_proj.bias", "attn.k_proj.bias"},
-    {"attention.v_proj.bias", "attn.v_proj.bias"},
-    {"attention_layer_norm.weight", "attn_norm.weight"},
 };
+
+// fla's names of a tensor inside a layer (the first is the one written; empty: it has none).
+std::vector<std::string> fla_layer_names(const std::string& name) {
+  for (const auto& [ours, theirs] : kFlaLayerNames)
+    if (name == ours) return {theirs};
+  for (const MixerSpec* m : mixer_registry()) {
+    if (!m->hf || m->hf->fla.role == detail::HfRole::None) continue;
+    const std::string scope = m->scope;
+    if (name == scope + "_layer_norm.weight") return {"attn_norm.weight"};
+    if (name.rfind(scope + ".", 0) != 0) continue;
+    for (const detail::HfTensorName& n : m->hf->fla.names) {
+      if (name.substr(scope.size() + 1) != n.engine) continue;
+      std::vector<std::string> names = {std::string("attn.") + (n.layout ? n.layout : n.engine)};
+      if (n.also) names.push_back(std::string("attn.") + n.also);
+      return names;
+    }
+  }
+  return {};
+}
+
+// fla's names of one of the engine's tensors in a layer (empty: none, or not in a layer).
+std::vector<std::string> fla_names(const std::string& engine_name) {
+  static const std::regex layer(R"(layers\.(\d+)\.(.*))");
+  std::smatch m;
+  if (!std::regex_match(engine_name, m, layer)) return {};
+  std::vector<std::string> names = fla_layer_names(m[2].str());
+  for (std::string& n : names) n = "model.layers." + m[1].str() + "." + n;
+  return names;
+}
 
 std::string shape_str(const std::vector<int64_t>& s) {
   return "[" + fmt::format("{}", fmt::join(s, ", ")) + "]";
@@ -135,27 +150,18 @@ void check_finite(const float* w, size_t n, const std::string& file, const std::
 }  // namespace
 
 std::string hf_tensor_name(const std::string& engine_name, HfFlavour flavour) {
-  if (engine_name == "output_projection.weight") return "lm_head.weight";
-  if (flavour == HfFlavour::Syncdoth) return "model." + engine_name;
-  if (engine_name == "embed_tokens.weight") return "model.embeddings.weight";
-  if (engine_name == "layer_norm.weight") return "model.norm.weight";
-  static const std::regex layer(R"(layers\.(\d+)\.(.*))");
-  std::smatch m;
-  if (std::regex_match(engine_name, m, layer))
-    for (const auto& [ours, theirs] : kFlaLayerNames)
-      if (m[2] == ours) return "model.layers." + m[1].str() + "." + theirs;
-  throw Error(
-      fmt::format("tensor '{}' has no name in flash-linear-attention's layout", engine_name));
+  return hf_tensor_names_accepted(engine_name, flavour).front();
 }
 
 std::vector<std::string> hf_tensor_names_accepted(const std::string& engine_name,
                                                   HfFlavour flavour) {
-  std::vector<std::string> names = {hf_tensor_name(engine_name, flavour)};
-  const std::string fused = "attn.g_norm_swish_gate.weight";
-  const std::string& n = names[0];
-  if (flavour == HfFlavour::Fla && n.size() > fused.size() &&
-      n.compare(n.size() - fused.size(), fused.size(), fused) == 0)
-    names.push_back(n.substr(0, n.size() - fused.size()) + "attn.g_norm.weight");
+  if (engine_name == "output_projection.weight") return {"lm_head.weight"};
+  if (flavour == HfFlavour::Syncdoth) return {"model." + engine_name};
+  if (engine_name == "embed_tokens.weight") return {"model.embeddings.weight"};
+  if (engine_name == "layer_norm.weight") return {"model.norm.weight"};
+  std::vector<std::string> names = fla_names(engine_name);
+  RETNET_CHECK(!names.empty(), "tensor '{}' has no name in flash-linear-attention's layout",
+               engine_name);
   return names;
 }
 

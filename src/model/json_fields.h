@@ -1,7 +1,8 @@
 #pragma once
-// Internal to src/model: typed reads of a config JSON's fields, shared by the engine's config
-// (config.cpp) and the Hugging Face config.json translation (hf_config.cpp). Each returns the
-// fallback for a missing or null field and throws Error naming `origin` and the key otherwise.
+// Internal to the library: typed reads of a config JSON's fields, shared by the engine's config
+// (config.cpp) and the Hugging Face config.json translation (hf_config.cpp, the mixers' *_hf.cpp).
+// Each returns the fallback for a missing or null field and throws Error naming `origin` and the
+// key otherwise.
 #include <cmath>
 #include <cstdint>
 #include <nlohmann/json.hpp>

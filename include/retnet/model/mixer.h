@@ -18,6 +18,7 @@ namespace retnet {
 struct Config;
 namespace detail {
 class LayerMixer;
+struct HfMixerLayout;
 }
 
 // A tensor a mixer has besides its projections, per layer: "layers.N.<scope>.<name>".
@@ -63,6 +64,9 @@ struct MixerSpec {
   // Adapts a model's config to one of this mixer's layers (attention: the config's
   // AttentionOptions), or nullptr: the model's settings.
   void (*adapt_layer_config)(Config& c) = nullptr;
+  // Its place in the Hugging Face layouts (src/mixers/<name>/<name>_hf.cpp), or nullptr: import
+  // and export refuse it by name.
+  const detail::HfMixerLayout* hf = nullptr;
 
   bool has_form(Form form) const { return forms[static_cast<int>(form)]; }
   // The forms training runs: parallel, and chunkwise where the mixer has it.

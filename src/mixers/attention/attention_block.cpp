@@ -13,6 +13,7 @@
 #include "../shared/retention_heads.h"
 #include "retnet/core/parallel.h"
 #include "retnet/mixers/attention.h"
+#include "retnet/model/hf_layout.h"
 #include "retnet/model/mixer_layer.h"
 
 namespace retnet::detail {
@@ -243,7 +244,7 @@ const MixerSpec& attention_mixer_spec() {
                    zero_bias, false, has_qkv_bias}},
       .cache_floats_per_token_per_layer = attention_cache_floats,
       .core_flops_per_token = attention_core_flops, .block = block_instance<AttentionMixer>,
-      .adapt_layer_config = adapt_attention_config};
+      .adapt_layer_config = adapt_attention_config, .hf = &attention_hf_layout()};
   return spec;
 }
 

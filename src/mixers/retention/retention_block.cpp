@@ -11,6 +11,7 @@
 #include "../shared/retention_heads.h"
 #include "retnet/core/parallel.h"
 #include "retnet/mixers/retention.h"
+#include "retnet/model/hf_layout.h"
 #include "retnet/model/mixer_layer.h"
 #include "retnet/ops/activation.h"
 #include "retnet/ops/rmsnorm.h"
@@ -322,7 +323,8 @@ const MixerSpec& retention_mixer_spec() {
       .gated = true, .rotates = true, .decays_by_head = true, .forms = {true, true, true, true},
       .tensors = {{"head_norm.weight", head_norm_shape, ones_init, false, has_head_norm_weight}},
       .state_floats_per_layer = retention_state_floats,
-      .core_flops_per_token = retention_core_flops, .block = block_instance<RetentionMixer>};
+      .core_flops_per_token = retention_core_flops, .block = block_instance<RetentionMixer>,
+      .hf = &retention_hf_layout()};
   return spec;
 }
 
