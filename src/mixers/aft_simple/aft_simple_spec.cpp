@@ -1,6 +1,6 @@
 // AFT-simple's spec: a running average of v weighted by exp(k) with a sigmoid gate, the decay
 // attention block (shared/decay_block.cpp) with no decay and no bonus.
-#include "../shared/decay_block.h"
+#include "../shared/shared_blocks.h"
 
 namespace retnet::detail {
 

@@ -1,6 +1,6 @@
 // The linear transformer's spec: normalised causal linear attention over the feature map elu + 1
 // (the block it shares with the Performer: shared/kernel_attention_block.cpp).
-#include "../shared/kernel_attention_block.h"
+#include "../shared/shared_blocks.h"
 
 namespace retnet::detail {
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "../shared/kernel_attention_block.h"
+#include "../shared/shared_blocks.h"
 #include "retnet/mixers/linear_attention.h"
 
 namespace retnet::detail {

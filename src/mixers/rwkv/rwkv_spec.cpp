@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include "../shared/decay_block.h"
+#include "../shared/shared_blocks.h"
 
 namespace retnet::detail {
 namespace {

@@ -3,7 +3,7 @@
 //   rwkv:       out = sigmoid(r) * wkv(k, v; w = exp(time_decay), u = time_first)
 //   aft-simple: out = sigmoid(q) * running average of v weighted by exp(k)   (w = u = 0)
 // Projections r (or q) | k | v, each of width vd; a constant-size state of 3 x vd per layer.
-#include "decay_block.h"
+#include "shared_blocks.h"
 
 #include <algorithm>
 #include <cmath>

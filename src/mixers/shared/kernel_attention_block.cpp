@@ -3,7 +3,7 @@
 // performer/performer_spec.cpp). No positions, no gate, no head norm:
 //   out = normalised causal linear attention(phi(q), phi(k), v)
 // with a constant-size state per head, [F, d_v + 1], for decoding.
-#include "kernel_attention_block.h"
+#include "shared_blocks.h"
 
 #include <algorithm>
 
