@@ -1,7 +1,7 @@
 // The toy mixer (toy_mixer.cpp), registered by its one line, through every command the registry
-// drives: init, info, train, generate and logits in each form it declares. Its numerics (forms
-// agree, gradients, states, files) are the family's tests of test_mixers.cpp, linked in here,
-// where the registry lists it.
+// drives: init, info, train, eval, generate and logits in each form it declares (export refuses
+// it cleanly). Its numerics (forms agree, gradients, states, files) are the family's tests of
+// test_mixers.cpp, linked in here, where the registry lists it.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -67,6 +67,19 @@ TEST(ToyMixer, EveryCommandRunsIt) {
   r = run_retnet("generate -m " + model + " -p 'the toy ' -n 24 --temperature 0 -t 1", 300);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_GT(r.out.size(), std::string("the toy ").size()) << r.out;
+
+  // eval's forms agree; a Hugging Face layout, which describes no toy layers, refuses it by name.
+  std::vector<double> eval_losses;
+  for (const char* form : {"parallel", "chunkwise"}) {
+    r = run_retnet("eval -m " + model + " --data " + data + " --form " + form + " --json -t 1",
+                   300);
+    ASSERT_EQ(r.exit_code, 0) << form << ": " << r.err;
+    eval_losses.push_back(nlohmann::json::parse(r.out)["loss"]);
+    ASSERT_TRUE(std::isfinite(eval_losses.back())) << r.out;
+  }
+  EXPECT_NEAR(eval_losses[1], eval_losses[0], 1e-5 * eval_losses[0]);
+  r = run_retnet("export " + model + " --format fla -o " + (dir / "hf").string(), 300);
+  EXPECT_TRUE(retnet::test::fails_cleanly(r, "'toy'"));
 
   // Every form the spec declares gives the parallel form's logits.
   const std::string out = (dir / "logits.npy").string();
