@@ -3,8 +3,8 @@
 #include <cstring>
 
 #include "layer_loop.h"
-#include "mixer_layer.h"
 #include "retnet/core/gemm.h"
+#include "retnet/model/mixer_layer.h"
 #include "retnet/ops/activation.h"
 #include "retnet/ops/rmsnorm.h"
 #include "retnet/ops/rotation.h"

@@ -5,13 +5,13 @@
 #include <cstring>
 
 #include "layer_loop.h"
-#include "mixer_layer.h"
 #include "retnet/core/error.h"
 #include "retnet/core/finite_check.h"
 #include "retnet/core/gemm.h"
 #include "retnet/core/gemm_rowmajor.h"
 #include "retnet/core/parallel.h"
 #include "retnet/core/quant.h"
+#include "retnet/model/mixer_layer.h"
 #include "retnet/ops/activation.h"
 #include "retnet/ops/rmsnorm.h"
 #include "retnet/ops/rotation.h"

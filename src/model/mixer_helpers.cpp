@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "mixer_layer.h"
 #include "retnet/core/parallel.h"
+#include "retnet/model/mixer_layer.h"
 #include "retnet/ops/rotation.h"
 
 namespace retnet::detail {

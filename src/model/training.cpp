@@ -5,9 +5,9 @@
 #include <cstring>
 
 #include "layer_loop.h"
-#include "mixer_layer.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
+#include "retnet/model/mixer_layer.h"
 #include "retnet/model/slice_link.h"
 #include "retnet/ops/cross_entropy.h"
 #include "retnet/ops/rmsnorm.h"

@@ -3,8 +3,9 @@
 // found through one registry (src/model/mixer_registry.cpp): its name, what it adds to a layer's
 // parameters (projection widths, its own tensors with their init and weight decay), the state or
 // cache it carries between calls, the forms it has, its FLOPs, and its block (the LayerMixer that
-// runs it, internal to src/model). Everything else in a block (norms, FFN, residuals) is the same
-// for all, and nothing outside the registry and the mixer's own files names a mixer.
+// runs it, internal: src/include/retnet/model/mixer_layer.h). Everything else in a block (norms,
+// FFN, residuals) is the same for all, and nothing outside the registry and the mixer's own folder
+// (src/mixers/<name>/) names a mixer.
 #include <cstdint>
 #include <span>
 #include <string>
@@ -79,8 +80,14 @@ struct MixerSpec {
   }
 };
 
-// Every mixer, in the registry's order.
+// Every mixer, in the registry's order: the built-in ones, then the registered ones.
 std::span<const MixerSpec* const> mixer_registry();
+// Adds a mixer defined outside the library, from one line at namespace scope:
+//   static const bool registered = retnet::register_mixer(toy_mixer_spec());
+// `spec` must outlive every model (a function-local static); its block implements the internal
+// LayerMixer interface (src/include/retnet/model/mixer_layer.h). Throws Error on a name taken.
+// Returns true, for that line's variable.
+bool register_mixer(const MixerSpec& spec);
 // The spec named `name`; throws Error listing the valid names.
 const MixerSpec& find_mixer(const std::string& name);
 // "retention, attention, linear, ...", from the registry.

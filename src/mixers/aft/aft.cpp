@@ -10,7 +10,7 @@
 #include <cstring>
 #include <limits>
 
-#include "../head_loop.h"
+#include "../shared/head_loop.h"
 #include "aft_kernels.h"
 #include "retnet/core/error.h"
 

@@ -11,7 +11,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "../head_loop.h"
+#include "../shared/head_loop.h"
 #include "attention_kernels.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"

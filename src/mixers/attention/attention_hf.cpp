@@ -4,9 +4,9 @@
 #include <set>
 
 #include "../../model/json_fields.h"
-#include "../../model/mixer_layer.h"
 #include "retnet/core/error.h"
 #include "retnet/model/hf_layout.h"
+#include "retnet/model/mixer_layer.h"
 
 namespace retnet::detail {
 namespace {

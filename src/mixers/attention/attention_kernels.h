@@ -10,7 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "../head_loop.h"
+#include "../shared/head_loop.h"
 #include "retnet/core/error.h"
 #include "retnet/core/tensor.h"
 #include "retnet/ops/fast_exp.h"

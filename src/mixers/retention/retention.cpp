@@ -8,7 +8,7 @@
 #include <cstring>
 #include <string>
 
-#include "../head_loop.h"
+#include "../shared/head_loop.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
 

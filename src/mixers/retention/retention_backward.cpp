@@ -13,7 +13,7 @@
 #include <cstring>
 #include <utility>
 
-#include "../head_loop.h"
+#include "../shared/head_loop.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
 #include "retnet/mixers/retention.h"

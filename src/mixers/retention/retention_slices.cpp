@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "../head_loop.h"
+#include "../shared/head_loop.h"
 #include "retnet/core/error.h"
 #include "retnet/mixers/retention.h"
 

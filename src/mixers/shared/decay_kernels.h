@@ -1,5 +1,5 @@
 #pragma once
-// Internal to src/mixers/decay/*.cpp: shape checks, the (sequence, channel block) task
+// Internal to src/mixers/shared/decay_*.cpp: shape checks, the (sequence, channel block) task
 // loop and the packing of one block of channels into contiguous, padded rows.
 #include <omp.h>
 

@@ -1,5 +1,5 @@
 #pragma once
-// Internal to src/model: the token-mixer sub-layer of a block, between the input projection and
+// Internal (src/include): the token-mixer sub-layer of a block, between the input projection and
 // the output projection, for every mixer of mixer.h. The layer loop (layer_forward.cpp and
 // layer_backward.cpp) runs
 //   xn = norm(x);  proj = xn [q | k | v (| g)]^T;  out = mixer(proj);  x += out out_proj^T
@@ -104,8 +104,8 @@ class LayerMixer {
 // The block of a (single-mixer or layer) config's mixer.
 inline const LayerMixer& layer_mixer(const Config& c) { return c.mixer->block(); }
 
-// Each mixer's spec, defined in its block file (blocks/); the registry (mixer_registry.cpp) lists
-// them.
+// Each mixer's spec, defined in its folder (src/mixers/<name>/); the registry
+// (src/model/mixer_registry.cpp) lists them.
 const MixerSpec& retention_mixer_spec();
 const MixerSpec& attention_mixer_spec();
 const MixerSpec& linear_mixer_spec();     // linear transformer (elu + 1 features)

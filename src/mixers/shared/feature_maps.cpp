@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "../head_loop.h"
+#include "head_loop.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
 #include "retnet/core/parallel.h"

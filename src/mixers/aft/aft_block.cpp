@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "../mixer_layer.h"
 #include "retnet/mixers/aft.h"
+#include "retnet/model/mixer_layer.h"
 
 namespace retnet::detail {
 namespace {

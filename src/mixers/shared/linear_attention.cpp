@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "../head_loop.h"
+#include "head_loop.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
 

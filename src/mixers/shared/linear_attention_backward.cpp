@@ -9,7 +9,7 @@
 #include <cstring>
 #include <utility>
 
-#include "../head_loop.h"
+#include "head_loop.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
 #include "retnet/mixers/linear_attention.h"

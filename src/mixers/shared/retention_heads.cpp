@@ -1,4 +1,5 @@
-// Grouped keys and values and the feature map of the retention block (retention_heads.h).
+// Grouped keys and values and the feature map of the retention and attention blocks
+// (retention_heads.h).
 #include "retention_heads.h"
 
 #include <algorithm>

@@ -1,14 +1,17 @@
-// The channel-wise decay-attention mixers, one kernel (mixers/decay_attention.h):
+// The block of the channel-wise decay-attention mixers (rwkv/rwkv_spec.cpp and
+// aft_simple/aft_simple_spec.cpp), one kernel (mixers/decay_attention.h):
 //   rwkv:       out = sigmoid(r) * wkv(k, v; w = exp(time_decay), u = time_first)
 //   aft-simple: out = sigmoid(q) * running average of v weighted by exp(k)   (w = u = 0)
 // Projections r (or q) | k | v, each of width vd; a constant-size state of 3 x vd per layer.
+#include "shared_blocks.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "../mixer_layer.h"
 #include "retnet/core/error.h"
 #include "retnet/mixers/decay_attention.h"
+#include "retnet/model/mixer_layer.h"
 
 namespace retnet::detail {
 namespace {
@@ -176,6 +179,8 @@ class DecayMixer final : public SavedRegionsMixer<saved_sizes> {
   bool joins_slices() const override { return true; }
 };
 
+}  // namespace
+
 // Per channel: the running numerator, denominator and maximum exponent.
 int64_t decay_state_floats(const Config& c) { return 3 * c.value_embed_dim; }
 
@@ -195,45 +200,6 @@ double decay_core_flops(const Config& c, int64_t T, Form form, int64_t chunk) {
   return 0;
 }
 
-std::vector<int64_t> channel_shape(const Config& c) { return {c.value_embed_dim}; }
-// RWKV-4's initialisation: decay rates exp(time_decay) spread from exp(-5) (long memory) to
-// exp(3) (the last token only) across channels, faster in deeper layers.
-void time_decay_init(const Config& c, int64_t layer, uint64_t, float* w, int64_t n) {
-  const double ratio = c.layers > 1 ? static_cast<double>(layer) / (c.layers - 1) : 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double x = n > 1 ? static_cast<double>(i) / (n - 1) : 0.0;
-    w[i] = static_cast<float>(-5.0 + 8.0 * std::pow(x, 0.7 + 1.3 * ratio));
-  }
-}
-// The current token's bonus around log(0.3), with a zigzag across channels.
-void time_first_init(const Config&, int64_t, uint64_t, float* w, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    w[i] = static_cast<float>(std::log(0.3) + 0.5 * ((i + 1) % 3 - 1));
-}
-
-}  // namespace
-
-const MixerSpec& aft_simple_mixer_spec() {
-  // The kernel's pairwise chunks cost O(chunk) per token: 16 is its fast size.
-  static const MixerSpec spec{
-      .name = "aft-simple", .scope = "aft_simple",
-      .summary = "AFT-simple: a running average of v weighted by exp(k), sigmoid gate",
-      .per_channel = true, .forms = {true, true, true, false}, .preferred_chunk = 16,
-      .state_floats_per_layer = decay_state_floats,
-      .core_flops_per_token = decay_core_flops, .block = block_instance<DecayMixer>};
-  return spec;
-}
-
-const MixerSpec& rwkv_mixer_spec() {
-  static const MixerSpec spec{
-      .name = "rwkv", .scope = "rwkv",
-      .summary = "RWKV-style decay attention: per-channel decay, bonus for the current token",
-      .per_channel = true, .forms = {true, true, true, false}, .preferred_chunk = 16,
-      .tensors = {{"time_decay", channel_shape, time_decay_init},
-                  {"time_first", channel_shape, time_first_init}},
-      .state_floats_per_layer = decay_state_floats,
-      .core_flops_per_token = decay_core_flops, .block = block_instance<DecayMixer>};
-  return spec;
-}
+const LayerMixer& decay_block() { return block_instance<DecayMixer>(); }
 
 }  // namespace retnet::detail

@@ -10,11 +10,11 @@
 // layout: a kv head is cached once for its whole group of query heads).
 #include <algorithm>
 
-#include "../mixer_layer.h"
-#include "retention_heads.h"
+#include "../shared/retention_heads.h"
 #include "retnet/core/parallel.h"
 #include "retnet/mixers/attention.h"
 #include "retnet/model/hf_layout.h"
+#include "retnet/model/mixer_layer.h"
 
 namespace retnet::detail {
 namespace {

@@ -8,11 +8,11 @@
 #include <cmath>
 #include <cstring>
 
-#include "../mixer_layer.h"
-#include "retention_heads.h"
+#include "../shared/retention_heads.h"
 #include "retnet/core/parallel.h"
 #include "retnet/mixers/retention.h"
 #include "retnet/model/hf_layout.h"
+#include "retnet/model/mixer_layer.h"
 #include "retnet/ops/activation.h"
 #include "retnet/ops/rmsnorm.h"
 

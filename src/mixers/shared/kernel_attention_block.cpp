@@ -1,12 +1,15 @@
-// The kernelised-attention mixers: the linear transformer (feature map elu+1) and the Performer
-// (FAVOR+ over the layer's stored random matrix). No positions, no gate, no head norm:
+// The block of the kernelised-attention mixers: the linear transformer (feature map elu+1,
+// linear/linear_spec.cpp) and the Performer (FAVOR+ over the layer's stored random matrix,
+// performer/performer_spec.cpp). No positions, no gate, no head norm:
 //   out = normalised causal linear attention(phi(q), phi(k), v)
 // with a constant-size state per head, [F, d_v + 1], for decoding.
+#include "shared_blocks.h"
+
 #include <algorithm>
 
-#include "../mixer_layer.h"
 #include "retnet/core/error.h"
 #include "retnet/mixers/linear_attention.h"
+#include "retnet/model/mixer_layer.h"
 
 namespace retnet::detail {
 namespace {
@@ -52,8 +55,6 @@ Saved carve(const float* base, const Config& c, int64_t N) {
   return {o, phi_q, phi_k, inv_den};
 }
 
-int64_t linear_state_floats(const Config& c);
-
 class LinearMixer final : public SavedRegionsMixer<saved_sizes> {
  public:
   size_t workspace_floats(const Config& c, Form form, int64_t B, int64_t T, int64_t chunk,
@@ -85,7 +86,8 @@ class LinearMixer final : public SavedRegionsMixer<saved_sizes> {
       a.saved_phi_q = sv.phi_q, a.saved_phi_k = sv.phi_k;
       a.saved_inv_denominators = sv.inv_den;
     }
-    if (p.link) a.enter_slice = [&] { enter_slice_from_state(p, linear_state_floats(c), arena); };
+    if (p.link)
+      a.enter_slice = [&] { enter_slice_from_state(p, kernel_attention_state_floats(c), arena); };
     linear_attention_forward(p.form, a, arena);
     return o;
   }
@@ -109,7 +111,7 @@ class LinearMixer final : public SavedRegionsMixer<saved_sizes> {
     ga.chunk = gr.chunk;
     if (gr.link) {
       // No decay: a state passes through a slice unchanged but for what the slice adds.
-      const int64_t S = linear_state_floats(c);
+      const int64_t S = kernel_attention_state_floats(c);
       const size_t n = static_cast<size_t>(B * S);
       ga.start_state = gr.link->entered(gr.layer, n);
       ga.d_start_state = arena.alloc(n);
@@ -127,14 +129,16 @@ class LinearMixer final : public SavedRegionsMixer<saved_sizes> {
   bool joins_slices() const override { return true; }
 };
 
+}  // namespace
+
 // Per head an F x (d_v + 1) state: the sum of phi(k) v^T and of phi(k) (the normaliser).
-int64_t linear_state_floats(const Config& c) {
+int64_t kernel_attention_state_floats(const Config& c) {
   return c.heads * feature_count(c) * (c.head_value_dim() + 1);
 }
 
 // The feature maps of q and k, the scores and values over the causal half of the context (T, or
 // the chunk), and the state's read and update where a form carries one.
-double linear_core_flops(const Config& c, int64_t T, Form form, int64_t chunk) {
+double kernel_attention_core_flops(const Config& c, int64_t T, Form form, int64_t chunk) {
   const double HF = static_cast<double>(c.heads * feature_count(c));
   const double vd = static_cast<double>(c.value_embed_dim);
   const double features = is_performer(c) ? 4.0 * HF * static_cast<double>(c.key_dim()) : 0.0;
@@ -151,38 +155,6 @@ double linear_core_flops(const Config& c, int64_t T, Form form, int64_t chunk) {
   return 0;
 }
 
-std::vector<int64_t> feature_matrix_shape(const Config& c) {
-  return {c.performer_features, c.key_dim()};
-}
-// Each layer its own random matrix, a pure function of (seed, layer): stored in the model file,
-// so every form and every later run uses the same one.
-void feature_matrix_init(const Config& c, int64_t layer, uint64_t seed, float* w, int64_t) {
-  const uint64_t matrix_seed = seed ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(layer + 1));
-  const std::vector<float> m = favor_random_matrix(matrix_seed, c.performer_features, c.key_dim());
-  std::copy(m.begin(), m.end(), w);
-}
-
-}  // namespace
-
-const MixerSpec& linear_mixer_spec() {
-  static const MixerSpec spec{
-      .name = "linear", .scope = "linear",
-      .summary = "linear transformer: phi = elu + 1, normalised causal linear attention",
-      .forms = {true, true, true, false}, .state_floats_per_layer = linear_state_floats,
-      .core_flops_per_token = linear_core_flops, .block = block_instance<LinearMixer>};
-  return spec;
-}
-
-const MixerSpec& performer_mixer_spec() {
-  // The feature matrix is drawn at init, never trained.
-  static const MixerSpec spec{
-      .name = "performer", .scope = "performer",
-      .summary = "Performer: FAVOR+ positive orthogonal random features",
-      .forms = {true, true, true, false},
-      .tensors = {{"feature_matrix", feature_matrix_shape, feature_matrix_init}},
-      .config_keys = {"performer_features"}, .state_floats_per_layer = linear_state_floats,
-      .core_flops_per_token = linear_core_flops, .block = block_instance<LinearMixer>};
-  return spec;
-}
+const LayerMixer& kernel_attention_block() { return block_instance<LinearMixer>(); }
 
 }  // namespace retnet::detail
