@@ -143,10 +143,11 @@ def free_port():
 
 
 def strip_volatile(obj):
-    """Drop what differs between two runs of the same request: ids, clocks, timings."""
+    """Drop what differs between two runs of the same request: ids, clocks, timings, and the
+    seed a reply names (the server's random pick when the request named none)."""
     if isinstance(obj, dict):
         return {k: strip_volatile(v) for k, v in obj.items()
-                if k not in ("id", "created", "timings", "system_fingerprint")}
+                if k not in ("id", "created", "timings", "system_fingerprint", "seed")}
     if isinstance(obj, list):
         return [strip_volatile(v) for v in obj]
     return obj
