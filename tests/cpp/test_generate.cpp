@@ -389,11 +389,7 @@ TEST(Sampler, MinPAndOpenAIPenalties) {
   // At temperature 1: token 1 is e^-1 = 0.37 times as likely as token 0, token 2 e^-3 = 0.05.
   const std::vector<float> z = {0.f, -1.f, -3.f, -3.f};
   SamplerScratch scratch(4);
-  SamplingParams p;
-  p.temperature = 1;
-  p.top_k = 0;
-  p.top_p = 1;
-  p.min_p = 0.1f;
+  const SamplingParams p{.temperature = 1, .top_k = 0, .top_p = 1, .min_p = 0.1f};
   std::vector<int> counts(4);
   for (int i = 0; i < 2000; ++i) ++counts[sample_token(z.data(), 4, p, 1, i, nullptr, 0, scratch)];
   EXPECT_GT(counts[0], 0);
