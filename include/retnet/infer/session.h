@@ -4,6 +4,7 @@
 // active sequences step together with the recurrent form, so every projection is one GEMM over the
 // batch. A sequence's state is one contiguous block of floats; saving, restoring, adding and
 // removing, forking and snapshotting sequences are memcpys. Front ends (the CLI) use this class.
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -113,7 +114,8 @@ class Session {
   }
   // Bytes of sequence states copied so far: snapshots, restores (state files included), forks,
   // and the later sequences remove_sequence moves down one index.
-  int64_t state_bytes_copied() const { return bytes_copied_; }
+  // Any thread may read it while the session's thread works (a server's metrics).
+  int64_t state_bytes_copied() const { return bytes_copied_.load(std::memory_order_relaxed); }
   // The thread count steps run with (after resolving "automatic").
   int decode_threads() const { return decode_threads_; }
   // Changes it for the following steps (n >= 1): a caller that knows its steps' size and its
@@ -131,7 +133,7 @@ class Session {
   std::optional<uint64_t> fingerprint_;
   int decode_threads_ = 0;
   int64_t active_ = 0;
-  mutable int64_t bytes_copied_ = 0;  // snapshot() is const
+  mutable std::atomic<int64_t> bytes_copied_{0};  // snapshot() is const
   std::unique_ptr<State> state_;      // the model layer's state and scratch, private to the session
   std::vector<float> logits_;         // [capacity, vocab]
   std::vector<uint8_t> has_logits_;   // [capacity]
