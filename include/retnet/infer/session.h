@@ -134,9 +134,9 @@ class Session {
   int decode_threads_ = 0;
   int64_t active_ = 0;
   mutable std::atomic<int64_t> bytes_copied_{0};  // snapshot() is const
-  std::unique_ptr<State> state_;      // the model layer's state and scratch, private to the session
-  std::vector<float> logits_;         // [capacity, vocab]
-  std::vector<uint8_t> has_logits_;   // [capacity]
+  std::unique_ptr<State> state_;     // the model layer's state and scratch, private to the session
+  std::vector<float> logits_;        // [capacity, vocab]
+  std::vector<uint8_t> has_logits_;  // [capacity]
   std::vector<std::vector<int32_t>> recent_;  // per sequence, at most options_.history
   std::unique_ptr<Arena> arena_;
   SamplerScratch scratch_;
