@@ -170,12 +170,13 @@ std::vector<std::pair<int32_t, float>> logit_bias_field(const nlohmann::json& bo
     const std::string& key = it.key();
     const bool digits = !key.empty() && key.size() <= 18 &&
                         key.find_first_not_of("0123456789") == std::string::npos;
-    if (!digits || std::stoll(key) >= limits.vocab)
+    const int64_t token = digits ? std::stoll(key) : -1;
+    if (token < 0 || token >= limits.vocab)
       throw bad_field(at, fmt::format("must be keyed by a token id in [0, {})", limits.vocab));
     if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < -100 ||
         it->get<double>() > 100)
       throw bad_field(at, "must be a number in [-100, 100]");
-    out.emplace_back(static_cast<int32_t>(std::stoll(key)), it->get<float>());
+    out.emplace_back(static_cast<int32_t>(token), it->get<float>());
   }
   return out;
 }

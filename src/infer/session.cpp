@@ -267,11 +267,8 @@ void Session::truncate(int64_t b, int64_t position) {
                "taken at position {}",
                model_.config().mixer_description(), b, position);
   const int64_t dropped = this->position(b) - position;
-  RETNET_CHECK(position >= 0 && dropped >= 0,
-               "sequence {} at position {} cannot roll back to position {}", b, this->position(b),
-               position);
+  state_->rewind(b, nullptr, position);  // checks the position; no constant state to copy
   if (dropped == 0) return;
-  state_->positions[b] = position;
   has_logits_[b] = 0;
   auto& r = recent_[b];
   r.resize(r.size() - std::min(r.size(), static_cast<size_t>(dropped)));
