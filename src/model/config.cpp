@@ -5,10 +5,11 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "json_fields.h"
 #include "retnet/core/error.h"
 #include "retnet/core/json_parse.h"
 #include "retnet/core/read_file.h"
-#include "json_fields.h"
+#include "retnet/model/mixer_options_codec.h"
 
 namespace retnet {
 namespace {
@@ -65,48 +66,25 @@ const std::pair<const char*, QkFeatureMap> kFeatureMaps[] = {
     {"tanh", QkFeatureMap::Tanh},       {"gelu", QkFeatureMap::Gelu},
     {"gelu_python", QkFeatureMap::Gelu}, {"swish", QkFeatureMap::Swish},
     {"silu", QkFeatureMap::Swish}};
-// The attention options' fields of a JSON object into `a` (the others are left to the caller).
-const char* const kAttentionKeys[] = {"heads",      "kv_heads", "value_dim",
-                                      "rope_theta", "qkv_bias", "window_size"};
-void read_attention_fields(const json& v, AttentionOptions& a, const std::string& where) {
-  a.heads = json_int(v, "heads", a.heads, where);
-  a.kv_heads = json_int(v, "kv_heads", a.kv_heads, where);
-  a.value_dim = json_int(v, "value_dim", a.value_dim, where);
-  a.rope_theta = json_number(v, "rope_theta", a.rope_theta, where);
-  a.qkv_bias = json_bool(v, "qkv_bias", a.qkv_bias, where);
-  a.window_size = json_int(v, "window_size", a.window_size, where);
+// The options of every registered mixer that has options, from a config's top-level fields (a
+// null pointer where none are given).
+using ModelOptions = std::vector<std::pair<const MixerSpec*, MixerOptionsPtr>>;
+ModelOptions read_model_options(const json& j, const std::string& origin) {
+  ModelOptions all;
+  for (const MixerSpec* m : mixer_registry())
+    if (m->options) all.emplace_back(m, m->options->read(j, origin));
+  return all;
 }
-
-bool is_attention_key(const std::string& key) {
-  for (const char* k : kAttentionKeys)
-    if (key == k) return true;
-  return false;
-}
-
-AttentionOptions read_attention_options(const json& v, const std::string& origin) {
-  RETNET_CHECK(v.is_object(), "{}: 'attention' must be an object, got {}", origin, v.dump());
-  for (auto it = v.begin(); it != v.end(); ++it)
-    RETNET_CHECK(is_attention_key(it.key()), "{}: unknown field 'attention.{}'", origin, it.key());
-  AttentionOptions a;
-  read_attention_fields(v, a, origin + ": attention");
-  return a;
-}
-
-nlohmann::ordered_json attention_json(const AttentionOptions& a) {
-  nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  if (a.heads) j["heads"] = a.heads;
-  if (a.kv_heads) j["kv_heads"] = a.kv_heads;
-  if (a.value_dim) j["value_dim"] = a.value_dim;
-  if (a.rope_theta) j["rope_theta"] = a.rope_theta;
-  if (a.qkv_bias) j["qkv_bias"] = true;
-  if (a.window_size) j["window_size"] = a.window_size;
-  return j;
+MixerOptionsPtr options_of(const ModelOptions& all, const MixerSpec* m) {
+  for (const auto& [spec, options] : all)
+    if (spec == m) return options;
+  return nullptr;
 }
 
 // "mixer": one name, or a list of one entry per layer: a name, or an object {"mixer": name, ...}
-// with an attention layer's own options (the others from the config's "attention"). A list whose
-// entries are all alike is that one mixer.
-void read_mixers(const json& v, Config& c, const std::string& origin) {
+// with the layer's own options where its mixer allows (attention's; read over the top-level ones).
+// A list whose entries are all alike is that one mixer.
+void read_mixers(const json& v, Config& c, const ModelOptions& model, const std::string& origin) {
   auto find = [&](const json& name, const std::string& where) -> const MixerSpec* {
     RETNET_CHECK(name.is_string(), "{}: '{}' must be one of {}, got {}", origin, where,
                  mixer_names(), name.dump());
@@ -118,32 +96,37 @@ void read_mixers(const json& v, Config& c, const std::string& origin) {
   };
   if (!v.is_array()) {
     c.mixer = find(v, "mixer");
+    c.mixer_options = options_of(model, c.mixer);
     return;
   }
   RETNET_CHECK(!v.empty(), "{}: 'mixer' is an empty list (one mixer per layer)", origin);
   std::vector<Config::LayerSpec> list;
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string where = fmt::format("mixer[{}]", i);
-    Config::LayerSpec spec{nullptr, c.attention};
+    Config::LayerSpec spec;
     if (v[i].is_object()) {
       RETNET_CHECK(v[i].contains("mixer"), "{}: '{}' needs a \"mixer\" name", origin, where);
       spec.mixer = find(v[i]["mixer"], where + ".mixer");
+      const detail::MixerOptionsCodec* codec = spec.mixer->options;
+      const bool has_layer_fields = codec != nullptr && codec->read_layer != nullptr;
       for (auto it = v[i].begin(); it != v[i].end(); ++it)
-        RETNET_CHECK(it.key() == "mixer" || (is_attention_key(it.key()) &&
-                                             spec.mixer->adapt_layer_config != nullptr),
+        RETNET_CHECK(it.key() == "mixer" || (has_layer_fields && codec->is_layer_field(it.key())),
                      "{}: '{}.{}' is not a setting of a {} layer", origin, where, it.key(),
                      spec.mixer->name);
-      read_attention_fields(v[i], spec.attention, origin + ": " + where);
+      spec.options = options_of(model, spec.mixer);
+      if (has_layer_fields)
+        spec.options = codec->read_layer(v[i], spec.options, origin + ": " + where);
     } else {
       spec.mixer = find(v[i], where);
+      spec.options = options_of(model, spec.mixer);
     }
     list.push_back(spec);
   }
   c.mixer = list[0].mixer;
+  c.mixer_options = list[0].options;
   const bool alike =
       std::all_of(list.begin(), list.end(), [&](const auto& e) { return e == list[0]; });
   if (alike) {
-    c.attention = list[0].attention;
     c.layer_specs.clear();
     // decoder_layers must then agree with the list (validate names both for a hybrid list).
     RETNET_CHECK(static_cast<int64_t>(v.size()) == c.layers,
@@ -151,6 +134,17 @@ void read_mixers(const json& v, Config& c, const std::string& origin) {
                  v.size(), c.layers);
   } else {
     c.layer_specs = std::move(list);
+  }
+}
+
+// Options given for a mixer no layer has: refused where the mixer says so (else ignored).
+void refuse_unused_options(const Config& c, const ModelOptions& model, const std::string& origin) {
+  for (const auto& [spec, options] : model) {
+    if (!spec->options->refused_unused || !options || options->is_default()) continue;
+    bool used = false;
+    for (int64_t l = 0; l < c.layers; ++l) used |= &c.layer_mixer(l) == spec;
+    RETNET_CHECK(used, "{}: '{}' applies to {} layers only (mixer: {})", origin,
+                 spec->options->keys[0], spec->name, c.mixer_description());
   }
 }
 
@@ -206,17 +200,15 @@ void check_layer_widths(const Config& c) {
                c.key_dim());
 }
 
-bool is_attention_layer(const MixerSpec& m) { return m.adapt_layer_config != nullptr; }
-
-void check_attention_options(const Config& c);
-
 }  // namespace
 
 Config Config::layer(int64_t l) const {
   Config c;  // without the layer list
   static_cast<ModelSettings&>(c) = *this;
-  c.mixer = &layer_mixer(l);
-  if (hybrid()) c.attention = layer_specs[static_cast<size_t>(l)].attention;
+  if (hybrid()) {
+    c.mixer = layer_specs[static_cast<size_t>(l)].mixer;
+    c.mixer_options = layer_specs[static_cast<size_t>(l)].options;
+  }
   if (hybrid() && c.mixer != &default_mixer()) {
     // Retention's options belong to the retention layers of a hybrid model.
     const Config neutral;
@@ -301,19 +293,12 @@ void Config::validate() const {
                layernorm_eps);
   RETNET_CHECK(recurrent_chunk_size >= 1, "config: recurrent_chunk_size must be >= 1, got {}",
                recurrent_chunk_size);
-  RETNET_CHECK(performer_features >= 1 && performer_features <= 65536,
-               "config: performer_features must be in [1, 65536], got {}", performer_features);
-  RETNET_CHECK(aft_max_distance >= 1 && aft_max_distance <= (1 << 24),
-               "config: aft_max_distance must be in [1, 16777216], got {}", aft_max_distance);
   RETNET_CHECK(key_embed_dim >= 0 && key_embed_dim <= (1 << 20),
                "config: key_embed_dim must be in [0, 1048576], got {}", key_embed_dim);
   RETNET_CHECK(std::isfinite(rope_theta) && rope_theta > 1,
                "config: rope_theta must be a finite number > 1, got {}", rope_theta);
-  bool any_retention = false, any_attention = false;
-  for (int64_t l = 0; l < layers; ++l) {
-    any_retention |= &layer_mixer(l) == &default_mixer();
-    any_attention |= is_attention_layer(layer_mixer(l));
-  }
+  bool any_retention = false;
+  for (int64_t l = 0; l < layers; ++l) any_retention |= &layer_mixer(l) == &default_mixer();
   // The retention options below change only retention's block; a model without retention layers
   // refuses them rather than silently ignoring them.
   if (!any_retention) {
@@ -331,14 +316,11 @@ void Config::validate() const {
     refuse(kv_heads != 0 && kv_heads != heads, "kv_heads");
     refuse(feature_map != QkFeatureMap::None, "feature_map");
   }
-  RETNET_CHECK(any_attention || attention == AttentionOptions{},
-               "config: 'attention' applies to attention layers only (mixer: {})",
-               mixer_description());
   for (int64_t l = 0; l < layers; ++l) {
     if (l > 0 && !hybrid()) break;  // the layers of a single-mixer model are alike
     const Config c = layer(l);
     try {
-      if (is_attention_layer(*c.mixer)) check_attention_options(c);
+      if (c.mixer->options && c.mixer->options->validate_layer) c.mixer->options->validate_layer(c);
       check_layer_widths(c);
     } catch (const Error& e) {
       if (!hybrid()) throw;
@@ -354,35 +336,6 @@ void Config::validate() const {
   RETNET_CHECK(parameter_count() < (int64_t{1} << 36), "config: {} parameters is too many",
                parameter_count());
 }
-
-namespace {
-// The attention options of an attention layer's config (Config::layer applied them).
-void check_attention_options(const Config& c) {
-  const AttentionOptions& a = c.attention;
-  RETNET_CHECK(a.heads >= 0 && a.kv_heads >= 0 && a.value_dim >= 0 && a.window_size >= 0 &&
-                   a.value_dim <= (1 << 20) && a.heads <= 4096,
-               "config: attention.heads ({}), attention.kv_heads ({}), attention.value_dim ({}) "
-               "and attention.window_size ({}) must be >= 0 (0: the model's)",
-               a.heads, a.kv_heads, a.value_dim, a.window_size);
-  RETNET_CHECK(a.rope_theta == 0 || (std::isfinite(a.rope_theta) && a.rope_theta > 1),
-               "config: attention.rope_theta must be 0 (the model's) or a finite number > 1, got {}",
-               a.rope_theta);
-  RETNET_CHECK(a.rope_theta == 0 || c.rotary == RotaryStyle::HalfSplit,
-               "config: attention.rope_theta = {} applies to the half-split rotation only "
-               "(rotary: \"half_split\")",
-               a.rope_theta);
-  RETNET_CHECK(c.embed_dim % c.heads == 0,
-               "config: attention.heads {} (0: decoder_retention_heads) does not divide "
-               "decoder_embed_dim {}",
-               c.heads, c.embed_dim);
-  RETNET_CHECK(c.heads % c.kv_head_count() == 0,
-               "config: attention.kv_heads {} does not divide the attention heads {}", c.kv_heads,
-               c.heads);
-  RETNET_CHECK(c.value_embed_dim % c.heads == 0,
-               "config: attention.value_dim {} is not divisible by the attention heads {}",
-               c.value_embed_dim, c.heads);
-}
-}  // namespace
 
 int64_t Config::projection_width() const {
   const int64_t gate = gated() ? value_embed_dim : 0;
@@ -459,17 +412,17 @@ Config Config::from_json(const std::string& text, const std::string& origin) {
     c.activation = parse_activation(j["activation_fn"].get<std::string>());
   }
   c.decay = json_choice(j, "decay", c.decay, kDecays, origin);
-  if (j.contains("attention") && !j["attention"].is_null())
-    c.attention = read_attention_options(j["attention"], origin);
-  if (j.contains("mixer")) read_mixers(j["mixer"], c, origin);
-  c.performer_features = json_int(j, "performer_features", c.performer_features, origin);
+  const ModelOptions model_options = read_model_options(j, origin);
+  if (j.contains("mixer"))
+    read_mixers(j["mixer"], c, model_options, origin);
+  else
+    c.mixer_options = options_of(model_options, c.mixer);
   c.key_embed_dim = json_int(j, "key_embed_dim", c.key_embed_dim, origin);
   c.normalize_scores = json_bool(j, "normalize_scores", c.normalize_scores, origin);
   c.head_norm_weight = json_bool(j, "head_norm_weight", c.head_norm_weight, origin);
   c.output_gate = json_bool(j, "output_gate", c.output_gate, origin);
   c.rotary = json_choice(j, "rotary", c.rotary, kRotaries, origin);
   c.rope_theta = json_number(j, "rope_theta", c.rope_theta, origin);
-  c.aft_max_distance = json_int(j, "aft_max_distance", c.aft_max_distance, origin);
   c.kv_heads = json_int(j, "kv_heads", c.kv_heads, origin);
   c.feature_map = detail::json_feature_map(j, "feature_map", c.feature_map, origin);
   // torchscale features that change the model and that this engine does not implement.
@@ -483,34 +436,33 @@ Config Config::from_json(const std::string& text, const std::string& origin) {
   reject_if("layernorm_embedding", true);
   c.tie_embeddings = json_bool(j, "share_decoder_input_output_embed", c.tie_embeddings, origin);
   reject_if("decoder_normalize_before", false);
-  static const std::set<std::string> known = {"decoder_embed_dim",
-                                              "decoder_value_embed_dim",
-                                              "decoder_retention_heads",
-                                              "decoder_ffn_embed_dim",
-                                              "decoder_layers",
-                                              "vocab_size",
-                                              "recurrent_chunk_size",
-                                              "no_scale_embedding",
-                                              "layernorm_eps",
-                                              "activation_fn",
-                                              "decay",
-                                              "deepnorm",
-                                              "multiway",
-                                              "layernorm_embedding",
-                                              "share_decoder_input_output_embed",
-                                              "decoder_normalize_before",
-                                              "mixer",
-                                              "attention",
-                                              "performer_features",
-                                              "aft_max_distance",
-                                              "key_embed_dim",
-                                              "normalize_scores",
-                                              "head_norm_weight",
-                                              "output_gate",
-                                              "rotary",
-                                              "rope_theta",
-                                              "kv_heads",
-                                              "feature_map"};
+  std::set<std::string> known = {"decoder_embed_dim",
+                                 "decoder_value_embed_dim",
+                                 "decoder_retention_heads",
+                                 "decoder_ffn_embed_dim",
+                                 "decoder_layers",
+                                 "vocab_size",
+                                 "recurrent_chunk_size",
+                                 "no_scale_embedding",
+                                 "layernorm_eps",
+                                 "activation_fn",
+                                 "decay",
+                                 "deepnorm",
+                                 "multiway",
+                                 "layernorm_embedding",
+                                 "share_decoder_input_output_embed",
+                                 "decoder_normalize_before",
+                                 "mixer",
+                                 "key_embed_dim",
+                                 "normalize_scores",
+                                 "head_norm_weight",
+                                 "output_gate",
+                                 "rotary",
+                                 "rope_theta",
+                                 "kv_heads",
+                                 "feature_map"};
+  for (const MixerSpec* m : mixer_registry())
+    if (m->options) known.insert(m->options->keys.begin(), m->options->keys.end());
   for (auto it = j.begin(); it != j.end(); ++it)
     RETNET_CHECK(known.count(it.key()) || kIgnoredTorchscaleFields.count(it.key()),
                  "{}: unknown field '{}'", origin, it.key());
@@ -520,6 +472,7 @@ Config Config::from_json(const std::string& text, const std::string& origin) {
                  "not supported",
                  origin);
   }
+  refuse_unused_options(c, model_options, origin);
   c.validate();
   return c;
 }
@@ -541,29 +494,38 @@ std::string Config::to_json(int indent) const {
   j["no_scale_embedding"] = no_scale_embedding;
   j["recurrent_chunk_size"] = recurrent_chunk_size;
   j["decay"] = decay == DecaySchedule::Paper ? "paper" : "torchscale";
-  // Written only when they matter, so retention configs stay torchscale's.
+  // Written only when they matter, so retention configs stay torchscale's: each mixer's options
+  // for a config that has the mixer; in a hybrid model, a layer's own options (attention's) in its
+  // list entry, the others' (the same in every layer) at the top.
+  std::vector<std::pair<const MixerSpec*, MixerOptionsPtr>> written;
+  auto write_options = [&](const MixerSpec* m, const MixerOptionsPtr& options) {
+    if (!m->options) return;
+    for (const auto& e : written)
+      if (e.first == m) return;
+    written.emplace_back(m, options);
+  };
   if (hybrid()) {
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
     for (const LayerSpec& spec : layer_specs) {
-      if (spec.mixer->adapt_layer_config == nullptr || spec.attention == attention) {
+      const detail::MixerOptionsCodec* codec = spec.mixer->options;
+      if (codec == nullptr || codec->write_layer == nullptr) {
+        write_options(spec.mixer, spec.options);
         list.push_back(spec.mixer->name);
         continue;
       }
       nlohmann::ordered_json e = {{"mixer", spec.mixer->name}};
-      e.update(attention_json(spec.attention));
-      list.push_back(e);
+      codec->write_layer(spec.options.get(), e);
+      if (e.size() == 1)
+        list.push_back(spec.mixer->name);
+      else
+        list.push_back(e);
     }
     j["mixer"] = list;
-  } else if (mixer != &default_mixer()) {
-    j["mixer"] = mixer->name;
+  } else {
+    if (mixer != &default_mixer()) j["mixer"] = mixer->name;
+    write_options(mixer, mixer_options);
   }
-  const std::pair<const char*, int64_t> mixer_fields[] = {
-      {"performer_features", performer_features}, {"aft_max_distance", aft_max_distance}};
-  for (int64_t l = 0; l < layers; ++l)
-    for (const char* key : layer_mixer(l).config_keys)
-      for (const auto& [name, value] : mixer_fields)
-        if (std::string_view(key) == name) j[name] = value;
-  if (!(attention == AttentionOptions{})) j["attention"] = attention_json(attention);
+  for (const auto& [m, options] : written) m->options->write(options.get(), j);
   // Likewise the retention options, written only where they differ from torchscale's.
   if (key_embed_dim != 0 && key_embed_dim != embed_dim) j["key_embed_dim"] = key_embed_dim;
   if (rotary == RotaryStyle::HalfSplit) {

@@ -86,7 +86,7 @@ TEST(GroupedKvCache, ModelDecodesAsItsParallelFormWithCacheBytesByKvHeads) {
   auto config = [](int64_t kv_heads) {
     Config c = test::model_config(32, 32, 8, 48, 2, 50);
     c.mixer = &find_mixer("attention");
-    c.attention.kv_heads = kv_heads;
+    test::set_mixer_options(c, fmt::format(R"({{"attention": {{"kv_heads": {}}}}})", kv_heads));
     c.rotary = RotaryStyle::HalfSplit;
     return c;
   };

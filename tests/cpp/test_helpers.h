@@ -22,6 +22,7 @@
 #include "retnet/core/rng.h"
 #include "retnet/core/tensor.h"
 #include "retnet/model/config.h"
+#include "retnet/model/mixer_options_codec.h"
 
 namespace retnet::test {
 
@@ -57,6 +58,14 @@ inline Config model_config(int64_t d, int64_t value_dim, int64_t heads, int64_t 
   c.embed_dim = d, c.value_embed_dim = value_dim, c.heads = heads;
   c.ffn_dim = ffn, c.layers = layers, c.vocab_size = vocab;
   return c;
+}
+
+// Sets the options of c's mixer from config fields, as a config file gives them (each mixer reads
+// its own: "performer_features", "aft_max_distance", "attention"; the others are ignored).
+inline void set_mixer_options(Config& c, const std::string& fields) {
+  c.mixer_options = c.mixer->options
+                        ? c.mixer->options->read(nlohmann::json::parse(fields), "test options")
+                        : nullptr;
 }
 
 // A two-layer model small enough for finite differences and file round trips.

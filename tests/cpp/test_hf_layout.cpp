@@ -39,9 +39,11 @@ Config config_of(const MixerSpec& m, HfFlavour flavour) {
     c.mixer = &m;
     return c;
   }
-  AttentionOptions hybrid_layer;
-  hybrid_layer.value_dim = c.embed_dim;  // fla's hybrid layers are hidden_size wide
-  c.layer_specs = {{&detail::hf_base_mixer(flavour), c.attention}, {&m, hybrid_layer}};
+  Config layer = c;  // fla's hybrid layers are hidden_size wide
+  layer.mixer = &m;
+  test::set_mixer_options(layer,
+                          fmt::format(R"({{"attention": {{"value_dim": {}}}}})", c.embed_dim));
+  c.layer_specs = {{&detail::hf_base_mixer(flavour), c.mixer_options}, {&m, layer.mixer_options}};
   return c;
 }
 
@@ -108,7 +110,7 @@ TEST(HfLayout, ATestOnlyMixersDescriptionDecidesWhatTheLayoutHolds) {
   EXPECT_TRUE(test::throws_error_naming([&] { hf_config_json(fla, HfFlavour::Fla); },
                                         {"layer 0's mixer: retention_copy"}));
   fla.mixer = &find_mixer("retention");
-  fla.layer_specs = {{&find_mixer("retention"), fla.attention}, {&copy, fla.attention}};
+  fla.layer_specs = {{&find_mixer("retention"), nullptr}, {&copy, nullptr}};
   EXPECT_NO_THROW(hf_config_json(fla, HfFlavour::Fla));
 }
 

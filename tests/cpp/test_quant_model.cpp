@@ -53,8 +53,7 @@ TEST(QuantModel, LogitsOfEveryTypeStayWithinTheirBoundOfF32ForEveryMixer) {
   for (const MixerSpec* mixer : mixer_registry()) {
     Config c = quant_config();
     c.mixer = mixer;
-    c.performer_features = 32;
-    c.aft_max_distance = 16;
+    test::set_mixer_options(c, R"({"performer_features": 32, "aft_max_distance": 16})");
     const Model exact = Model::init(c, 5);
     const auto tokens = quant_tokens_of(40, 256);
     const auto reference = logits_of(exact, tokens);

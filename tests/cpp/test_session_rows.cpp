@@ -29,7 +29,7 @@ std::vector<RowsCase> rows_cases() {
     Config c = test::tiny_config();
     c.mixer = m;
     c.recurrent_chunk_size = 4;
-    c.performer_features = 12;
+    test::set_mixer_options(c, R"({"performer_features": 12})");
     cases.push_back({m->scope, c});
   }
   cases.push_back({"hybrid", Config::from_json(R"({"decoder_embed_dim": 16,

@@ -1,7 +1,7 @@
-// The toy mixer (toy_mixer.cpp), registered by its one line, through every command the registry
-// drives: init, info, train, eval, generate and logits in each form it declares (export refuses
-// it cleanly). Its numerics (forms agree, gradients, states, files) are the family's tests of
-// test_mixers.cpp, linked in here, where the registry lists it.
+// The toy mixer (toy_mixer.cpp), registered by its one line, with its own option, through every
+// command the registry drives: init, info, train, eval, generate and logits in each form it
+// declares (export refuses it cleanly). Its numerics (forms agree, gradients, states, files) are
+// the family's tests of test_mixers.cpp, linked in here, where the registry lists it.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -31,7 +31,7 @@ TEST(ToyMixer, EveryCommandRunsIt) {
       dir / "toy.json",
       R"({"decoder_embed_dim": 32, "decoder_value_embed_dim": 48, "decoder_retention_heads": 2,
           "decoder_ffn_embed_dim": 64, "decoder_layers": 2, "vocab_size": 256,
-          "recurrent_chunk_size": 8, "mixer": "toy"})");
+          "recurrent_chunk_size": 8, "mixer": "toy", "toy_decay": 0.5})");
   std::string text;
   for (int i = 0; i < 120; ++i) text += "the toy mixer sums its keys and values, decayed. ";
   const std::string data = retnet::test::write_file(dir / "corpus.txt", text);
@@ -44,6 +44,12 @@ TEST(ToyMixer, EveryCommandRunsIt) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto info = nlohmann::json::parse(r.out);
   EXPECT_EQ(info["config"]["mixer"], "toy") << r.out;
+  // Its option, read, checked and written by the mixer's own code.
+  EXPECT_EQ(info["config"]["toy_decay"], 0.5) << r.out;
+  const std::string bad = retnet::test::write_file(
+      dir / "bad.json", R"({"decoder_layers": 1, "mixer": "toy", "toy_decay": 1.5})");
+  r = run_retnet("init --config " + bad + " -o " + (dir / "bad.safetensors").string(), 300);
+  EXPECT_TRUE(retnet::test::fails_cleanly(r, "'toy_decay' must be a number in (0, 1)")) << r.err;
   // A state of value_dim floats per layer: 2 layers x 48 floats x 4 bytes.
   EXPECT_EQ(info["state_bytes_per_sequence"], 2 * 48 * 4) << r.out;
 

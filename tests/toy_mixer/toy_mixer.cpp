@@ -1,13 +1,16 @@
-// The toy mixer (toy_mixer.h): parallel, recurrent and chunkwise forms, the backward of training,
-// its state size and FLOPs, and the one line that registers it.
+// The toy mixer (toy_mixer.h): its option, parallel, recurrent and chunkwise forms, the backward of
+// training, its state size and FLOPs, and the one line that registers it.
 #include "toy_mixer.h"
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "retnet/core/sequence_rows.h"
 #include "retnet/model/mixer_layer.h"
+#include "retnet/model/mixer_options_codec.h"
 
 namespace retnet::toy {
 namespace {
@@ -17,12 +20,39 @@ using detail::MixerGrad;
 using detail::MixerPass;
 using detail::SavedSizes;
 
-constexpr double kDecay = 0.75;
+// The mixer's option, "toy_decay": lambda, in (0, 1). Its struct, JSON field and check live
+// here; the library's config code names none of them.
+struct ToyOptions : MixerOptionsOf<ToyOptions> {
+  double decay = 0.75;
+  bool operator==(const ToyOptions&) const = default;
+};
+
+MixerOptionsPtr read_options(const nlohmann::json& config, const std::string& origin) {
+  if (!config.contains("toy_decay") || config["toy_decay"].is_null()) return nullptr;
+  const nlohmann::json& v = config["toy_decay"];
+  RETNET_CHECK(v.is_number() && v.get<double>() > 0 && v.get<double>() < 1,
+               "{}: 'toy_decay' must be a number in (0, 1), got {}", origin, v.dump());
+  auto options = std::make_shared<ToyOptions>();
+  options->decay = v.get<double>();
+  return options;
+}
+
+void write_options(const MixerOptions* options, nlohmann::ordered_json& config) {
+  config["toy_decay"] =
+      options ? static_cast<const ToyOptions&>(*options).decay : ToyOptions{}.decay;
+}
+
+const detail::MixerOptionsCodec kToyOptionsCodec{
+    .keys = {"toy_decay"}, .read = read_options, .write = write_options};
+
+float toy_decay(const Config& c) {
+  return static_cast<float>(detail::mixer_options<ToyOptions>(c).decay);
+}
 
 // lambda^0 .. lambda^n.
-std::vector<float> decay_powers(int64_t n) {
+std::vector<float> decay_powers(double decay, int64_t n) {
   std::vector<float> p(static_cast<size_t>(n + 1));
-  for (int64_t i = 0; i <= n; ++i) p[i] = static_cast<float>(std::pow(kDecay, i));
+  for (int64_t i = 0; i <= n; ++i) p[i] = static_cast<float>(std::pow(decay, i));
   return p;
 }
 
@@ -38,13 +68,14 @@ SavedSizes<2> saved_sizes(const Config& c, int64_t N) {
 // recurrent form steps token by token.
 void run_span(const float* proj, int64_t P, int64_t vd, int64_t t0, int64_t t1, float* s,
               const std::vector<float>& pw, float* out, float* saved_s, bool recurrent) {
+  const float decay = pw[1];
   for (int64_t c = 0; c < vd; ++c) {
     const float start = s[c];
     float state = start;
     for (int64_t t = t0; t < t1; ++t) {
       const float* row = proj + t * P;
       if (recurrent) {
-        state = static_cast<float>(kDecay) * state + row[vd + c] * row[2 * vd + c];
+        state = decay * state + row[vd + c] * row[2 * vd + c];
       } else {
         state = pw[t - t0 + 1] * start;
         for (int64_t j = t0; j <= t; ++j)
@@ -75,7 +106,7 @@ class ToyMixer final : public detail::SavedRegionsMixer<saved_sizes> {
       out = o, saved_s = s;
     }
     const int64_t span = p.form == Form::Chunkwise ? std::max<int64_t>(p.chunk, 1) : T;
-    const std::vector<float> pw = decay_powers(std::min(span, T) + 1);
+    const std::vector<float> pw = decay_powers(toy_decay(c), std::min(span, T) + 1);
     std::vector<float> zero(static_cast<size_t>(vd));
     for (int64_t b = 0; b < p.B; ++b) {
       float* s = p.state ? p.state + sequence_row(p.rows, b) * p.state_stride : zero.data();
@@ -100,6 +131,7 @@ class ToyMixer final : public detail::SavedRegionsMixer<saved_sizes> {
     const Config& c = g.model->layer_config(g.layer);
     const int64_t vd = c.value_embed_dim, P = c.projection_width(), T = g.T;
     const float* saved_s = carve_saved(g.saved, saved_sizes(c, g.B * T))[1];
+    const float decay = toy_decay(c);
     for (int64_t b = 0; b < g.B; ++b)
       for (int64_t ch = 0; ch < vd; ++ch) {
         float state_grad = 0.f;
@@ -108,7 +140,7 @@ class ToyMixer final : public detail::SavedRegionsMixer<saved_sizes> {
           const float* row = g.proj + n * P;
           float* d_row = g.d_proj + n * P;
           const float d_out = g.d_out[n * vd + ch];
-          state_grad = static_cast<float>(kDecay) * state_grad + d_out * row[ch];
+          state_grad = decay * state_grad + d_out * row[ch];
           d_row[ch] = d_out * saved_s[n * vd + ch];
           d_row[vd + ch] = state_grad * row[2 * vd + ch];
           d_row[2 * vd + ch] = state_grad * row[vd + ch];
@@ -141,9 +173,10 @@ const MixerSpec& toy_mixer_spec() {
   static const MixerSpec spec{
       .name = "toy",
       .scope = "toy",
-      .summary = "toy: a per-channel running sum of k v decayed by 0.75, times q",
+      .summary = "toy: a per-channel running sum of k v decayed by toy_decay, times q",
       .per_channel = true,
       .forms = {true, true, true, false},
+      .options = &kToyOptionsCodec,
       .state_floats_per_layer = toy_state_floats,
       .core_flops_per_token = toy_core_flops,
       .block = detail::block_instance<ToyMixer>};

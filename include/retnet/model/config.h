@@ -8,8 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "retnet/model/mixer.h"
 #include "retnet/model/activation_kind.h"
+#include "retnet/model/mixer.h"
+#include "retnet/model/mixer_options.h"
 
 namespace retnet {
 
@@ -27,18 +28,6 @@ enum class QkFeatureMap { None, Relu, Relu2, Sigmoid, Tanh, Gelu, Swish };
 QkFeatureMap parse_qk_feature_map(const std::string& name);  // Error naming an unknown name
 const char* qk_feature_map_name(QkFeatureMap f);
 
-// The settings of a model's softmax-attention layers (the "attention" mixer, alone or in a hybrid
-// model: fla's "attn" block) where they differ from the model's; 0 keeps the model's value.
-struct AttentionOptions {
-  int64_t heads = 0;        // "heads": query heads (0: decoder_retention_heads)
-  int64_t kv_heads = 0;     // "kv_heads": key/value heads, shared by groups of query heads (0: heads)
-  int64_t value_dim = 0;    // "value_dim": width of v and of the output (0: decoder_value_embed_dim)
-  double rope_theta = 0;    // "rope_theta": the half-split rotation's base (0: the model's)
-  bool qkv_bias = false;    // "qkv_bias": q, k and v have biases
-  int64_t window_size = 0;  // "window_size": a token sees the last window_size tokens (0: all)
-  bool operator==(const AttentionOptions&) const = default;
-};
-
 // Every setting of a model but its per-layer list: all that one layer's block reads. Kept apart so
 // that Config::layer copies it without the list (no allocation while a decode step asks a hybrid
 // model's layers for their widths).
@@ -55,11 +44,9 @@ struct ModelSettings {
   int64_t recurrent_chunk_size = 64;  // recurrent_chunk_size: default chunk of the chunkwise form
   DecaySchedule decay = DecaySchedule::Torchscale;  // "decay": "torchscale" | "paper"
   const MixerSpec* mixer = &default_mixer();  // "mixer": the token mixer of every block
-  // "attention": the settings of the attention layers (of a hybrid model: those its "mixer" list
-  // names as "attention"; a list entry may carry its own).
-  AttentionOptions attention;
-  int64_t performer_features = 64;  // "performer_features": FAVOR+ random features per head
-  int64_t aft_max_distance = 1024;  // "aft_max_distance": learned AFT position biases
+  // The options of `mixer` (null: its defaults), read from the fields its spec names (attention's
+  // "attention": {...}, the Performer's "performer_features", AFT's "aft_max_distance").
+  MixerOptionsPtr mixer_options;
 
   // Options of retention that flash-linear-attention's RetNet uses (defaults: torchscale's).
   int64_t key_embed_dim = 0;       // "key_embed_dim": width of q and k (0: decoder_embed_dim)
@@ -79,11 +66,14 @@ struct ModelSettings {
 
 struct Config : ModelSettings {
   // "mixer" as a list: one entry per layer (a hybrid model; empty: `mixer` in every layer), a
-  // name or {"mixer": "attention", <attention options>}. Use layer(l) or layer_mixer(l).
+  // name or {"mixer": "attention", <that layer's attention options>}. Use layer(l) or
+  // layer_mixer(l); a hybrid model's `mixer` and `mixer_options` are its first layer's.
   struct LayerSpec {
     const MixerSpec* mixer = nullptr;
-    AttentionOptions attention;  // an attention layer's settings (else the model's, unused)
-    bool operator==(const LayerSpec&) const = default;
+    MixerOptionsPtr options;  // the layer's mixer options (null: that mixer's defaults)
+    bool operator==(const LayerSpec& o) const {
+      return mixer == o.mixer && same_options(options, o.options);
+    }
   };
   std::vector<LayerSpec> layer_specs;
 
@@ -102,9 +92,9 @@ struct Config : ModelSettings {
   const MixerSpec& layer_mixer(int64_t l) const {
     return layer_specs.empty() ? *mixer : *layer_specs[static_cast<size_t>(l)].mixer;
   }
-  // The config as layer l's block sees it: a single-mixer config with that layer's mixer and, for
-  // an attention layer, the attention options applied (retention's options reset to neutral for
-  // the other mixers of a hybrid model). Every per-layer width comes from it.
+  // The config as layer l's block sees it: a single-mixer config with that layer's mixer and
+  // options and, for an attention layer, its options applied (retention's options reset to neutral
+  // for the other mixers of a hybrid model). Every per-layer width comes from it.
   Config layer(int64_t l) const;
   // Whether every layer has the form; whether some layer keeps its tokens (a cache).
   bool has_form(Form form) const;

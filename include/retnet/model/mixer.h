@@ -19,6 +19,7 @@ struct Config;
 namespace detail {
 class LayerMixer;
 struct HfMixerLayout;
+struct MixerOptionsCodec;
 }
 
 // A tensor a mixer has besides its projections, per layer: "layers.N.<scope>.<name>".
@@ -51,8 +52,9 @@ struct MixerSpec {
   // The chunkwise form's fastest chunk size where it differs from the config's default (0).
   int64_t preferred_chunk = 0;
   std::vector<MixerTensor> tensors = {};  // its own tensors, in layout order
-  // The config fields only this mixer reads (written to a config's JSON only for it).
-  std::vector<const char*> config_keys = {};
+  // Its options struct's JSON fields and checks (src/mixers/<name>/<name>_options.cpp), or
+  // nullptr: the mixer has no options of its own.
+  const detail::MixerOptionsCodec* options = nullptr;
   // Floats of one sequence's constant-size state per layer (none: the mixers that keep tokens).
   int64_t (*state_floats_per_layer)(const Config& c) = nullptr;
   // Floats one sequence's cache grows by per token per layer (none: constant-state mixers).
@@ -61,8 +63,8 @@ struct MixerSpec {
   // of T tokens in the given form (chunk: the chunkwise form's chunk size).
   double (*core_flops_per_token)(const Config& c, int64_t T, Form form, int64_t chunk) = nullptr;
   const detail::LayerMixer& (*block)() = nullptr;
-  // Adapts a model's config to one of this mixer's layers (attention: the config's
-  // AttentionOptions), or nullptr: the model's settings.
+  // Adapts a model's config to one of this mixer's layers (attention: its options' heads and
+  // widths), or nullptr: the model's settings.
   void (*adapt_layer_config)(Config& c) = nullptr;
   // Its place in the Hugging Face layouts (src/mixers/<name>/<name>_hf.cpp), or nullptr: import
   // and export refuse it by name.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "aft_options.h"
 #include "retnet/mixers/aft.h"
 #include "retnet/model/mixer_layer.h"
 
@@ -41,7 +42,7 @@ class AftMixer final : public SavedRegionsMixer<saved_sizes> {
 
   size_t backward_workspace_floats(const Config& c, Form, int64_t, int64_t,
                                    int64_t) const override {
-    return aft_backward_workspace_floats(c.aft_max_distance, kAftDefaultTile);
+    return aft_backward_workspace_floats(aft_max_distance(c), kAftDefaultTile);
   }
 
   const float* forward(const MixerPass& p, Arena& arena) const override {
@@ -49,7 +50,7 @@ class AftMixer final : public SavedRegionsMixer<saved_sizes> {
     const Config& c = model.layer_config(p.layer);
     const int64_t B = p.B, T = p.T, vd = c.value_embed_dim;
     const float* bias = model.param(model.tensors().layers[p.layer].mixer_tensors[kPositionBias]);
-    const int64_t L = c.aft_max_distance;
+    const int64_t L = aft_max_distance(c);
     const auto [q, k, v] = channel_qkv(p.proj, B, T, vd);
     const TensorView out = channel_view(p.out, B, T, vd, vd);
     if (!p.cache) {  // from an empty sequence (training, or a parallel pass without a state)
@@ -89,13 +90,13 @@ class AftMixer final : public SavedRegionsMixer<saved_sizes> {
     ga.d_out = g.d_out;
     ga.bias = model.param(bias_index);
     ga.d_bias = gr.grads->tensor(bias_index);
-    ga.L = c.aft_max_distance;
+    ga.L = aft_max_distance(c);
     ga.row_max = sv.row_max, ga.denominator = sv.denominator, ga.ratio = sv.ratio;
     aft_backward(ga, arena);
   }
 };
 
-std::vector<int64_t> position_bias_shape(const Config& c) { return {c.aft_max_distance}; }
+std::vector<int64_t> position_bias_shape(const Config& c) { return {aft_max_distance(c)}; }
 // Zero biases: at first every earlier token counts by its key alone.
 void zero_init(const Config&, int64_t, uint64_t, float* w, int64_t n) { std::fill_n(w, n, 0.f); }
 
@@ -110,13 +111,16 @@ double aft_core_flops(const Config& c, int64_t T, Form form, int64_t) {
 }  // namespace
 
 const MixerSpec& aft_mixer_spec() {
-  static const MixerSpec spec{
-      .name = "aft", .scope = "aft",
-      .summary = "AFT-full: learned pairwise position biases, sigmoid gate",
-      .per_channel = true, .keeps_tokens = true,
-      .tensors = {{"pos_bias", position_bias_shape, zero_init}}, .config_keys = {"aft_max_distance"},
-      .cache_floats_per_token_per_layer = aft_cache_floats,
-      .core_flops_per_token = aft_core_flops, .block = block_instance<AftMixer>};
+  static const MixerSpec spec{.name = "aft",
+                              .scope = "aft",
+                              .summary = "AFT-full: learned pairwise position biases, sigmoid gate",
+                              .per_channel = true,
+                              .keeps_tokens = true,
+                              .tensors = {{"pos_bias", position_bias_shape, zero_init}},
+                              .options = &aft_options_codec(),
+                              .cache_floats_per_token_per_layer = aft_cache_floats,
+                              .core_flops_per_token = aft_core_flops,
+                              .block = block_instance<AftMixer>};
   return spec;
 }
 

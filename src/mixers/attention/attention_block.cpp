@@ -2,7 +2,8 @@
 // hybrid models (fla's "attn"). Rotary positions on q and k (the model's rotation style, with the
 // attention options' base), scores scaled by 1 / sqrt(d_k), no gate, no head norm, optional q, k,
 // v biases, kv heads shared by groups of query heads and a sliding window (the config's
-// AttentionOptions; the cache keeps every token, the window limits what a query reads):
+// AttentionOptions, attention_options.h; the cache keeps every token, the window limits what a
+// query reads):
 //   out = attention(rot(q + b_q), rot(k + b_k), v + b_v)
 // Training runs the tiled online-softmax kernel (both forms); the chunkwise form with a state
 // runs it per chunk against the cache; decoding keeps every key and value in the
@@ -11,10 +12,12 @@
 #include <algorithm>
 
 #include "../shared/retention_heads.h"
+#include "attention_options.h"
 #include "retnet/core/parallel.h"
 #include "retnet/mixers/attention.h"
 #include "retnet/model/hf_layout.h"
 #include "retnet/model/mixer_layer.h"
+#include "retnet/model/mixer_options_codec.h"
 
 namespace retnet::detail {
 namespace {
@@ -146,7 +149,7 @@ class AttentionMixer final : public SavedRegionsMixer<saved_sizes> {
       AttentionArgs a;
       a.q = q, a.k = kv.k, a.v = kv.v, a.out = out;
       a.logsumexp = p.saved ? sv.lse : nullptr;
-      a.window = c.attention.window_size;
+      a.window = mixer_options<AttentionOptions>(c).window_size;
       attention_forward(a, arena);
       return o;
     }
@@ -156,13 +159,14 @@ class AttentionMixer final : public SavedRegionsMixer<saved_sizes> {
                     head_view(p.proj + col.q + col.k, B, T, Hkv, col.P, c.head_value_dim())};
     AttentionCache cache = pass_cache<AttentionCache>(p, arena);
     if (is_decode_step(p))
-      attention_step(q, kv.k, kv.v, out, cache, arena, c.attention.window_size);
+      attention_step(q, kv.k, kv.v, out, cache, arena,
+                     mixer_options<AttentionOptions>(c).window_size);
     else if (p.form == Form::Chunkwise)
       attention_chunkwise(q, kv.k, kv.v, out, cache, arena, p.chunk, kAttentionDefaultTile,
-                          c.attention.window_size);
+                          mixer_options<AttentionOptions>(c).window_size);
     else
       attention_prefill(q, kv.k, kv.v, out, cache, arena, kAttentionDefaultTile,
-                        c.attention.window_size);
+                        mixer_options<AttentionOptions>(c).window_size);
     return o;
   }
 
@@ -188,7 +192,7 @@ class AttentionMixer final : public SavedRegionsMixer<saved_sizes> {
     ga.d_q = head_view(gr.d_proj, B, T, H, col.P, dk), ga.d_k = dkv.k, ga.d_v = dkv.v;
     ga.out = head_output_view(sv.o, B, T, c), ga.d_out = head_output_view(gr.d_out, B, T, c);
     ga.logsumexp = sv.lse;
-    ga.window = c.attention.window_size;
+    ga.window = mixer_options<AttentionOptions>(c).window_size;
     attention_backward(ga, arena);
     if (dkv.k_data) {
       const int64_t Hkv = c.kv_head_count(), G = c.kv_groups();
@@ -204,7 +208,7 @@ class AttentionMixer final : public SavedRegionsMixer<saved_sizes> {
 
 // The attention options of a model, applied to one of its attention layers.
 void adapt_attention_config(Config& c) {
-  const AttentionOptions& a = c.attention;
+  const AttentionOptions& a = mixer_options<AttentionOptions>(c);
   if (a.heads) c.heads = a.heads;
   c.kv_heads = a.kv_heads;
   if (a.value_dim) c.value_embed_dim = a.value_dim;
@@ -212,7 +216,7 @@ void adapt_attention_config(Config& c) {
   c.key_embed_dim = 0;
 }
 
-bool has_qkv_bias(const Config& c) { return c.attention.qkv_bias; }
+bool has_qkv_bias(const Config& c) { return mixer_options<AttentionOptions>(c).qkv_bias; }
 
 void zero_bias(const Config&, int64_t, uint64_t, float* w, int64_t n) {
   std::fill(w, w + n, 0.f);
@@ -232,19 +236,25 @@ double attention_core_flops(const Config& c, int64_t T, Form form, int64_t) {
 
 const MixerSpec& attention_mixer_spec() {
   static const MixerSpec spec{
-      .name = "attention", .scope = "attention",
+      .name = "attention",
+      .scope = "attention",
       .summary = "causal softmax attention with rotary positions (the transformer baseline)",
-      .rotates = true, .keeps_tokens = true,
+      .rotates = true,
+      .keeps_tokens = true,
       .forms = {true, true, true, false},  // parallel, recurrent, chunkwise
-      .tensors = {{"q_proj.bias", [](const Config& c) { return std::vector<int64_t>{c.qk_width()}; },
-                   zero_bias, false, has_qkv_bias},
+      .tensors = {{"q_proj.bias",
+                   [](const Config& c) { return std::vector<int64_t>{c.qk_width()}; }, zero_bias,
+                   false, has_qkv_bias},
                   {"k_proj.bias", [](const Config& c) { return std::vector<int64_t>{c.k_width()}; },
                    zero_bias, false, has_qkv_bias},
                   {"v_proj.bias", [](const Config& c) { return std::vector<int64_t>{c.v_width()}; },
                    zero_bias, false, has_qkv_bias}},
+      .options = &attention_options_codec(),
       .cache_floats_per_token_per_layer = attention_cache_floats,
-      .core_flops_per_token = attention_core_flops, .block = block_instance<AttentionMixer>,
-      .adapt_layer_config = adapt_attention_config, .hf = &attention_hf_layout()};
+      .core_flops_per_token = attention_core_flops,
+      .block = block_instance<AttentionMixer>,
+      .adapt_layer_config = adapt_attention_config,
+      .hf = &attention_hf_layout()};
   return spec;
 }
 

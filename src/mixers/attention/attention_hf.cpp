@@ -1,12 +1,15 @@
 // Softmax attention in the Hugging Face layouts: the layers of fla's hybrid RetNets (its "attn"
 // key); syncdoth's RetNet has none.
 #include <algorithm>
+#include <memory>
 #include <set>
 
 #include "../../model/json_fields.h"
+#include "attention_options.h"
 #include "retnet/core/error.h"
 #include "retnet/model/hf_layout.h"
 #include "retnet/model/mixer_layer.h"
+#include "retnet/model/mixer_options_codec.h"
 
 namespace retnet::detail {
 namespace {
@@ -23,7 +26,7 @@ void read_fla_attention_layers(const json& j, Config& c, const std::string& orig
                "{}: 'attn' = {} must be null, an object or a list of objects", origin, attn.dump());
   const json specs = attn.is_array() ? attn : json::array({attn});
   const MixerSpec& base = hf_base_mixer(HfFlavour::Fla);
-  if (!c.hybrid()) c.layer_specs.assign(static_cast<size_t>(c.layers), {&base, c.attention});
+  if (!c.hybrid()) c.layer_specs.assign(static_cast<size_t>(c.layers), {&base, c.mixer_options});
   static const std::set<std::string> known = {"layers",  "num_heads",  "num_kv_heads", "qkv_bias",
                                               "qk_norm", "rope_theta", "window_size"};
   for (const json& s : specs) {
@@ -34,7 +37,8 @@ void read_fla_attention_layers(const json& j, Config& c, const std::string& orig
       RETNET_CHECK(known.count(it.key()) || hf_is_neutral(it.value()),
                    "{}: 'attn.{}' = {} is not supported", origin, it.key(), it.value().dump());
     hf_refuse_unless_neutral(s, "qk_norm", origin + ": attn", "q/k norms are not implemented");
-    AttentionOptions a;
+    auto options = std::make_shared<AttentionOptions>();
+    AttentionOptions& a = *options;
     a.heads = hf_positive_int(s, "num_heads", origin + ": attn");
     if (s.contains("num_kv_heads") && !s["num_kv_heads"].is_null()) {
       const int64_t kv = hf_positive_int(s, "num_kv_heads", origin + ": attn");
@@ -53,7 +57,7 @@ void read_fla_attention_layers(const json& j, Config& c, const std::string& orig
                        c.layer_specs[l.get<size_t>()].mixer == &base,
                    "{}: 'attn.layers' entry {} is not a layer in [0, {}) or is repeated", origin,
                    l.dump(), c.layers);
-      c.layer_specs[l.get<size_t>()] = {&attention_mixer_spec(), a};
+      c.layer_specs[l.get<size_t>()] = {&attention_mixer_spec(), options};
     }
   }
 }
@@ -68,7 +72,7 @@ void write_fla_attention_layers(const Config& c, nlohmann::ordered_json& j,
     const Config lc = c.layer(l);
     refuse(lc.value_embed_dim != c.embed_dim,
            "attention value width apart from hidden_size (attention.value_dim)");
-    const AttentionOptions& a = lc.attention;
+    const AttentionOptions& a = mixer_options<AttentionOptions>(lc);
     auto it = std::find_if(groups.begin(), groups.end(), [&](auto& g) { return g.first == a; });
     if (it == groups.end())
       groups.push_back({a, {l}});

@@ -3,13 +3,13 @@
 // performer/performer_spec.cpp). No positions, no gate, no head norm:
 //   out = normalised causal linear attention(phi(q), phi(k), v)
 // with a constant-size state per head, [F, d_v + 1], for decoding.
-#include "shared_blocks.h"
-
 #include <algorithm>
 
+#include "../performer/performer_options.h"
 #include "retnet/core/error.h"
 #include "retnet/mixers/linear_attention.h"
 #include "retnet/model/mixer_layer.h"
+#include "shared_blocks.h"
 
 namespace retnet::detail {
 namespace {
@@ -23,19 +23,19 @@ FeatureMap layer_features(const Model& m, int64_t layer) {
   const Config& c = m.layer_config(layer);
   if (is_performer(c))
     return favor_feature_map(m.param(m.tensors().layers[layer].mixer_tensors[kFeatureMatrix]),
-                             c.performer_features, c.key_dim());
+                             performer_features(c), c.key_dim());
   return elu_feature_map();
 }
 
 // The features F per head without a model at hand (sizes).
 int64_t feature_count(const Config& c) {
-  return is_performer(c) ? c.performer_features : c.key_dim();
+  return is_performer(c) ? performer_features(c) : c.key_dim();
 }
 FeatureMap sizing_map(const Config& c) {
   FeatureMap f = elu_feature_map();
   if (is_performer(c)) {
     f.kind = FeatureMapKind::Favor;
-    f.favor_m = c.performer_features;
+    f.favor_m = performer_features(c);
   }
   return f;
 }
