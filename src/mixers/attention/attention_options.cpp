@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <memory>
+#include <utility>
 
 #include "../../model/json_fields.h"
 #include "retnet/model/mixer_options_codec.h"
@@ -23,12 +24,14 @@ bool is_field(const std::string& key) {
 
 // The fields present in `v` over `a` (the others are left as they are).
 void read_fields(const json& v, AttentionOptions& a, const std::string& where) {
-  a.heads = json_int(v, "heads", a.heads, where);
-  a.kv_heads = json_int(v, "kv_heads", a.kv_heads, where);
-  a.value_dim = json_int(v, "value_dim", a.value_dim, where);
+  constexpr std::pair<const char*, int64_t AttentionOptions::*> kIntegers[] = {
+      {"heads", &AttentionOptions::heads},
+      {"kv_heads", &AttentionOptions::kv_heads},
+      {"value_dim", &AttentionOptions::value_dim},
+      {"window_size", &AttentionOptions::window_size}};
+  for (const auto& [key, field] : kIntegers) a.*field = json_int(v, key, a.*field, where);
   a.rope_theta = json_number(v, "rope_theta", a.rope_theta, where);
   a.qkv_bias = json_bool(v, "qkv_bias", a.qkv_bias, where);
-  a.window_size = json_int(v, "window_size", a.window_size, where);
 }
 
 // Only the fields that differ from the model's (0, false).
