@@ -49,6 +49,13 @@ void register_serve(CLI::App& app) {
               integer_within(1, 1 << 16));
   add_checked(cmd, "--state-cache-mib", o->state_cache_mib,
               "Prompt cache of sequence states, MiB (0: off)", integer_within(0, int64_t{1} << 30));
+  cmd->add_option("--cache-dir", o->cache_dir,
+                  "Also keep the prompt cache's states in files here (made if missing), so that "
+                  "they serve requests after a restart; files of other models are left alone, "
+                  "damaged ones skipped");
+  add_checked(cmd, "--cache-dir-mib", o->cache_dir_mib,
+              "Bound of --cache-dir's files, MiB (least recently used removed first)",
+              integer_within(1, int64_t{1} << 30));
   add_checked(cmd, "--max-body-mib", o->max_body_mib, "Largest request body, MiB",
               integer_within(1, 1024));
   add_checked(cmd, "--prefill-block", o->prefill_block,

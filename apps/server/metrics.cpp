@@ -31,6 +31,11 @@ std::string Metrics::prometheus_text() const {
       cache_tokens_saved.load());
   add("prompt_cache_bytes", "gauge", "Bytes held by the prompt cache", cache_bytes.load());
   add("prompt_cache_entries", "gauge", "States held by the prompt cache", cache_entries.load());
+  add("prompt_cache_disk_hits_total", "counter",
+      "Requests whose cached prefix was read from --cache-dir", cache_disk_hits.load());
+  add("prompt_cache_disk_bytes", "gauge", "Bytes of the prompt cache's files in --cache-dir",
+      cache_disk_bytes.load());
+  add("prompt_cache_disk_entries", "gauge", "States in --cache-dir", cache_disk_entries.load());
   add("slots", "gauge", "Slots (--parallel)", static_cast<double>(slots));
   add("slots_busy", "gauge", "Slots prefilling or generating", busy_slots.load());
   add("queue_depth", "gauge", "Requests waiting for a slot", queue_depth.load());

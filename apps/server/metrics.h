@@ -19,6 +19,7 @@ struct Metrics {
   std::atomic<int64_t> decode_steps{0};
   std::atomic<int64_t> cache_hits{0}, cache_misses{0}, cache_tokens_saved{0};
   std::atomic<int64_t> cache_bytes{0}, cache_entries{0};
+  std::atomic<int64_t> cache_disk_hits{0}, cache_disk_bytes{0}, cache_disk_entries{0};
   std::atomic<int64_t> busy_slots{0}, queue_depth{0};
   std::atomic<int64_t> state_bytes{0};  // states of the busy slots
   // Bytes of sequence states copied: into and out of the prompt cache, and for a slot save or

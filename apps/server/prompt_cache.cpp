@@ -21,6 +21,22 @@ const SavedSequence* PromptCache::find_longest_prefix(std::span<const int32_t> t
     if (best != lru_.end() && key.size() <= best->tokens.size()) continue;
     if (std::equal(key.begin(), key.end(), tokens.begin())) best = it;
   }
+  const int64_t in_memory = best == lru_.end() ? 0 : static_cast<int64_t>(best->tokens.size());
+  if (disk_) {
+    if (auto hit = disk_->find_longest_prefix(tokens, in_memory)) {
+      const auto n = static_cast<size_t>(hit->length);
+      // A state larger than the whole memory tier is not kept (nothing is evicted for it), and
+      // the memory's own best prefix serves.
+      insert_in_memory(std::vector<int32_t>(tokens.begin(), tokens.begin() + n),
+                       std::move(hit->sequence));
+      if (!lru_.empty() && lru_.front().tokens.size() == n &&
+          std::equal(lru_.front().tokens.begin(), lru_.front().tokens.end(), tokens.begin())) {
+        ++disk_hits_;
+        *length = hit->length;
+        return &lru_.front().sequence;
+      }
+    }
+  }
   if (best == lru_.end()) {
     *length = 0;
     return nullptr;
@@ -31,6 +47,11 @@ const SavedSequence* PromptCache::find_longest_prefix(std::span<const int32_t> t
 }
 
 void PromptCache::insert(std::vector<int32_t> tokens, SavedSequence sequence) {
+  if (disk_) disk_->insert(tokens, sequence);
+  insert_in_memory(std::move(tokens), std::move(sequence));
+}
+
+void PromptCache::insert_in_memory(std::vector<int32_t> tokens, SavedSequence sequence) {
   for (auto it = lru_.begin(); it != lru_.end(); ++it)
     if (it->tokens == tokens) {
       bytes_ -= it->bytes;

@@ -4,9 +4,11 @@
 // so caching a long conversation costs one state, not a KV cache per token.
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <span>
 #include <vector>
 
+#include "prompt_cache_disk.h"
 #include "retnet/infer/state_file.h"
 
 namespace retnet::server {
@@ -14,6 +16,12 @@ namespace retnet::server {
 class PromptCache {
  public:
   explicit PromptCache(int64_t capacity_bytes) : capacity_bytes_(capacity_bytes) {}
+
+  // Adds a disk tier: inserted states are also written there, and a lookup reads a longer prefix
+  // from it when memory has none (that state then joins the memory tier).
+  void attach_disk(std::unique_ptr<DiskPromptCache> disk) { disk_ = std::move(disk); }
+  DiskPromptCache* disk() const { return disk_.get(); }
+  int64_t disk_hits() const { return disk_hits_; }
 
   // The entry with the longest key that is a prefix of `tokens` (the key's length is at most
   // tokens.size()); null when none. The entry becomes the most recently used. The pointer stays
@@ -35,9 +43,13 @@ class PromptCache {
   };
   static int64_t entry_bytes(const Entry& e);
 
+  void insert_in_memory(std::vector<int32_t> tokens, SavedSequence sequence);
+
   int64_t capacity_bytes_;
   int64_t bytes_ = 0;
   std::list<Entry> lru_;  // most recently used first
+  std::unique_ptr<DiskPromptCache> disk_;
+  int64_t disk_hits_ = 0;
 };
 
 }  // namespace retnet::server

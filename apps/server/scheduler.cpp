@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <memory>
 
 #include "openai_request.h"
 #include "retnet/core/json_parse.h"
@@ -50,6 +52,16 @@ Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer,
   slots_.resize(static_cast<size_t>(options.slots));
   for (size_t i = 0; i < slots_.size(); ++i) slots_[i].id = static_cast<int64_t>(i);
   metrics_.slots = options.slots;
+  if (!options.cache_dir.empty()) {
+    RETNET_CHECK(options.cache_bytes > 0,
+                 "--cache-dir needs the memory tier of the prompt cache (--state-cache-mib > 0)");
+    cache_.attach_disk(std::make_unique<DiskPromptCache>(
+        options.cache_dir, options.cache_dir_bytes, model, session_.model_fingerprint(),
+        [](const std::string& line) {
+          std::fprintf(stderr, "retnet serve: %s\n", line.c_str());
+          std::fflush(stderr);
+        }));
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -92,6 +104,11 @@ void Scheduler::update_gauges_locked() {
   metrics_.state_bytes = bytes;
   metrics_.cache_bytes = cache_.bytes();
   metrics_.cache_entries = cache_.entries();
+  if (const DiskPromptCache* disk = cache_.disk()) {
+    metrics_.cache_disk_hits = cache_.disk_hits();
+    metrics_.cache_disk_bytes = disk->bytes();
+    metrics_.cache_disk_entries = disk->entries();
+  }
   metrics_.state_bytes_copied = session_.state_bytes_copied();
 }
 

@@ -28,6 +28,8 @@ struct SchedulerOptions {
   int64_t max_queue = 64;       // jobs waiting for a slot before 429
   int64_t prefill_block = 512;  // prompt tokens per prefill pass between decode steps
   int64_t cache_bytes = 0;      // prompt cache capacity; 0: no cache
+  std::string cache_dir;        // the prompt cache's disk tier ("": none)
+  int64_t cache_dir_bytes = 0;  // its capacity
   int threads = 0;              // decode threads (0: the session decides)
   int64_t history = 256;        // recent tokens kept for the repetition penalty
 };

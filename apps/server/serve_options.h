@@ -23,6 +23,8 @@ struct ServeOptions {
   int64_t max_queue = 64;
   double timeout_s = 600;
   int64_t state_cache_mib = 64;
+  std::string cache_dir;         // the prompt cache's disk tier ("": none)
+  int64_t cache_dir_mib = 1024;  // its bound
   int64_t max_body_mib = 8;
   int64_t prefill_block = 512;
   std::string slot_save_dir;

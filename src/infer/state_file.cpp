@@ -40,6 +40,10 @@ int64_t count_field(const nlohmann::json& header, const char* key, const std::st
 
 void write_state_file(const std::string& path, const Model& model, uint64_t fingerprint,
                       const SavedSequence& s) {
+  write_file_atomically(path, state_file_bytes(model, fingerprint, s));
+}
+
+std::string state_file_bytes(const Model& model, uint64_t fingerprint, const SavedSequence& s) {
   const Config& c = model.config();
   RETNET_CHECK(static_cast<int64_t>(s.state.size()) == c.state_floats_per_sequence(),
                "state holds {} floats; the model's state has {}", s.state.size(),
@@ -70,7 +74,7 @@ void write_state_file(const std::string& path, const Model& model, uint64_t fing
   out += s.text_tail;
   const uint64_t sum = fnv1a(out.data(), out.size());
   append(out, &sum, 1);
-  write_file_atomically(path, out);
+  return out;
 }
 
 SavedSequence read_state_file(const std::string& path, const Model& model, uint64_t fingerprint) {

@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -57,6 +58,14 @@ def check(cond, what):
         FAILURES.append(what)
         print(f"FAIL: {what}", flush=True)
     return cond
+
+
+def finish(what):
+    """Exits 1 naming the count of failed checks, else says `what` passed."""
+    if FAILURES:
+        print(f"{len(FAILURES)} failure(s)")
+        sys.exit(1)
+    print(f"{what}: all passed")
 
 
 def free_port():

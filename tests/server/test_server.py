@@ -24,7 +24,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_harness import (FAILURES, Server, check, expect_json_error,  # noqa: E402
+from server_harness import (Server, check, expect_json_error, finish,  # noqa: E402
                             free_port, generate, open_long_stream, parse_args, stream_text,
                             tiny_model, wait_idle)
 from hostile_cases import (test_bad_serve_options_and_startup_signal,  # noqa: E402
@@ -481,10 +481,7 @@ def main():
     test_chat_template_file_and_dtype(a.retnet, model, a.workdir)
     test_slow_and_greedy_clients(a.retnet, model, a.workdir)
     test_bad_serve_options_and_startup_signal(a.retnet, model, a.workdir)
-    if FAILURES:
-        print(f"{len(FAILURES)} failure(s)")
-        sys.exit(1)
-    print("server tests: all passed")
+    finish("server tests")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,9 @@ struct SavedSequence {
 
 void write_state_file(const std::string& path, const Model& model, uint64_t fingerprint,
                       const SavedSequence& sequence);
+// The bytes write_state_file writes (the server's prompt cache embeds them in its files).
+std::string state_file_bytes(const Model& model, uint64_t fingerprint,
+                             const SavedSequence& sequence);
 // Reads and checks a state file against `model`: damage, truncation, another format version or
 // another model are Errors that say which.
 SavedSequence read_state_file(const std::string& path, const Model& model, uint64_t fingerprint);
