@@ -21,7 +21,12 @@ TokenizerExport tokenizer_export(const std::string& model_path, const Model& mod
                                  const LoadInfo& li) {
   namespace fs = std::filesystem;
   TokenizerExport out{{}, li.bos_id, li.eos_id};
+  auto note = [&](const std::string& what) {
+    std::fprintf(stderr, "retnet: note: %s\n", what.c_str());
+    return out;
+  };
   const bool directory = fs::is_directory(model_path);
+  const bool bytes_vocab = model.config().vocab_size == 256;
   bool has_tokenizer = !directory;
   if (directory) {
     for (const char* name : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json",
@@ -30,16 +35,25 @@ TokenizerExport tokenizer_export(const std::string& model_path, const Model& mod
         out.files[name] = read_file((fs::path(model_path) / name).string(), "tokenizer file");
     has_tokenizer = out.files.count("tokenizer.json") || out.files.count("tokenizer.model");
     if (has_tokenizer && out.files.count("tokenizer_config.json")) return out;
+    if (!has_tokenizer && !bytes_vocab)
+      return note(
+          fmt::format("'{}' has no tokenizer file and its vocabulary is not the 256 "
+                      "bytes: no tokenizer files written",
+                      model_path));
   }
-  if (!has_tokenizer && model.config().vocab_size != 256) return out;
-  const auto tokenizer = load_model_tokenizer(model_path);
-  if (tokenizer->kind() == "bytes" && model.config().vocab_size != 256) {
-    std::fprintf(stderr,
-                 "retnet: note: '%s' records no tokenizer and its vocabulary is not the 256 "
-                 "bytes: no tokenizer files written\n",
-                 model_path.c_str());
-    return out;
+  std::unique_ptr<Tokenizer> tokenizer;
+  try {
+    tokenizer = load_model_tokenizer(model_path);
+  } catch (const Error& e) {
+    if (!directory) throw;
+    // Its own files are copied all the same; only the written config needs to read them.
+    return note(fmt::format("no tokenizer_config.json written: {}", e.what()));
   }
+  if (tokenizer->kind() == "bytes" && !bytes_vocab)
+    return note(
+        fmt::format("'{}' records no tokenizer and its vocabulary is not the 256 bytes: "
+                    "no tokenizer files written",
+                    model_path));
   if (out.bos < 0) out.bos = tokenizer->bos_id();  // a model file records no ids of its own
   if (out.eos < 0) out.eos = tokenizer->eos_id();
   const std::string chat_template =

@@ -191,5 +191,31 @@ TEST(HfExport, DirectoryKeepsItsOwnTokenizerFilesAndGetsWhatItLacks) {
   const json tc = read_json(out2 / "tokenizer_config.json");
   EXPECT_EQ(tc.value("chat_template", ""), "{{ 'x' }}");
   EXPECT_EQ(tc.value("eos_token", ""), "<|endoftext|>");
+  // A tokenizer the engine does not run is still copied; no config is written for it.
+  const std::string unigram = R"({"model": {"type": "Unigram", "vocab": []}})";
+  test::write_file(src / "tokenizer.json", unigram);
+  const fs::path out3 = dir / "out3";
+  r = test::run_retnet("export " + src.string() + " --format syncdoth -o " + out3.string(), 300);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_file((out3 / "tokenizer.json").string(), "test"), unigram);
+  EXPECT_FALSE(fs::exists(out3 / "tokenizer_config.json"));
+  EXPECT_NE(r.err.find("no tokenizer_config.json written"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("model.type"), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
+// A model file that records no tokenizer and whose vocabulary is not the 256 bytes (a torchscale
+// export) gets no tokenizer files, with a note; its generation_config.json is "{}".
+TEST(HfExport, ModelWithoutATokenizerGetsNoTokenizerFiles) {
+  const fs::path dir = test::fresh_temp_dir("hf_export_none");
+  const std::string model = (dir / "m.safetensors").string();
+  save_model(Model::init(test::model_config(16, 32, 2, 32, 1, 300), 3), model);
+  const fs::path out = dir / "out";
+  const auto r = test::run_retnet("export " + model + " --format syncdoth -o " + out.string(), 300);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("no tokenizer files written"), std::string::npos) << r.err;
+  for (const char* name : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json"})
+    EXPECT_FALSE(fs::exists(out / name)) << name;
+  EXPECT_EQ(read_file((out / "generation_config.json").string(), "test"), "{}\n");
   fs::remove_all(dir);
 }
