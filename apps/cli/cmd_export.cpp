@@ -77,7 +77,9 @@ void register_export(CLI::App& app) {
       "where known), tokenizer.json (the model's own; for a byte-level model one that encodes "
       "each byte as its id) or a SentencePiece model's tokenizer.model, and "
       "tokenizer_config.json (special tokens and the chat template); a source directory's own "
-      "tokenizer files, special_tokens_map.json and chat_template.jinja are copied as they are. "
+      "tokenizer files, special_tokens_map.json and chat_template.jinja are copied as they are "
+      "(a model that records no tokenizer and whose vocabulary is not the 256 bytes gets none); "
+      "each file is written atomically. "
       "fla holds models with fla's options (rotary half_split, normalize_scores false, ...); "
       "syncdoth holds torchscale-style ones; a model the layout cannot express is refused, "
       "naming the option");
