@@ -19,7 +19,7 @@ set -euo pipefail
 RUNTIME=(
   build-essential cmake ninja-build pkg-config
   libopenblas-dev libopenblas0-openmp libomp-dev
-  nlohmann-json3-dev libcli11-dev libfmt-dev libsentencepiece-dev libcpp-httplib-dev
+  nlohmann-json3-dev libcli11-dev libfmt-dev libsentencepiece-dev libcpp-httplib-dev libicu-dev
 )
 # The Python package (python/): headers, pybind11, and what an offline pip install into a venv uses.
 PYTHON=(python3 python3-dev python3-numpy pybind11-dev python3-pybind11 python3-venv python3-pip

@@ -323,10 +323,10 @@ Model load_hf_directory_for_inference(const std::string& dir, DecodePrecision pr
 void save_hf_directory(const Model& model, const std::string& dir, HfFlavour flavour,
                        const std::string& dtype,
                        const std::map<std::string, std::string>& tokenizer_files, int64_t bos,
-                       int64_t eos) {
+                       int64_t eos, int64_t pad) {
   RETNET_CHECK(dtype == "f32" || dtype == "bf16", "--dtype must be f32 or bf16, got '{}'", dtype);
   model.require_complete_weights("exporting the model");
-  const std::string config = hf_config_json(model.config(), flavour, bos, eos);
+  const std::string config = hf_config_json(model.config(), flavour, bos, eos, pad);
   std::error_code ec;
   fs::create_directories(dir, ec);
   RETNET_CHECK(!ec, "cannot create '{}': {}", dir, ec.message());
@@ -338,9 +338,10 @@ void save_hf_directory(const Model& model, const std::string& dir, HfFlavour fla
     const bool weights = name == "model.safetensors.index.json" ||
                          (name != "model.safetensors" && name.size() > 12 &&
                           name.compare(name.size() - 12, 12, ".safetensors") == 0);
-    const bool tokenizer = (name == "tokenizer.json" || name == "tokenizer.model" ||
-                            name == "tokenizer_config.json" || name == "special_tokens_map.json") &&
-                           !tokenizer_files.count(name);
+    const bool tokenizer =
+        (name == "tokenizer.json" || name == "tokenizer.model" || name == "tokenizer_config.json" ||
+         name == "special_tokens_map.json" || name == "chat_template.jinja") &&
+        !tokenizer_files.count(name);
     if (weights || tokenizer) stale.push_back(name);
   }
   if (ec) throw_file_error("list", dir, ec);
@@ -360,9 +361,10 @@ void save_hf_directory(const Model& model, const std::string& dir, HfFlavour fla
   }
   write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
   write_file_atomically((fs::path(dir) / "config.json").string(), config + "\n");
-  nlohmann::ordered_json gen;
+  nlohmann::ordered_json gen = nlohmann::ordered_json::object();  // "{}", never "null"
   if (bos >= 0) gen["bos_token_id"] = bos;
   if (eos >= 0) gen["eos_token_id"] = eos;
+  if (pad >= 0) gen["pad_token_id"] = pad;
   write_file_atomically((fs::path(dir) / "generation_config.json").string(), gen.dump(2) + "\n");
   for (const auto& [name, bytes] : tokenizer_files)
     write_file_atomically((fs::path(dir) / name).string(), bytes);

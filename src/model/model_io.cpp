@@ -75,6 +75,7 @@ Model load_directory(const std::string& path, const std::optional<Config>& confi
     info->weight_files = hi.weight_files;
     info->stored_bytes = hi.stored_bytes;
     info->bos_id = hi.hf.bos_id;
+    info->pad_id = hi.hf.pad_id;
     info->eos_id = hi.hf.eos_id;
     for (const auto& [dtype, count] : hi.stored_dtypes)
       info->source_dtype += (info->source_dtype.empty() ? "" : "+") + dtype;

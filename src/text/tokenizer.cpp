@@ -45,6 +45,14 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// A tokenizer.json file's tokenizer: byte-level for the file an export writes for byte-level
+// models, so that a model read back from its export tokenizes as before (any bytes).
+std::unique_ptr<Tokenizer> tokenizer_from_json_file(const std::string& path) {
+  std::string text = read_whole_file(path, "tokenizer file");
+  if (text == byte_level_tokenizer_json()) return make_byte_tokenizer();
+  return make_hf_tokenizer(text, path);
+}
+
 }  // namespace
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
@@ -79,10 +87,9 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
     const std::string json = (std::filesystem::path(spec) / "tokenizer.json").string();
     RETNET_CHECK(std::filesystem::is_regular_file(json, ec),
                  "tokenizer directory '{}' has no tokenizer.json", spec);
-    return make_hf_tokenizer(read_whole_file(json, "tokenizer file"), json);
+    return tokenizer_from_json_file(json);
   }
-  if (ends_with(spec, ".json"))
-    return make_hf_tokenizer(read_whole_file(spec, "tokenizer file"), spec);
+  if (ends_with(spec, ".json")) return tokenizer_from_json_file(spec);
   return make_sentencepiece_tokenizer(read_whole_file(spec, "tokenizer file"), spec);
 }
 
@@ -114,8 +121,7 @@ std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& model_path) {
   std::error_code ec;
   if (fs::is_directory(model_path, ec)) {  // a Hugging Face model directory
     const fs::path json = fs::path(model_path) / "tokenizer.json";
-    if (fs::exists(json, ec))
-      return make_hf_tokenizer(read_whole_file(json.string(), "tokenizer file"), json.string());
+    if (fs::exists(json, ec)) return tokenizer_from_json_file(json.string());
     const fs::path spm = fs::path(model_path) / "tokenizer.model";
     if (fs::exists(spm, ec))
       return make_sentencepiece_tokenizer(read_whole_file(spm.string(), "tokenizer file"),

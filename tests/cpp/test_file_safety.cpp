@@ -183,12 +183,12 @@ TEST_F(FileSafety, ExportRefusesTheStaleFilesOfAnEarlierModel) {
   fs::create_directories(out);
   write_bytes(out + "/model.safetensors.index.json", R"({"weight_map": {}})");
   write_bytes(out + "/model-00001-of-00002.safetensors", "x");
-  write_bytes(out + "/tokenizer.json", "{}");
+  write_bytes(out + "/tokenizer.model", "x");  // a byte-level model's export writes tokenizer.json
   EXPECT_TRUE(fails_cleanly(
       run("export " + model + " --format syncdoth -o " + out),
       "'" + out +
           "' holds files of an earlier model that this export would not replace "
-          "(model-00001-of-00002.safetensors, model.safetensors.index.json, tokenizer.json)"));
+          "(model-00001-of-00002.safetensors, model.safetensors.index.json, tokenizer.model)"));
   EXPECT_FALSE(fs::exists(out + "/model.safetensors"));
   EXPECT_FALSE(fs::exists(out + "/config.json"));
   // The same through the library.

@@ -1,7 +1,8 @@
 // Hugging Face tokenizer.json files (make_hf_tokenizer): small hand-written SentencePiece-style
-// and byte-level BPE models, the split patterns, added tokens, serialization, loading from a path
-// or a directory, and files it must refuse with an Error naming the file and the key. Parity with
-// Hugging Face's own JavaScript port on trained vocabularies is tests/js/tokenizer_parity.mjs.
+// and byte-level BPE models, the split patterns, Unicode normalizers, added tokens, serialization,
+// loading from a path or a directory, and files it must refuse with an Error naming the file and
+// the key. Parity with Hugging Face's own JavaScript port on trained vocabularies is
+// tests/js/tokenizer_parity.mjs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -274,6 +275,50 @@ TEST(TokenizerHf, InvalidUtf8IsAnError) {
   EXPECT_THROW(t->decode({-1}), Error);
 }
 
+// Unicode normalizers on the 256-byte vocabulary (byte b is id b): the ids are the bytes of the
+// normalized text. Parity with Hugging Face's own: tests/js/tokenizer_parity.mjs.
+TEST(TokenizerHf, UnicodeNormalizationForms) {
+  auto with = [](const json& normalizer) {
+    json j = json::parse(byte_level_tokenizer_json());
+    j["normalizer"] = normalizer;
+    return make(j);
+  };
+  auto normalized = [&](const char* form, const std::string& text) {
+    auto t = with({{"type", form}});
+    return t->decode(t->encode(text));
+  };
+  const std::string e_acute = "\xC3\xA9", e_combining = "e\xCC\x81", fi = "\xEF\xAC\x81";
+  const std::string fullwidth_12 = "\xEF\xBC\x91\xEF\xBC\x92";
+  EXPECT_EQ(normalized("NFC", e_combining + " " + fi), e_acute + " " + fi);
+  EXPECT_EQ(normalized("NFD", e_acute), e_combining);
+  EXPECT_EQ(normalized("NFKC", fi + " " + fullwidth_12 + " " + e_combining), "fi 12 " + e_acute);
+  EXPECT_EQ(normalized("NFKD", fi + e_acute), "fi" + e_combining);
+  EXPECT_EQ(normalized("NFC", ""), "");
+  // In a Sequence with the other steps; an added token marked "normalized" matches the normalized
+  // text, one that is not matches the raw text.
+  json j = json::parse(byte_level_tokenizer_json());
+  j["normalizer"] = {{"type", "Sequence"},
+                     {"normalizers",
+                      {{{"type", "NFKC"}},
+                       {{"type", "Replace"}, {"pattern", {{"String", "fi"}}}, {"content", "F"}}}}};
+  j["added_tokens"] = {{{"id", 256}, {"content", fi + "x"}, {"normalized", true}},
+                       {{"id", 257}, {"content", e_combining}, {"normalized", false}}};
+  auto t = make(j);
+  EXPECT_EQ(t->encode("Fx " + fi + "x"), (std::vector<int32_t>{256, ' ', 256}));
+  EXPECT_EQ(t->encode(e_combining + e_acute), (std::vector<int32_t>{257, 0xC3, 0xA9}));
+  // Text longer than the pieces ICU is given (kPiece, 2^20 bytes) normalizes across the cut: a
+  // combining mark is the first byte past the first piece here.
+  std::string text;
+  text.reserve((size_t{1} << 20) + 4);
+  while (text.size() + 2 < (size_t{1} << 20)) text += "a ";
+  text += "a" + e_combining + "b";
+  ASSERT_EQ(text.find("\xCC"), (size_t{1} << 20));
+  const std::vector<int32_t> ids = with({{"type", "NFC"}})->encode(text);
+  ASSERT_EQ(ids.size(), text.size() - 1);
+  EXPECT_EQ(std::vector<int32_t>(ids.end() - 3, ids.end()),
+            (std::vector<int32_t>{0xC3, 0xA9, 'b'}));
+}
+
 TEST(TokenizerHf, RefusesWhatItDoesNotRunNamingFileAndKey) {
   auto expect_error = [](const json& j, const std::string& key) {
     const std::string what = tokenizer_error_of(j);
@@ -295,8 +340,15 @@ TEST(TokenizerHf, RefusesWhatItDoesNotRunNamingFileAndKey) {
   j["model"]["merges"].push_back("a zz");
   expect_error(j, "model.merges");
   j = sentencepiece_json();
-  j["normalizer"] = {{"type", "NFKC"}};
+  j["normalizer"] = {{"type", "Lowercase"}};
   expect_error(j, "normalizer");
+  j = sentencepiece_json();  // cutting or padding a text is refused, never ignored
+  j["truncation"] = {{"direction", "Right"}, {"max_length", 512}, {"strategy", "LongestFirst"}};
+  expect_error(j, "truncation");
+  EXPECT_NE(tokenizer_error_of(j).find("512"), std::string::npos) << tokenizer_error_of(j);
+  j = sentencepiece_json();
+  j["padding"] = {{"strategy", "BatchLongest"}, {"pad_id", 0}, {"pad_token", "<unk>"}};
+  expect_error(j, "padding");
   j = sentencepiece_json();
   j["pre_tokenizer"] = {{"type", "BertPreTokenizer"}};
   expect_error(j, "pre_tokenizer");

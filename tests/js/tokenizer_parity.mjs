@@ -1,6 +1,8 @@
 // Parity of `retnet tokenizer encode/decode` on tokenizer.json files with Hugging Face's own
 // JavaScript port (@huggingface/tokenizers): the same ids, token for token, and the same decoded
-// text, on Tiny Shakespeare and a torture text. Prints both encoders' throughput.
+// text, on Tiny Shakespeare and a torture text, and with Unicode normalizers (NFC, NFD, NFKC,
+// NFKD) on text with combining marks and compatibility characters. Prints both encoders'
+// throughput.
 //
 //   node tests/js/tokenizer_parity.mjs --retnet build/retnet --data data/tinyshakespeare.txt \
 //        --workdir /tmp/parity [--full 1]
@@ -86,6 +88,42 @@ for (const [tname, json] of Object.entries(tokenizers)) {
   if (firstDifference(ours, withBos) >= 0) {
     ++failures;
     console.log(`  with the post-processor: retnet ${ours} js ${withBos}`);
+  }
+}
+// Unicode normalizers written here on top of the trained vocabularies (byte-level as Qwen2 and
+// GPT-NeoX use them, and before the SentencePiece-style Prepend/Replace): combining marks,
+// compatibility characters (ligatures, full-width and circled digits, Hangul jamo, the Angstrom
+// and Ohm signs) and the torture text, encoded and decoded alike.
+const unicodeText = "e\u0301 \u00e9 a\u0300\u0301 \u1e9b\u0323 \ufb01ne \ufb03 \uff11\uff12\uff13 \u2460\u2461 " +
+  "\u1100\u1161\u11a8 \uac01 \u212b \u2126 \ufdfa \u00bd x\u00b2 \u3000<|fim|>\uff21\uff22 \u0958 \u0e33";
+const forms = { NFC: { type: "NFC" }, NFD: { type: "NFD" }, NFKC: { type: "NFKC" }, NFKD: { type: "NFKD" },
+  NFKD_NFC: { type: "Sequence", normalizers: [{ type: "NFKD" }, { type: "NFC" }] } };
+const normalized = [];
+for (const [fname, normalizer] of Object.entries(forms)) {
+  for (const base of ["gpt2", "llama3"]) normalized.push([`${base}+${fname}`, { ...tokenizers[base], normalizer }]);
+}
+normalized.push(["llama+NFKC", { ...tokenizers.llama,
+  normalizer: { type: "Sequence", normalizers: [{ type: "NFKC" }, ...tokenizers.llama.normalizer.normalizers] } }]);
+for (const [tname, json] of normalized) {
+  const file = path.join(args.workdir, `${tname}.tokenizer.json`);
+  fs.writeFileSync(file, JSON.stringify(json));
+  const js = new Tokenizer(json, { clean_up_tokenization_spaces: false });
+  for (const [iname, text] of Object.entries({ unicode: unicodeText, torture: inputs.torture })) {
+    const input = path.join(args.workdir, `normalizer.${iname}.txt`);
+    fs.writeFileSync(input, text);
+    const expected = js.encode(text, { add_special_tokens: false }).ids;
+    const raw = retnet("tokenizer", "encode", "--tokenizer", file, "--file", input).trim();
+    const ours = raw === "" ? [] : raw.split(",").map(Number);
+    const d = firstDifference(ours, expected);
+    const idsFile = path.join(args.workdir, `${tname}.${iname}.ids`);
+    fs.writeFileSync(idsFile, expected.join(","));
+    const decoded = retnet("tokenizer", "decode", "--tokenizer", file, "--file", idsFile).replace(/\n$/, "");
+    const same = d < 0 && decoded === js.decode(expected);
+    console.log(`${tname} ${iname}: ${expected.length} tokens ${same ? "alike" : "DIFFER"}`);
+    if (!same) {
+      ++failures;
+      console.log(`    first difference at token ${d}: retnet ${JSON.stringify(ours.slice(d, d + 8))} js ${JSON.stringify(expected.slice(d, d + 8))}`);
+    }
   }
 }
 console.log(failures ? `FAILED: ${failures} differences` : "all tokenizers agree with @huggingface/tokenizers");

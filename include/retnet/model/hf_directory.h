@@ -78,10 +78,11 @@ Model load_hf_directory_for_inference(const std::string& dir, DecodePrecision pr
                                       HfLoadInfo* info = nullptr, bool in_place = true);
 
 // Writes `model` as a directory in a flavour (config.json, model.safetensors in F32 or BF16 with
-// the flavour's names, generation_config.json), atomically per file; `tokenizer_files` (name ->
-// bytes) are written beside them. Throws Error naming the option the flavour cannot express.
+// the flavour's names, generation_config.json: an object with the ids given, -1 for none),
+// atomically per file; `tokenizer_files` (name -> bytes, see hf_tokenizer_files) are written
+// beside them. Throws Error naming the option the flavour cannot express.
 void save_hf_directory(const Model& model, const std::string& dir, HfFlavour flavour,
                        const std::string& dtype, const std::map<std::string, std::string>& tokenizer_files,
-                       int64_t bos_id = -1, int64_t eos_id = -1);
+                       int64_t bos_id = -1, int64_t eos_id = -1, int64_t pad_id = -1);
 
 }  // namespace retnet

@@ -23,7 +23,8 @@ struct LoadInfo {
   std::vector<std::string> weight_files;  // the files the weights came from
   int64_t stored_bytes = 0;               // bytes of the stored weights
   int64_t bos_id = -1, eos_id = -1;       // a directory's config ids, else -1
-  double load_seconds = 0;  // open_seconds + prepare_seconds for inference
+  int64_t pad_id = -1;                    // the same
+  double load_seconds = 0;                // open_seconds + prepare_seconds for inference
   // For inference: opening (mapping the files, validating headers; a float32 file: its values
   // too) and preparing the weights (reading, converting, packing; nothing for weights used in
   // place).

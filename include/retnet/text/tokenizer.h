@@ -79,6 +79,17 @@ std::unique_ptr<Tokenizer> tokenizer_from_metadata(const std::map<std::string, s
 // The tokenizer a model file records in its metadata; byte-level when it records none.
 std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& model_path);
 
+// The tokenizer files of a Hugging Face model directory (name -> bytes): "tokenizer.json" (a
+// tokenizer.json tokenizer's own; for byte-level, byte_level_tokenizer_json()) or
+// "tokenizer.model" (SentencePiece), and "tokenizer_config.json" naming the BOS and EOS tokens and
+// holding `chat_template` when it is not empty.
+std::map<std::string, std::string> hf_tokenizer_files(const Tokenizer& tokenizer,
+                                                      const std::string& chat_template);
+
+// A tokenizer.json that encodes every byte as its id, as the byte-level tokenizer does (UTF-8
+// text; the engine reads this exact text back as the byte-level tokenizer).
+const std::string& byte_level_tokenizer_json();
+
 // 64-bit hash of kind() and serialize(): equal for tokenizers that tokenize alike (token caches
 // and resumed runs check it).
 uint64_t tokenizer_fingerprint(const Tokenizer& tokenizer);

@@ -11,10 +11,13 @@
 namespace retnet::hf {
 
 struct NormalizerStep {
-  enum Kind { kPrepend, kReplace } kind;
+  enum Kind { kPrepend, kReplace, kNfc, kNfd, kNfkc, kNfkd } kind;
   std::string text;     // Prepend: what to put in front; Replace: the string to replace
   std::string content;  // Replace: what replaces it
 };
+
+// A UTF-8 text in one of Unicode's normalization forms (kind kNfc, kNfd, kNfkc or kNfkd), by ICU.
+std::string unicode_normalize(NormalizerStep::Kind form, std::string_view text);
 
 struct PreTokenizerStep {
   enum Kind { kMetaspace, kByteLevel, kSplitRegex, kSplitString, kDigits } kind;

@@ -45,13 +45,15 @@ void parse_normalizer(const Ctx& c, const json& j, const std::string& key,
   } else if (type == "Replace") {
     add_step(c, key, out,
              NormalizerStep{NormalizerStep::kReplace, c.pattern(j, key), c.str(j, key, "content")});
-  } else if (type == "NFC" || type == "NFKC" || type == "NFD" || type == "NFKD") {
-    c.fail(key, fmt::format("Unicode normalization {} is not supported (no composition tables "
-                            "are built in); supported: Sequence, Prepend, Replace",
-                            type));
+  } else if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
+    const auto form = type == "NFC"    ? NormalizerStep::kNfc
+                      : type == "NFD"  ? NormalizerStep::kNfd
+                      : type == "NFKC" ? NormalizerStep::kNfkc
+                                       : NormalizerStep::kNfkd;
+    add_step(c, key, out, NormalizerStep{form, "", ""});
   } else {
     c.fail(key, fmt::format("normalizer type '{}' is not supported (supported: Sequence, "
-                            "Prepend, Replace)",
+                            "Prepend, Replace, NFC, NFD, NFKC, NFKD)",
                             type));
   }
 }
@@ -171,6 +173,18 @@ double replace_growth(const std::vector<Step>& steps) {
   return g;
 }
 
+// The normalizer's: its Replace steps', times the most one Unicode normalization multiplies a
+// text's code points by (UAX #15: 4 for NFD, 18 for NFKC and NFKD; a second form adds nothing,
+// as each form's output is already decomposed or composed as far as any form takes it).
+double normalizer_growth(const std::vector<NormalizerStep>& steps) {
+  double unicode = 1;
+  for (const auto& s : steps)
+    if (s.kind != NormalizerStep::kPrepend && s.kind != NormalizerStep::kReplace)
+      unicode = std::max(
+          unicode, s.kind == NormalizerStep::kNfc || s.kind == NormalizerStep::kNfd ? 4.0 : 18.0);
+  return replace_growth(steps) * unicode;
+}
+
 // The same for the pre-tokenizer, per word of one byte: a ByteLevel step maps a byte to up to two
 // (three with its prefix space), a Metaspace step a space to its replacement and may prepend one.
 double pre_tokenizer_growth(const std::vector<PreTokenizerStep>& steps) {
@@ -208,11 +222,23 @@ Config parse_config(const std::string& json_text, const std::string& origin) {
 }
 
 void parse_all(const Ctx& c, const json& root, Config& config) {
+  // Hugging Face cuts and pads each encoded text by these; the engine encodes whole texts (prompts,
+  // training corpora) and never cuts or pads one, so a file that asks for either is refused.
+  for (const char* key : {"truncation", "padding"}) {
+    const json& value = root.value(key, json());
+    if (value.is_null()) continue;
+    std::string shown = value.dump();
+    if (shown.size() > 200) shown = shown.substr(0, 200) + "...";
+    c.fail(key,
+           fmt::format("is {}; this engine never {} a text, so it is not applied: set "
+                       "\"{}\" to null (transformers: tokenizer.backend_tokenizer.no_{}())",
+                       shown, key == std::string("truncation") ? "truncates" : "pads", key, key));
+  }
   parse_normalizer(c, root.value("normalizer", json()), "normalizer", config.normalizer);
   parse_pre_tokenizer(c, root.value("pre_tokenizer", json()), "pre_tokenizer",
                       config.pre_tokenizer);
   parse_decoder(c, root.value("decoder", json()), "decoder", config.decoder);
-  check_growth(c, "normalizer", replace_growth(config.normalizer));
+  check_growth(c, "normalizer", normalizer_growth(config.normalizer));
   check_growth(c, "pre_tokenizer", pre_tokenizer_growth(config.pre_tokenizer));
   check_growth(c, "decoder", replace_growth(config.decoder));
   parse_model(c, root, config);

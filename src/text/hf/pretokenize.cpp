@@ -157,8 +157,10 @@ std::string normalize(const std::vector<NormalizerStep>& steps, std::string text
   for (const auto& s : steps) {
     if (s.kind == NormalizerStep::kPrepend) {
       if (!text.empty()) text.insert(0, s.text);
-    } else {
+    } else if (s.kind == NormalizerStep::kReplace) {
       text = replace_all(text, s.text, s.content);
+    } else {
+      text = unicode_normalize(s.kind, text);
     }
   }
   return text;
