@@ -289,8 +289,11 @@ const float* Session::check(int64_t b, const int32_t* tokens, int64_t n) {
   check_.sequence = -1;
   check_.start = position(b);
   check_.tokens.assign(tokens, tokens + n);
-  check_.logits.resize(static_cast<size_t>(n * V));
-  check_.states.resize(static_cast<size_t>(n * S));
+  // Grown, never shrunk: a check longer than the last one must not clear megabytes of states.
+  if (check_.logits.size() < static_cast<size_t>(n * V)) {
+    check_.logits.resize(static_cast<size_t>(n * V));
+    check_.states.resize(static_cast<size_t>(n * S));
+  }
   check_.recent = recent_[b];
   ForwardOptions fo;
   fo.form = model_.config().prefill_form();
