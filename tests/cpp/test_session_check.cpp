@@ -62,6 +62,11 @@ TEST_P(SessionCheck, AcceptingAPrefixEqualsFeedingItTokenByToken) {
           << "logits after checked token " << i;
     s.accept(1, n - 1 - j);  // any prefix may be taken, and another one after it
     s.accept(1, j);
+    // Every way of reading the state sees the accepted prefix's: in place, and in a snapshot.
+    const int64_t S = GetParam().config.state_floats_per_sequence();
+    EXPECT_TRUE(
+        test::close(std::vector<float>(s.state_data(1), s.state_data(1) + S), after[j].state, 1e-6))
+        << "state in place";
     const SavedSequence got = s.snapshot(1);
     EXPECT_EQ(got.position, static_cast<int64_t>(kCheckPrompt.size()) + j + 1);
     EXPECT_TRUE(test::close(got.state, after[j].state, 1e-6)) << "constant state";
@@ -69,6 +74,14 @@ TEST_P(SessionCheck, AcceptingAPrefixEqualsFeedingItTokenByToken) {
     EXPECT_TRUE(test::close(got.logits, after[j].logits, 1e-5)) << "logits";
     EXPECT_EQ(got.recent, after[j].recent);
     EXPECT_EQ(row_logits(s, 0), other) << "the other sequence is untouched";
+    {  // a sequence removed before it moves down with the accepted state
+      Session moved(m, options);
+      start_pair(moved);
+      moved.check(1, kCheckTokens.data(), n);
+      moved.accept(1, j);
+      moved.remove_sequence(0);
+      EXPECT_TRUE(test::close(moved.snapshot(0).state, after[j].state, 1e-6)) << "moved down";
+    }
     // It continues as the reference does from there.
     Session cont(m, options);
     start_pair(cont);

@@ -155,13 +155,19 @@ class Session {
   std::vector<float> step_logits_;
   std::vector<uint8_t> stepping_;
   // The last check: its sequence, start position and tokens, the logits and (constant-state
-  // models) the state after each token, and the recent tokens before it.
+  // models) the state after each token, and the recent tokens before it; `live`: the checked
+  // tokens the sequence's constant state is after (an accept moves its position alone).
   struct Check {
-    int64_t sequence = -1, start = 0;
+    int64_t sequence = -1, start = 0, live = 0;
     std::vector<int32_t> tokens;
     std::vector<float> logits, states;
     std::vector<int32_t> recent;
-  } check_;
+  };
+  mutable Check check_;  // settled by const snapshot(): a copy callers never see
+  // Brings an accepted prefix's constant state into its sequence, before anything reads it.
+  void settle_check() const;
+  // settle_check(); the check can no longer be accepted (the session changes otherwise).
+  void end_check();
 };
 
 }  // namespace retnet
