@@ -8,6 +8,14 @@
 
 namespace retnet {
 
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
 void SpeculativeOptions::validate() const {
   RETNET_CHECK(lookup >= 0, "lookup must be >= 0 tokens (0: off), got {}", lookup);
   RETNET_CHECK(draft_max >= 1, "draft max must be >= 1 token, got {}", draft_max);
@@ -24,10 +32,10 @@ int64_t DraftLength::next() {
   return length_;
 }
 
-void DraftLength::update(int64_t accepted, int64_t drafted) {
+void DraftLength::update(int64_t accepted, int64_t drafted, bool paid_off) {
   if (drafted <= 0) return;
   length_ = accepted == drafted ? std::min(max_, 2 * length_) : std::max<int64_t>(1, length_ / 2);
-  if (accepted > 0) {
+  if (accepted > 0 && paid_off) {
     misses_ = pause_ = 0;
   } else if (++misses_ >= 2) {
     pause_ = std::min<int64_t>(pause_ ? 2 * pause_ : 4, 64);
@@ -45,6 +53,9 @@ void decode_speculative(Session& session, SequenceDecoder& decoder, std::vector<
   so.validate();
   DraftLength length(so.draft_max);
   std::vector<int32_t> draft, checked;
+  // Seconds of a plain step with its pick (a moving average; 0: none yet): a check pays off when
+  // its round takes less than plain steps would for the tokens it gives.
+  double step_s = 0;
   auto choose = [&] {
     SequenceDecoder::Next next = decoder.next(session, 0);
     emit(next.text);
@@ -72,6 +83,8 @@ void decode_speculative(Session& session, SequenceDecoder& decoder, std::vector<
         pending = choose();
         done = pending.finish == FinishReason::Eos;
       }
+      const double dt = seconds_since(t0);
+      step_s = step_s > 0 ? 0.8 * step_s + 0.2 * dt : dt;
     } else {
       checked.assign(1, pending.token);
       checked.insert(checked.end(), draft.begin(), draft.end());
@@ -94,14 +107,14 @@ void decode_speculative(Session& session, SequenceDecoder& decoder, std::vector<
           break;
         }
       }
-      length.update(accepted, drafted);
+      length.update(accepted, drafted, step_s == 0 || seconds_since(t0) < (accepted + 1) * step_s);
       tm.decode_steps += 1;
       tm.decode_tokens += accepted + 1;
       tm.checks += 1;
       tm.drafted_tokens += drafted;
       tm.accepted_tokens += accepted;
     }
-    tm.decode_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    tm.decode_s += seconds_since(t0);
   }
 }
 

@@ -194,6 +194,12 @@ TEST(DraftLength, GrowsShrinksAndPauses) {
   EXPECT_EQ(k.next(), 1);
   k.update(1, 1);
   EXPECT_EQ(k.next(), 2) << "a kept draft ends the pauses";
+  // A check slower than plain steps for what it gave is a miss too.
+  k.update(1, 2, false);
+  EXPECT_EQ(k.next(), 1);
+  k.update(1, 1, false);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(k.next(), 0) << "two slow checks pause drafting";
+  EXPECT_EQ(k.next(), 2);
 }
 
 TEST(Speculative, RefusesABatchAndBadOptions) {

@@ -20,15 +20,17 @@
 namespace retnet {
 
 // How many tokens to draft: doubles after a round that keeps every drafted token, halves after
-// one that does not, and after two rounds in a row that keep none, pauses drafting for 4 plain
-// steps, then 8, ... up to 64, so text that does not repeat costs little over plain decoding.
+// one that does not, and after two rounds in a row that miss (keep none, or took longer than
+// plain steps for the tokens they gave), pauses drafting for 4 plain steps, then 8, ... up to
+// 64, so text that does not repeat costs little over plain decoding.
 class DraftLength {
  public:
   explicit DraftLength(int64_t max_draft);
   // Tokens to draft for this step (0: a plain step).
   int64_t next();
-  // The outcome of a check of `drafted` tokens of which the first `accepted` were kept.
-  void update(int64_t accepted, int64_t drafted);
+  // The outcome of a check of `drafted` tokens of which the first `accepted` were kept;
+  // `paid_off`: whether it was faster than plain steps for the same tokens.
+  void update(int64_t accepted, int64_t drafted, bool paid_off = true);
 
  private:
   int64_t max_, length_, misses_ = 0, pause_ = 0, pause_left_ = 0;
