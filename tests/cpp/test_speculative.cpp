@@ -154,6 +154,27 @@ TEST_P(Speculative, EndsWherePlainDecodingEnds) {
 INSTANTIATE_TEST_SUITE_P(EveryMixer, Speculative, ::testing::ValuesIn(test::session_cases()),
                          [](const auto& info) { return info.param.name; });
 
+// The checking pass runs the decode products on the packed weights of every inference type (a
+// few rows use the decode kernels), so the text stays the plain one for each.
+TEST(Speculative, GivesThePlainTextForEveryWeightType) {
+  const auto tok = make_byte_tokenizer();
+  for (DecodePrecision p : {DecodePrecision::F32, DecodePrecision::F16, DecodePrecision::BF16,
+                            DecodePrecision::Q8_0, DecodePrecision::Q4_0}) {
+    Model m = Model::init(test::model_config(32, 64, 4, 64, 2, 256), 13);  // blocks of 32
+    m.prepare_decode(p);
+    for (float temperature : {0.f, 0.9f}) {
+      GenerateOptions o;
+      o.max_tokens = 40;
+      o.sampling.temperature = temperature;
+      const Decoded plain = run_generate(m, *tok, kSpecPrompts.back(), o);
+      o.speculative.lookup = 3;
+      expect_same(plain, run_generate(m, *tok, kSpecPrompts.back(), o),
+                  "precision " + std::to_string(static_cast<int>(p)) + ", temperature " +
+                      std::to_string(temperature));
+    }
+  }
+}
+
 TEST(PromptLookup, DraftsWhatFollowedTheLatestLongestMatch) {
   std::vector<int32_t> draft;
   // "1 2 3 9 | 7 2 3 8 8 | 2 3": the suffix "2 3" last occurred before "8 8".
