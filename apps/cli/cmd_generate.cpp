@@ -25,6 +25,7 @@ struct GenerateArgs {
   float temperature = 0.8f, top_p = 0.95f, repeat_penalty = 1.0f, min_p = 0.0f;
   float presence_penalty = 0.0f, frequency_penalty = 0.0f;
   int64_t top_k = 40;
+  int64_t lookup = 0, draft_max = 8;
   std::string seed = "-1";  // the whole uint64 range, or -1
   std::vector<std::string> stop;
   int threads = 0;
@@ -76,6 +77,11 @@ void print_timings(double load_s, const GenerationTimings& t, double total_s) {
   line("eval time", t.decode_s, t.decode_tokens, "runs");
   std::fprintf(stderr, "retnet: %16s = %10.2f ms / %5lld tokens\n", "total time", 1e3 * total_s,
                (long long)(t.prefill_tokens + t.decode_tokens));
+  if (t.checks > 0)
+    std::fprintf(stderr, "retnet: %16s = %5lld of %5lld drafted tokens in %lld checks (%.1f%%)\n",
+                 "accepted", (long long)t.accepted_tokens, (long long)t.drafted_tokens,
+                 (long long)t.checks,
+                 t.drafted_tokens ? 100.0 * t.accepted_tokens / t.drafted_tokens : 0.0);
 }
 
 GenerateOptions generate_options(const GenerateArgs& a) {
@@ -94,6 +100,8 @@ GenerateOptions generate_options(const GenerateArgs& a) {
   go.sampling.frequency_penalty = a.frequency_penalty;
   go.sampling.seed = a.seed == "-1" ? std::random_device{}() : std::stoull(a.seed);
   go.sampling.validate();
+  go.speculative.lookup = a.lookup;
+  go.speculative.draft_max = a.draft_max;
   return go;
 }
 
@@ -125,6 +133,8 @@ void run_generate(const GenerateArgs& a) {
   RETNET_CHECK(sources <= 1, "give only one of --prompt, --prompt-file and --prompts-file");
   RETNET_CHECK(a.prompts_file.empty() || (a.state_in.empty() && a.state_out.empty()),
                "--state-in and --state-out work on one sequence, not with --prompts-file");
+  RETNET_CHECK(a.lookup == 0 || a.prompts_file.empty(),
+               "--lookup decodes one prompt, not a --prompts-file batch");
   RETNET_CHECK(sources == 1 || !a.state_in.empty(),
                "nothing to continue: give --prompt, --prompt-file, --prompts-file or --state-in");
 
@@ -210,6 +220,11 @@ void run_generate(const GenerateArgs& a) {
                                                static_cast<int64_t>(sizeof(float));
     stats["decode_threads"] = session.decode_threads();
   }
+  if (a.lookup > 0 && (a.stats || a.json)) {
+    stats["checks"] = timings.checks;
+    stats["drafted_tokens"] = timings.drafted_tokens;
+    stats["accepted_tokens"] = timings.accepted_tokens;
+  }
   if (a.json && a.prompts_file.empty()) {
     nlohmann::json j = {{"text", results[0].text},
                         {"prompt_tokens", results[0].prompt_tokens},
@@ -282,6 +297,15 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--chunk", a->chunk, "Chunk size of the chunkwise prefill (default: config's)")
       ->check(integer_at_least(0));
   add_checked(cmd, "--max-prompt-tokens", a->max_prompt_tokens, "Refuse longer prompts",
+              integer_at_least(1));
+  add_checked(cmd, "--lookup", a->lookup,
+              "Speculative decoding with prompt lookup: draft the tokens that followed the "
+              "latest earlier occurrence of the last (up to N) tokens, check them in one pass, "
+              "keep what decoding would pick anyway (same text; 0: off)",
+              integer_at_least(0));
+  add_checked(cmd, "--draft-max", a->draft_max,
+              "Most tokens drafted for one check with --lookup (the count adapts: grows while "
+              "drafts are kept, pauses drafting while they are not)",
               integer_at_least(1));
   add_inference_dtype_option(cmd, a->weights);
   add_threads_option(cmd, a->threads,

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "retnet/core/error.h"
+#include "retnet/infer/speculative.h"
 
 namespace retnet {
 namespace {
@@ -30,6 +31,9 @@ std::vector<SequenceResult> generate(Session& session, const Tokenizer& tokenize
   GenerationTimings local;
   GenerationTimings& tm = timings ? *timings : local;
   options.sampling.validate();
+  options.speculative.validate();
+  RETNET_CHECK(!options.speculative.enabled() || n == 1,
+               "speculative decoding decodes one sequence at a time, got {} prompts", n);
   std::vector<SequenceResult> results(static_cast<size_t>(n));
   std::vector<SequenceDecoder> decoders;
   decoders.reserve(static_cast<size_t>(n));
@@ -71,6 +75,13 @@ std::vector<SequenceResult> generate(Session& session, const Tokenizer& tokenize
   };
   if (options.max_tokens == 0)
     for (int64_t i = 0; i < n; ++i) finish(i, FinishReason::Length);
+  if (options.speculative.enabled() && options.max_tokens > 0) {
+    decode_speculative(session, decoders[0], prompts[0], options, tm,
+                       [&](const std::string& text) { emit(0, text); });
+    results[0].generated_tokens = decoders[0].generated();
+    finish(0, decoders[0].finish_reason());
+    return results;
+  }
 
   for (int64_t produced = 0; produced < options.max_tokens && !owner.empty(); ++produced) {
     if (options.before_step) options.before_step();

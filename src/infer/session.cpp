@@ -19,6 +19,7 @@ int64_t Session::position(int64_t b) const { return state_->positions.at(b); }
 
 float* Session::state_data(int64_t b) {
   check_index(b);
+  settle_check();
   return state_->sequence(b);
 }
 
@@ -81,6 +82,7 @@ int64_t Session::add_sequence() {
 
 void Session::reset_sequence(int64_t b) {
   check_index(b);
+  end_check();
   state_->reset(b);
   has_logits_[b] = 0;
   recent_[b].clear();
@@ -88,6 +90,7 @@ void Session::reset_sequence(int64_t b) {
 
 void Session::remove_sequence(int64_t b) {
   check_index(b);
+  end_check();
   const int64_t after = active_ - b - 1, V = vocab();
   if (after > 0) {
     for (int64_t i = b + 1; i < active_; ++i) bytes_copied_ += state_->sequence_bytes(i);
@@ -110,6 +113,7 @@ void Session::remember(int64_t b, int32_t token) {
 
 void Session::prefill(int64_t b, const int32_t* tokens, int64_t T) {
   check_index(b);
+  end_check();
   RETNET_CHECK(T >= 0, "prefill of {} tokens", T);
   ForwardOptions fo;
   fo.form = model_.config().prefill_form();
@@ -139,6 +143,7 @@ void Session::step(const int32_t* tokens) {
 void Session::step(std::span<const int64_t> sequences, const int32_t* tokens) {
   const int64_t n = static_cast<int64_t>(sequences.size()), V = vocab();
   RETNET_CHECK(n >= 1, "step with no sequence");
+  end_check();
   std::fill(stepping_.begin(), stepping_.end(), 0);
   bool leading = true;  // the first n sequences in order: the plain step
   for (int64_t i = 0; i < n; ++i) {
@@ -202,6 +207,7 @@ void Session::fork(int64_t src, int64_t dst) {
   check_index(src);
   check_index(dst);
   if (src == dst) return;
+  end_check();
   state_->fork(src, dst);
   bytes_copied_ += state_->sequence_bytes(dst);
   std::memcpy(logits_.data() + dst * vocab(), logits_.data() + src * vocab(),
@@ -212,6 +218,7 @@ void Session::fork(int64_t src, int64_t dst) {
 
 SavedSequence Session::snapshot(int64_t b) const {
   check_index(b);
+  settle_check();
   SavedSequence s;
   s.position = state_->positions[b];
   s.state.resize(static_cast<size_t>(state_->floats_per_sequence));
@@ -234,6 +241,7 @@ void Session::restore(int64_t b, const SavedSequence& s) {
                "{} at position {}, {})",
                s.state.size(), s.cache.size(), s.logits.size(), state_->floats_per_sequence,
                cache_floats, s.position, vocab());
+  end_check();
   state_->restore(b, s.state.data(), s.cache.data(), s.position);
   bytes_copied_ += state_->sequence_bytes(b);
   take_logits_and_history(b, s);
@@ -255,6 +263,7 @@ void Session::truncate(int64_t b, const SavedSequence& earlier) {
           (earlier.logits.empty() || static_cast<int64_t>(earlier.logits.size()) == vocab()),
       "snapshot of {} state and {} logit floats does not fit this model ({}, {})",
       earlier.state.size(), earlier.logits.size(), state_->floats_per_sequence, vocab());
+  end_check();
   state_->rewind(b, earlier.state.data(), earlier.position);
   bytes_copied_ += state_->floats_per_sequence * static_cast<int64_t>(sizeof(float));
   take_logits_and_history(b, earlier);
@@ -267,11 +276,80 @@ void Session::truncate(int64_t b, int64_t position) {
                "taken at position {}",
                model_.config().mixer_description(), b, position);
   const int64_t dropped = this->position(b) - position;
+  end_check();
   state_->rewind(b, nullptr, position);  // checks the position; no constant state to copy
   if (dropped == 0) return;
   has_logits_[b] = 0;
   auto& r = recent_[b];
   r.resize(r.size() - std::min(r.size(), static_cast<size_t>(dropped)));
+}
+
+const float* Session::check(int64_t b, const int32_t* tokens, int64_t n) {
+  check_index(b);
+  RETNET_CHECK(n >= 1, "a check needs at least one token, got {}", n);
+  const int64_t V = vocab(), S = state_->floats_per_sequence;
+  end_check();
+  check_.start = position(b);
+  check_.tokens.assign(tokens, tokens + n);
+  // Grown, never shrunk: a check longer than the last one must not clear megabytes of states.
+  if (check_.logits.size() < static_cast<size_t>(n * V)) {
+    check_.logits.resize(static_cast<size_t>(n * V));
+    check_.states.resize(static_cast<size_t>(n * S));
+  }
+  check_.recent = recent_[b];
+  ForwardOptions fo;
+  fo.form = model_.config().prefill_form();
+  fo.chunk = options_.prefill_chunk;
+  // The per-token mixer steps need a step's scratch beside the pass's activations.
+  ForwardOptions step;
+  step.form = Form::Recurrent;
+  arena_->reserve(forward_workspace_floats(model_.config(), 1, n, fo) +
+                  forward_workspace_floats(model_.config(), 1, 1, step));
+  StateView view = state_->view(b);
+  view.token_states = S > 0 ? check_.states.data() : nullptr;
+  ScopedThreads threads(n * model_.parameter_count() >= (int64_t{1} << 24) ? 0 : decode_threads_);
+  forward_logits(model_, tokens, 1, n, check_.logits.data(), fo, *arena_, view);
+  bytes_copied_ += n * S * static_cast<int64_t>(sizeof(float));
+  check_.sequence = b;
+  check_.live = n;
+  std::memcpy(logits_.data() + b * V, check_.logits.data() + (n - 1) * V,
+              static_cast<size_t>(V) * sizeof(float));
+  has_logits_[b] = 1;
+  for (int64_t i = 0; i < n; ++i) remember(b, tokens[i]);
+  return check_.logits.data();
+}
+
+void Session::accept(int64_t b, int64_t j) {
+  check_index(b);
+  const int64_t n = static_cast<int64_t>(check_.tokens.size());
+  RETNET_CHECK(check_.sequence == b, "accept on sequence {} needs a check of it just before", b);
+  RETNET_CHECK(j >= 0 && j < n, "accept of token {} of a check of {} tokens", j, n);
+  if (position(b) == check_.start + j + 1) return;  // the sequence is already there
+  const int64_t V = vocab();
+  // The constant state is copied when something reads it (settle_check): the decode rule takes
+  // the tokens one by one, and only the last prefix's state is needed. The check's cache rows
+  // stay in place: a later accept may take more of them again.
+  state_->positions[b] = check_.start + j + 1;
+  std::memcpy(logits_.data() + b * V, check_.logits.data() + j * V,
+              static_cast<size_t>(V) * sizeof(float));
+  recent_[b] = check_.recent;
+  for (int64_t i = 0; i <= j; ++i) remember(b, check_.tokens[i]);
+}
+
+void Session::settle_check() const {
+  if (check_.sequence < 0) return;
+  const int64_t b = check_.sequence, kept = position(b) - check_.start;
+  const int64_t S = state_->floats_per_sequence;
+  if (kept == check_.live || S == 0) return;
+  std::memcpy(state_->sequence(b), check_.states.data() + (kept - 1) * S,
+              static_cast<size_t>(S) * sizeof(float));
+  bytes_copied_ += S * static_cast<int64_t>(sizeof(float));
+  check_.live = kept;
+}
+
+void Session::end_check() {
+  settle_check();
+  check_.sequence = -1;
 }
 
 void Session::save(const std::string& path, int64_t b, const std::string& text_tail) const {

@@ -62,6 +62,40 @@ void project(const Model& model, size_t w, int64_t M, int64_t N, int64_t K, cons
     packed_gemm_nt(M, N, K, x, ldx, p->f32, beta, y, ldy);
 }
 
+namespace {
+
+// A checking pass's constant-state layer (one sequence): the mixer's recurrent step per token, on
+// that token's rows of the pass's projection and rotation table, logging the layer's state after
+// each. The projections around it stay one product over all the tokens.
+const float* mixer_token_by_token(const MixerPass& pass, const StateView& state, int64_t layer,
+                                  int64_t rotation_row, Arena& arena) {
+  const Config& lc = pass.model->layer_config(layer);
+  RETNET_CHECK(pass.B == 1 && !state.rows, "a checking pass runs one sequence, got {}", pass.B);
+  const int64_t P = lc.projection_width(), vd = lc.value_embed_dim;
+  const int64_t floats = lc.mixer->state_floats_per_layer(lc);
+  const int64_t offset = pass.model->state_offset(layer);
+  const LayerMixer& mixer = layer_mixer(lc);
+  for (int64_t t = 0; t < pass.T; ++t) {
+    const int64_t position = (pass.positions ? pass.positions[0] : 0) + t;
+    MixerPass step = pass;
+    step.T = 1;
+    step.form = Form::Recurrent;
+    step.proj = pass.proj + t * P;
+    step.out = pass.out + t * vd;
+    step.positions = &position;
+    if (pass.rotation) step.rotation = pass.rotation + t * rotation_row;
+    step.rotation_stride = 0;
+    const size_t mark = arena.used();
+    const float* mixed = mixer.forward(step, arena);
+    if (mixed != step.out) std::memcpy(step.out, mixed, static_cast<size_t>(vd) * sizeof(float));
+    arena.rewind(mark);
+    std::memcpy(state.token_states + t * state.floats_per_sequence + offset, pass.state,
+                static_cast<size_t>(floats) * sizeof(float));
+  }
+  return pass.out;
+}
+
+}  // namespace
 
 Form layer_form(const Config& model_config, const Config& layer, Form form, bool has_state) {
   if (form == Form::Parallel && has_state && !layer.mixer->keeps_tokens &&
@@ -189,7 +223,7 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
   const int64_t* positions = state ? state->positions : nullptr;  // nullptr: all from 0
   // The rotation angles depend on the positions only: once per pass and table, not per layer.
   const std::vector<double>* table_thetas = nullptr;
-  int64_t rotation_stride = 0;
+  int64_t rotation_stride = 0, rotation_row = 0;
 
   for (int64_t l = 0; l < c.layers; ++l) {
     const LayerTensors& L = w.layers[l];
@@ -200,6 +234,7 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
     if (rotates && table_thetas != &model.layer_thetas(l)) {
       table_thetas = &model.layer_thetas(l);
       rotation_stride = rotation_table(*table_thetas, B, T, positions, acts.rotation);
+      rotation_row = 2 * static_cast<int64_t>(table_thetas->size());
     }
     const bool has_state = state && state->data && lc.mixer->state_floats_per_layer;
     LayerActivations& a = acts.layers.empty() ? acts.shared : acts.layers[l];
@@ -224,7 +259,9 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
     mp.rotation_stride = rotation_stride;
     mp.link = link;
     const size_t mark = arena.used();
-    const float* mixed = mixer.forward(mp, arena);
+    const float* mixed = state && state->token_states && has_state
+                             ? mixer_token_by_token(mp, *state, l, rotation_row, arena)
+                             : mixer.forward(mp, arena);
     arena.rewind(mark);  // the mixer's scratch is reused by the next layer
     project(model, L.out_proj, N, d, vd, mixed, vd, true, x, d);
     if (a.x_mid) std::memcpy(a.x_mid, x, N * d * sizeof(float));

@@ -12,32 +12,13 @@
 #include "retnet/infer/session.h"
 #include "retnet/model/config.h"
 #include "retnet/model/model.h"
+#include "session_cases.h"
 #include "test_helpers.h"
 
 namespace retnet {
 namespace {
 
-struct RowsCase {
-  std::string name;
-  Config config;
-};
-void PrintTo(const RowsCase& c, std::ostream* os) { *os << c.name; }
-
-std::vector<RowsCase> rows_cases() {
-  std::vector<RowsCase> cases;
-  for (const MixerSpec* m : mixer_registry()) {
-    Config c = test::tiny_config();
-    c.mixer = m;
-    c.recurrent_chunk_size = 4;
-    test::set_mixer_options(c, R"({"performer_features": 12})");
-    cases.push_back({m->scope, c});
-  }
-  cases.push_back({"hybrid", Config::from_json(R"({"decoder_embed_dim": 16,
-    "decoder_value_embed_dim": 24, "decoder_retention_heads": 2, "decoder_ffn_embed_dim": 20,
-    "vocab_size": 30, "decoder_layers": 2, "recurrent_chunk_size": 4,
-    "mixer": ["retention", {"mixer": "attention", "heads": 2}]})")});
-  return cases;
-}
+using RowsCase = test::SessionCase;
 
 class SessionRows : public ::testing::TestWithParam<RowsCase> {};
 
@@ -164,7 +145,7 @@ TEST_P(SessionRows, TruncateRollsBackExactly) {
       {"cannot roll back"}));
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryMixer, SessionRows, ::testing::ValuesIn(rows_cases()),
+INSTANTIATE_TEST_SUITE_P(EveryMixer, SessionRows, ::testing::ValuesIn(test::session_cases()),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace

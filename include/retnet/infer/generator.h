@@ -14,6 +14,16 @@
 
 namespace retnet {
 
+// Speculative decoding (speculative.h) of a single sequence: a drafter proposes tokens, one pass
+// of the model checks them, and the decode rule keeps those it would have chosen itself, so the
+// text is the same as without it.
+struct SpeculativeOptions {
+  int64_t lookup = 0;     // prompt lookup: match up to this many last tokens (0: off)
+  int64_t draft_max = 8;  // most tokens drafted for one check
+  bool enabled() const { return lookup > 0; }
+  void validate() const;  // throws Error naming the bad value
+};
+
 struct GenerateOptions {
   int64_t max_tokens = 128;  // tokens to generate per sequence
   SamplingParams sampling;
@@ -26,6 +36,7 @@ struct GenerateOptions {
   // Called before every decode step; it may throw to end the generation there (a binding checks
   // for Ctrl-C this way).
   std::function<void()> before_step;
+  SpeculativeOptions speculative;  // off by default
 };
 
 struct SequenceResult {
@@ -46,6 +57,8 @@ struct StepLatency {
 struct GenerationTimings {
   double prefill_s = 0, decode_s = 0;
   int64_t prefill_tokens = 0, decode_steps = 0, decode_tokens = 0;
+  // Speculative decoding: checking passes, tokens drafted for them and drafted tokens kept.
+  int64_t checks = 0, drafted_tokens = 0, accepted_tokens = 0;
   std::vector<StepLatency> steps;
 };
 

@@ -88,6 +88,15 @@ class Session {
   // recent tokens lose the dropped ones.
   void truncate(int64_t b, int64_t position);
 
+  // Speculative decoding's check: feeds tokens[0..n) to sequence b in one pass (every projection
+  // one product over the n tokens; constant-state layers step token by token and keep each
+  // token's state) and returns the logits after each token ([n, vocab]; valid until the next
+  // check). The sequence is left as after all n tokens; accept then keeps a prefix of them.
+  const float* check(int64_t b, const int32_t* tokens, int64_t n);
+  // Right after check(b, ...) of n tokens: leaves sequence b exactly as if only the first j + 1
+  // (0 <= j < n) had been fed: the state after token j, its logits, its recent tokens.
+  void accept(int64_t b, int64_t j);
+
   // Saves sequence b (state, position, logits, recent tokens) to a versioned, checksummed file
   // that names the model; atomic. `text_tail` (bytes of an unfinished UTF-8 character, say) is
   // stored and returned by load.
@@ -145,6 +154,20 @@ class Session {
   std::vector<int64_t> every_row_, step_rows_, step_positions_;
   std::vector<float> step_logits_;
   std::vector<uint8_t> stepping_;
+  // The last check: its sequence, start position and tokens, the logits and (constant-state
+  // models) the state after each token, and the recent tokens before it; `live`: the checked
+  // tokens the sequence's constant state is after (an accept moves its position alone).
+  struct Check {
+    int64_t sequence = -1, start = 0, live = 0;
+    std::vector<int32_t> tokens;
+    std::vector<float> logits, states;
+    std::vector<int32_t> recent;
+  };
+  mutable Check check_;  // settled by const snapshot(): a copy callers never see
+  // Brings an accepted prefix's constant state into its sequence, before anything reads it.
+  void settle_check() const;
+  // settle_check(); the check can no longer be accepted (the session changes otherwise).
+  void end_check();
 };
 
 }  // namespace retnet

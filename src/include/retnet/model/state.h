@@ -48,6 +48,10 @@ struct StateView {
   TokenCache* cache = nullptr;
   int64_t first = 0;
   const int64_t* rows = nullptr;  // nullptr: sequence b is row first + b
+  // A checking pass (one sequence, T tokens, not the recurrent form): the constant-state layers
+  // step token by token and leave the state after each token t at token_states + t *
+  // floats_per_sequence, so that any prefix can be kept without a second pass. nullptr: off.
+  float* token_states = nullptr;
 };
 
 // The owning state of `batch` sequences.

@@ -1,0 +1,46 @@
+#pragma once
+// Speculative decoding of one sequence with a prompt-lookup drafter. Each round the pending token
+// (chosen, not yet fed) and the tokens drafted after it go through one checking pass
+// (Session::check); the sequence's decode rule (SequenceDecoder) then picks tokens from the
+// checked logits one by one, keeping drafted tokens while they are what it picks, and its own
+// pick where they differ becomes the next pending token. The rule is the one plain decoding
+// uses, with the same logits, positions and recent tokens, so stop strings, end-of-sequence,
+// the budget and finish reasons behave as there, and greedy or seeded sampling gives the same
+// text. Sampling stays exact too: for a drafter that proposes one token (q one-hot), taking the
+// rule's own draw and keeping the draft only when they agree is the speculative-sampling rule.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "retnet/infer/decoder.h"
+#include "retnet/infer/generator.h"
+#include "retnet/infer/session.h"
+
+namespace retnet {
+
+// How many tokens to draft: doubles after a round that keeps every drafted token, halves after
+// one that does not, and after two rounds in a row that miss (keep none, or took longer than
+// plain steps for the tokens they gave), pauses drafting for 4 plain steps, then 8, ... up to
+// 64, so text that does not repeat costs little over plain decoding.
+class DraftLength {
+ public:
+  explicit DraftLength(int64_t max_draft);
+  // Tokens to draft for this step (0: a plain step).
+  int64_t next();
+  // The outcome of a check of `drafted` tokens of which the first `accepted` were kept;
+  // `paid_off`: whether it was faster than plain steps for the same tokens.
+  void update(int64_t accepted, int64_t drafted, bool paid_off = true);
+
+ private:
+  int64_t max_, length_, misses_ = 0, pause_ = 0, pause_left_ = 0;
+};
+
+// Decodes session sequence 0 (the session's only one, its prompt fed) with `decoder` until it
+// finishes: `text` holds the tokens the drafter searches (the prompt), generated ones are
+// appended. Released text goes to `emit`; drafted and accepted tokens are counted in `timings`.
+void decode_speculative(Session& session, SequenceDecoder& decoder, std::vector<int32_t> text,
+                        const GenerateOptions& options, GenerationTimings& timings,
+                        const std::function<void(const std::string&)>& emit);
+
+}  // namespace retnet

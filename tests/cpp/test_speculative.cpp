@@ -1,0 +1,283 @@
+// Speculative decoding with prompt lookup: for every mixer and a hybrid model, the text, token
+// count and finish reason are those of plain decoding (greedy and seeded sampling, with a stop
+// string, the budget and the end-of-sequence token ending it), drafts are kept where the text
+// repeats, and the drafter and the draft length follow their rules.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli_runner.h"
+#include "retnet/infer/generator.h"
+#include "retnet/infer/prompt_lookup.h"
+#include "retnet/infer/speculative.h"
+#include "retnet/model/model.h"
+#include "retnet/model/model_io.h"
+#include "session_cases.h"
+#include "test_helpers.h"
+
+namespace retnet {
+namespace {
+
+// The byte tokenizer, with a chosen end-of-sequence token.
+class EosBytes final : public Tokenizer {
+ public:
+  explicit EosBytes(int32_t eos) : bytes_(make_byte_tokenizer()), eos_(eos) {}
+  std::string kind() const override { return bytes_->kind(); }
+  int64_t vocab_size() const override { return bytes_->vocab_size(); }
+  std::vector<int32_t> encode(std::string_view t) const override { return bytes_->encode(t); }
+  std::string token_bytes(int32_t id) const override { return bytes_->token_bytes(id); }
+  int32_t eos_id() const override { return eos_; }
+  std::string serialize() const override { return bytes_->serialize(); }
+
+ private:
+  std::unique_ptr<Tokenizer> bytes_;
+  int32_t eos_;
+};
+
+struct Decoded {
+  SequenceResult result;
+  GenerationTimings timings;
+};
+
+Decoded run_generate(const Model& m, const Tokenizer& tok, const std::string& prompt,
+                     GenerateOptions o) {
+  Session s(m);
+  s.add_sequence();
+  Decoded r;
+  r.result = generate(s, tok, {tok.encode(prompt)}, o, &r.timings).at(0);
+  return r;
+}
+
+const std::vector<std::string> kSpecPrompts = {
+    "First Citizen:\nBefore we proceed any further, hear me speak.", "x",
+    // Copy-heavy: the continuation is likely to repeat what came before.
+    "abc abc abc abc abc abc abc abc abc abc abc abc abc abc abc abc abc abc abc abc abc"};
+
+class Speculative : public ::testing::TestWithParam<test::SessionCase> {
+ protected:
+  Model model() const {
+    Config c = GetParam().config;
+    c.vocab_size = 256;  // the byte tokenizer's
+    return Model::init(c, 11);
+  }
+};
+
+void expect_same(const Decoded& plain, const Decoded& fast, const std::string& what) {
+  EXPECT_EQ(fast.result.text, plain.result.text) << what;
+  EXPECT_EQ(fast.result.generated_tokens, plain.result.generated_tokens) << what;
+  EXPECT_EQ(fast.result.finish_reason, plain.result.finish_reason) << what;
+  EXPECT_EQ(fast.result.text_tail, plain.result.text_tail) << what;
+}
+
+TEST_P(Speculative, GivesThePlainTextGreedyAndSampled) {
+  const Model m = model();
+  const auto tok = make_byte_tokenizer();
+  int64_t accepted_on_copy = 0;
+  for (float temperature : {0.f, 0.9f}) {
+    for (const std::string& prompt : kSpecPrompts) {
+      GenerateOptions o;
+      o.max_tokens = 48;
+      o.sampling.temperature = temperature;
+      o.sampling.seed = 5;
+      const Decoded plain = run_generate(m, *tok, prompt, o);
+      o.speculative.lookup = 3;
+      o.speculative.draft_max = 6;
+      const Decoded fast = run_generate(m, *tok, prompt, o);
+      const std::string what = "temperature " + std::to_string(temperature) + ", prompt " + prompt;
+      expect_same(plain, fast, what);
+      EXPECT_EQ(plain.result.finish_reason, "length") << what;
+      EXPECT_LE(fast.timings.accepted_tokens, fast.timings.drafted_tokens);
+      EXPECT_EQ(fast.timings.decode_tokens, fast.result.generated_tokens)
+          << "every generated token is fed once";
+      if (temperature == 0 && prompt == kSpecPrompts.back())
+        accepted_on_copy = fast.timings.accepted_tokens;
+    }
+  }
+  EXPECT_GT(accepted_on_copy, 0) << "drafts are kept where the text repeats";
+}
+
+// A stop string, the budget and the end-of-sequence token end the text where plain decoding ends
+// it, also when the token that ends it is a kept draft.
+TEST_P(Speculative, EndsWherePlainDecodingEnds) {
+  const Model m = model();
+  const auto bytes = make_byte_tokenizer();
+  GenerateOptions o;
+  o.max_tokens = 40;
+  o.sampling.temperature = 0;
+  const std::string& prompt = kSpecPrompts.back();
+  // The greedy tokens, as bytes: stop strings and end-of-sequence tokens are taken from them.
+  std::string text;
+  {
+    Session s(m);
+    s.add_sequence();
+    const std::vector<int32_t> ids = bytes->encode(prompt);
+    s.prefill(0, ids.data(), static_cast<int64_t>(ids.size()));
+    for (int i = 0; i < 40; ++i) {
+      const int32_t t = s.sample(0, o.sampling);
+      text += static_cast<char>(t);
+      s.step(&t);
+    }
+  }
+  for (int64_t budget : {1, 2, 7, 23}) {
+    o.max_tokens = budget;
+    const Decoded plain = run_generate(m, *bytes, prompt, o);
+    o.speculative.lookup = 2;
+    expect_same(plain, run_generate(m, *bytes, prompt, o), "budget " + std::to_string(budget));
+    o.speculative.lookup = 0;
+  }
+  o.max_tokens = 40;
+  for (size_t at : {size_t{0}, size_t{5}, size_t{17}}) {
+    const std::vector<std::string> stop = {text.substr(at, 2)};
+    o.stop = stop;
+    const Decoded plain = run_generate(m, *bytes, prompt, o);
+    o.speculative.lookup = 2;
+    expect_same(plain, run_generate(m, *bytes, prompt, o), "stop " + stop[0]);
+    EXPECT_EQ(plain.result.finish_reason, "stop");
+    o.speculative.lookup = 0;
+  }
+  o.stop.clear();
+  for (size_t at : {size_t{0}, size_t{6}, size_t{19}}) {
+    const EosBytes eos(static_cast<unsigned char>(text[at]));
+    const Decoded plain = run_generate(m, eos, prompt, o);
+    o.speculative.lookup = 2;
+    expect_same(plain, run_generate(m, eos, prompt, o), "eos at " + std::to_string(at));
+    EXPECT_EQ(plain.result.finish_reason, "eos");
+    o.speculative.lookup = 0;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryMixer, Speculative, ::testing::ValuesIn(test::session_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+// The checking pass runs the decode products on the packed weights of every inference type (a
+// few rows use the decode kernels), so the text stays the plain one for each.
+TEST(Speculative, GivesThePlainTextForEveryWeightType) {
+  const auto tok = make_byte_tokenizer();
+  for (DecodePrecision p : {DecodePrecision::F32, DecodePrecision::F16, DecodePrecision::BF16,
+                            DecodePrecision::Q8_0, DecodePrecision::Q4_0}) {
+    Model m = Model::init(test::model_config(32, 64, 4, 64, 2, 256), 13);  // blocks of 32
+    m.prepare_decode(p);
+    for (float temperature : {0.f, 0.9f}) {
+      GenerateOptions o;
+      o.max_tokens = 40;
+      o.sampling.temperature = temperature;
+      const Decoded plain = run_generate(m, *tok, kSpecPrompts.back(), o);
+      o.speculative.lookup = 3;
+      expect_same(plain, run_generate(m, *tok, kSpecPrompts.back(), o),
+                  "precision " + std::to_string(static_cast<int>(p)) + ", temperature " +
+                      std::to_string(temperature));
+    }
+  }
+}
+
+TEST(PromptLookup, DraftsWhatFollowedTheLatestLongestMatch) {
+  std::vector<int32_t> draft;
+  // "1 2 3 9 | 7 2 3 8 8 | 2 3": the suffix "2 3" last occurred before "8 8".
+  prompt_lookup_draft({1, 2, 3, 9, 7, 2, 3, 8, 8, 2, 3}, 3, 4, draft);
+  EXPECT_EQ(draft, (std::vector<int32_t>{8, 8, 2, 3}));
+  // The longer suffix "1 2 3" wins over the later "2 3".
+  prompt_lookup_draft({1, 2, 3, 9, 5, 2, 3, 8, 1, 2, 3}, 3, 2, draft);
+  EXPECT_EQ(draft, (std::vector<int32_t>{9, 5}));
+  // Up to the end of the text; nothing without a match or a budget.
+  prompt_lookup_draft({4, 5, 4}, 2, 8, draft);
+  EXPECT_EQ(draft, (std::vector<int32_t>{5, 4}));
+  prompt_lookup_draft({1, 2, 3}, 3, 8, draft);
+  EXPECT_TRUE(draft.empty());
+  prompt_lookup_draft({4, 5, 4}, 2, 0, draft);
+  EXPECT_TRUE(draft.empty());
+  prompt_lookup_draft({}, 2, 3, draft);
+  EXPECT_TRUE(draft.empty());
+}
+
+TEST(DraftLength, GrowsShrinksAndPauses) {
+  DraftLength k(8);
+  EXPECT_EQ(k.next(), 4);
+  k.update(4, 4);
+  EXPECT_EQ(k.next(), 8);
+  k.update(8, 8);
+  EXPECT_EQ(k.next(), 8) << "at most the maximum";
+  k.update(3, 8);
+  EXPECT_EQ(k.next(), 4);
+  k.update(0, 4);
+  EXPECT_EQ(k.next(), 2) << "one miss does not pause";
+  k.update(0, 2);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(k.next(), 0) << "two misses pause drafting";
+  EXPECT_EQ(k.next(), 1);
+  k.update(0, 1);
+  EXPECT_EQ(k.next(), 1);
+  k.update(0, 1);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(k.next(), 0) << "the next pause is longer";
+  EXPECT_EQ(k.next(), 1);
+  k.update(1, 1);
+  EXPECT_EQ(k.next(), 2) << "a kept draft ends the pauses";
+  // A check slower than plain steps for what it gave is a miss too.
+  k.update(1, 2, false);
+  EXPECT_EQ(k.next(), 1);
+  k.update(1, 1, false);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(k.next(), 0) << "two slow checks pause drafting";
+  EXPECT_EQ(k.next(), 2);
+}
+
+TEST(Speculative, RefusesABatchAndBadOptions) {
+  const Model m = Model::init(test::small_decode_config(), 3);
+  const auto tok = make_byte_tokenizer();
+  GenerateOptions o;
+  o.speculative.lookup = 2;
+  Session two(m, {.capacity = 2});
+  two.add_sequence();
+  two.add_sequence();
+  EXPECT_TRUE(test::throws_error_naming(
+      [&] {
+        generate(two, *tok, {tok->encode("a"), tok->encode("b")}, o);
+      },
+      {"one sequence", "2 prompts"}));
+  Session one(m);
+  one.add_sequence();
+  o.speculative.draft_max = 0;
+  EXPECT_TRUE(test::throws_error_naming([&] { generate(one, *tok, {tok->encode("a")}, o); },
+                                        {"draft max", "got 0"}));
+  o.speculative.draft_max = 4;
+  o.speculative.lookup = -1;
+  EXPECT_TRUE(test::throws_error_naming([&] { generate(one, *tok, {tok->encode("a")}, o); },
+                                        {"lookup", "got -1"}));
+}
+
+// `retnet generate --lookup`: the plain text, drafts counted in --json, refused for a batch.
+TEST(SpeculativeCli, LookupGivesThePlainTextAndCountsDrafts) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("retnet_spec_cli_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string model = (dir / "m.safetensors").string();
+  save_model(Model::init(test::small_decode_config(), 21), model);
+  const std::string g =
+      "generate -m " + model + " -n 60 --temp 0 --json -p '" + kSpecPrompts.back() + "' ";
+  const auto plain = test::run_retnet(g, 300), fast = test::run_retnet(g + "--lookup 3", 300);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(fast.exit_code, 0) << fast.err;
+  const auto a = nlohmann::json::parse(plain.out), b = nlohmann::json::parse(fast.out);
+  EXPECT_EQ(b["text"], a["text"]);
+  EXPECT_FALSE(a.contains("drafted_tokens")) << "only with --lookup";
+  EXPECT_GE(b["drafted_tokens"].get<int64_t>(), b["accepted_tokens"].get<int64_t>());
+  EXPECT_GT(b["checks"].get<int64_t>(), 0);
+  EXPECT_NE(fast.err.find("drafted tokens"), std::string::npos) << "a timing line on stderr";
+  std::ofstream(dir / "prompts.txt") << "a\nb\n";
+  EXPECT_TRUE(
+      test::fails_cleanly(test::run_retnet("generate -m " + model + " --lookup 2 --prompts-file " +
+                                           (dir / "prompts.txt").string()),
+                          "--lookup decodes one prompt"));
+  EXPECT_TRUE(test::fails_cleanly(
+      test::run_retnet("generate -m " + model + " -p a --lookup 2 --draft-max 0"),
+      "--draft-max: must be an integer in [1, "));
+  const auto help = test::run_retnet("generate --help");
+  EXPECT_NE(help.out.find("--lookup"), std::string::npos);
+  EXPECT_NE(help.out.find("--draft-max"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace retnet
