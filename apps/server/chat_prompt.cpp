@@ -13,12 +13,15 @@ ChatFormatter::ChatFormatter(const ChatTemplateSource& source)
     stop_ = {source.eos_token};
 }
 
-ChatPrompt ChatFormatter::render(const std::vector<ChatMessage>& messages) const {
+ChatPrompt ChatFormatter::render(const std::vector<ChatMessage>& messages,
+                                 const nlohmann::ordered_json& tools) const {
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
   for (const auto& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
   ChatPrompt out;
-  out.text = apply_chat_template(template_, list, /*add_generation_prompt=*/true,
-                                 source_.bos_token, source_.eos_token);
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  if (!tools.is_null()) extra["tools"] = tools;
+  out.text = apply_chat_template(template_, list, /*add_generation_prompt=*/true, source_.bos_token,
+                                 source_.eos_token, extra);
   out.stop = stop_;
   return out;
 }

@@ -28,7 +28,9 @@ class ChatFormatter {
   explicit ChatFormatter(const ChatTemplateSource& source);
   // The conversation with the assistant's turn opened; an Error (a template's raise_exception,
   // say) names the template.
-  ChatPrompt render(const std::vector<ChatMessage>& messages) const;
+  // `tools` (when not null) is the template's `tools` variable, as transformers passes it.
+  ChatPrompt render(const std::vector<ChatMessage>& messages,
+                    const nlohmann::ordered_json& tools = nullptr) const;
   const std::string& origin() const { return source_.origin; }
 
  private:

@@ -7,6 +7,7 @@
 #include <iterator>
 
 #include "retnet/core/json_parse.h"
+#include "structured_output.h"
 
 namespace retnet::server {
 namespace {
@@ -182,7 +183,7 @@ std::vector<std::pair<int32_t, float>> logit_bias_field(const nlohmann::json& bo
 }
 
 // Every field of a request is read or refused by name: a field this server does not implement
-// (response_format, tools, grammar, typical_p, ...) would change the output if honoured, so a
+// (grammar, typical_p, ...) would change the output if honoured, so a
 // client must learn that it was not.
 void refuse_unknown_fields(const nlohmann::json& body, bool chat) {
   // clang-format off
@@ -200,6 +201,7 @@ void refuse_unknown_fields(const nlohmann::json& body, bool chat) {
                          [&](const char* name) { return key == name; });
     };
     if (known(common) || (chat ? known(chat_only) : known(completion_only))) continue;
+    if (is_structured_output_field(key, chat)) continue;  // read by parse_structured_output
     throw HttpError(400,
                     fmt::format("'{}' is not supported by this server (docs/server.md lists the "
                                 "fields it reads)",

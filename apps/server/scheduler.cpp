@@ -180,6 +180,10 @@ bool Scheduler::sweep_locked() {
       rule.adjust = [bias = s.job->logit_bias](float* logits, int64_t) {
         for (const auto& [token, b] : bias) logits[token] += b;
       };
+    if (s.job->grammar) {
+      if (!trie_) trie_ = std::make_shared<const TokenTrie>(tokenizer_);
+      rule.constraint = std::make_shared<GrammarConstraint>(s.job->grammar, trie_);
+    }
     s.decoder = std::make_unique<SequenceDecoder>(tokenizer_, std::move(rule));
     s.started = Clock::now();
     s.has_state = false;  // its sequence is about to start over

@@ -118,15 +118,19 @@ TEST(ServerRequest, NamesTheBadField) {
 // A field the server does not implement would change the output if honoured: it is refused by
 // name, never ignored.
 TEST(ServerRequest, RefusesFieldsItDoesNotImplementByName) {
-  for (const char* field : {"response_format", "tools", "tool_choice", "grammar", "top_a",
-                            "typical_p", "mirostat", "functions", "cache_prompt", "best_of"}) {
+  for (const char* field :
+       {"grammar", "top_a", "typical_p", "mirostat", "functions", "cache_prompt", "best_of"}) {
     const std::string body = fmt::format(R"({{"prompt": "x", "{}": 1}})", field);
     EXPECT_EQ(refusal(body), std::make_pair(400, std::string(field))) << body;
     const std::string chat =
         fmt::format(R"({{"messages": [{{"role": "user", "content": "x"}}], "{}": 1}})", field);
     EXPECT_EQ(refusal(chat, true), std::make_pair(400, std::string(field))) << chat;
   }
-  // Each endpoint's own fields belong to it alone.
+  // Each endpoint's own fields belong to it alone (structured_output.h reads the chat's tools).
+  for (const char* field : {"tools", "tool_choice", "parallel_tool_calls"}) {
+    const std::string body = fmt::format(R"({{"prompt": "x", "{}": 1}})", field);
+    EXPECT_EQ(refusal(body), std::make_pair(400, std::string(field))) << body;
+  }
   EXPECT_EQ(refusal(R"({"prompt": "x", "messages": []})").second, "messages");
   EXPECT_EQ(refusal(R"({"messages": [{"role": "user", "content": "x"}], "echo": false})", true)
                 .second,
