@@ -7,6 +7,7 @@
 //
 // The template is parsed once, when the server starts, so a broken one stops it there.
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "retnet/text/chat_template.h"
@@ -14,8 +15,15 @@
 namespace retnet::server {
 
 struct ChatMessage {
+  ChatMessage() = default;
+  ChatMessage(std::string role, std::string content)
+      : role(std::move(role)), content(std::move(content)) {}
   std::string role;  // "system", "user", "assistant", ... as the client sent it
   std::string content;
+  // An assistant's calls as Hugging Face templates read them ([{"id", "type", "function":
+  // {"name", "arguments": {...}}}]); null: none.
+  nlohmann::ordered_json tool_calls = nullptr;
+  std::string tool_call_id;  // a tool result's call
 };
 
 struct ChatPrompt {

@@ -119,12 +119,23 @@ std::vector<ChatMessage> messages_field(const nlohmann::json& body) {
     ChatMessage msg;
     msg.role = role->get<std::string>();
     if (msg.role.empty()) throw bad_field(at + ".role", "must not be empty");
+    // An assistant's tool calls and a tool's result, for templates that render them.
+    const char* extra = msg.role == "assistant" ? "tool_calls"
+                        : msg.role == "tool"    ? "tool_call_id"
+                                                : "";
     for (auto key = m.begin(); key != m.end(); ++key)
-      if (key.key() != "role" && key.key() != "content")
+      if (key.key() != "role" && key.key() != "content" && key.key() != extra)
         throw bad_field(at + "." + key.key(), "is not supported (a message has role and content)");
+    if (auto calls = m.find("tool_calls"); calls != m.end() && !calls->is_null())
+      msg.tool_calls = history_tool_calls(*calls, at + ".tool_calls");
+    if (auto id = m.find("tool_call_id"); id != m.end()) {
+      if (!id->is_string()) throw bad_field(at + ".tool_call_id", "must be a string");
+      msg.tool_call_id = id->get<std::string>();
+    }
     auto content = m.find("content");
-    if (content == m.end() || content->is_null()) throw bad_field(at + ".content", "is required");
-    msg.content = content_text(*content, at + ".content");
+    const bool absent = content == m.end() || content->is_null();
+    if (absent && msg.tool_calls.is_null()) throw bad_field(at + ".content", "is required");
+    if (!absent) msg.content = content_text(*content, at + ".content");
     out.push_back(std::move(msg));
   }
   return out;

@@ -7,6 +7,7 @@
 #include <regex>
 
 #include "openai_request.h"
+#include "retnet/core/json_parse.h"
 #include "retnet/infer/json_schema.h"
 
 namespace retnet::server {
@@ -132,6 +133,44 @@ std::string call_id() {
 }
 
 }  // namespace
+
+nlohmann::ordered_json history_tool_calls(const nlohmann::json& calls, const std::string& where) {
+  if (!calls.is_array() || calls.empty())
+    throw structured_field_error(where, "must be a non-empty list of tool calls");
+  ojson out = ojson::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const std::string at = fmt::format("{}[{}]", where, i);
+    const nlohmann::json& c = calls[i];
+    if (!c.is_object() || !c.contains("function") || !c["function"].is_object() ||
+        !c["function"].contains("name") || !c["function"]["name"].is_string() ||
+        !c["function"].contains("arguments") || !c["function"]["arguments"].is_string())
+      throw structured_field_error(
+          at,
+          "must be {\"id\", \"type\": \"function\", \"function\": {\"name\", "
+          "\"arguments\": \"<JSON text>\"}}");
+    for (auto key = c.begin(); key != c.end(); ++key)
+      if (key.key() != "id" && key.key() != "type" && key.key() != "function")
+        throw HttpError(400, fmt::format("'{}.{}' is not supported by this server", at, key.key()),
+                        "invalid_request_error", "unsupported_field", at + "." + key.key());
+    if (c.contains("type") && c["type"] != "function")
+      throw structured_field_error(at + ".type", "must be \"function\"");
+    if (c.contains("id") && !c["id"].is_string())
+      throw structured_field_error(at + ".id", "must be a string");
+    ojson arguments;
+    try {
+      arguments = parse_ordered_json(c["function"]["arguments"].get<std::string>(),
+                                     at + ".function.arguments");
+    } catch (const JsonParseError& e) {
+      throw structured_field_error(at + ".function.arguments",
+                                   fmt::format("must be JSON text: {}", e.failure().reason));
+    }
+    ojson call = {{"id", c.value("id", std::string())},
+                  {"type", "function"},
+                  {"function", {{"name", c["function"]["name"]}, {"arguments", arguments}}}};
+    out.push_back(std::move(call));
+  }
+  return out;
+}
 
 bool is_structured_output_field(const std::string& key, bool chat) {
   return key == "response_format" ||

@@ -28,6 +28,11 @@ bool is_structured_output_field(const std::string& key, bool chat);
 // field, or the schema keyword outside the supported subset.
 StructuredOutput parse_structured_output(const nlohmann::ordered_json& body, bool chat);
 
+// An assistant message's tool_calls in a request's history (OpenAI's shape, `arguments` as JSON
+// text) as a chat template reads them (`arguments` as an object); HttpError 400 naming the part
+// under `where` ("messages[2].tool_calls").
+nlohmann::ordered_json history_tool_calls(const nlohmann::json& calls, const std::string& where);
+
 // OpenAI's message.tool_calls for the call the model wrote (`text` matched the tool grammar):
 // [{"id", "type": "function", "function": {"name", "arguments": "<JSON text>"}}], each with
 // "index" when `with_index` (stream deltas).

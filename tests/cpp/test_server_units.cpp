@@ -222,6 +222,41 @@ TEST(ServerChatPrompt, DefaultTemplate) {
   EXPECT_EQ(p.stop, std::vector<std::string>{"<|end|>"});
 }
 
+// An assistant's tool calls and a tool's result in the history: the default template shows the
+// call as the model writes it (arguments in the order sent); a Hugging Face template reads
+// tool_calls with arguments as an object.
+TEST(ServerChatPrompt, ToolCallsAndResultsRenderThroughTheTemplate) {
+  const nlohmann::json body = nlohmann::json::parse(R"({"messages": [
+      {"role": "user", "content": "1 + 2?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+       "function": {"name": "add", "arguments": "{\"b\": 2, \"a\": 1}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "3"}]})");
+  const CompletionRequest r = parse_completion_request(body, true, {"m", 16, 256});
+  EXPECT_EQ(ChatFormatter(load_chat_template("")).render(r.messages).text,
+            "<|user|>\n1 + 2?<|end|>\n<|assistant|>\n{\"name\":\"add\",\"arguments\":{\"b\":2,"
+            "\"a\":1}}<|end|>\n<|tool|>\n3<|end|>\n<|assistant|>\n");
+  const ChatFormatter hf(
+      {"{% for m in messages %}{% if m.tool_calls %}{{ m.tool_calls[0].function.name "
+       "}}{{ m.tool_calls[0].function.arguments | tojson }}{% else %}{{ m.role }}:"
+       "{{ m.content }}{% endif %};{% endfor %}",
+       "test", "", ""});
+  EXPECT_EQ(hf.render(r.messages).text, "user:1 + 2?;add{\"b\": 2, \"a\": 1};tool:3;");
+  auto with = [](const char* message) {
+    return fmt::format(R"({{"messages": [{{"role": "user", "content": "x"}}, {}]}})", message);
+  };
+  EXPECT_EQ(refusal(with(R"({"role": "user", "content": "x", "tool_call_id": "c"})"), true).second,
+            "messages[1].tool_call_id");
+  EXPECT_EQ(refusal(with(R"({"role": "assistant", "tool_calls": [{"function": {"name": "f",
+            "arguments": "{"}}]})"),
+                    true)
+                .second,
+            "messages[1].tool_calls[0].function.arguments");
+  EXPECT_EQ(refusal(with(R"({"role": "assistant", "tool_calls": []})"), true).second,
+            "messages[1].tool_calls");
+  EXPECT_EQ(refusal(with(R"({"role": "tool", "tool_call_id": "c"})"), true).second,
+            "messages[1].content");
+}
+
 // A model directory's template (tokenizer_config.json) with its BOS and EOS; a template's
 // raise_exception is an Error naming it.
 TEST(ServerChatPrompt, ModelDirectoryTemplateWithSpecialTokens) {

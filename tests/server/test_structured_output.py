@@ -159,6 +159,20 @@ def test_tool_calls(s):
           events[-1]["choices"][0]["finish_reason"] == "tool_calls" and
           not any(d.get("content") for d in deltas),
           f"a streamed call comes as delta.tool_calls: {events}")
+    # The call and its result go back into the conversation, rendered by the template.
+    turn = chat("1 + 2?", seed=3, tools=TOOLS, tool_choice=named)
+    st, first = s.json("POST", "/v1/chat/completions", turn)
+    message = first["choices"][0]["message"] if st == 200 else {}
+    turn["messages"] += [message, {"role": "tool", "tool_call_id": message["tool_calls"][0]["id"],
+                                   "content": "3"}]
+    st, r = s.json("POST", "/v1/chat/completions", dict(turn, tool_choice="none", max_tokens=4))
+    # The default template writes the call compactly, then the result as a `tool` turn (bytes).
+    f = message["tool_calls"][0]["function"]
+    call = json.dumps({"name": f["name"], "arguments": json.loads(f["arguments"])},
+                      separators=(",", ":"), ensure_ascii=False)
+    added = len((call + "<|end|>\n<|tool|>\n3<|end|>\n<|assistant|>\n").encode())
+    check(st == 200 and r["usage"]["prompt_tokens"] == first["usage"]["prompt_tokens"] + added,
+          f"a call and its result in the history are rendered: {st} {r}")
     st, r = s.json("POST", "/v1/chat/completions",
                    chat("Hi", seed=3, max_tokens=8, tools=TOOLS, tool_choice="none"))
     check(st == 200 and r["choices"][0]["finish_reason"] == "length" and
@@ -183,10 +197,10 @@ def test_refusals(s):
     expect_json_error(s, 400, "POST", "/v1/chat/completions",
                       chat("x", tools=bad_tool, tool_choice="required"), h,
                       "tools[0].function.parameters.oneOf", "a parameters keyword outside")
-    history = chat("x", tools=TOOLS, tool_choice="required")
-    history["messages"] += [{"role": "tool", "tool_call_id": "call_1", "content": "12 C"}]
+    history = chat("x")
+    history["messages"] += [{"role": "user", "tool_call_id": "call_1", "content": "12 C"}]
     expect_json_error(s, 400, "POST", "/v1/chat/completions", history, h,
-                      "messages[1].tool_call_id", "a tool result message is refused by name")
+                      "messages[1].tool_call_id", "tool_call_id outside a tool message")
 
 
 def main():
