@@ -58,6 +58,8 @@ class GrammarRecognizer {
   void set_state(State s) { state_ = std::move(s); }
   // The parses after `byte` from `from` (empty when the byte fits none).
   State advance(const State& from, unsigned char byte) const;
+  // The same into `out` (not `from`), reusing its stacks' memory: the mask's inner loop.
+  void advance(const State& from, unsigned char byte, State& out) const;
   // Moves over `bytes`; false (state unchanged) when they do not fit.
   bool accept_bytes(const std::string& bytes);
   bool can_end() const;   // some parse is complete
@@ -66,7 +68,9 @@ class GrammarRecognizer {
   bool matches(const std::string& text) const;
 
  private:
-  void expand(Stack stack, State& out) const;  // until the top is a byte set (or empty)
+  // Expands out[i] until its top is a byte set (or it is empty); the alternatives it forks go to
+  // new stacks at out[n], out[n + 1], ...
+  void expand(State& out, size_t& n, size_t i) const;
   std::shared_ptr<const Grammar> grammar_;
   State state_;
 };
@@ -82,10 +86,12 @@ class TokenTrie {
   const std::vector<Node>& nodes() const { return nodes_; }  // nodes_[0] is the root
   const std::string& bytes(int32_t token) const { return bytes_[static_cast<size_t>(token)]; }
   int64_t vocab() const { return static_cast<int64_t>(bytes_.size()); }
+  size_t max_bytes() const { return max_bytes_; }  // the longest token
 
  private:
   std::vector<Node> nodes_;
   std::vector<std::string> bytes_;
+  size_t max_bytes_ = 0;
 };
 
 // A grammar as a decode constraint: the tokens whose bytes continue some parse.
@@ -98,10 +104,11 @@ class GrammarConstraint : public TokenConstraint {
   bool must_end() const override { return recognizer_.must_end(); }
 
  private:
-  void walk(int32_t node, const GrammarRecognizer::State& state);
+  void walk(int32_t node, size_t depth, const GrammarRecognizer::State& state);
   GrammarRecognizer recognizer_;
   std::shared_ptr<const TokenTrie> trie_;
-  std::vector<uint8_t> allowed_;  // per token, filled by walk (sized once)
+  std::vector<uint8_t> allowed_;                 // per token, filled by walk (sized once)
+  std::vector<GrammarRecognizer::State> after_;  // walk's state after each depth of the trie
 };
 
 }  // namespace retnet

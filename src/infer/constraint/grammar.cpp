@@ -95,47 +95,59 @@ GrammarRecognizer::GrammarRecognizer(std::shared_ptr<const Grammar> grammar)
   RETNET_CHECK(g.root >= 0 && g.root < static_cast<int32_t>(g.rules.size()),
                "grammar root rule {} does not exist ({} rules)", g.root, g.rules.size());
   State start;
+  size_t n = 0;
   const auto& alts = g.rules[static_cast<size_t>(g.root)];
   for (size_t a = 0; a < alts.size(); ++a) {
-    Stack s;
-    if (!alts[a].empty()) s.push_back({g.root, static_cast<int32_t>(a), 0});
-    expand(std::move(s), start);
+    const size_t j = n++;
+    start.emplace_back();
+    if (!alts[a].empty()) start[j].push_back({g.root, static_cast<int32_t>(a), 0});
+    expand(start, n, j);
   }
   std::sort(start.begin(), start.end());
   start.erase(std::unique(start.begin(), start.end()), start.end());
   state_ = std::move(start);
 }
 
+namespace {
+
+// The next free stack of `out` (a used one is reused for its memory).
+size_t new_stack(GrammarRecognizer::State& out, size_t& n) {
+  if (n == out.size()) out.emplace_back();
+  return n++;
+}
+
+}  // namespace
+
 // Positions always point at an element (a finished alternative is popped at once), so the top is
 // either a byte set or a rule to enter; entering one replaces the top with where to return.
-void GrammarRecognizer::expand(Stack stack, State& out) const {
+void GrammarRecognizer::expand(State& out, size_t& n, size_t i) const {
   for (int depth = 0;; ++depth) {
-    if (stack.empty()) break;
+    if (out[i].empty()) return;
     RETNET_CHECK(depth < kMaxExpandDepth, "the grammar is left-recursive (rule {})",
-                 stack.back().rule);
-    const Position top = stack.back();
+                 out[i].back().rule);
+    const Position top = out[i].back();
     const Grammar::Alternative& alt =
         grammar_->rules[static_cast<size_t>(top.rule)][static_cast<size_t>(top.alt)];
     const Grammar::Element e = alt[static_cast<size_t>(top.index)];
-    if (!e.is_rule) break;
-    stack.pop_back();
+    if (!e.is_rule) return;
+    out[i].pop_back();
     if (top.index + 1 < static_cast<int32_t>(alt.size()))
-      stack.push_back({top.rule, top.alt, top.index + 1});
+      out[i].push_back({top.rule, top.alt, top.index + 1});
     const auto& alts = grammar_->rules[static_cast<size_t>(e.index)];
+    RETNET_CHECK(!alts.empty(), "grammar rule {} has no alternatives", e.index);
     // Every alternative but the last on a copy; the last goes on in this loop.
     for (size_t a = 0; a + 1 < alts.size(); ++a) {
-      Stack s = stack;
-      if (!alts[a].empty()) s.push_back({e.index, static_cast<int32_t>(a), 0});
-      expand(std::move(s), out);
+      const size_t j = new_stack(out, n);
+      out[j] = out[i];
+      if (!alts[a].empty()) out[j].push_back({e.index, static_cast<int32_t>(a), 0});
+      expand(out, n, j);
     }
-    if (alts.empty()) return;  // a rule with no alternatives matches nothing
-    if (!alts.back().empty()) stack.push_back({e.index, static_cast<int32_t>(alts.size() - 1), 0});
+    if (!alts.back().empty()) out[i].push_back({e.index, static_cast<int32_t>(alts.size() - 1), 0});
   }
-  out.push_back(std::move(stack));
 }
 
-GrammarRecognizer::State GrammarRecognizer::advance(const State& from, unsigned char byte) const {
-  State out;
+void GrammarRecognizer::advance(const State& from, unsigned char byte, State& out) const {
+  size_t n = 0;
   for (const Stack& stack : from) {
     if (stack.empty()) continue;
     const Position top = stack.back();
@@ -143,15 +155,24 @@ GrammarRecognizer::State GrammarRecognizer::advance(const State& from, unsigned 
         grammar_->rules[static_cast<size_t>(top.rule)][static_cast<size_t>(top.alt)];
     const Grammar::Element e = alt[static_cast<size_t>(top.index)];
     if (!contains(grammar_->byte_sets[static_cast<size_t>(e.index)], byte)) continue;
-    Stack s = stack;
+    const size_t j = new_stack(out, n);
+    out[j].assign(stack.begin(), stack.end());
     if (top.index + 1 < static_cast<int32_t>(alt.size()))
-      s.back().index += 1;
+      out[j].back().index += 1;
     else
-      s.pop_back();
-    expand(std::move(s), out);
+      out[j].pop_back();
+    expand(out, n, j);
   }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
+  out.resize(n);
+  if (n > 1) {
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+  }
+}
+
+GrammarRecognizer::State GrammarRecognizer::advance(const State& from, unsigned char byte) const {
+  State out;
+  advance(from, byte, out);
   return out;
 }
 
@@ -205,26 +226,30 @@ TokenTrie::TokenTrie(const Tokenizer& tokenizer) {
       node = next;
     }
     nodes_[static_cast<size_t>(node)].tokens.push_back(id);
+    max_bytes_ = std::max(max_bytes_, bytes.size());
   }
 }
 
 GrammarConstraint::GrammarConstraint(std::shared_ptr<const Grammar> grammar,
                                      std::shared_ptr<const TokenTrie> trie)
-    : recognizer_(std::move(grammar)), trie_(std::move(trie)) {}
+    : recognizer_(std::move(grammar)), trie_(std::move(trie)), after_(trie_->max_bytes() + 1) {}
 
-void GrammarConstraint::walk(int32_t node, const GrammarRecognizer::State& state) {
+// after_[depth] holds the state after the trie path's bytes so far (sized once: no allocation
+// once its stacks have grown).
+void GrammarConstraint::walk(int32_t node, size_t depth, const GrammarRecognizer::State& state) {
+  GrammarRecognizer::State& next = after_[depth];
   for (const auto& [byte, child] : trie_->nodes()[static_cast<size_t>(node)].children) {
-    const GrammarRecognizer::State next = recognizer_.advance(state, byte);
+    recognizer_.advance(state, byte, next);
     if (next.empty()) continue;
     const TokenTrie::Node& c = trie_->nodes()[static_cast<size_t>(child)];
     for (int32_t t : c.tokens) allowed_[static_cast<size_t>(t)] = 1;
-    if (!c.children.empty()) walk(child, next);
+    if (!c.children.empty()) walk(child, depth + 1, next);
   }
 }
 
 void GrammarConstraint::mask(float* logits, int64_t vocab) {
   allowed_.assign(static_cast<size_t>(trie_->vocab()), 0);
-  walk(0, recognizer_.state());
+  walk(0, 0, recognizer_.state());
   const float ban = -std::numeric_limits<float>::infinity();
   for (int64_t t = 0; t < vocab; ++t)
     if (t >= trie_->vocab() || !allowed_[static_cast<size_t>(t)]) logits[t] = ban;
