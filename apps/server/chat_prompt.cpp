@@ -13,12 +13,32 @@ ChatFormatter::ChatFormatter(const ChatTemplateSource& source)
     stop_ = {source.eos_token};
 }
 
-ChatPrompt ChatFormatter::render(const std::vector<ChatMessage>& messages) const {
+ChatPrompt ChatFormatter::render(const std::vector<ChatMessage>& messages,
+                                 const nlohmann::ordered_json& tools) const {
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
-  for (const auto& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
+  for (const auto& m : messages) {
+    nlohmann::ordered_json msg = {{"role", m.role}, {"content", m.content}};
+    if (!m.tool_calls.is_null()) {
+      msg["tool_calls"] = m.tool_calls;
+      // The default template shows content only: there, the calls as the model wrote them.
+      if (m.content.empty() && source_.source == default_chat_template()) {
+        std::string text;
+        for (const auto& call : m.tool_calls)
+          text += (text.empty() ? "" : "\n") +
+                  nlohmann::ordered_json({{"name", call["function"]["name"]},
+                                          {"arguments", call["function"]["arguments"]}})
+                      .dump();
+        msg["content"] = text;
+      }
+    }
+    if (!m.tool_call_id.empty()) msg["tool_call_id"] = m.tool_call_id;
+    list.push_back(std::move(msg));
+  }
   ChatPrompt out;
-  out.text = apply_chat_template(template_, list, /*add_generation_prompt=*/true,
-                                 source_.bos_token, source_.eos_token);
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  if (!tools.is_null()) extra["tools"] = tools;
+  out.text = apply_chat_template(template_, list, /*add_generation_prompt=*/true, source_.bos_token,
+                                 source_.eos_token, extra);
   out.stop = stop_;
   return out;
 }

@@ -7,6 +7,7 @@
 //
 // The template is parsed once, when the server starts, so a broken one stops it there.
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "retnet/text/chat_template.h"
@@ -14,8 +15,15 @@
 namespace retnet::server {
 
 struct ChatMessage {
+  ChatMessage() = default;
+  ChatMessage(std::string role, std::string content)
+      : role(std::move(role)), content(std::move(content)) {}
   std::string role;  // "system", "user", "assistant", ... as the client sent it
   std::string content;
+  // An assistant's calls as Hugging Face templates read them ([{"id", "type", "function":
+  // {"name", "arguments": {...}}}]); null: none.
+  nlohmann::ordered_json tool_calls = nullptr;
+  std::string tool_call_id;  // a tool result's call
 };
 
 struct ChatPrompt {
@@ -28,7 +36,9 @@ class ChatFormatter {
   explicit ChatFormatter(const ChatTemplateSource& source);
   // The conversation with the assistant's turn opened; an Error (a template's raise_exception,
   // say) names the template.
-  ChatPrompt render(const std::vector<ChatMessage>& messages) const;
+  // `tools` (when not null) is the template's `tools` variable, as transformers passes it.
+  ChatPrompt render(const std::vector<ChatMessage>& messages,
+                    const nlohmann::ordered_json& tools = nullptr) const;
   const std::string& origin() const { return source_.origin; }
 
  private:

@@ -12,6 +12,11 @@ void register_serve(CLI::App& app) {
       "serve",
       "Serve a model over HTTP with OpenAI's API: continuous batching, a prompt cache of "
       "recurrent states, metrics");
+  cmd->footer(
+      "Structured output: requests may set response_format {\"type\": \"json_object\"} or "
+      "\"json_schema\" (a JSON Schema subset), or tools with tool_choice \"required\" or a "
+      "named function; sampling is masked token by token so the reply parses and validates "
+      "(docs/server.md).");
   add_model_options(cmd, o->model, o->config);
   cmd->add_option("--alias", o->alias, "Model id clients name (default: the model's file name)");
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();

@@ -10,6 +10,7 @@
 #include "client_socket.h"
 #include "guarded_server.h"
 #include "openai_response.h"
+#include "retnet/core/json_parse.h"
 
 namespace retnet::server {
 namespace {
@@ -244,12 +245,13 @@ std::shared_ptr<Job> HttpApi::make_job(const CompletionRequest& r) const {
   if (r.chat) {
     ChatPrompt chat;
     try {
-      chat = chat_.render(r.messages);
+      chat = chat_.render(r.messages, r.structured.tools);
     } catch (const Error& e) {
       throw HttpError(400, e.what(), "invalid_request_error", "invalid_value", field);
     }
     text = chat.text;
-    job->stop = chat.stop;
+    // The grammar ends structured output; a turn-end string inside a JSON string must not cut it.
+    if (!r.structured.grammar) job->stop = chat.stop;
   } else {
     text = r.prompt_text;
   }
@@ -283,6 +285,8 @@ std::shared_ptr<Job> HttpApi::make_job(const CompletionRequest& r) const {
   job->stop_at_eos = !r.ignore_eos;
   job->top_logprobs = r.top_logprobs;
   job->logit_bias = r.logit_bias;
+  job->grammar = r.structured.grammar;
+  job->tool_call = r.structured.tool_call;
   job->deadline =
       Clock::now() + std::chrono::microseconds(static_cast<int64_t>(options_.timeout_s * 1e6));
   return job;
@@ -291,7 +295,14 @@ std::shared_ptr<Job> HttpApi::make_job(const CompletionRequest& r) const {
 void HttpApi::completions(const httplib::Request& req, httplib::Response& res, bool chat) {
   const nlohmann::json body = parse_json_object(req.body);
   RequestLimits limits{model_id_, options_.max_tokens, model_.config().vocab_size};
-  const CompletionRequest r = parse_completion_request(body, chat, limits);
+  CompletionRequest r = parse_completion_request(body, chat, limits);
+  // Read again with the key order kept: a schema's properties are written in their order.
+  for (auto it = body.begin(); it != body.end(); ++it)
+    if (is_structured_output_field(it.key(), chat)) {
+      r.structured =
+          parse_structured_output(parse_ordered_json(req.body, "the request body"), chat);
+      break;
+    }
   std::shared_ptr<Job> job = make_job(r);
   switch (scheduler_.submit(job)) {
     case Scheduler::Admission::Queued:
@@ -332,8 +343,14 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
     int64_t offset = 0;
     nlohmann::json lp =
         with_logprobs ? logprobs_json(logprobs, tokenizer_, chat, &offset) : nlohmann::json();
-    res.set_content(json_text(completion_json(ctx, text, t.finish_reason, lp, t.usage)),
-                    "application/json");
+    nlohmann::json reply = completion_json(ctx, text, t.finish_reason, lp, t.usage);
+    if (job->tool_call && t.finish_reason == "stop") {  // a whole call (else the text as it is)
+      nlohmann::json& choice = reply["choices"][0];
+      choice["message"]["content"] = nullptr;
+      choice["message"]["tool_calls"] = tool_calls_json(text, false);
+      choice["finish_reason"] = "tool_calls";
+    }
+    res.set_content(json_text(reply), "application/json");
     return;
   }
 
@@ -341,6 +358,7 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
   struct StreamState {
     bool first = true, done = false;
     int64_t offset = 0;
+    std::string call;  // a tool call's text, sent whole as delta.tool_calls when it is complete
   };
   auto state = std::make_shared<StreamState>();
   const bool include_usage = r.include_usage;
@@ -351,6 +369,11 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
       [this, job, ctx, state, with_logprobs, include_usage](size_t, httplib::DataSink& sink) {
         if (state->done) return false;
         Taken t = take_output(*job, std::chrono::milliseconds(500));
+        if (job->tool_call) {
+          state->call += t.text;
+          t.text.clear();
+          if (t.finished && t.finish_reason != "stop") t.text.swap(state->call);
+        }
         std::string out;
         if (!t.text.empty() || !t.logprobs.empty() || (state->first && ctx.chat)) {
           nlohmann::json lp = with_logprobs
@@ -363,7 +386,14 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
           if (!t.error.empty()) {
             out += sse(error_json(t.error, "server_error", "generation_ended"));
           } else {
-            out += sse(chunk_json(ctx, "", false, t.finish_reason, nullptr));
+            std::string reason = t.finish_reason;
+            if (job->tool_call && reason == "stop") {
+              nlohmann::json call = chunk_json(ctx, "", false, nullptr, nullptr);
+              call["choices"][0]["delta"]["tool_calls"] = tool_calls_json(state->call, true);
+              out += sse(call);
+              reason = "tool_calls";
+            }
+            out += sse(chunk_json(ctx, "", false, reason, nullptr));
             if (include_usage) out += sse(usage_chunk_json(ctx, t.usage));
           }
           out += "data: [DONE]\n\n";

@@ -6,11 +6,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "retnet/infer/grammar.h"
 #include "retnet/retnet.h"
 
 namespace retnet::server {
@@ -35,6 +37,8 @@ struct Job {
   int top_logprobs = -1;  // -1: no log-probabilities; else how many alternatives per token
   // Added to the logits before sampling (OpenAI's logit_bias); log-probabilities stay the model's.
   std::vector<std::pair<int32_t, float>> logit_bias;
+  std::shared_ptr<const Grammar> grammar;  // structured output: masks every token; null: none
+  bool tool_call = false;                  // the output is a tool call (reply with tool_calls)
   Clock::time_point deadline;
 
   // What came out, not yet taken by the HTTP thread.

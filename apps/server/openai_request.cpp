@@ -7,6 +7,7 @@
 #include <iterator>
 
 #include "retnet/core/json_parse.h"
+#include "structured_output.h"
 
 namespace retnet::server {
 namespace {
@@ -118,12 +119,23 @@ std::vector<ChatMessage> messages_field(const nlohmann::json& body) {
     ChatMessage msg;
     msg.role = role->get<std::string>();
     if (msg.role.empty()) throw bad_field(at + ".role", "must not be empty");
+    // An assistant's tool calls and a tool's result, for templates that render them.
+    const char* extra = msg.role == "assistant" ? "tool_calls"
+                        : msg.role == "tool"    ? "tool_call_id"
+                                                : "";
     for (auto key = m.begin(); key != m.end(); ++key)
-      if (key.key() != "role" && key.key() != "content")
+      if (key.key() != "role" && key.key() != "content" && key.key() != extra)
         throw bad_field(at + "." + key.key(), "is not supported (a message has role and content)");
+    if (auto calls = m.find("tool_calls"); calls != m.end() && !calls->is_null())
+      msg.tool_calls = history_tool_calls(*calls, at + ".tool_calls");
+    if (auto id = m.find("tool_call_id"); id != m.end()) {
+      if (!id->is_string()) throw bad_field(at + ".tool_call_id", "must be a string");
+      msg.tool_call_id = id->get<std::string>();
+    }
     auto content = m.find("content");
-    if (content == m.end() || content->is_null()) throw bad_field(at + ".content", "is required");
-    msg.content = content_text(*content, at + ".content");
+    const bool absent = content == m.end() || content->is_null();
+    if (absent && msg.tool_calls.is_null()) throw bad_field(at + ".content", "is required");
+    if (!absent) msg.content = content_text(*content, at + ".content");
     out.push_back(std::move(msg));
   }
   return out;
@@ -182,7 +194,7 @@ std::vector<std::pair<int32_t, float>> logit_bias_field(const nlohmann::json& bo
 }
 
 // Every field of a request is read or refused by name: a field this server does not implement
-// (response_format, tools, grammar, typical_p, ...) would change the output if honoured, so a
+// (grammar, typical_p, ...) would change the output if honoured, so a
 // client must learn that it was not.
 void refuse_unknown_fields(const nlohmann::json& body, bool chat) {
   // clang-format off
@@ -200,6 +212,7 @@ void refuse_unknown_fields(const nlohmann::json& body, bool chat) {
                          [&](const char* name) { return key == name; });
     };
     if (known(common) || (chat ? known(chat_only) : known(completion_only))) continue;
+    if (is_structured_output_field(key, chat)) continue;  // read by parse_structured_output
     throw HttpError(400,
                     fmt::format("'{}' is not supported by this server (docs/server.md lists the "
                                 "fields it reads)",

@@ -9,6 +9,7 @@
 
 #include "chat_prompt.h"
 #include "retnet/retnet.h"
+#include "structured_output.h"
 
 namespace retnet::server {
 
@@ -45,6 +46,7 @@ struct CompletionRequest {
   bool ignore_eos = false;
   int top_logprobs = -1;  // -1: no log-probabilities
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token, added to its logit)
+  StructuredOutput structured;  // response_format, tools (parse_structured_output)
 };
 
 struct RequestLimits {

@@ -197,6 +197,10 @@ bool Scheduler::sweep_locked() {
       rule.adjust = [bias = s.job->logit_bias](float* logits, int64_t) {
         for (const auto& [token, b] : bias) logits[token] += b;
       };
+    if (s.job->grammar) {
+      if (!trie_) trie_ = std::make_shared<const TokenTrie>(tokenizer_);
+      rule.constraint = std::make_shared<GrammarConstraint>(s.job->grammar, trie_);
+    }
     s.decoder = std::make_unique<SequenceDecoder>(tokenizer_, std::move(rule));
     s.started = Clock::now();
     s.has_state = false;  // its sequence is about to start over
@@ -385,10 +389,22 @@ void Scheduler::decode_one_step() {
   std::vector<int32_t> next;
   std::vector<int64_t> ended;  // indices in decoding_ of slots that finish this round
   std::vector<FinishReason> reasons;
+  std::vector<std::string> errors;  // per ended slot: why its output constraint failed, or ""
   for (size_t b = 0; b < decoding_.size(); ++b) {
     Slot& slot = slots_[static_cast<size_t>(decoding_[b])];
     Job& job = *slot.job;
-    const SequenceDecoder::Next step = slot.decoder->next(session_, slot.id);
+    SequenceDecoder::Next step;
+    try {
+      step = slot.decoder->next(session_, slot.id);
+    } catch (const Error& e) {
+      if (!job.grammar) throw;
+      // A grammar the vocabulary cannot spell on ends its own request, not the batch.
+      next.push_back(0);
+      ended.push_back(static_cast<int64_t>(b));
+      reasons.push_back(FinishReason::None);
+      errors.push_back(std::string("structured output failed: ") + e.what());
+      continue;
+    }
     if (step.finish != FinishReason::Eos) {
       std::optional<TokenLogprob> lp;
       if (job.top_logprobs >= 0)
@@ -401,6 +417,7 @@ void Scheduler::decode_one_step() {
     if (step.finish != FinishReason::None) {  // not fed: the request's text is complete
       ended.push_back(static_cast<int64_t>(b));
       reasons.push_back(step.finish);
+      errors.emplace_back();
     }
   }
   {
@@ -408,7 +425,8 @@ void Scheduler::decode_one_step() {
     for (size_t e = ended.size(); e-- > 0;) {
       const int64_t b = ended[e];
       next.erase(next.begin() + b);
-      finish(slots_[static_cast<size_t>(decoding_[static_cast<size_t>(b)])], reasons[e]);
+      finish(slots_[static_cast<size_t>(decoding_[static_cast<size_t>(b)])], reasons[e], errors[e],
+             errors[e].empty() ? 0 : 500);
     }
   }
   if (!decoding_.empty()) {

@@ -19,6 +19,7 @@
 #include "job.h"
 #include "metrics.h"
 #include "prompt_cache.h"
+#include "retnet/infer/grammar.h"
 #include "retnet/retnet.h"
 
 namespace retnet::server {
@@ -103,6 +104,7 @@ class Scheduler {
   Session session_;
   std::mutex session_mutex_;
   PromptCache cache_;
+  std::shared_ptr<const TokenTrie> trie_;  // the vocabulary's bytes, built for the first grammar
   int full_threads_ = 1;  // the session's automatic choice, for steps worth splitting
 
   std::mutex mutex_;  // guards queue_, slots_' phases and jobs, stopping_

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "retnet/core/error.h"
 #include "retnet/text/utf8.h"
@@ -62,15 +63,32 @@ SequenceDecoder::SequenceDecoder(const Tokenizer& tokenizer, DecodeRule rule, st
   RETNET_CHECK(rule_.max_tokens >= 0, "max tokens must be >= 0, got {}", rule_.max_tokens);
 }
 
+// The constraint's mask, with the end-of-sequence token kept (its logit after `adjust`) only where
+// the output may end; a state that allows nothing is an Error, never a token outside the mask.
+void SequenceDecoder::mask_constrained(int64_t V) {
+  const int32_t eos = tokenizer_.eos_id();
+  const bool eos_allowed = rule_.stop_at_eos && eos >= 0 && eos < V && rule_.constraint->can_end();
+  const float eos_logit = eos_allowed ? adjusted_[static_cast<size_t>(eos)] : 0.f;
+  rule_.constraint->mask(adjusted_.data(), V);
+  if (eos_allowed) adjusted_[static_cast<size_t>(eos)] = eos_logit;
+  const bool any = std::any_of(adjusted_.begin(), adjusted_.end(), [](float z) {
+    return z != -std::numeric_limits<float>::infinity();
+  });
+  RETNET_CHECK(any, "the output constraint allows no next token after {} generated tokens",
+               generated_);
+}
+
 SequenceDecoder::Next SequenceDecoder::next(Session& session, int64_t b) {
   RETNET_CHECK(finish_ == FinishReason::None, "the sequence has ended ({})",
                finish_reason_name(finish_));
   Next out;
-  if (rule_.adjust) {
+  TokenConstraint* constraint = rule_.constraint.get();
+  if (rule_.adjust || constraint) {
     const int64_t V = session.vocab();
     adjusted_.resize(static_cast<size_t>(V));
     std::memcpy(adjusted_.data(), session.logits(b), static_cast<size_t>(V) * sizeof(float));
-    rule_.adjust(adjusted_.data(), V);
+    if (rule_.adjust) rule_.adjust(adjusted_.data(), V);
+    if (constraint) mask_constrained(V);
     out.token = session.sample_logits(b, adjusted_.data(), rule_.sampling, rule_.stream);
   } else {
     out.token = session.sample(b, rule_.sampling, rule_.stream);
@@ -80,8 +98,9 @@ SequenceDecoder::Next SequenceDecoder::next(Session& session, int64_t b) {
     return out;
   }
   ++generated_;
+  if (constraint) constraint->accept(out.token);
   out.text = releaser_.push(tokenizer_.token_bytes(out.token));
-  if (releaser_.stopped())
+  if (releaser_.stopped() || (constraint && constraint->must_end()))
     out.finish = FinishReason::Stop;
   else if (generated_ >= rule_.max_tokens)
     out.finish = FinishReason::Length;

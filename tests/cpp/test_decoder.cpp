@@ -3,9 +3,14 @@
 // generate() giving, sequence by sequence, what a loop of SequenceDecoder::next gives.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
+#include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "retnet/core/error.h"
 #include "retnet/infer/decoder.h"
 #include "retnet/infer/generator.h"
 #include "retnet/model/config.h"
@@ -127,6 +132,70 @@ TEST(Decoder, AnAdjustmentChangesTheLogitsSampledFrom) {
   // Without it the model's own choice (a random model does not pick 'z' six times).
   rule.adjust = nullptr;
   EXPECT_NE(decode_alone(m, tok, rule, "abc").text, "zzzzzz");
+}
+
+// Digits only; may end after `can` tokens, must end after `must`.
+class DigitsConstraint : public TokenConstraint {
+ public:
+  DigitsConstraint(int can, int must) : can_(can), must_(must) {}
+  void mask(float* logits, int64_t vocab) override {
+    for (int64_t t = 0; t < vocab; ++t)
+      if (t < '0' || t > '9') logits[t] = -std::numeric_limits<float>::infinity();
+  }
+  void accept(int32_t token) override {
+    RETNET_CHECK(token >= '0' && token <= '9', "token {} is not a digit", token);
+    ++taken_;
+  }
+  bool can_end() const override { return taken_ >= can_; }
+  bool must_end() const override { return taken_ >= must_; }
+
+ private:
+  int can_, must_, taken_ = 0;
+};
+
+TEST(Decoder, AConstraintMasksTokensAndEndsTheSequence) {
+  const Model m = decoder_test_model();
+  DecoderTestBytes tok(-1);
+  DecodeRule rule;
+  rule.sampling.temperature = 0.9f;
+  rule.sampling.seed = 5;
+  rule.max_tokens = 12;
+  const DecodedRun free_run = decode_alone(m, tok, rule, "abc");
+  EXPECT_EQ(free_run.finish, FinishReason::Length);
+  EXPECT_FALSE(std::all_of(free_run.text.begin(), free_run.text.end(), ::isdigit));
+  rule.constraint = std::make_shared<DigitsConstraint>(2, 4);
+  const DecodedRun r = decode_alone(m, tok, rule, "abc");
+  EXPECT_EQ(r.finish, FinishReason::Stop);
+  ASSERT_EQ(r.text.size(), 4u);
+  EXPECT_TRUE(std::all_of(r.text.begin(), r.text.end(), ::isdigit)) << r.text;
+}
+
+TEST(Decoder, AConstraintAllowsTheEndOfSequenceTokenOnlyWhereItMayEnd) {
+  const Model m = decoder_test_model();
+  DecoderTestBytes tok(255);
+  DecodeRule rule = greedy_rule();
+  // A bias that makes the end-of-sequence token win wherever it is allowed.
+  rule.adjust = [](float* logits, int64_t) { logits[255] += 1000.f; };
+  EXPECT_EQ(decode_alone(m, tok, rule, "abc").tokens.size(), 1u);
+  rule.constraint = std::make_shared<DigitsConstraint>(3, 8);
+  const DecodedRun r = decode_alone(m, tok, rule, "abc");
+  EXPECT_EQ(r.finish, FinishReason::Eos);
+  EXPECT_EQ(r.tokens.size(), 4u);  // three digits, then the end
+  EXPECT_EQ(r.text.size(), 3u);
+}
+
+TEST(Decoder, AConstraintThatAllowsNothingIsAnError) {
+  struct Nothing : DigitsConstraint {
+    Nothing() : DigitsConstraint(1, 1) {}
+    void mask(float* logits, int64_t vocab) override {
+      std::fill(logits, logits + vocab, -std::numeric_limits<float>::infinity());
+    }
+  };
+  const Model m = decoder_test_model();
+  DecoderTestBytes tok(-1);
+  DecodeRule rule = greedy_rule();
+  rule.constraint = std::make_shared<Nothing>();
+  EXPECT_THROW(decode_alone(m, tok, rule, "abc"), Error);
 }
 
 TEST(Decoder, GenerateIsTheDecoderLoopForEachSequence) {

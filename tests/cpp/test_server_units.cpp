@@ -118,15 +118,19 @@ TEST(ServerRequest, NamesTheBadField) {
 // A field the server does not implement would change the output if honoured: it is refused by
 // name, never ignored.
 TEST(ServerRequest, RefusesFieldsItDoesNotImplementByName) {
-  for (const char* field : {"response_format", "tools", "tool_choice", "grammar", "top_a",
-                            "typical_p", "mirostat", "functions", "cache_prompt", "best_of"}) {
+  for (const char* field :
+       {"grammar", "top_a", "typical_p", "mirostat", "functions", "cache_prompt", "best_of"}) {
     const std::string body = fmt::format(R"({{"prompt": "x", "{}": 1}})", field);
     EXPECT_EQ(refusal(body), std::make_pair(400, std::string(field))) << body;
     const std::string chat =
         fmt::format(R"({{"messages": [{{"role": "user", "content": "x"}}], "{}": 1}})", field);
     EXPECT_EQ(refusal(chat, true), std::make_pair(400, std::string(field))) << chat;
   }
-  // Each endpoint's own fields belong to it alone.
+  // Each endpoint's own fields belong to it alone (structured_output.h reads the chat's tools).
+  for (const char* field : {"tools", "tool_choice", "parallel_tool_calls"}) {
+    const std::string body = fmt::format(R"({{"prompt": "x", "{}": 1}})", field);
+    EXPECT_EQ(refusal(body), std::make_pair(400, std::string(field))) << body;
+  }
   EXPECT_EQ(refusal(R"({"prompt": "x", "messages": []})").second, "messages");
   EXPECT_EQ(refusal(R"({"messages": [{"role": "user", "content": "x"}], "echo": false})", true)
                 .second,
@@ -216,6 +220,41 @@ TEST(ServerChatPrompt, DefaultTemplate) {
             "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello.<|end|>\n"
             "<|user|>\nBye<|end|>\n<|assistant|>\n");
   EXPECT_EQ(p.stop, std::vector<std::string>{"<|end|>"});
+}
+
+// An assistant's tool calls and a tool's result in the history: the default template shows the
+// call as the model writes it (arguments in the order sent); a Hugging Face template reads
+// tool_calls with arguments as an object.
+TEST(ServerChatPrompt, ToolCallsAndResultsRenderThroughTheTemplate) {
+  const nlohmann::json body = nlohmann::json::parse(R"({"messages": [
+      {"role": "user", "content": "1 + 2?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+       "function": {"name": "add", "arguments": "{\"b\": 2, \"a\": 1}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "3"}]})");
+  const CompletionRequest r = parse_completion_request(body, true, {"m", 16, 256});
+  EXPECT_EQ(ChatFormatter(load_chat_template("")).render(r.messages).text,
+            "<|user|>\n1 + 2?<|end|>\n<|assistant|>\n{\"name\":\"add\",\"arguments\":{\"b\":2,"
+            "\"a\":1}}<|end|>\n<|tool|>\n3<|end|>\n<|assistant|>\n");
+  const ChatFormatter hf(
+      {"{% for m in messages %}{% if m.tool_calls %}{{ m.tool_calls[0].function.name "
+       "}}{{ m.tool_calls[0].function.arguments | tojson }}{% else %}{{ m.role }}:"
+       "{{ m.content }}{% endif %};{% endfor %}",
+       "test", "", ""});
+  EXPECT_EQ(hf.render(r.messages).text, "user:1 + 2?;add{\"b\": 2, \"a\": 1};tool:3;");
+  auto with = [](const char* message) {
+    return fmt::format(R"({{"messages": [{{"role": "user", "content": "x"}}, {}]}})", message);
+  };
+  EXPECT_EQ(refusal(with(R"({"role": "user", "content": "x", "tool_call_id": "c"})"), true).second,
+            "messages[1].tool_call_id");
+  EXPECT_EQ(refusal(with(R"({"role": "assistant", "tool_calls": [{"function": {"name": "f",
+            "arguments": "{"}}]})"),
+                    true)
+                .second,
+            "messages[1].tool_calls[0].function.arguments");
+  EXPECT_EQ(refusal(with(R"({"role": "assistant", "tool_calls": []})"), true).second,
+            "messages[1].tool_calls");
+  EXPECT_EQ(refusal(with(R"({"role": "tool", "tool_call_id": "c"})"), true).second,
+            "messages[1].content");
 }
 
 // A model directory's template (tokenizer_config.json) with its BOS and EOS; a template's

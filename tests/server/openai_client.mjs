@@ -1,5 +1,6 @@
 // `retnet serve` driven by the official OpenAI JavaScript client: chat and completions, streamed
-// and not, usage with cached tokens, an API key, and the client's own error for a bad request.
+// and not, usage with cached tokens, structured output and tool calls through the client's
+// parse(), an API key, and the client's own error for a bad request.
 //   node openai_client.mjs --retnet BIN --workdir DIR
 import { spawn, execFileSync } from 'node:child_process';
 import OpenAI from 'openai';
@@ -50,6 +51,36 @@ try {
   check(chatStreamed === chatWant, 'streamed chat equals retnet generate');
   // The same conversation again: its prompt comes from the cache.
   check(usage && usage.prompt_tokens_details.cached_tokens > 0, `cached tokens on a repeated chat: ${JSON.stringify(usage)}`);
+
+  // Structured output: the client's parse() reads the JSON a random model wrote under the mask.
+  const schema = { type: 'object', properties: { name: { type: 'string', maxLength: 6 },
+    n: { type: 'integer' }, ok: { type: 'boolean' } }, required: ['name', 'n', 'ok'], additionalProperties: false };
+  for (let seed = 1; seed <= 5; ++seed) {
+    const r = await client.beta.chat.completions.parse({ model: 'tiny', messages, max_tokens: 400, temperature: 1,
+      seed, response_format: { type: 'json_schema', json_schema: { name: 'thing', strict: true, schema } } });
+    const p = r.choices[0].message.parsed;
+    check(p && typeof p.name === 'string' && [...p.name].length <= 6 && Number.isInteger(p.n) && typeof p.ok === 'boolean',
+      `parse() with a JSON schema, seed ${seed}: ${JSON.stringify(r.choices[0].message)}`);
+  }
+  const tools = [{ type: 'function', function: { name: 'add', strict: true, parameters: { type: 'object',
+    properties: { a: { type: 'integer' }, b: { type: 'integer' } }, required: ['a', 'b'], additionalProperties: false } } }];
+  const called = await client.beta.chat.completions.parse({ model: 'tiny', messages, max_tokens: 400, temperature: 1,
+    seed: 2, tools, tool_choice: 'required' });
+  const call = called.choices[0].message.tool_calls?.[0];
+  check(called.choices[0].finish_reason === 'tool_calls' && call?.function.name === 'add' &&
+    Number.isInteger(call.function.parsed_arguments?.a) && Number.isInteger(call.function.parsed_arguments?.b),
+  `tool_choice required gives parsed arguments: ${JSON.stringify(called.choices[0])}`);
+  const runner = client.beta.chat.completions.stream({ model: 'tiny', messages, max_tokens: 400, temperature: 1,
+    seed: 2, tools, tool_choice: { type: 'function', function: { name: 'add' } } });
+  const final = await runner.finalChatCompletion();
+  check(final.choices[0].message.tool_calls?.[0]?.function.arguments === call?.function.arguments,
+    `a streamed tool call equals the plain one: ${JSON.stringify(final.choices[0])}`);
+  try {
+    await client.chat.completions.create({ model: 'tiny', messages, tools });
+    check(false, 'tool_choice auto is refused');
+  } catch (e) {
+    check(e instanceof OpenAI.BadRequestError && e.param === 'tool_choice', `BadRequestError naming tool_choice: ${e}`);
+  }
 
   try {
     await client.completions.create({ model: 'tiny', prompt, max_tokens: -5 });

@@ -7,6 +7,7 @@
 // is theirs: which sequences step together, and how they report what ended.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,6 +25,23 @@ const char* finish_reason_name(FinishReason reason);
 
 // Adds to (or masks) a copy of the logits before sampling: logit biases, constrained output.
 using LogitAdjust = std::function<void(float* logits, int64_t vocab)>;
+
+// A stateful limit on which tokens may come next (a grammar, a JSON schema): the decoder masks
+// the rest before sampling, reports the chosen token, and ends the sequence with Stop when the
+// output is complete. One instance per sequence.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  // Sets the logits of tokens that may not come next to -infinity (the end-of-sequence token
+  // included: the decoder allows it itself when can_end()).
+  virtual void mask(float* logits, int64_t vocab) = 0;
+  // Moves past the chosen token; an Error if the token was not allowed.
+  virtual void accept(int32_t token) = 0;
+  // The output so far is complete (the end-of-sequence token may come next).
+  virtual bool can_end() const = 0;
+  // The output is complete and nothing may follow: the sequence ends here.
+  virtual bool must_end() const = 0;
+};
 
 // The streaming rule on its own: bytes in, releasable text out.
 class TextReleaser {
@@ -48,6 +66,9 @@ struct DecodeRule {
   bool stop_at_eos = true;
   uint64_t stream = 0;  // keys the random draws with the seed and the position
   LogitAdjust adjust;   // empty: the logits as they are
+  // Applied after `adjust`; null: every token may come next. Shared so a rule stays copyable;
+  // one sequence uses it at a time.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 class SequenceDecoder {
@@ -76,6 +97,8 @@ class SequenceDecoder {
   TextReleaser releaser_;
   int64_t generated_ = 0;
   FinishReason finish_ = FinishReason::None;
+  void mask_constrained(int64_t vocab);  // rule_.constraint's mask on adjusted_
+
   std::vector<float> adjusted_;  // the logits with rule_.adjust applied (sized once)
 };
 
