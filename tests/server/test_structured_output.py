@@ -3,9 +3,8 @@ with tool_choice "required" or a named function. A random model sampled under th
 still answer with JSON that parses and validates against the schema, for every seed; what the
 server cannot honour is a 400 naming the field or the schema keyword."""
 import json
-import sys
 
-from server_harness import FAILURES, Server, check, expect_json_error, parse_args, tiny_model
+from server_harness import Server, check, expect_json_error, finish, parse_args, tiny_model
 
 # A schema touching every keyword of the subset (docs/server.md).
 SCHEMA = {
@@ -215,10 +214,7 @@ def main():
         test_refusals(s)
     finally:
         s.stop()
-    if FAILURES:
-        print(f"{len(FAILURES)} failure(s)")
-        sys.exit(1)
-    print("structured output tests: all passed")
+    finish("structured output tests")
 
 
 if __name__ == "__main__":
