@@ -185,11 +185,18 @@ void run_server(ServeOptions o) {
   http.set_tcp_nodelay(true);
   api.install(http);
   int listen_socket = -1;
-  http.set_socket_options([&listen_socket](int sock) {
-    httplib::default_socket_options(sock);
+  // SO_REUSEADDR rebinds a port a stopped server left in TIME_WAIT, but refuses one another server
+  // listens on; cpp-httplib's own SO_REUSEPORT would let a second server share it silently (each
+  // getting some of the connections), so that only comes with --reuse-port.
+  http.set_socket_options([&listen_socket, reuse_port = o.reuse_port](int sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    if (reuse_port) setsockopt(sock, SOL_SOCKET, SO_REUSEPORT, &yes, sizeof yes);
     listen_socket = sock;
   });
-  RETNET_CHECK(http.bind_to_port(o.host, o.port), "cannot listen on {}:{} (in use, or a bad host?)",
+  RETNET_CHECK(http.bind_to_port(o.host, o.port),
+               "cannot listen on {}:{}: the port is in use (another server?) or the host is not "
+               "an address of this machine",
                o.host, o.port);
   // cpp-httplib 0.11 listens with a backlog of 5: a burst of clients would overflow it and wait
   // for SYN retransmissions (a second or more). Listening again raises the backlog.

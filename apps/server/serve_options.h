@@ -31,6 +31,7 @@ struct ServeOptions {
   std::string chat_template_file;  // empty: the model directory's, else the default
   std::string dtype = "f32";       // the inference copy of the weights: f32, bf16, f16
   bool no_ui = false;              // no chat page at /
+  bool reuse_port = false;         // SO_REUSEPORT: servers share the port
 };
 
 }  // namespace retnet::server

@@ -143,6 +143,15 @@ def test_bad_serve_options_and_startup_signal(retnet, model, workdir):
                          capture_output=True, text=True, timeout=120)
     check(out.returncode != 0 and "is a FIFO, not a regular file" in out.stderr,
           f"serve -m FIFO is refused by name: {out.returncode} {out.stderr[-300:]}")
+    # A second server on a port in use stops at start, naming it (unless both ask --reuse-port).
+    first = Server(retnet, model, workdir, "port_owner", "--no-ui")
+    try:
+        out = subprocess.run([retnet, "serve", "-m", model, "--port", str(first.port)],
+                             capture_output=True, text=True, timeout=120)
+        check(out.returncode != 0 and "port is in use" in out.stderr,
+              f"a second server on a port in use fails: {out.returncode} {out.stderr[-300:]}")
+    finally:
+        first.stop()
     # SIGTERM as soon as the process starts (while it loads, or just after it listens): it ends.
     proc = subprocess.Popen([retnet, "serve", "-m", model, "--port", str(free_port())],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
