@@ -35,7 +35,8 @@ void register_serve(CLI::App& app) {
               "longer /detokenize lists, before tokenizing (413)",
               integer_within(1, int64_t{1} << 30));
   add_checked(cmd, "--max-tokens,-n", o->max_tokens,
-              "Most tokens a request may generate (and the default)",
+              "Most tokens a request may generate (and the default); a request asking more is "
+              "clamped to it and ends with finish_reason \"length\"",
               integer_within(0, int64_t{1} << 40));
   add_checked(cmd, "--max-queue", o->max_queue, "Requests waiting for a slot before 429",
               integer_within(0, 1 << 20));

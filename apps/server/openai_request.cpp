@@ -288,9 +288,9 @@ CompletionRequest parse_completion_request(const nlohmann::json& body, bool chat
   r.max_tokens = integer_field(body, max_name, INT64_MIN, INT64_MAX, limits.max_tokens);
   if (r.max_tokens < 0)
     throw bad_field(max_name, fmt::format("must be >= 0, got {}", r.max_tokens));
-  if (r.max_tokens > limits.max_tokens)
-    throw bad_field(max_name, fmt::format("must be at most {} (the server's --max-tokens), got {}",
-                                          limits.max_tokens, r.max_tokens));
+  // Above the server's --max-tokens: clamped (clients send large defaults), and the reply then
+  // ends with finish_reason "length" where the limit cuts it.
+  r.max_tokens = std::min(r.max_tokens, limits.max_tokens);
   SamplingParams& s = r.sampling;
   s.temperature = static_cast<float>(number_field(body, "temperature", 0, 2, s.temperature));
   s.top_p = static_cast<float>(number_field(body, "top_p", 0, 1, s.top_p));

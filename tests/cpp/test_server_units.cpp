@@ -99,7 +99,6 @@ TEST(ServerRequest, NamesTheBadField) {
             std::make_pair(400, std::string("temperature")));
   EXPECT_EQ(refusal(R"({"prompt": "x", "temperature": 3})").second, "temperature");
   EXPECT_EQ(refusal(R"({"prompt": "x", "max_tokens": -1})").second, "max_tokens");
-  EXPECT_EQ(refusal(R"({"prompt": "x", "max_tokens": 101})").second, "max_tokens");
   EXPECT_EQ(refusal(R"({"prompt": "x", "max_tokens": 1.5})").second, "max_tokens");
   EXPECT_EQ(refusal(R"({"prompt": "x", "n": 2})").second, "n");
   EXPECT_EQ(refusal(R"({"prompt": "x", "stop": ["a", 3]})").second, "stop[1]");
@@ -198,6 +197,14 @@ TEST(ServerRequest, ReadsFieldsAndDefaults) {
   EXPECT_EQ(d.prompt_tokens, (std::vector<int32_t>{5, 6}));
   EXPECT_EQ(d.max_tokens, 100);  // the server's --max-tokens
   EXPECT_FALSE(d.seed_given);
+  // More than the server allows is clamped to its --max-tokens, under either name.
+  for (const char* body : {R"({"prompt": "x", "max_tokens": 1000})",
+                           R"({"messages": [{"role": "user", "content": "x"}],
+                               "max_completion_tokens": 1000})"}) {
+    const bool chat = std::string(body).find("messages") != std::string::npos;
+    EXPECT_EQ(parse_completion_request(parse_json_object(body), chat, limits()).max_tokens, 100)
+        << body;
+  }
 }
 
 TEST(ServerRequest, RefusesBodiesThatAreNotJsonObjects) {
