@@ -120,6 +120,17 @@ void HttpApi::send_error(httplib::Response& res, int status, const std::string& 
   res.set_content(json_text(error_json(message, type, code, param)), "application/json");
 }
 
+nlohmann::json HttpApi::model_json() const {
+  return {{"id", model_id_},
+          {"object", "model"},
+          {"created", unix_seconds()},
+          {"owned_by", "retnet"},
+          {"meta",
+           {{"parameters", model_.parameter_count()},
+            {"state_bytes", model_.state_bytes_per_sequence()},
+            {"vocab_size", model_.config().vocab_size}}}};
+}
+
 void HttpApi::install(GuardedServer& server) {
   server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     // Before anything else: no later step (a 404 naming the path, a JSON writer) sees such bytes.
@@ -195,16 +206,17 @@ void HttpApi::install(GuardedServer& server) {
       res.set_content(page.data(), page.size(), "text/html; charset=utf-8");
     });
   server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    nlohmann::json model = {{"id", model_id_},
-                            {"object", "model"},
-                            {"created", unix_seconds()},
-                            {"owned_by", "retnet"},
-                            {"meta",
-                             {{"parameters", model_.parameter_count()},
-                              {"state_bytes", model_.state_bytes_per_sequence()},
-                              {"vocab_size", model_.config().vocab_size}}}};
-    res.set_content(json_text(nlohmann::json({{"object", "list"}, {"data", {model}}})),
+    res.set_content(json_text(nlohmann::json({{"object", "list"}, {"data", {model_json()}}})),
                     "application/json");
+  });
+  // models.retrieve(): the served model by its id; another id is 404 (the list is the truth).
+  server.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    if (req.matches[1] != model_id_)
+      throw HttpError(404,
+                      fmt::format("The model '{}' does not exist (this server has '{}')",
+                                  std::string(req.matches[1]), model_id_),
+                      "invalid_request_error", "model_not_found", "model");
+    res.set_content(json_text(model_json()), "application/json");
   });
   server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     completions(req, res, false);
@@ -294,7 +306,7 @@ std::shared_ptr<Job> HttpApi::make_job(const CompletionRequest& r) const {
 
 void HttpApi::completions(const httplib::Request& req, httplib::Response& res, bool chat) {
   const nlohmann::json body = parse_json_object(req.body);
-  RequestLimits limits{model_id_, options_.max_tokens, model_.config().vocab_size};
+  RequestLimits limits{options_.max_tokens, model_.config().vocab_size};
   CompletionRequest r = parse_completion_request(body, chat, limits);
   // Read again with the key order kept: a schema's properties are written in their order.
   for (auto it = body.begin(); it != body.end(); ++it)

@@ -38,6 +38,7 @@ class HttpApi {
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);
   void slot_action(const httplib::Request& req, httplib::Response& res);
+  nlohmann::json model_json() const;  // the served model, as /v1/models lists it
 
   const ServeOptions& options_;
   std::string model_id_;

@@ -256,15 +256,11 @@ CompletionRequest parse_completion_request(const nlohmann::json& body, bool chat
                                            const RequestLimits& limits) {
   CompletionRequest r;
   r.chat = chat;
-  if (const nlohmann::json* model = field(body, "model")) {
+  // Any name: the server has one model (its replies name it), and clients send names of their
+  // own (gpt-4o-mini); GET /v1/models says which it is.
+  if (const nlohmann::json* model = field(body, "model"))
     if (!model->is_string())
       throw bad_field("model", fmt::format("must be a string, got {}", type_name(*model)));
-    if (model->get<std::string>() != limits.model_id)
-      throw HttpError(404,
-                      fmt::format("The model '{}' does not exist (this server has '{}')",
-                                  model->get<std::string>(), limits.model_id),
-                      "invalid_request_error", "model_not_found", "model");
-  }
   if (chat)
     r.messages = messages_field(body);
   else

@@ -50,8 +50,7 @@ struct CompletionRequest {
 };
 
 struct RequestLimits {
-  std::string model_id;    // the only model this server has
-  int64_t max_tokens = 0;  // the most a request may ask for (and the default)
+  int64_t max_tokens = 0;  // the most a request generates (and the default)
   int64_t vocab = 0;       // token ids must be below it
 };
 

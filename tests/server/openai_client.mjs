@@ -88,11 +88,16 @@ try {
   } catch (e) {
     check(e instanceof OpenAI.BadRequestError && e.param === 'max_tokens', `BadRequestError naming max_tokens: ${e}`);
   }
+  // One model is served whatever the name a client sends; models.retrieve names the real one.
+  const named = await client.completions.create({ model: 'gpt-4o', prompt, max_tokens: 4 });
+  check(named.model === 'tiny' && named.choices.length === 1, `any model name is served: ${named.model}`);
+  const retrieved = await client.models.retrieve('tiny');
+  check(retrieved.id === 'tiny' && retrieved.object === 'model', `models.retrieve: ${JSON.stringify(retrieved)}`);
   try {
-    await client.completions.create({ model: 'gpt-4o', prompt });
-    check(false, 'unknown model is refused');
+    await client.models.retrieve('gpt-4o');
+    check(false, 'retrieving another model is 404');
   } catch (e) {
-    check(e instanceof OpenAI.NotFoundError, `NotFoundError for an unknown model: ${e}`);
+    check(e instanceof OpenAI.NotFoundError, `NotFoundError retrieving an unknown model: ${e}`);
   }
   try {
     await new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'wrong', maxRetries: 0 }).models.list();
