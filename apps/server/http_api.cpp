@@ -472,9 +472,6 @@ void HttpApi::detokenize(const httplib::Request& req, httplib::Response& res) {
 }
 
 void HttpApi::slot_action(const httplib::Request& req, httplib::Response& res) {
-  if (options_.slot_save_dir.empty())
-    throw HttpError(400, "saving and restoring slots needs the server's --slot-save-dir",
-                    "invalid_request_error", "slot_save_disabled");
   int64_t id = 0;
   try {
     id = std::stoll(req.matches[1].str());
@@ -482,9 +479,15 @@ void HttpApi::slot_action(const httplib::Request& req, httplib::Response& res) {
     throw HttpError(400, "the slot id is not a number", "invalid_request_error", "invalid_value");
   }
   const std::string action = req.get_param_value("action");
-  if (action != "save" && action != "restore")
-    throw HttpError(400, "'action' must be save or restore", "invalid_request_error",
-                    "invalid_value", "action");
+  if (action != "save" && action != "restore" && action != "erase")
+    throw HttpError(400,
+                    fmt::format("'action' must be save, restore or erase, got '{}'", action),
+                    "invalid_request_error", "invalid_value", "action");
+  if (action == "erase") return res.set_content(json_text(scheduler_.erase_slot(id)),
+                                                "application/json");
+  if (options_.slot_save_dir.empty())
+    throw HttpError(400, "saving and restoring slots needs the server's --slot-save-dir",
+                    "invalid_request_error", "slot_save_disabled");
   const nlohmann::json body = parse_json_object(req.body);
   auto it = body.find("filename");
   // Plain names only: the file stays inside --slot-save-dir.

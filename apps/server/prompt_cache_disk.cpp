@@ -159,7 +159,12 @@ std::optional<DiskPromptCache::Hit> DiskPromptCache::find_longest_prefix(
     if (best == entries_.size()) return std::nullopt;
     const std::string path = entries_[best].path;
     const std::vector<int32_t> key = entries_[best].tokens;
-    // A file still queued is read from the queue.
+    // A file being written is read once it is there (the index may change meanwhile: look
+    // again); one still queued, from the queue.
+    if (writing_ == path) {
+      idle_.wait(lock, [&] { return writing_ != path; });
+      continue;
+    }
     std::string bytes;
     for (const auto& [queued_path, queued] : queue_)
       if (queued_path == path) bytes = queued;
@@ -210,7 +215,7 @@ void DiskPromptCache::insert(std::span<const int32_t> tokens, const SavedSequenc
 
 void DiskPromptCache::flush() {
   std::unique_lock<std::mutex> lock(mutex_);
-  idle_.wait(lock, [&] { return queue_.empty() && !writing_; });
+  idle_.wait(lock, [&] { return queue_.empty() && writing_.empty(); });
 }
 
 int64_t DiskPromptCache::bytes() const {
@@ -250,7 +255,7 @@ void DiskPromptCache::writer_loop() {
     if (queue_.empty()) break;  // stopping, all written
     auto [path, bytes] = std::move(queue_.front());
     queue_.pop_front();
-    writing_ = true;
+    writing_ = path;
     lock.unlock();
     try {
       write_file_atomically(path, bytes);
@@ -258,7 +263,7 @@ void DiskPromptCache::writer_loop() {
       log_(fmt::format("prompt cache: could not write '{}': {}", path, e.what()));
     }
     lock.lock();
-    writing_ = false;
+    writing_.clear();
     // Evicted (or replaced and written again later) while it was being written: not kept.
     const bool indexed = std::any_of(entries_.begin(), entries_.end(),
                                      [&](const Entry& e) { return e.path == path; });

@@ -78,7 +78,8 @@ class DiskPromptCache {
   int64_t bytes_ = 0;
   uint64_t clock_ = 0;
   std::deque<std::pair<std::string, std::string>> queue_;  // (path, bytes) to write
-  bool writing_ = false, stopping_ = false;
+  std::string writing_;  // the path being written ("": none)
+  bool stopping_ = false;
   std::condition_variable wake_, idle_;
   std::thread writer_;
 };

@@ -494,6 +494,21 @@ nlohmann::json Scheduler::save_slot(int64_t id, const std::string& path) {
   return {{"id_slot", id}, {"n_saved", static_cast<int64_t>(tokens.size())}};
 }
 
+nlohmann::json Scheduler::erase_slot(int64_t id) {
+  RETNET_CHECK(id >= 0 && id < options_.slots, "slot {} does not exist (the server has {})", id,
+               options_.slots);
+  std::lock_guard<std::mutex> session_lock(session_mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
+  check_idle_locked(id);
+  Slot& s = slots_[static_cast<size_t>(id)];
+  const auto erased = static_cast<int64_t>(s.last_tokens.size());
+  session_.reset_sequence(id);
+  s.has_state = false;
+  s.last_tokens.clear();
+  update_gauges_locked();
+  return {{"id_slot", id}, {"n_erased", erased}};
+}
+
 nlohmann::json Scheduler::restore_slot(int64_t id, const std::string& path) {
   RETNET_CHECK(id >= 0 && id < options_.slots, "slot {} does not exist (the server has {})", id,
                options_.slots);

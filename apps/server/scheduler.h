@@ -55,6 +55,8 @@ class Scheduler {
   // slot is refused (409).
   nlohmann::json save_slot(int64_t id, const std::string& path);
   nlohmann::json restore_slot(int64_t id, const std::string& path);
+  // Forgets idle slot `id`'s state (its next request starts from scratch or the prompt cache).
+  nlohmann::json erase_slot(int64_t id);
 
   int64_t prefill_block() const { return block_; }
 

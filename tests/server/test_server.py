@@ -386,6 +386,12 @@ def test_slots_save_restore(retnet, model, workdir):
         check(st == 200 and r["n_restored"] > 0, f"restore: {r}")
         st, r = s.json("POST", "/slots/0?action=restore", {"filename": "missing.bin"})
         check(st == 400, f"restoring a missing file: {st}")
+        st, r = s.json("POST", "/slots/0?action=erase", {})
+        check(st == 200 and r["n_erased"] > 0, f"erase: {st} {r}")
+        st, r = s.json("POST", "/slots/0?action=save", {"filename": "after-erase.bin"})
+        check(st == 400 and "nothing to save" in r["error"]["message"], f"erased: {st} {r}")
+        st, r = s.json("POST", "/slots/0?action=wipe", {})
+        check(st == 400 and r["error"]["param"] == "action", f"an unknown action is named: {r}")
     finally:
         s.stop()
 
