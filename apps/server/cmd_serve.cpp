@@ -79,6 +79,10 @@ void register_serve(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0", "q4_0", "q4_1"}))
       ->capture_default_str();
   cmd->add_flag("--no-ui", o->no_ui, "No chat page at / (404)");
+  cmd->add_option("--cors-origin", o->cors_origins,
+                  "Let a browser app on this origin (e.g. http://localhost:3000; repeatable; \"*\": "
+                  "any) call the API: CORS headers and preflight answers (requests still need "
+                  "the API key, if set)");
   cmd->add_flag("--reuse-port", o->reuse_port,
                 "Let several servers listen on the same port (SO_REUSEPORT; the kernel spreads "
                 "connections among them); without it a port in use stops the server at start");

@@ -120,6 +120,12 @@ void HttpApi::send_error(httplib::Response& res, int status, const std::string& 
   res.set_content(json_text(error_json(message, type, code, param)), "application/json");
 }
 
+bool HttpApi::cors_allows(const std::string& origin) const {
+  for (const std::string& allowed : options_.cors_origins)
+    if (allowed == "*" || allowed == origin) return true;
+  return false;
+}
+
 nlohmann::json HttpApi::model_json() const {
   return {{"id", model_id_},
           {"object", "model"},
@@ -137,6 +143,30 @@ void HttpApi::install(GuardedServer& server) {
     if (const std::string bad = invalid_utf8_in(req); !bad.empty()) {
       send_error(res, 400, fmt::format("the request is not valid UTF-8: {}", bad),
                  "invalid_request_error", "invalid_utf8");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // A browser app on an origin --cors-origin allows may call the API; its preflight (OPTIONS,
+    // no key) is answered here, another origin's refused.
+    const std::string origin = req.get_header_value("Origin");
+    const bool cross_origin_allowed = !origin.empty() && cors_allows(origin);
+    if (cross_origin_allowed) {
+      res.set_header("Access-Control-Allow-Origin", origin);
+      res.set_header("Vary", "Origin");
+    }
+    if (req.method == "OPTIONS") {
+      if (!cross_origin_allowed) {
+        send_error(res, 403,
+                   origin.empty() ? std::string("OPTIONS is a CORS preflight: it needs an Origin")
+                                  : fmt::format("cross-origin requests from '{}' are not allowed "
+                                                "(the server's --cors-origin)",
+                                                origin),
+                   "invalid_request_error", "cors_origin_not_allowed");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      res.status = 204;
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+      res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+      res.set_header("Access-Control-Max-Age", "600");
       return httplib::Server::HandlerResponse::Handled;
     }
     // The chat page holds no data (its requests carry the key the user types in), and a browser

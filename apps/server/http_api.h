@@ -39,6 +39,7 @@ class HttpApi {
   void detokenize(const httplib::Request& req, httplib::Response& res);
   void slot_action(const httplib::Request& req, httplib::Response& res);
   nlohmann::json model_json() const;  // the served model, as /v1/models lists it
+  bool cors_allows(const std::string& origin) const;  // --cors-origin
 
   const ServeOptions& options_;
   std::string model_id_;

@@ -310,11 +310,35 @@ def test_bad_requests(s, headers):
     check(st == 200 and r["usage"]["completion_tokens"] == 4, "a good request after bad ones")
 
 
+def test_cors(port):
+    """--cors-origin: the allowed origin's preflight (no key) is answered and its requests carry
+    Access-Control-Allow-Origin; another origin's preflight is 403."""
+    def exchange(method, origin, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        try:
+            conn.request(method, "/v1/chat/completions", headers=dict(headers or {}, Origin=origin))
+            resp = conn.getresponse()
+            resp.read()
+            return resp.status, resp.getheader("Access-Control-Allow-Origin")
+        finally:
+            conn.close()
+    preflight = {"Access-Control-Request-Method": "POST",
+                 "Access-Control-Request-Headers": "authorization, content-type"}
+    st, allow = exchange("OPTIONS", "http://app.example", preflight)
+    check(st == 204 and allow == "http://app.example", f"allowed preflight: {st} {allow}")
+    st, allow = exchange("OPTIONS", "http://evil.example", preflight)
+    check(st == 403 and allow is None, f"another origin's preflight: {st} {allow}")
+    st, allow = exchange("POST", "http://app.example", {"Authorization": "Bearer k1"})
+    check(allow == "http://app.example", f"a request from the allowed origin carries it: {st}")
+
+
 def test_keys_and_queue(retnet, model, workdir):
     s = Server(retnet, model, workdir, "keyed", "--api-key", "k1", "--api-key", "secret-two",
-               "--parallel", "1", "--max-queue", "0", "--max-tokens", "100000")
+               "--parallel", "1", "--max-queue", "0", "--max-tokens", "100000",
+               "--cors-origin", "http://app.example")
     try:
         check(s.request("GET", "/health")[0] == 200, "/health needs no key")
+        test_cors(s.port)
         for hdr, what in (({}, "missing key"), ({"Authorization": "Bearer nope"}, "wrong key"),
                           ({"Authorization": "secret-two"}, "no Bearer")):
             st, data = s.request("GET", "/v1/models", headers=hdr)
