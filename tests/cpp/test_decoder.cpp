@@ -69,13 +69,16 @@ DecodedRun decode_alone(const Model& m, const Tokenizer& tok, DecodeRule rule,
   return r;
 }
 
-// Greedy decoding of at most 12 tokens.
-DecodeRule greedy_rule() {
+// Sampling at `temperature` with `seed`, at most `max_tokens` tokens.
+DecodeRule sampled_rule(float temperature, uint64_t seed, int64_t max_tokens) {
   DecodeRule rule;
-  rule.sampling.temperature = 0;
-  rule.max_tokens = 12;
+  rule.sampling.temperature = temperature;
+  rule.sampling.seed = seed;
+  rule.max_tokens = max_tokens;
   return rule;
 }
+// Greedy decoding of at most 12 tokens.
+DecodeRule greedy_rule() { return sampled_rule(0, 0, 12); }
 
 TEST(Decoder, EndsAtItsBudgetWithTheTextOfEveryToken) {
   const Model m = decoder_test_model();
@@ -121,10 +124,7 @@ TEST(Decoder, AStopStringEndsTheTextBeforeIt) {
 TEST(Decoder, AnAdjustmentChangesTheLogitsSampledFrom) {
   const Model m = decoder_test_model();
   DecoderTestBytes tok(-1);
-  DecodeRule rule;
-  rule.sampling.temperature = 0.7f;
-  rule.sampling.seed = 3;
-  rule.max_tokens = 6;
+  DecodeRule rule = sampled_rule(0.7f, 3, 6);
   // A bias that only 'z' can win against.
   rule.adjust = [](float* logits, int64_t) { logits[static_cast<int>('z')] += 1000.f; };
   const DecodedRun r = decode_alone(m, tok, rule, "abc");
@@ -156,10 +156,7 @@ class DigitsConstraint : public TokenConstraint {
 TEST(Decoder, AConstraintMasksTokensAndEndsTheSequence) {
   const Model m = decoder_test_model();
   DecoderTestBytes tok(-1);
-  DecodeRule rule;
-  rule.sampling.temperature = 0.9f;
-  rule.sampling.seed = 5;
-  rule.max_tokens = 12;
+  DecodeRule rule = sampled_rule(0.9f, 5, 12);
   const DecodedRun free_run = decode_alone(m, tok, rule, "abc");
   EXPECT_EQ(free_run.finish, FinishReason::Length);
   EXPECT_FALSE(std::all_of(free_run.text.begin(), free_run.text.end(), ::isdigit));

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,15 @@ void start_pair(Session& s) {
   s.add_sequence();
   s.prefill(0, kCheckOther.data(), static_cast<int64_t>(kCheckOther.size()));
   s.prefill(1, kCheckPrompt.data(), static_cast<int64_t>(kCheckPrompt.size()));
+}
+
+// A session of two sequences (capacity 2), started by start_pair.
+std::unique_ptr<Session> started_pair(const Model& m) {
+  SessionOptions options;
+  options.capacity = 2;
+  auto s = std::make_unique<Session>(m, options);
+  start_pair(*s);
+  return s;
 }
 
 TEST_P(SessionCheck, AcceptingAPrefixEqualsFeedingItTokenByToken) {
@@ -96,10 +106,8 @@ TEST_P(SessionCheck, AcceptingAPrefixEqualsFeedingItTokenByToken) {
 
 TEST_P(SessionCheck, AcceptNeedsItsCheck) {
   const Model m = Model::init(GetParam().config, 7);
-  SessionOptions options;
-  options.capacity = 2;
-  Session s(m, options);
-  start_pair(s);
+  const std::unique_ptr<Session> owner = started_pair(m);
+  Session& s = *owner;
   EXPECT_TRUE(test::throws_error_naming([&] { s.accept(1, 0); }, {"needs a check"}));
   s.check(1, kCheckTokens.data(), 3);
   EXPECT_TRUE(test::throws_error_naming([&] { s.accept(0, 0); }, {"sequence 0", "needs a check"}));
