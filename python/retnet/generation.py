@@ -19,14 +19,23 @@ class Completion(str):
     usage: {"prompt_tokens", "completion_tokens", "total_tokens"}.
     """
 
-    def __new__(cls, result):
-        self = super().__new__(cls, result["text"])
-        self.tokens = list(result["tokens"])
-        self.finish_reason = result["finish_reason"]
-        prompt, completion = result["prompt_tokens"], result["completion_tokens"]
-        self.usage = {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion}
+    def __new__(cls, text, tokens=(), finish_reason=None, usage=None):
+        self = super().__new__(cls, text)
+        self.tokens = list(tokens)
+        self.finish_reason = finish_reason
+        self.usage = dict(usage or {})
         return self
+
+    @classmethod
+    def _of(cls, result):
+        """A Completion of the engine's result dict."""
+        prompt, completion = result["prompt_tokens"], result["completion_tokens"]
+        return cls(result["text"], result["tokens"], result["finish_reason"],
+                   {"prompt_tokens": prompt, "completion_tokens": completion,
+                    "total_tokens": prompt + completion})
+
+    def __reduce__(self):  # pickle and copy keep the fields (str's own would drop them)
+        return (Completion, (self.text, self.tokens, self.finish_reason, self.usage))
 
     @property
     def text(self):
@@ -117,7 +126,7 @@ def generate(self, prompt, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95
                         repeat_penalty, repeat_last_n, add_bos, ignore_eos, min_p,
                         presence_penalty, frequency_penalty)
     out = self._generate([prompt], stream=stream, **args)
-    return out if stream else Completion(out[0])
+    return out if stream else Completion._of(out[0])
 
 
 def generate_batch(self, prompts, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95,
@@ -133,13 +142,13 @@ def generate_batch(self, prompts, max_tokens=128, temperature=0.8, top_k=40, top
     args = _engine_args(max_tokens, max_new_tokens, temperature, top_k, top_p, stop, seed,
                         repeat_penalty, repeat_last_n, add_bos, ignore_eos, min_p,
                         presence_penalty, frequency_penalty)
-    return [Completion(r) for r in self._generate(checked, stream=False, **args)]
+    return [Completion._of(r) for r in self._generate(checked, stream=False, **args)]
 
 
 def _stream_result(self):
     """The stream's Completion once it is exhausted (None before, or after an error)."""
     result = self._result()
-    return None if result is None else Completion(result)
+    return None if result is None else Completion._of(result)
 
 
 Model.generate = generate

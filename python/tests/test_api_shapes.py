@@ -1,5 +1,7 @@
 """The API in the ecosystem's shapes: __version__, the Error's name, Model as a context manager,
 generate's result object, token-id prompts, TypeErrors naming the argument, seeds."""
+import copy
+import pickle
 import re
 import subprocess
 
@@ -53,6 +55,9 @@ def test_generate_returns_a_result(model):
     assert r.usage["total_tokens"] == r.usage["prompt_tokens"] + 12
     # The tokens decode to the text (byte-level tokenizer: no merges across tokens).
     assert model.tokenizer.decode(r.tokens) == r.text
+    for copied in (pickle.loads(pickle.dumps(r)), copy.deepcopy(r)):
+        assert (copied, copied.tokens, copied.finish_reason, copied.usage) == (
+            r, r.tokens, r.finish_reason, r.usage)
 
 
 def test_stop_finish_reason(model):
