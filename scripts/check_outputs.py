@@ -251,13 +251,13 @@ for name in ("retention", "rwkv", "hybrid_retention_attention"):
         out[f"logits/{name}/{form}"] = sha(np.ascontiguousarray(m.logits(ids, form=form)).tobytes())
 m = retnet.load(args["trained"])
 P = args["prompts"]
-out["generate/greedy"] = sha(m.generate(P[0], max_tokens=40, temperature=0))
+out["generate/greedy"] = sha(m.generate(P[0], max_tokens=40, temperature=0).text)
 out["generate/seeded"] = sha(m.generate(P[1], max_tokens=40, temperature=0.9, top_k=20, top_p=0.9,
-                                        repeat_penalty=1.1, seed=7))
+                                        repeat_penalty=1.1, seed=7).text)
 out["generate/stream"] = sha(json.dumps(list(m.generate(P[0], max_tokens=40, temperature=0.9,
                                                         seed=5, stream=True))))
-out["generate/batch"] = sha(json.dumps(m.generate_batch(P, max_tokens=24, temperature=0.9,
-                                                        seed=7)))
+out["generate/batch"] = sha(json.dumps([r.text for r in m.generate_batch(
+    P, max_tokens=24, temperature=0.9, seed=7)]))
 s = retnet.Session(m, capacity=2)
 a = s.add_sequence()
 s.prefill(a, m.tokenizer.encode(P[0]))

@@ -262,7 +262,8 @@ void register_generate(CLI::App& app) {
   auto* p = cmd->add_option("--prompt,-p", a->prompt, "Prompt text");
   cmd->add_option("--prompt-file,-f", a->prompt_file, "Read the prompt from a file");
   cmd->add_option("--prompts-file", a->prompts_file,
-                  "Decode one prompt per line together as a batch; prints JSON lines");
+                  "Decode one prompt per line together as a batch; prints JSON lines. Each "
+                  "prompt gets the text it gets alone with the same seed");
   add_checked(cmd, "--max-tokens,-n", a->max_tokens, "Tokens to generate", integer_at_least(0));
   add_checked(cmd, "--temperature,--temp", a->temperature, "Sampling temperature (0: greedy)",
               number_at_least(0));

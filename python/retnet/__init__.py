@@ -6,7 +6,9 @@ NumPy views, generate text (streaming, batched) and train.
 
     import retnet
     model = retnet.load("model.safetensors")
-    print(model.generate("Once upon a time", max_tokens=64, seed=1))
+    with retnet.load("model.safetensors") as model:
+        result = model.generate("Once upon a time", max_tokens=64, seed=1)
+        print(result)  # the text; result.tokens, result.finish_reason, result.usage
 
 Every engine failure raises retnet.Error (a ValueError) with the engine's message.
 """
@@ -14,11 +16,17 @@ import json as _json
 import os as _os
 import tempfile as _tempfile
 
-from ._retnet import (Error, Model, Session, TextStream, Tokenizer, from_arrays, from_hf_arrays,
-                      init, load, num_threads, set_num_threads)
+from ._retnet import (Error, Model, Session, TextStream, Tokenizer, __version__, from_arrays,
+                      from_hf_arrays, init, load, num_threads, set_num_threads)
+from . import _closing
+from .generation import Completion
 
-__all__ = ["Error", "Model", "Session", "TextStream", "Tokenizer", "from_arrays", "from_hf_arrays",
-           "init", "load", "num_threads", "set_num_threads", "train"]
+__all__ = ["Completion", "Error", "Model", "Session", "TextStream", "Tokenizer", "__version__",
+           "from_arrays", "from_hf_arrays", "init", "load", "num_threads", "set_num_threads",
+           "train"]
+
+# Tracebacks print the exception as the package names it, not its extension module.
+Error.__module__ = "retnet"
 
 
 def train(data, config=None, out="runs/retnet", steps=None, time_budget=None, callback=None,
@@ -61,3 +69,5 @@ def train(data, config=None, out="runs/retnet", steps=None, time_budget=None, ca
 
 
 from ._retnet import _train as _retnet_train  # noqa: E402
+
+_closing.install()

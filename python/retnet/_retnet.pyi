@@ -4,8 +4,13 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 import numpy.typing as npt
 
+from .generation import Completion  # generate's result: Model.generate is added there
+
 Tokens = Union[Sequence[int], Sequence[Sequence[int]], npt.ArrayLike]
 ConfigLike = Union[None, str, Dict[str, Any]]
+
+
+__version__: str
 
 
 class Error(ValueError):
@@ -37,9 +42,19 @@ class Tokenizer:
 class TextStream(Iterator[str]):
     def __iter__(self) -> "TextStream": ...
     def __next__(self) -> str: ...
+    @property
+    def result(self) -> Optional[Completion]: ...
+
+
+Prompt = Union[str, Sequence[int]]
 
 
 class Model:
+    def __enter__(self) -> "Model": ...
+    def __exit__(self, *exc: Any) -> bool: ...
+    def close(self) -> None: ...
+    @property
+    def closed(self) -> bool: ...
     @property
     def config(self) -> Dict[str, Any]: ...
     @property
@@ -57,17 +72,21 @@ class Model:
     def grad(self, tokens: Tokens, form: str = "parallel", chunk: Optional[int] = None
              ) -> Tuple[float, Dict[str, npt.NDArray[np.float32]]]: ...
     def state_dict(self) -> Dict[str, npt.NDArray[np.float32]]: ...
-    def generate(self, prompt: str, max_tokens: int = 128, temperature: float = 0.8,
+    def generate(self, prompt: Prompt, max_tokens: int = 128, temperature: float = 0.8,
                  top_k: int = 40, top_p: float = 0.95,
                  stop: Union[None, str, Sequence[str]] = None, seed: Optional[int] = None,
                  stream: bool = False, repeat_penalty: float = 1.0, repeat_last_n: int = 64,
-                 add_bos: Optional[bool] = None, ignore_eos: bool = False
-                 ) -> Union[str, TextStream]: ...
-    def generate_batch(self, prompts: Sequence[str], max_tokens: int = 128,
+                 add_bos: Optional[bool] = None, ignore_eos: bool = False, min_p: float = 0.0,
+                 presence_penalty: float = 0.0, frequency_penalty: float = 0.0, *,
+                 max_new_tokens: Optional[int] = None) -> Union[Completion, TextStream]: ...
+    def generate_batch(self, prompts: Sequence[Prompt], max_tokens: int = 128,
                        temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
                        stop: Union[None, str, Sequence[str]] = None, seed: Optional[int] = None,
                        repeat_penalty: float = 1.0, repeat_last_n: int = 64,
-                       add_bos: Optional[bool] = None, ignore_eos: bool = False) -> List[str]: ...
+                       add_bos: Optional[bool] = None, ignore_eos: bool = False,
+                       min_p: float = 0.0, presence_penalty: float = 0.0,
+                       frequency_penalty: float = 0.0, *,
+                       max_new_tokens: Optional[int] = None) -> List[Completion]: ...
 
 
 def load(path: str, dtype: Optional[str] = None, config: ConfigLike = None) -> Model:
@@ -101,8 +120,8 @@ class Session:
     def step(self, tokens: Tokens) -> None: ...
     def logits(self, b: int = 0) -> npt.NDArray[np.float32]: ...
     def sample(self, b: int = 0, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
-               repeat_penalty: float = 1.0, repeat_last_n: int = 64, seed: int = 0,
-               stream: Optional[int] = None) -> int: ...
+               repeat_penalty: float = 1.0, repeat_last_n: int = 64,
+               seed: Optional[int] = None, stream: Optional[int] = None) -> int: ...
     def state(self, b: int = 0) -> npt.NDArray[np.float32]: ...
     def set_state(self, b: int, state: npt.ArrayLike) -> None: ...
     def fork(self, src: int, dst: int) -> None: ...

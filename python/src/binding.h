@@ -27,6 +27,10 @@ struct PyModel {
   std::shared_ptr<Tokenizer> tokenizer;  // may be null (a model built with no tokenizer)
   std::mutex mutex;
   std::unique_ptr<ModelRunner> runner;  // created on first use
+  bool closed = false;                  // Model.close() was called
+
+  // An Error saying the model is closed, if it is.
+  void require_open() const;
 
   // The tokenizer, or an Error saying the model has none.
   const Tokenizer& require_tokenizer() const;

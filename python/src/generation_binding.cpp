@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -23,7 +24,7 @@ struct GenerateArgs {
   float min_p = 0.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
 };
 
-GenerateOptions generate_options(const GenerateArgs& a, size_t sequences) {
+GenerateOptions generate_options(const GenerateArgs& a) {
   RETNET_CHECK(a.max_tokens >= 0, "max_tokens must be >= 0, got {}", a.max_tokens);
   GenerateOptions go;
   go.max_tokens = a.max_tokens;
@@ -40,9 +41,7 @@ GenerateOptions generate_options(const GenerateArgs& a, size_t sequences) {
   go.sampling.frequency_penalty = a.frequency_penalty;
   go.sampling.seed = a.seed.is_none() ? std::random_device{}() : a.seed.cast<uint64_t>();
   go.sampling.validate();
-  go.streams.resize(sequences);
-  for (size_t i = 0; i < sequences; ++i) go.streams[i] = i;
-  return go;
+  return go;  // go.streams empty: every prompt gets the text it gets alone
 }
 
 // A prompt's ids as `retnet generate` makes them: the BOS its tokenizer.json puts first.
@@ -66,21 +65,31 @@ struct Generation {
   std::vector<std::vector<int32_t>> prompts;
   GenerateOptions options;
 
-  Generation(std::shared_ptr<PyModel> m, const std::vector<std::string>& texts,
-             const GenerateArgs& a)
+  // Each prompt is a str (encoded as `retnet generate` does) or a list of token ids (as given).
+  Generation(std::shared_ptr<PyModel> m, const py::list& inputs, const GenerateArgs& a)
       : model(std::move(m)) {
+    model->require_open();
+    RETNET_CHECK(!inputs.empty(), "prompts is empty");
     const Tokenizer& tok = model->require_tokenizer();
-    for (size_t i = 0; i < texts.size(); ++i)
-      prompts.push_back(encode_prompt(
-          tok, texts[i], a.add_bos,
-          texts.size() == 1 ? std::string("the prompt") : fmt::format("prompt {}", i)));
-    options = generate_options(a, texts.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const std::string what =
+          inputs.size() == 1 ? std::string("the prompt") : fmt::format("prompt {}", i);
+      if (py::isinstance<py::str>(inputs[i])) {
+        prompts.push_back(encode_prompt(tok, inputs[i].cast<std::string>(), a.add_bos, what));
+        continue;
+      }
+      TokenBatch ids = token_batch(inputs[i], model->model.config().vocab_size, what);
+      RETNET_CHECK(ids.batch == 1 && !ids.ids.empty(), "{} must be a non-empty list of token ids",
+                   what);
+      prompts.push_back(std::move(ids.ids));
+    }
+    options = generate_options(a);
     model->prepare_decoding();
     SessionOptions so;
-    so.capacity = static_cast<int64_t>(texts.size());
+    so.capacity = static_cast<int64_t>(inputs.size());
     so.history = std::max<int64_t>(a.repeat_last_n, 1);
     session = std::make_unique<Session>(model->model, so);
-    for (size_t i = 0; i < texts.size(); ++i) session->add_sequence();
+    for (size_t i = 0; i < inputs.size(); ++i) session->add_sequence();
   }
 
   std::vector<SequenceResult> run(const TextCallback& on_text) {
@@ -88,11 +97,21 @@ struct Generation {
   }
 };
 
-std::vector<std::string> generate_blocking(std::shared_ptr<PyModel> model,
-                                           const std::vector<std::string>& texts,
-                                           const GenerateArgs& a) {
-  RETNET_CHECK(!texts.empty(), "prompts is empty");
-  Generation g(std::move(model), texts, a);
+// A result as the Python side's Completion takes it; the text ends with an unfinished
+// character as U+FFFD, as the CLI prints it.
+py::dict result_dict(const SequenceResult& r) {
+  py::dict d;
+  d["text"] = py::str(r.text + utf8_sanitize(r.text_tail));
+  d["tokens"] = py::cast(r.tokens);
+  d["finish_reason"] = py::str(r.finish_reason);
+  d["prompt_tokens"] = r.prompt_tokens;
+  d["completion_tokens"] = r.generated_tokens;
+  return d;
+}
+
+py::list generate_blocking(std::shared_ptr<PyModel> model, const py::list& inputs,
+                           const GenerateArgs& a) {
+  Generation g(std::move(model), inputs, a);
   // Taking the GIL for the check costs a wait whenever another Python thread runs, so it is
   // taken at most every 20 ms: Ctrl-C still stops within a step of that.
   g.options.before_step = [last = std::chrono::steady_clock::now()]() mutable {
@@ -101,11 +120,14 @@ std::vector<std::string> generate_blocking(std::shared_ptr<PyModel> model,
     last = now;
     check_python_signals();
   };
-  py::gil_scoped_release release;
-  std::vector<std::string> generated;
-  // An unfinished character at the end shows as U+FFFD, as the CLI prints it.
-  for (const auto& r : g.run(nullptr)) generated.push_back(r.text + utf8_sanitize(r.text_tail));
-  return generated;
+  std::vector<SequenceResult> results;
+  {
+    py::gil_scoped_release release;
+    results = g.run(nullptr);
+  }
+  py::list out;
+  for (const auto& r : results) out.append(result_dict(r));
+  return out;
 }
 
 // Text pieces of one generation as a Python iterator: the generation runs on its own thread (no
@@ -147,6 +169,13 @@ class TextStream {
     return py::str(piece);
   }
 
+  // The generation's result dict once the iterator is exhausted, else None.
+  py::object result() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!done_ || !result_) return py::none();
+    return result_dict(*result_);
+  }
+
  private:
   struct Cancelled {};
 
@@ -157,6 +186,8 @@ class TextStream {
           generation_->run([this](int64_t, std::string_view text) { push(std::string(text)); });
       const std::string tail = utf8_sanitize(results[0].text_tail);
       if (!tail.empty()) push(tail);
+      std::lock_guard<std::mutex> lock(mutex_);
+      result_ = results[0];
     } catch (const Cancelled&) {
     } catch (...) {
       error = std::current_exception();
@@ -188,6 +219,7 @@ class TextStream {
   std::deque<std::string> pieces_;
   bool done_ = false;
   std::exception_ptr error_;
+  std::optional<SequenceResult> result_;
   std::atomic<bool> cancelled_{false};
 };
 
@@ -204,13 +236,16 @@ void bind_generation(py::module_& m) {
   py::class_<TextStream>(m, "TextStream",
                          "Iterator over the text pieces of a streaming generation.")
       .def("__iter__", [](py::object self) { return self; })
-      .def("__next__", &TextStream::next);
+      .def("__next__", &TextStream::next)
+      .def("_result", &TextStream::result);
 
   auto model =
       py::reinterpret_borrow<py::class_<PyModel, std::shared_ptr<PyModel>>>(m.attr("Model"));
+  // The engine side of Model.generate / generate_batch (python/retnet/generation.py checks the
+  // argument types and wraps the result dicts): prompts is a list of str or token-id lists.
   model.def(
-      "generate",
-      [](std::shared_ptr<PyModel> self, const std::string& prompt, int64_t max_tokens,
+      "_generate",
+      [](std::shared_ptr<PyModel> self, const py::list& prompts, int64_t max_tokens,
          float temperature, int64_t top_k, float top_p, const py::object& stop,
          const py::object& seed, bool stream, float repeat_penalty, int64_t repeat_last_n,
          const py::object& add_bos, bool ignore_eos, float min_p, float presence_penalty,
@@ -219,41 +254,15 @@ void bind_generation(py::module_& m) {
             max_tokens,         temperature, top_p,   repeat_penalty, top_k, repeat_last_n,
             stop_strings(stop), seed,        add_bos, ignore_eos,     min_p, presence_penalty,
             frequency_penalty};
-        if (!stream) return py::str(generate_blocking(std::move(self), {prompt}, a)[0]);
+        if (!stream) return generate_blocking(std::move(self), prompts, a);
         return py::cast(std::make_unique<TextStream>(
-            std::make_unique<Generation>(std::move(self), std::vector{prompt}, a)));
+            std::make_unique<Generation>(std::move(self), prompts, a)));
       },
-      py::arg("prompt"), py::arg("max_tokens") = 128, py::arg("temperature") = 0.8f,
-      py::arg("top_k") = 40, py::arg("top_p") = 0.95f, py::arg("stop") = py::none(),
-      py::arg("seed") = py::none(), py::arg("stream") = false, py::arg("repeat_penalty") = 1.0f,
-      py::arg("repeat_last_n") = 64, py::arg("add_bos") = py::none(), py::arg("ignore_eos") = false,
-      py::arg("min_p") = 0.0f, py::arg("presence_penalty") = 0.0f,
-      py::arg("frequency_penalty") = 0.0f,
-      "Generated text after a prompt (chunkwise prefill, then recurrent decoding), as "
-      "`retnet generate` makes it: the same seed gives the same text. stream=True returns an "
-      "iterator of text pieces instead. stop: a string or list of strings the text ends before. "
-      "seed None: random. add_bos None: as the tokenizer does. The GIL is released while it "
-      "computes; Ctrl-C stops it between steps.");
-  model.def(
-      "generate_batch",
-      [](std::shared_ptr<PyModel> self, const std::vector<std::string>& prompts, int64_t max_tokens,
-         float temperature, int64_t top_k, float top_p, const py::object& stop,
-         const py::object& seed, float repeat_penalty, int64_t repeat_last_n,
-         const py::object& add_bos, bool ignore_eos, float min_p, float presence_penalty,
-         float frequency_penalty) {
-        GenerateArgs a{
-            max_tokens,         temperature, top_p,   repeat_penalty, top_k, repeat_last_n,
-            stop_strings(stop), seed,        add_bos, ignore_eos,     min_p, presence_penalty,
-            frequency_penalty};
-        return generate_blocking(std::move(self), prompts, a);
-      },
-      py::arg("prompts"), py::arg("max_tokens") = 128, py::arg("temperature") = 0.8f,
-      py::arg("top_k") = 40, py::arg("top_p") = 0.95f, py::arg("stop") = py::none(),
-      py::arg("seed") = py::none(), py::arg("repeat_penalty") = 1.0f, py::arg("repeat_last_n") = 64,
-      py::arg("add_bos") = py::none(), py::arg("ignore_eos") = false, py::arg("min_p") = 0.0f,
-      py::arg("presence_penalty") = 0.0f, py::arg("frequency_penalty") = 0.0f,
-      "Generated texts of several prompts decoded together as one batch; prompt i samples "
-      "stream i, so it gets the text it would get alone in a batch at index i.");
+      py::arg("prompts"), py::arg("max_tokens"), py::arg("temperature"), py::arg("top_k"),
+      py::arg("top_p"), py::arg("stop"), py::arg("seed"), py::arg("stream"),
+      py::arg("repeat_penalty"), py::arg("repeat_last_n"), py::arg("add_bos"),
+      py::arg("ignore_eos"), py::arg("min_p"), py::arg("presence_penalty"),
+      py::arg("frequency_penalty"));
 }
 
 }  // namespace retnet::python

@@ -268,6 +268,17 @@ void bind_model(py::module_& m) {
             return named_arrays(p.model.params());
           },
           "Copies of the parameters by torchscale name.")
+      .def(
+          "close",
+          [](PyModel& p) {
+            std::lock_guard<std::mutex> lock(p.mutex);
+            p.closed = true;
+            p.runner.reset();
+          },
+          "Ends the use of this Model (also at the end of a `with` block): later calls raise "
+          "retnet.Error. Its memory goes with the last Session or stream that still uses it.")
+      .def_property_readonly(
+          "closed", [](const PyModel& p) { return p.closed; }, "Whether close() was called.")
       .def("__repr__", [](const PyModel& p) {
         const Config& c = p.model.config();
         return fmt::format("<retnet.Model {} layers, d={}, vocab={}, {} parameters>", c.layers,

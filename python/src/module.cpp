@@ -11,6 +11,12 @@ const Tokenizer& PyModel::require_tokenizer() const {
   return *tokenizer;
 }
 
+void PyModel::require_open() const {
+  RETNET_CHECK(!closed,
+               "this Model is closed (Model.close() or the end of its `with` block): "
+               "load it again to use it");
+}
+
 void PyModel::prepare_decoding() {
   std::lock_guard<std::mutex> lock(mutex);
   if (!model.decode_prepared()) model.prepare_decode(DecodePrecision::F32);
@@ -58,6 +64,7 @@ PYBIND11_MODULE(_retnet, m) {
   m.doc() = "The retnet engine's C++ core (use the `retnet` package, which re-exports it).";
   // Every engine failure is a retnet.Error; a ValueError, as it names a bad input.
   py::register_exception<retnet::Error>(m, "Error", PyExc_ValueError);
+  m.attr("__version__") = RETNET_VERSION;
   m.def("set_num_threads", &retnet::set_num_threads, py::arg("threads"),
         "Threads of the engine's loops and BLAS (<= 0: all cores).");
   m.def("num_threads", &retnet::num_threads, "Threads the engine's loops use.");

@@ -1,5 +1,6 @@
 // retnet.Session: decoding sequences step by step, with zero-copy views of the logits and states.
 #include <cstring>
+#include <random>
 
 #include "binding.h"
 
@@ -23,6 +24,7 @@ struct PySession {
 
 std::unique_ptr<PySession> make_session(std::shared_ptr<PyModel> model, int64_t capacity,
                                         int64_t prefill_chunk, int64_t history, int threads) {
+  model->require_open();
   RETNET_CHECK(capacity >= 1, "capacity must be >= 1, got {}", capacity);
   RETNET_CHECK(prefill_chunk >= 0, "prefill_chunk must be >= 0, got {}", prefill_chunk);
   RETNET_CHECK(history >= 1, "history must be >= 1, got {}", history);
@@ -133,20 +135,24 @@ void bind_session(py::module_& m) {
       .def(
           "sample",
           [](PySession& s, int64_t b, float temperature, int64_t top_k, float top_p,
-             float repeat_penalty, int64_t repeat_last_n, uint64_t seed,
+             float repeat_penalty, int64_t repeat_last_n, const py::object& seed,
              const py::object& stream) {
             s.check_sequence(b);
+            const uint64_t drawn =
+                seed.is_none() ? uint64_t{std::random_device{}()} : seed.cast<uint64_t>();
             const SamplingParams p =
-                sampling(temperature, top_k, top_p, repeat_penalty, repeat_last_n, seed);
-            const uint64_t key = stream.is_none() ? static_cast<uint64_t>(b) : stream.cast<uint64_t>();
+                sampling(temperature, top_k, top_p, repeat_penalty, repeat_last_n, drawn);
+            const uint64_t key = stream.is_none() ? 0 : stream.cast<uint64_t>();
             std::lock_guard<std::mutex> lock(s.mutex);
             return s.session.sample(b, p, key);
           },
           py::arg("b") = 0, py::arg("temperature") = 0.8f, py::arg("top_k") = 40,
           py::arg("top_p") = 0.95f, py::arg("repeat_penalty") = 1.0f,
-          py::arg("repeat_last_n") = 64, py::arg("seed") = 0, py::arg("stream") = py::none(),
+          py::arg("repeat_last_n") = 64, py::arg("seed") = py::none(),
+          py::arg("stream") = py::none(),
           "The next token of sequence b from its logits (temperature 0: greedy). Draws are keyed "
-          "by (seed, stream, position): stream defaults to b, as in generate.")
+          "by (seed, stream, position); seed None: a random one; stream None: 0, as generate "
+          "uses for every prompt, so a loop of sample and step gives generate's text.")
       .def(
           "state",
           [](py::object self, int64_t b) {

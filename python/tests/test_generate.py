@@ -24,11 +24,11 @@ def test_stream_gives_the_same_text(model):
     assert "".join(pieces) == model.generate("Hello", max_tokens=30, seed=3)
 
 
-def test_batch_is_each_prompt_at_its_index(model):
+def test_batch_gives_each_prompt_its_solo_text(model):
     texts = model.generate_batch(["Hello", "Good"], max_tokens=20, seed=4)
     assert len(texts) == 2
-    # Prompt 0 of a batch samples stream 0, as a prompt generated alone does.
     assert texts[0] == model.generate("Hello", max_tokens=20, seed=4)
+    assert texts[1] == model.generate("Good", max_tokens=20, seed=4)
 
 
 def test_stop_strings(model):

@@ -98,6 +98,7 @@ SequenceDecoder::Next SequenceDecoder::next(Session& session, int64_t b) {
     return out;
   }
   ++generated_;
+  tokens_.push_back(out.token);
   if (constraint) constraint->accept(out.token);
   out.text = releaser_.push(tokenizer_.token_bytes(out.token));
   if (releaser_.stopped() || (constraint && constraint->must_end()))

@@ -43,8 +43,7 @@ std::vector<SequenceResult> generate(Session& session, const Tokenizer& tokenize
     rule.max_tokens = options.max_tokens;
     rule.stop = &options.stop;
     rule.stop_at_eos = options.stop_at_eos;
-    rule.stream = i < static_cast<int64_t>(options.streams.size()) ? options.streams[i]
-                                                                   : static_cast<uint64_t>(i);
+    rule.stream = i < static_cast<int64_t>(options.streams.size()) ? options.streams[i] : 0;
     decoders.emplace_back(tokenizer, std::move(rule),
                           i < static_cast<int64_t>(text_tails.size()) ? text_tails[i] : "");
   }
@@ -71,6 +70,7 @@ std::vector<SequenceResult> generate(Session& session, const Tokenizer& tokenize
   };
   auto finish = [&](int64_t i, FinishReason reason) {
     results[i].finish_reason = finish_reason_name(reason);
+    results[i].tokens = decoders[i].tokens();
     emit(i, decoders[i].finish(&results[i].text_tail));
   };
   if (options.max_tokens == 0)

@@ -217,11 +217,12 @@ TEST(Decoder, GenerateIsTheDecoderLoopForEachSequence) {
     DecodeRule rule;
     rule.sampling = options.sampling;
     rule.max_tokens = options.max_tokens;
-    rule.stream = i;  // generate's stream of prompt i
+    rule.stream = 0;  // generate's stream of every prompt
     const DecodedRun want = decode_alone(m, tok, rule, prompts[i]);
     EXPECT_EQ(got[i].text, want.text) << prompts[i];
     EXPECT_EQ(got[i].finish_reason, finish_reason_name(want.finish));
     EXPECT_EQ(got[i].generated_tokens, static_cast<int64_t>(want.tokens.size()));
+    EXPECT_EQ(got[i].tokens, want.tokens) << prompts[i];
   }
 }
 

@@ -179,12 +179,12 @@ TEST(Generate, BatchedEqualsAlone) {
     for (size_t i = 0; i < texts.size(); ++i) {
       Session alone(m);
       alone.add_sequence();
-      GenerateOptions solo = o;
-      solo.streams = {i};  // the random stream sequence i has in the batch
-      auto r = generate(alone, *tok, {prompts[i]}, solo);
+      auto r = generate(alone, *tok, {prompts[i]}, o);
       EXPECT_EQ(together[i].text, r[0].text) << "prompt " << i << ", temperature " << temperature;
       EXPECT_EQ(together[i].finish_reason, r[0].finish_reason) << "prompt " << i;
       EXPECT_EQ(together[i].generated_tokens, r[0].generated_tokens) << "prompt " << i;
+      EXPECT_EQ(together[i].tokens, r[0].tokens) << "prompt " << i;
+      EXPECT_EQ(static_cast<int64_t>(r[0].tokens.size()), r[0].generated_tokens) << "prompt " << i;
     }
     bool some_stopped = false;
     for (auto& r : together) some_stopped |= r.finish_reason == "stop";
@@ -481,7 +481,7 @@ TEST_F(GenerateCli, StateOutThenStateInContinuesTheText) {
 TEST_F(GenerateCli, PromptsFileDecodesABatchLikeSingleRuns) {
   std::ofstream(path("prompts.txt")) << "First\nSecond prompt\n\nThird one, longer than the rest\n";
   auto r = retnet::test::run_retnet("generate -m " + model() + " --prompts-file " +
-                                    path("prompts.txt") + " -n 25 --temp 0");
+                                    path("prompts.txt") + " -n 25 --temp 0.9 -s 3");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::istringstream lines(r.out);
   std::string line;
@@ -489,7 +489,7 @@ TEST_F(GenerateCli, PromptsFileDecodesABatchLikeSingleRuns) {
   while (std::getline(lines, line)) rows.push_back(nlohmann::json::parse(line));
   ASSERT_EQ(rows.size(), 3u);  // the empty line is skipped
   for (const auto& row : rows) {
-    auto alone = run_json("-p '" + row["prompt"].get<std::string>() + "' -n 25 --temp 0");
+    auto alone = run_json("-p '" + row["prompt"].get<std::string>() + "' -n 25 --temp 0.9 -s 3");
     EXPECT_EQ(row["text"], alone["text"]) << row["prompt"];
   }
 }

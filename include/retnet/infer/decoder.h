@@ -86,6 +86,8 @@ class SequenceDecoder {
   Next next(Session& session, int64_t b);
 
   int64_t generated() const { return generated_; }
+  // The ids generated so far (an end-of-sequence token that ended the text is not one).
+  const std::vector<int32_t>& tokens() const { return tokens_; }
   FinishReason finish_reason() const { return finish_; }
   // The text held back at the end (with the unfinished character's bytes kept in `tail`, if
   // given, else replaced by U+FFFD).
@@ -96,6 +98,7 @@ class SequenceDecoder {
   DecodeRule rule_;
   TextReleaser releaser_;
   int64_t generated_ = 0;
+  std::vector<int32_t> tokens_;
   FinishReason finish_ = FinishReason::None;
   void mask_constrained(int64_t vocab);  // rule_.constraint's mask on adjusted_
 

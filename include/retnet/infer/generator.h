@@ -30,8 +30,8 @@ struct GenerateOptions {
   std::vector<std::string> stop;  // stop strings: output ends before the first one
   bool stop_at_eos = true;        // the tokenizer's end-of-sequence token ends a sequence
   bool record_latency = false;    // keep every step's latency (GenerationTimings::steps)
-  // Random stream of each sequence (empty: sequence i draws from stream i). A sequence decoded
-  // alone with stream i gives the same text as sequence i of a batch.
+  // Random stream of each sequence (empty: stream 0 for all, so a batched sequence gets the text
+  // it gets alone, as the server's requests do).
   std::vector<uint64_t> streams;
   // Called before every decode step; it may throw to end the generation there (a binding checks
   // for Ctrl-C this way).
@@ -43,6 +43,7 @@ struct SequenceResult {
   std::string text;  // generated text only, valid UTF-8
   int64_t prompt_tokens = 0, generated_tokens = 0;
   std::string finish_reason;  // "length", "stop" or "eos"
+  std::vector<int32_t> tokens;  // the generated ids (generated_tokens of them)
   // Bytes of an unfinished UTF-8 character at the end (not in `text`): a state file keeps them
   // so that a continuation completes the character.
   std::string text_tail;

@@ -1,0 +1,156 @@
+"""Model.generate / Model.generate_batch: argument checks and the result object.
+
+The engine's `Model._generate` does the work; this layer turns a wrong argument into a TypeError
+that names it (instead of pybind11's signature dump) and wraps each result in a Completion.
+"""
+from ._retnet import Model, TextStream
+
+_NUMBER = "an int or a float"
+
+
+class Completion(str):
+    """A generation's text (a str, so code that prints or compares it keeps working) with:
+
+    text: the generated text (without the prompt).
+    tokens: the generated token ids (an end-of-sequence token that ended the text is not one).
+    finish_reason: the engine's name (as `retnet generate` and the server's logs give it):
+        "stop" (a stop string ended it), "length" (max_tokens reached) or "eos" (the
+        tokenizer's end-of-sequence token; OpenAI's API calls this one "stop" too).
+    usage: {"prompt_tokens", "completion_tokens", "total_tokens"}.
+    """
+
+    def __new__(cls, text, tokens=(), finish_reason=None, usage=None):
+        self = super().__new__(cls, text)
+        self.tokens = list(tokens)
+        self.finish_reason = finish_reason
+        self.usage = dict(usage or {})
+        return self
+
+    @classmethod
+    def _of(cls, result):
+        """A Completion of the engine's result dict."""
+        prompt, completion = result["prompt_tokens"], result["completion_tokens"]
+        return cls(result["text"], result["tokens"], result["finish_reason"],
+                   {"prompt_tokens": prompt, "completion_tokens": completion,
+                    "total_tokens": prompt + completion})
+
+    def __reduce__(self):  # pickle and copy keep the fields (str's own would drop them)
+        return (Completion, (self.text, self.tokens, self.finish_reason, self.usage))
+
+    @property
+    def text(self):
+        return str.__str__(self)
+
+    def __repr__(self):
+        return (f"Completion(text={self.text!r}, finish_reason={self.finish_reason!r}, "
+                f"usage={self.usage!r})")
+
+
+def _fail(name, accepted, value):
+    raise TypeError(f"{name} must be {accepted}, got {type(value).__name__}")
+
+
+def _int(name, value, none_ok=False):
+    if value is None and none_ok:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        _fail(name, "an int" + (" or None" if none_ok else ""), value)
+    return value
+
+
+def _float(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        _fail(name, _NUMBER, value)
+    return float(value)
+
+
+def _bool(name, value, none_ok=False):
+    if value is None and none_ok:
+        return None
+    if not isinstance(value, bool):
+        _fail(name, "a bool" + (" or None" if none_ok else ""), value)
+    return value
+
+
+def _prompt(name, value):
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)) and all(
+            isinstance(t, int) and not isinstance(t, bool) for t in value):
+        return list(value)
+    _fail(name, "a str or a list of int token ids", value)
+
+
+def _stop(value):
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)) and all(isinstance(s, str) for s in value):
+        return list(value)
+    _fail("stop", "None, a str or a list of str", value)
+
+
+def _engine_args(max_tokens, max_new_tokens, temperature, top_k, top_p, stop, seed,
+                 repeat_penalty, repeat_last_n, add_bos, ignore_eos, min_p, presence_penalty,
+                 frequency_penalty):
+    if max_new_tokens is not None:  # the transformers name
+        max_tokens = _int("max_new_tokens", max_new_tokens)
+    return dict(max_tokens=_int("max_tokens", max_tokens),
+                temperature=_float("temperature", temperature), top_k=_int("top_k", top_k),
+                top_p=_float("top_p", top_p), stop=_stop(stop), seed=_int("seed", seed, True),
+                repeat_penalty=_float("repeat_penalty", repeat_penalty),
+                repeat_last_n=_int("repeat_last_n", repeat_last_n),
+                add_bos=_bool("add_bos", add_bos, True), ignore_eos=_bool("ignore_eos", ignore_eos),
+                min_p=_float("min_p", min_p),
+                presence_penalty=_float("presence_penalty", presence_penalty),
+                frequency_penalty=_float("frequency_penalty", frequency_penalty))
+
+
+def generate(self, prompt, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95, stop=None,
+             seed=None, stream=False, repeat_penalty=1.0, repeat_last_n=64, add_bos=None,
+             ignore_eos=False, min_p=0.0, presence_penalty=0.0, frequency_penalty=0.0, *,
+             max_new_tokens=None):
+    """Generates after a prompt (chunkwise prefill, then recurrent decoding), as `retnet
+    generate` does: the same seed gives the same text.
+
+    prompt: a str (encoded with the model's tokenizer; add_bos None: as the tokenizer does) or
+        a list of token ids (fed as given).
+    max_tokens: tokens to generate at most (max_new_tokens: the same, transformers' name).
+    stop: a str or list of str the text ends before. seed None: a random one.
+    Returns a Completion: the text (a str) with .tokens, .finish_reason and .usage. stream=True
+    returns a TextStream of text pieces instead; its .result is the Completion once it is
+    exhausted. The GIL is released while it computes; Ctrl-C stops it between steps.
+    """
+    prompt = _prompt("prompt", prompt)
+    stream = _bool("stream", stream)
+    args = _engine_args(max_tokens, max_new_tokens, temperature, top_k, top_p, stop, seed,
+                        repeat_penalty, repeat_last_n, add_bos, ignore_eos, min_p,
+                        presence_penalty, frequency_penalty)
+    out = self._generate([prompt], stream=stream, **args)
+    return out if stream else Completion._of(out[0])
+
+
+def generate_batch(self, prompts, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95,
+                   stop=None, seed=None, repeat_penalty=1.0, repeat_last_n=64, add_bos=None,
+                   ignore_eos=False, min_p=0.0, presence_penalty=0.0, frequency_penalty=0.0, *,
+                   max_new_tokens=None):
+    """Generates after several prompts (each a str or a list of token ids) decoded together as
+    one batch. Every prompt samples with the same key (seed, position), so each gets the text
+    it gets from generate alone with that seed. Returns a list of Completions."""
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, (list, tuple)):
+        _fail("prompts", "a list of str or of token-id lists", prompts)
+    checked = [_prompt(f"prompts[{i}]", p) for i, p in enumerate(prompts)]
+    args = _engine_args(max_tokens, max_new_tokens, temperature, top_k, top_p, stop, seed,
+                        repeat_penalty, repeat_last_n, add_bos, ignore_eos, min_p,
+                        presence_penalty, frequency_penalty)
+    return [Completion._of(r) for r in self._generate(checked, stream=False, **args)]
+
+
+def _stream_result(self):
+    """The stream's Completion once it is exhausted (None before, or after an error)."""
+    result = self._result()
+    return None if result is None else Completion._of(result)
+
+
+Model.generate = generate
+Model.generate_batch = generate_batch
+TextStream.result = property(_stream_result)
