@@ -146,7 +146,8 @@ def generate_batch(self, prompts, max_tokens=128, temperature=0.8, top_k=40, top
 
 
 def _stream_result(self):
-    """The stream's Completion once it is exhausted (None before, or after an error)."""
+    """The stream's Completion once generation has ended (surely once the stream is exhausted;
+    None while it runs, or after an error)."""
     result = self._result()
     return None if result is None else Completion._of(result)
 
