@@ -153,10 +153,12 @@ class DeadlineSocketStream : public httplib::Stream {
     if (reading_ && SteadyClock::now() >= deadline_) missed_deadline_ = true;
     return missed_deadline_;
   }
+  // While a request is read, the deadline alone bounds a wait: capping it with httplib's
+  // per-read timeout too (5 s) would drop a client that pauses within --read-timeout, silently.
   std::chrono::milliseconds read_wait() const {
     if (!reading_) return per_read_;
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline_ - SteadyClock::now());
-    return std::max(std::chrono::milliseconds(0), std::min(per_read_, left));
+    return std::max(std::chrono::milliseconds(0), left);
   }
   bool wait_for(short events, std::chrono::milliseconds wait) const {
     pollfd p{sock_, events, 0};
