@@ -253,7 +253,9 @@ void DiskPromptCache::writer_loop() {
   for (;;) {
     wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) break;  // stopping, all written
-    auto [path, bytes] = std::move(queue_.front());
+    // Named members, not a structured binding: a lambda below captures the path.
+    std::string path = std::move(queue_.front().first);
+    std::string bytes = std::move(queue_.front().second);
     queue_.pop_front();
     writing_ = path;
     lock.unlock();
