@@ -11,7 +11,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const server::ChatFormatter chat(
       ChatTemplateSource{default_chat_template(), "the default template", "", "<|end|>"});
   server::RequestLimits limits;
-  limits.model_id = "fuzz";
   limits.max_tokens = 256;
   limits.vocab = 256;
   const bool is_chat = (data[0] & 1) == 0;
