@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "retnet/core/byte_buffer.h"
 #include "retnet/core/error.h"
 #include "retnet/core/hash.h"
 #include "retnet/core/read_file.h"
@@ -20,13 +21,6 @@ constexpr uint32_t kVersion = 1;
 constexpr size_t kFixed = sizeof kMagic + 4 + 4 + 8;  // magic, version, reserved, token count
 constexpr uint64_t kMaxTokens = uint64_t{1} << 28;
 
-template <typename T>
-void append(std::string& out, const T* data, size_t n) {
-  if (n > 0) out.append(reinterpret_cast<const char*>(data), n * sizeof(T));
-}
-
-std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
-
 }  // namespace
 
 std::string DiskPromptCache::encode(std::span<const int32_t> tokens,
@@ -34,12 +28,12 @@ std::string DiskPromptCache::encode(std::span<const int32_t> tokens,
   std::string out(kMagic, sizeof kMagic);
   const uint32_t version = kVersion, reserved = 0;
   const uint64_t n = tokens.size();
-  append(out, &version, 1);
-  append(out, &reserved, 1);
-  append(out, &n, 1);
-  append(out, tokens.data(), tokens.size());
+  append_raw(out, &version, 1);
+  append_raw(out, &reserved, 1);
+  append_raw(out, &n, 1);
+  append_raw(out, tokens.data(), tokens.size());
   const uint64_t sum = fnv1a(out.data(), out.size());
-  append(out, &sum, 1);
+  append_raw(out, &sum, 1);
   return out + state_file;
 }
 

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "retnet/core/byte_buffer.h"
 #include "retnet/core/error.h"
 #include "retnet/core/hash.h"
 #include "retnet/core/json_parse.h"
@@ -14,13 +15,6 @@ namespace {
 
 constexpr char kMagic[8] = {'R', 'E', 'T', 'N', 'E', 'T', 'S', 'T'};
 constexpr size_t kMaxHeader = 1 << 20;
-
-template <typename T>
-void append(std::string& out, const T* data, size_t n) {
-  if (n > 0) out.append(reinterpret_cast<const char*>(data), n * sizeof(T));
-}
-
-std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
 
 // A header count: a JSON integer in [0, 2^40] (1.5, -1 or 1e30 would be truncated or wrapped by
 // a plain get<>, and the file read as something it does not say).
@@ -64,16 +58,16 @@ std::string state_file_bytes(const Model& model, uint64_t fingerprint, const Sav
   const std::string h = header.dump();
   std::string out(kMagic, sizeof kMagic);
   const uint32_t version = kStateFileVersion, header_len = static_cast<uint32_t>(h.size());
-  append(out, &version, 1);
-  append(out, &header_len, 1);
+  append_raw(out, &version, 1);
+  append_raw(out, &header_len, 1);
   out += h;
-  append(out, s.state.data(), s.state.size());
-  append(out, s.cache.data(), s.cache.size());
-  append(out, s.logits.data(), s.logits.size());
-  append(out, s.recent.data(), s.recent.size());
+  append_raw(out, s.state.data(), s.state.size());
+  append_raw(out, s.cache.data(), s.cache.size());
+  append_raw(out, s.logits.data(), s.logits.size());
+  append_raw(out, s.recent.data(), s.recent.size());
   out += s.text_tail;
   const uint64_t sum = fnv1a(out.data(), out.size());
-  append(out, &sum, 1);
+  append_raw(out, &sum, 1);
   return out;
 }
 
