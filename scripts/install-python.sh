@@ -10,5 +10,5 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh python
 VENV=${VENV:-.venv}
 [ -x "$VENV/bin/python" ] || /usr/bin/python3 -m venv --system-site-packages "$VENV"
-"$VENV/bin/pip" install --no-build-isolation --no-index ./python
+"$VENV/bin/pip" install --no-build-isolation --no-index .
 echo "retnet installed into $VENV: $VENV/bin/python -c 'import retnet'"
