@@ -100,6 +100,8 @@ class Model:
                           ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]: ...
     def create_chat_completion(self, messages: List[Dict[str, Any]], **fields: Any
                                ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]: ...
+    def __call__(self, prompt: Prompt, **fields: Any
+                 ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]: ...  # create_completion
 
 
 def load(path: str, dtype: Optional[str] = None, config: ConfigLike = None) -> Model:

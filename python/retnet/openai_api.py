@@ -227,4 +227,5 @@ def create_chat_completion(self, messages, **fields):
 
 
 Model.create_completion = create_completion
+Model.__call__ = create_completion  # llama-cpp-python's llm("Q: ...", max_tokens=32)
 Model.create_chat_completion = create_chat_completion

@@ -23,6 +23,11 @@ def test_completion_is_generate_in_openai_shape(model):
     json.dumps(out)  # plain JSON values only
 
 
+def test_calling_the_model_is_create_completion(model):
+    assert model("Once", max_tokens=5, seed=2)["choices"] == \
+        model.create_completion("Once", max_tokens=5, seed=2)["choices"]
+
+
 def test_completion_defaults_and_prompt_forms(model):
     out = model.create_completion("Once", seed=1)
     assert out["usage"]["completion_tokens"] <= 16  # llama-cpp-python's and OpenAI's default
