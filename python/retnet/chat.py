@@ -6,7 +6,7 @@ template of the models trained here), rendered by the engine's Jinja renderer.
 """
 import json
 
-from ._retnet import Model
+from ._retnet import Error, Model
 from .generation import _bool, _fail, _stop, generate
 
 
@@ -41,7 +41,7 @@ def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=Fal
     if not _bool("tokenize", tokenize):
         return text
     if self.tokenizer is None:
-        raise TypeError("tokenize=True needs a model with a tokenizer")
+        raise Error("tokenize=True: this model has no tokenizer (pass tokenizer= to retnet.init)")
     return self.tokenizer.encode(text)
 
 

@@ -105,3 +105,10 @@ def test_wrong_arguments_are_type_errors(model, call, message):
 def test_bad_messages_are_engine_errors_naming_them(model):
     with pytest.raises(retnet.Error, match="role"):
         model.apply_chat_template([{"content": "no role"}])
+
+
+def test_tokenize_without_a_tokenizer_is_an_engine_error():
+    m = retnet.init({"decoder_layers": 1, "vocab_size": 100}, seed=1)  # too few for bytes
+    assert m.apply_chat_template(MESSAGES).endswith("<|assistant|>\n")
+    with pytest.raises(retnet.Error, match="no tokenizer"):
+        m.apply_chat_template(MESSAGES, tokenize=True)
