@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -57,7 +58,12 @@ def _run(command, what):
 
 
 def _staged_module(staging):
-    return next((staging / "retnet").glob("_retnet*.so"))
+    built = next((staging / "retnet").glob("_retnet*.so"))
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    if not built.name.endswith(suffix):  # a reused build directory found another Python
+        raise RuntimeError(f"{built} was built for another Python than {sys.executable} "
+                           f"(expected a name ending in {suffix})")
+    return built
 
 
 class CMakeBuild(build_ext):
