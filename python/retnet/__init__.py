@@ -9,6 +9,8 @@ NumPy views, generate text (streaming, batched) and train.
     with retnet.load("model.safetensors") as model:
         result = model.generate("Once upon a time", max_tokens=64, seed=1)
         print(result)  # the text; result.tokens, result.finish_reason, result.usage
+        reply = model.chat([{"role": "user", "content": "Hi"}])  # the model's chat template
+        out = model.create_chat_completion(messages=[...])     # llama-cpp-python's dicts
 
 Every engine failure raises retnet.Error (a ValueError) with the engine's message.
 """
@@ -18,7 +20,7 @@ import tempfile as _tempfile
 
 from ._retnet import (Error, Model, Session, TextStream, Tokenizer, __version__, from_arrays,
                       from_hf_arrays, init, load, num_threads, set_num_threads)
-from . import _closing
+from . import _closing, chat as _chat, openai_api as _openai_api  # noqa: F401
 from .generation import Completion
 
 __all__ = ["Completion", "Error", "Model", "Session", "TextStream", "Tokenizer", "__version__",

@@ -87,6 +87,21 @@ class Model:
                        min_p: float = 0.0, presence_penalty: float = 0.0,
                        frequency_penalty: float = 0.0, *,
                        max_new_tokens: Optional[int] = None) -> List[Completion]: ...
+    # python/retnet/chat.py: the model's chat template (the server's for the same model).
+    def apply_chat_template(self, messages: Sequence[Dict[str, Any]],
+                            add_generation_prompt: bool = True, tokenize: bool = False, *,
+                            tools: Any = None, documents: Any = None,
+                            **variables: Any) -> Union[str, List[int]]: ...
+    def chat(self, messages: Sequence[Dict[str, Any]], max_tokens: int = 128, *,
+             stop: Union[None, str, Sequence[str]] = None, stream: bool = False,
+             **options: Any) -> Union[Completion, TextStream]: ...
+    # python/retnet/openai_api.py: OpenAI-shaped dicts (llama-cpp-python's convention).
+    def create_completion(self, prompt: Prompt, **fields: Any
+                          ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]: ...
+    def create_chat_completion(self, messages: List[Dict[str, Any]], **fields: Any
+                               ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]: ...
+    def __call__(self, prompt: Prompt, **fields: Any
+                 ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]: ...  # create_completion
 
 
 def load(path: str, dtype: Optional[str] = None, config: ConfigLike = None) -> Model:

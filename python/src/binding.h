@@ -28,6 +28,7 @@ struct PyModel {
   std::mutex mutex;
   std::unique_ptr<ModelRunner> runner;  // created on first use
   bool closed = false;                  // Model.close() was called
+  std::string path;  // the file or directory it was loaded from; empty: built in memory
 
   // An Error saying the model is closed, if it is.
   void require_open() const;
@@ -57,5 +58,6 @@ void bind_model(py::module_& m);
 void bind_session(py::module_& m);
 void bind_generation(py::module_& m);
 void bind_training(py::module_& m);
+void bind_chat(py::module_& m);
 
 }  // namespace retnet::python

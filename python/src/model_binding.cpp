@@ -55,7 +55,9 @@ ModelPtr load(const std::string& path, const py::object& dtype, const py::object
     tokenizer = load_model_tokenizer(path);
     return loaded;
   }();
-  return std::make_shared<PyModel>(std::move(model), std::move(tokenizer));
+  auto loaded = std::make_shared<PyModel>(std::move(model), std::move(tokenizer));
+  loaded->path = path;  // where its chat template is looked up, as the server does
+  return loaded;
 }
 
 // The default tokenizer of a fresh model: byte-level when the vocabulary holds the 256 bytes.

@@ -73,4 +73,5 @@ PYBIND11_MODULE(_retnet, m) {
   rp::bind_session(m);
   rp::bind_generation(m);
   rp::bind_training(m);
+  rp::bind_chat(m);
 }

@@ -8,6 +8,8 @@ cases, one ending by a stop string and others by their length, through `retnet g
 the server's /v1/completions (plain and streamed) and the Python package (generate, streaming,
 generate_batch). The front ends share one decode rule, so their outputs must be equal; the
 comparison is checked to catch a front end that differs (a changed seed) before it is trusted.
+The Python package's create_completion and create_chat_completion (the model's chat template)
+must give the server's choices and usage for the same request bodies.
 """
 import json
 import os
@@ -87,6 +89,36 @@ def python_runs(model_path, cases):
     return out
 
 
+CHAT = {"messages": [{"role": "system", "content": "Be brief."},
+                     {"role": "user", "content": "Who art thou?"}],
+        "max_tokens": 30, "temperature": 0.9, "top_k": 20, "seed": 5}
+
+
+def openai_diffs(server, model_path, cases):
+    """The Python package's OpenAI-shaped calls against the server's replies to the same
+    bodies: chat (the model's template and its stop strings) and completions."""
+    import retnet
+    model = retnet.load(model_path)
+    pairs = [("/v1/chat/completions", CHAT, model.create_chat_completion(**CHAT))]
+    pairs += [("/v1/completions", server_body(c), model.create_completion(**server_body(c)))
+              for c in cases]
+    diffs = []
+    for path, body, mine in pairs:
+        status, served = server.json("POST", path, body)
+        assert status == 200, served
+        for key in ("object", "seed"):
+            if mine[key] != served[key]:
+                diffs.append(f"{path}: Python {key} {mine[key]!r} != server {served[key]!r}")
+        if mine["choices"] != served["choices"]:
+            diffs.append(f"{path}: Python choices {mine['choices']} != server "
+                         f"{served['choices']}")
+        for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+            if mine["usage"][key] != served["usage"][key]:
+                diffs.append(f"{path}: Python usage.{key} {mine['usage'][key]} != server "
+                             f"{served['usage'][key]}")
+    return diffs
+
+
 def compare(cases, cli, served, streamed, python):
     """What differs between the front ends, one line per difference."""
     diffs = []
@@ -122,6 +154,8 @@ def main():
     try:
         served = [server_run(server, c) for c in cases]
         streamed = [server_stream_text(server, c) for c in cases]
+        for d in openai_diffs(server, model, cases):
+            check(False, d)
     finally:
         server.stop()
     python = python_runs(model, cases)
