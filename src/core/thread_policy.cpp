@@ -67,8 +67,7 @@ std::vector<std::string> own_arguments() {
   return args;
 }
 
-}  // namespace
-
+// True when some other task was runnable in each sample: one of our threads would share a core.
 bool other_work_holds_cores() {
   // The fewest of five samples: a task that runs for a moment (a shell, a timer) is not load.
   int fewest = -1;
@@ -85,6 +84,8 @@ bool other_work_holds_cores() {
   }
   return fewest > 0;
 }
+
+}  // namespace
 
 void apply_thread_policy() {
   if (is_set(kThreadPolicyVariable) || !from_environment().empty()) {

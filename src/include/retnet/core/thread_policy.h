@@ -13,15 +13,12 @@ namespace retnet {
 // command, the Python package before it loads its extension): "busy" or "free".
 inline constexpr const char* kThreadPolicyVariable = "RETNET_THREAD_POLICY";
 
-// True when, in each of a few samples a millisecond apart, some other task was runnable
-// (/proc/loadavg): then one of our threads would share a core, and a spinning wait wastes it.
-bool other_work_holds_cores();
-
 // Called first in main(). Unless the environment sets OMP_WAIT_POLICY or GOMP_SPINCOUNT (the
-// user's choice wins): on a busy machine restarts the process (same pid, arguments and
-// environment) with OMP_WAIT_POLICY=passive and returns in the restarted one; else keeps
-// OpenMP's default. Records the policy and removes what it set from the environment, so that the
-// commands this process starts choose for themselves.
+// user's choice wins): when another task was runnable in each of five samples a millisecond apart
+// (/proc/loadavg; one of our threads would share a core, and a spinning wait wastes it), restarts
+// the process (same pid, arguments and environment) with OMP_WAIT_POLICY=passive and returns in the
+// restarted one; else keeps OpenMP's default. Records the policy and removes what it set from the
+// environment, so that the commands this process starts choose for themselves.
 void apply_thread_policy();
 
 // The same for a library loaded into a running process (the Python extension): records the
