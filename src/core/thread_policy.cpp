@@ -17,8 +17,7 @@ namespace {
 constexpr const char* kBusy =
     "sleep at once, OMP_WAIT_POLICY=passive (engine: other work held the cores at start)";
 constexpr const char* kFree =
-    "spin, then sleep: OpenMP's default (engine: the cores were free "
-    "at start)";
+    "spin, then sleep: OpenMP's default (engine: the cores were free at start)";
 
 std::mutex policy_mutex;
 std::string policy_in_effect;  // empty until recorded
