@@ -8,12 +8,14 @@
 
 #include "commands.h"
 #include "retnet/core/cpu_isa.h"
+#include "retnet/core/thread_policy.h"
 #include "retnet/retnet.h"
 
 int main(int argc, char** argv) {
+  retnet::apply_thread_policy();  // may restart the process: first, before any work
   CLI::App app{"retnet: retentive networks (RetNet) in C++: parallel, recurrent, chunkwise and "
                "scan forms over one set of weights"};
-  app.set_version_flag("--version", "retnet 0.1.0");
+  app.set_version_flag("--version", "retnet 0.1.0\nOpenMP waits: " + retnet::thread_policy());
   app.require_subcommand(1);
   retnet::cli::register_init(app);
   retnet::cli::register_info(app);

@@ -10,11 +10,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -44,33 +41,6 @@ std::vector<std::string> keys_from_file(const std::string& path) {
   }
   RETNET_CHECK(!keys.empty(), "API key file '{}' holds no key (one per line)", path);
   return keys;
-}
-
-// The server's HTTP threads share the cores with the OpenMP threads that decode, and OpenMP's
-// default wait spins at every barrier, holding a core an HTTP thread needs; sleeping waits serve
-// faster (docs/design-notes.md#server-openmp-waits). OpenMP reads OMP_WAIT_POLICY once, when it
-// loads, so the process restarts itself (same pid, arguments and environment) with the policy set,
-// unless the user set one. Returns only when it does not restart.
-void restart_with_sleeping_openmp_waits() {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  const std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::string> args;
-  for (size_t start = 0; start < cmdline.size();) {
-    const size_t end = cmdline.find('\0', start);
-    args.push_back(
-        cmdline.substr(start, end == std::string::npos ? std::string::npos : end - start));
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  if (args.empty()) return;
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  setenv("OMP_WAIT_POLICY", "passive", 1);
-  std::fflush(nullptr);
-  execv("/proc/self/exe", argv.data());
-  unsetenv("OMP_WAIT_POLICY");  // exec failed: serve as we are
 }
 
 // The one thread that receives SIGINT and SIGTERM, started before anything that can block
@@ -121,7 +91,6 @@ class SignalThread {
 }  // namespace
 
 void run_server(ServeOptions o) {
-  restart_with_sleeping_openmp_waits();
   // Signals go to one thread that shuts the server down in order; every other thread (HTTP,
   // inference, OpenMP) inherits the blocked mask. A client that goes away must not kill us.
   sigset_t signals;

@@ -2,6 +2,7 @@
 #include <Python.h>
 
 #include "binding.h"
+#include "retnet/core/thread_policy.h"
 
 namespace retnet::python {
 
@@ -68,6 +69,10 @@ PYBIND11_MODULE(_retnet, m) {
   m.def("set_num_threads", &retnet::set_num_threads, py::arg("threads"),
         "Threads of the engine's loops and BLAS (<= 0: all cores).");
   m.def("num_threads", &retnet::num_threads, "Threads the engine's loops use.");
+  // retnet/__init__.py chose OpenMP's waiting policy before loading this module (and OpenMP).
+  retnet::adopt_thread_policy();
+  m.def("thread_policy", &retnet::thread_policy,
+        "How the engine's OpenMP threads wait for work: the engine's policy or the environment's.");
   rp::bind_tokenizer(m);
   rp::bind_model(m);
   rp::bind_session(m);
