@@ -38,6 +38,10 @@ void register_serve(CLI::App& app) {
               "Most tokens a request may generate (and the default); a request asking more is "
               "clamped to it and ends with finish_reason \"length\"",
               integer_within(0, int64_t{1} << 40));
+  add_checked(cmd, "--max-n", o->max_n,
+              "Most choices (n) a request may ask for; each takes a slot, so n is also at most "
+              "--parallel (the prompt is read once and its state copied)",
+              integer_within(1, 4096));
   add_checked(cmd, "--max-queue", o->max_queue, "Requests waiting for a slot before 429",
               integer_within(0, 1 << 20));
   add_checked(cmd, "--timeout", o->timeout_s, "Seconds a request may take, queue included",

@@ -78,23 +78,31 @@ nlohmann::json envelope(const ResponseContext& ctx, const char* object) {
 
 }  // namespace
 
-nlohmann::json completion_json(const ResponseContext& ctx, const std::string& text,
-                               const std::string& finish_reason, const nlohmann::json& logprobs,
+nlohmann::json completion_json(const ResponseContext& ctx, const std::vector<ChoiceResult>& choices,
                                const Usage& usage) {
-  nlohmann::json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", finish_reason}};
-  if (ctx.chat)
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  else
-    choice["text"] = text;
+  nlohmann::json list = nlohmann::json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceResult& c = choices[i];
+    nlohmann::json choice = {{"index", static_cast<int64_t>(i)},
+                             {"logprobs", c.logprobs},
+                             {"finish_reason", c.finish_reason}};
+    if (ctx.chat)
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    else
+      choice["text"] = c.text;
+    list.push_back(std::move(choice));
+  }
   nlohmann::json out = envelope(ctx, ctx.chat ? "chat.completion" : "text_completion");
-  out["choices"] = nlohmann::json::array({choice});
+  out["choices"] = std::move(list);
   out["usage"] = usage_json(usage);
   return out;
 }
 
 nlohmann::json chunk_json(const ResponseContext& ctx, const std::string& text, bool first,
-                          const nlohmann::json& finish_reason, const nlohmann::json& logprobs) {
-  nlohmann::json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", finish_reason}};
+                          const nlohmann::json& finish_reason, const nlohmann::json& logprobs,
+                          int64_t index) {
+  nlohmann::json choice = {
+      {"index", index}, {"logprobs", logprobs}, {"finish_reason", finish_reason}};
   if (ctx.chat) {
     nlohmann::json delta = nlohmann::json::object();
     if (first) delta["role"] = "assistant";

@@ -39,15 +39,21 @@ std::string json_text(const nlohmann::json& j);
 nlohmann::json logprobs_json(const std::vector<TokenLogprob>& logprobs, const Tokenizer& tokenizer,
                              bool chat, int64_t* text_offset);
 
-// The whole (non-streamed) response.
-nlohmann::json completion_json(const ResponseContext& ctx, const std::string& text,
-                               const std::string& finish_reason, const nlohmann::json& logprobs,
+// One choice of a whole response: its text, why it ended, its log-probabilities or null.
+struct ChoiceResult {
+  std::string text, finish_reason;
+  nlohmann::json logprobs;
+};
+
+// The whole (non-streamed) response; choice i is index i.
+nlohmann::json completion_json(const ResponseContext& ctx, const std::vector<ChoiceResult>& choices,
                                const Usage& usage);
 
-// One SSE chunk's object: `text` (for chat, `first` adds the assistant role), a finish reason or
-// null, log-probabilities or null.
+// One SSE chunk's object for choice `index`: `text` (for chat, `first` adds the assistant role), a
+// finish reason or null, log-probabilities or null.
 nlohmann::json chunk_json(const ResponseContext& ctx, const std::string& text, bool first,
-                          const nlohmann::json& finish_reason, const nlohmann::json& logprobs);
+                          const nlohmann::json& finish_reason, const nlohmann::json& logprobs,
+                          int64_t index = 0);
 
 // The last chunk with stream_options.include_usage: no choices, the usage.
 nlohmann::json usage_chunk_json(const ResponseContext& ctx, const Usage& usage);

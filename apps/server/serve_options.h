@@ -20,6 +20,7 @@ struct ServeOptions {
   int64_t max_connections = 256;
   int64_t max_connections_per_client = 64;
   int64_t max_tokens = 512;
+  int64_t max_n = 8;  // choices a request may ask for (n)
   int64_t max_queue = 64;
   double timeout_s = 600;
   int64_t state_cache_mib = 64;
