@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <random>
-#include <regex>
 
 #include "chat_page.h"
 #include "client_socket.h"
@@ -491,83 +490,6 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
         if (!success) job->cancelled = true;
         open_streams_ -= 1;
       });
-}
-
-void HttpApi::tokenize(const httplib::Request& req, httplib::Response& res) {
-  const nlohmann::json body = parse_json_object(req.body);
-  auto it = body.find("content");
-  if (it == body.end() || !it->is_string())
-    throw HttpError(400, "'content' must be a string", "invalid_request_error", "invalid_value",
-                    "content");
-  const std::string text = it->get<std::string>();
-  check_text_size(text, "content");
-  try {
-    check_encodable(tokenizer_, text, "content");
-  } catch (const Error& e) {
-    throw HttpError(400, e.what(), "invalid_request_error", "invalid_value", "content");
-  }
-  res.set_content(json_text(nlohmann::json({{"tokens", tokenizer_.encode(text)}})),
-                  "application/json");
-}
-
-void HttpApi::detokenize(const httplib::Request& req, httplib::Response& res) {
-  const nlohmann::json body = parse_json_object(req.body);
-  auto it = body.find("tokens");
-  if (it == body.end() || !it->is_array())
-    throw HttpError(400, "'tokens' must be a list of token ids", "invalid_request_error",
-                    "invalid_value", "tokens");
-  if (static_cast<int64_t>(it->size()) > options_.max_prompt_bytes)
-    throw HttpError(
-        413,
-        fmt::format("'tokens' holds {} ids, more than the server's --max-prompt-bytes {}",
-                    it->size(), options_.max_prompt_bytes),
-        "invalid_request_error", "too_long", "tokens");
-  std::vector<int32_t> ids;
-  for (size_t i = 0; i < it->size(); ++i) {
-    const auto& t = (*it)[i];
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
-        t.get<int64_t>() >= tokenizer_.vocab_size())
-      throw HttpError(
-          400,
-          fmt::format("'tokens[{}]' must be a token id in [0, {})", i, tokenizer_.vocab_size()),
-          "invalid_request_error", "invalid_value", fmt::format("tokens[{}]", i));
-    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
-  }
-  res.set_content(json_text(nlohmann::json({{"content", utf8_sanitize(tokenizer_.decode(ids))}})),
-                  "application/json");
-}
-
-void HttpApi::slot_action(const httplib::Request& req, httplib::Response& res) {
-  int64_t id = 0;
-  try {
-    id = std::stoll(req.matches[1].str());
-  } catch (const std::exception&) {
-    throw HttpError(400, "the slot id is not a number", "invalid_request_error", "invalid_value");
-  }
-  const std::string action = req.get_param_value("action");
-  if (action != "save" && action != "restore" && action != "erase")
-    throw HttpError(400,
-                    fmt::format("'action' must be save, restore or erase, got '{}'", action),
-                    "invalid_request_error", "invalid_value", "action");
-  if (action == "erase") return res.set_content(json_text(scheduler_.erase_slot(id)),
-                                                "application/json");
-  if (options_.slot_save_dir.empty())
-    throw HttpError(400, "saving and restoring slots needs the server's --slot-save-dir",
-                    "invalid_request_error", "slot_save_disabled");
-  const nlohmann::json body = parse_json_object(req.body);
-  auto it = body.find("filename");
-  // Plain names only: the file stays inside --slot-save-dir.
-  static const std::regex plain_name(R"([A-Za-z0-9_][A-Za-z0-9._-]{0,127})");
-  if (it == body.end() || !it->is_string() || !std::regex_match(it->get<std::string>(), plain_name))
-    throw HttpError(400,
-                    "'filename' must be a plain file name (letters, digits, '.', '_', '-'; no "
-                    "path), saved inside --slot-save-dir",
-                    "invalid_request_error", "invalid_value", "filename");
-  const std::string path = options_.slot_save_dir + "/" + it->get<std::string>();
-  nlohmann::json out =
-      action == "save" ? scheduler_.save_slot(id, path) : scheduler_.restore_slot(id, path);
-  out["filename"] = it->get<std::string>();
-  res.set_content(json_text(out), "application/json");
 }
 
 }  // namespace retnet::server
