@@ -83,6 +83,9 @@ void register_serve(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0", "q4_0", "q4_1"}))
       ->capture_default_str();
   cmd->add_flag("--no-ui", o->no_ui, "No chat page at / (404)");
+  cmd->add_flag("--log-prompts", o->log_prompts,
+                "Write each generation request's prompt text (JSON-escaped) on its access-log "
+                "line; without it the log holds token counts only");
   cmd->add_option("--cors-origin", o->cors_origins,
                   "Let a browser app on this origin (e.g. http://localhost:3000; repeatable; \"*\": "
                   "any) call the API: CORS headers and preflight answers (requests still need "

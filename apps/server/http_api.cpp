@@ -6,6 +6,7 @@
 #include <chrono>
 #include <random>
 
+#include "access_log.h"
 #include "chat_page.h"
 #include "client_socket.h"
 #include "guarded_server.h"
@@ -31,12 +32,20 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-// 63 bits: the reply reports it, and a client sends it back as a JSON integer.
-uint64_t random_seed() {
+uint64_t random_bits() {
   static std::mutex mutex;
   static std::random_device device;
   std::lock_guard<std::mutex> lock(mutex);
-  return ((static_cast<uint64_t>(device()) << 32) ^ device()) & static_cast<uint64_t>(INT64_MAX);
+  return (static_cast<uint64_t>(device()) << 32) ^ device();
+}
+
+// 63 bits: the reply reports it, and a client sends it back as a JSON integer.
+uint64_t random_seed() { return random_bits() & static_cast<uint64_t>(INT64_MAX); }
+
+// "chatcmpl-" or "cmpl-" and 96 random bits in hex: unique across requests and restarts.
+std::string response_id(bool chat) {
+  return fmt::format("{}-{:016x}{:08x}", chat ? "chatcmpl" : "cmpl", random_bits(),
+                     static_cast<uint32_t>(random_bits()));
 }
 
 std::string sse(const nlohmann::json& j) { return "data: " + json_text(j) + "\n\n"; }
@@ -49,6 +58,7 @@ struct Taken {
   std::string error;
   int error_status = 0;
   Usage usage;  // the prompt once, the completion tokens of every choice
+  Timings timings;
 };
 
 // Waits up to `wait` for output or the end, then takes what there is.
@@ -76,6 +86,7 @@ Taken take_output(Job& job, std::chrono::milliseconds wait) {
   t.finished = job.finished;
   t.error = job.error;
   t.error_status = job.error_status;
+  t.timings = job_timings(job);
   return t;
 }
 
@@ -150,7 +161,18 @@ nlohmann::json HttpApi::model_json() const {
 }
 
 void HttpApi::install(GuardedServer& server) {
+  server.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    RequestNote& note = request_note();
+    const double ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - GuardedServer::request_started())
+            .count();
+    const std::string line = access_log_line(req, res, note, ms, options_.log_prompts) + "\n";
+    std::fputs(line.c_str(), stderr);
+    std::fflush(stderr);
+    note = RequestNote();
+  });
   server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    request_note() = RequestNote();  // nothing left from a request the log did not see
     // Before anything else: no later step (a 404 naming the path, a JSON writer) sees such bytes.
     if (const std::string bad = invalid_utf8_in(req); !bad.empty()) {
       send_error(res, 400, fmt::format("the request is not valid UTF-8: {}", bad),
@@ -274,6 +296,9 @@ void HttpApi::install(GuardedServer& server) {
   server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.prometheus_text(), "text/plain; version=0.0.4");
   });
+  server.Get("/props", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(json_text(props_json()), "application/json");
+  });
   server.Get("/slots", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(json_text(scheduler_.slots_json()), "application/json");
   });
@@ -324,6 +349,8 @@ std::shared_ptr<Job> HttpApi::make_job(const CompletionRequest& r) const {
     if (!r.chat && tokenizer_.adds_bos())
       job->prompt.insert(job->prompt.begin(), tokenizer_.bos_id());
   }
+  if (options_.log_prompts)
+    request_note().prompt_text = r.prompt_is_tokens ? tokenizer_.decode(job->prompt) : text;
   if (job->prompt.empty())
     throw HttpError(400, fmt::format("'{}' is empty: give some text to continue", field),
                     "invalid_request_error", "invalid_value", field);
@@ -361,6 +388,7 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
       break;
     }
   std::shared_ptr<Job> job = make_job(r);
+  request_note().job = job;
   switch (scheduler_.submit(job)) {
     case Scheduler::Admission::Queued:
       break;
@@ -373,8 +401,8 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
     case Scheduler::Admission::ShuttingDown:
       return send_error(res, 503, "the server is shutting down", "server_error", "shutting_down");
   }
-  ResponseContext ctx{fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++), unix_seconds(),
-                      model_id_, chat, static_cast<int64_t>(job->sampling.seed)};
+  ResponseContext ctx{response_id(chat), unix_seconds(), model_id_, chat,
+                      static_cast<int64_t>(job->sampling.seed)};
   const bool with_logprobs = r.top_logprobs >= 0;
 
   if (!r.stream) {
@@ -408,6 +436,7 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
                                        : nlohmann::json()});
     }
     nlohmann::json reply = completion_json(ctx, choices, t.usage);
+    reply["timings"] = timings_json(t.timings);
     for (size_t i = 0; i < texts.size(); ++i)
       if (job->tool_call && choices[i].finish_reason == "stop") {  // a whole call (else the text)
         nlohmann::json& choice = reply["choices"][i];
@@ -466,7 +495,9 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
             out += sse(call);
             reason = "tool_calls";
           }
-          out += sse(chunk_json(ctx, "", false, reason, nullptr, index));
+          nlohmann::json last = chunk_json(ctx, "", false, reason, nullptr, index);
+          last["timings"] = timings_json(t.timings);
+          out += sse(last);
         }
         if (t.finished) {
           if (!t.error.empty())

@@ -1,4 +1,4 @@
-// The endpoints beside generation: /tokenize, /detokenize and the slot actions.
+// The endpoints beside generation: /tokenize, /detokenize, the slot actions and /props.
 #include <fmt/format.h>
 
 #include <regex>
@@ -7,6 +7,54 @@
 #include "openai_response.h"
 
 namespace retnet::server {
+
+// llama-server's shape where it has one (default_generation_settings, total_slots, model_path),
+// then this server's limits and features; no secrets (keys, directories).
+nlohmann::json HttpApi::props_json() const {
+  // 0.8f as 0.8, not 0.800000011920929: the shortest decimal that reads back as the float.
+  auto decimal = [](float x) { return std::stod(fmt::format("{}", x)); };
+  const SamplingParams d;
+  const ServeOptions& o = options_;
+  nlohmann::json params = {{"temperature", decimal(d.temperature)},
+                           {"top_k", d.top_k},
+                           {"top_p", decimal(d.top_p)},
+                           {"min_p", decimal(d.min_p)},
+                           {"repeat_penalty", decimal(d.repeat_penalty)},
+                           {"repeat_last_n", d.repeat_last_n},
+                           {"presence_penalty", decimal(d.presence_penalty)},
+                           {"frequency_penalty", decimal(d.frequency_penalty)},
+                           {"max_tokens", o.max_tokens},
+                           {"n_predict", o.max_tokens}};
+  return {{"model", model_id_},
+          {"model_path", o.model},
+          {"model_meta", model_json()["meta"]},
+          {"total_slots", o.parallel},
+          {"default_generation_settings", {{"params", params}}},
+          {"chat_template_origin", chat_.origin()},
+          {"dtype", o.dtype},
+          {"threads", o.threads},
+          {"prefill_block", scheduler_.prefill_block()},
+          {"limits",
+           {{"max_tokens", o.max_tokens},
+            {"max_n", o.max_n},
+            {"max_prompt_tokens", o.max_prompt_tokens},
+            {"max_prompt_bytes", o.max_prompt_bytes},
+            {"max_queue", o.max_queue},
+            {"max_body_mib", o.max_body_mib},
+            {"timeout_s", o.timeout_s},
+            {"read_timeout_s", o.read_timeout_s},
+            {"max_connections", o.max_connections},
+            {"max_connections_per_client", o.max_connections_per_client}}},
+          {"prompt_cache",
+           {{"state_cache_mib", o.state_cache_mib},
+            {"disk", !o.cache_dir.empty()},
+            {"cache_dir_mib", o.cache_dir_mib}}},
+          {"api_key_required", !o.api_keys.empty()},
+          {"cors_origins", o.cors_origins},
+          {"slot_save", !o.slot_save_dir.empty()},
+          {"ui", !o.no_ui},
+          {"log_prompts", o.log_prompts}};
+}
 
 void HttpApi::tokenize(const httplib::Request& req, httplib::Response& res) {
   const nlohmann::json body = parse_json_object(req.body);

@@ -61,6 +61,8 @@ struct Job {
   std::string error;          // set when the server ended the job (shutdown, timeout)
   int error_status = 0;       // the HTTP status that error maps to
   int64_t prompt_tokens = 0, cached_tokens = 0;
+  // For llama-server's timings: when its prompt was taken up and read, and its last token made.
+  Clock::time_point prompt_started, prompt_done, last_token;
 
   // Set by the HTTP side when its client went away: the inference thread frees the slot.
   std::atomic<bool> cancelled{false};

@@ -27,6 +27,18 @@ struct Usage {
 
 nlohmann::json usage_json(const Usage& usage);
 
+// llama-server's `timings`: prompt tokens read (cached ones apart) and the time from taking the
+// prompt up to its last token read; tokens generated (every choice) and the time from there to
+// the last one.
+struct Timings {
+  int64_t cache_n = 0, prompt_n = 0, predicted_n = 0;
+  double prompt_ms = 0, predicted_ms = 0;
+};
+
+// The job's timings so far (under its lock).
+Timings job_timings(const Job& job);
+nlohmann::json timings_json(const Timings& timings);
+
 // OpenAI's finish_reason for why a sequence ended: "stop" (a stop string or the end-of-sequence
 // token) or "length".
 const char* openai_finish_reason(FinishReason reason);

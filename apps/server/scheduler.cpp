@@ -119,6 +119,7 @@ void Scheduler::emit(Slot& slot, const std::string& text, const TokenLogprob* lo
   out.text += text;
   if (logprob) out.logprobs.push_back(*logprob);
   out.completion_tokens = slot.generated;
+  job.last_token = Clock::now();
   job.changed.notify_all();
 }
 
@@ -327,6 +328,7 @@ void Scheduler::start_prefill(Slot& slot) {
   std::lock_guard<std::mutex> job_lock(job.mutex);
   job.prompt_tokens = static_cast<int64_t>(job.prompt.size());
   job.cached_tokens = cached;
+  job.prompt_started = Clock::now();
 }
 
 // Up to the next block boundary; the last segment stops at the last chunk boundary first, where a
@@ -363,6 +365,10 @@ bool Scheduler::prefill_segment(Slot& slot) {
     return false;
   }
   metrics_.prompt_tokens += T;
+  {
+    std::lock_guard<std::mutex> job_lock(job.mutex);
+    job.prompt_done = job.last_token = Clock::now();
+  }
   start_choices(slot);
   if (job.max_tokens == 0) {
     finish(slot, FinishReason::Length);  // nothing to generate

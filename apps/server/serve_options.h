@@ -32,6 +32,7 @@ struct ServeOptions {
   std::string chat_template_file;  // empty: the model directory's, else the default
   std::string dtype = "f32";       // the inference copy of the weights: f32, bf16, f16
   bool no_ui = false;              // no chat page at /
+  bool log_prompts = false;        // the access log shows each prompt's text
   bool reuse_port = false;         // SO_REUSEPORT: servers share the port
   std::vector<std::string> cors_origins;  // origins a browser app may call from ("*": any)
 };
