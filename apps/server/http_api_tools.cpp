@@ -69,8 +69,29 @@ void HttpApi::tokenize(const httplib::Request& req, httplib::Response& res) {
   } catch (const Error& e) {
     throw HttpError(400, e.what(), "invalid_request_error", "invalid_value", "content");
   }
-  res.set_content(json_text(nlohmann::json({{"tokens", tokenizer_.encode(text)}})),
-                  "application/json");
+  bool with_pieces = false;
+  if (auto wp = body.find("with_pieces"); wp != body.end()) {
+    if (!wp->is_boolean())
+      throw HttpError(400, "'with_pieces' must be true or false", "invalid_request_error",
+                      "invalid_value", "with_pieces");
+    with_pieces = wp->get<bool>();
+  }
+  const std::vector<int32_t> ids = tokenizer_.encode(text);
+  if (!with_pieces)
+    return res.set_content(json_text(nlohmann::json({{"tokens", ids}})), "application/json");
+  // llama-server's shape: each token's bytes as text, or as a list of bytes where they are not
+  // UTF-8 on their own (a part of a character).
+  nlohmann::json tokens = nlohmann::json::array();
+  for (int32_t id : ids) {
+    const std::string bytes = tokenizer_.token_bytes(id);
+    nlohmann::json piece = nlohmann::json::array();
+    if (utf8_valid(bytes))
+      piece = bytes;
+    else
+      for (unsigned char c : bytes) piece.push_back(static_cast<int>(c));
+    tokens.push_back({{"id", id}, {"piece", piece}});
+  }
+  res.set_content(json_text(nlohmann::json({{"tokens", tokens}})), "application/json");
 }
 
 void HttpApi::detokenize(const httplib::Request& req, httplib::Response& res) {

@@ -6,7 +6,7 @@ Checks: one access-log line per request (client, method, path, status, tokens, m
 stream has ended, no prompt text without --log-prompts and the JSON-escaped text with it, odd bytes
 in a path percent-encoded; response ids random (chatcmpl-/cmpl- and 24 hex digits), unique, one
 per stream and not repeated by a restarted server; llama-server's `timings` agreeing with `usage`;
-GET /props reporting the server's flags and no key."""
+/tokenize with_pieces; GET /props reporting the server's flags and no key."""
 import json
 import math
 import os
@@ -133,6 +133,21 @@ def test_timings(s):
           f"a stream's finish chunk carries the timings: {finals}")
 
 
+def test_tokenize_pieces(s):
+    content = "h\u00e9llo"
+    st, plain = s.json("POST", "/tokenize", {"content": content})
+    st, r = s.json("POST", "/tokenize", {"content": content, "with_pieces": True})
+    check(st == 200 and [t["id"] for t in r["tokens"]] == plain["tokens"],
+          f"with_pieces: the same ids, with pieces: {st} {r}")
+    pieces = [t["piece"] for t in r["tokens"]]
+    check(pieces[0] == "h" and pieces[1] == [0xC3] and pieces[2] == [0xA9] and pieces[3] == "l",
+          f"a piece is text, or its bytes where they are not UTF-8 alone: {pieces}")
+    joined = b"".join(p.encode() if isinstance(p, str) else bytes(p) for p in pieces)
+    check(joined == content.encode(), f"the pieces' bytes are the content's: {joined!r}")
+    st, r = s.json("POST", "/tokenize", {"content": content, "with_pieces": "yes"})
+    check(st == 400 and r["error"]["param"] == "with_pieces", f"with_pieces must be a bool: {r}")
+
+
 def test_props(retnet, model, workdir):
     s = Server(retnet, model, workdir, "props", "--alias", "tiny", "--parallel", "3",
                "--max-n", "2", "--max-tokens", "77", "--api-key", "sekrit-key-1")
@@ -160,6 +175,7 @@ def main():
         test_access_log(s)
         ids = test_ids(s)
         test_timings(s)
+        test_tokenize_pieces(s)
     finally:
         s.stop()
     restarted = test_log_prompts(a.retnet, model, a.workdir)
