@@ -72,6 +72,14 @@ def round_of(port, bodies):
     return max(f for o in outs for f in o["first"]), elapsed
 
 
+def peak_rss_bytes(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def summary(values):
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
@@ -123,6 +131,7 @@ def main():
             f, t = round_of(port, separate)
             sep_ttft.append(f)
             sep_total.append(t)
+        peak_rss = peak_rss_bytes(server.pid)
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
@@ -133,6 +142,9 @@ def main():
         "cpu": next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
                      if line.startswith("model name")), platform.processor()),
         "cores": os.cpu_count(), "load_average": os.getloadavg(), "threads": a.threads,
+        "version": subprocess.run([a.retnet, "--version"], capture_output=True,
+                                  text=True).stdout.strip(),
+        "server_peak_rss_bytes": peak_rss,
         "model": a.model, "parameters": meta["parameters"], "state_bytes": meta["state_bytes"],
         "n": a.n, "prompt_chars": len(prompt), "tokens": a.tokens, "reps": a.reps,
         "fork": {"ttft_s": summary(fork_ttft), "total_s": summary(fork_total)},
