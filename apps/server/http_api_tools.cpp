@@ -130,11 +130,10 @@ void HttpApi::slot_action(const httplib::Request& req, httplib::Response& res) {
   }
   const std::string action = req.get_param_value("action");
   if (action != "save" && action != "restore" && action != "erase")
-    throw HttpError(400,
-                    fmt::format("'action' must be save, restore or erase, got '{}'", action),
+    throw HttpError(400, fmt::format("'action' must be save, restore or erase, got '{}'", action),
                     "invalid_request_error", "invalid_value", "action");
-  if (action == "erase") return res.set_content(json_text(scheduler_.erase_slot(id)),
-                                                "application/json");
+  if (action == "erase")
+    return res.set_content(json_text(scheduler_.erase_slot(id)), "application/json");
   if (options_.slot_save_dir.empty())
     throw HttpError(400, "saving and restoring slots needs the server's --slot-save-dir",
                     "invalid_request_error", "slot_save_disabled");
