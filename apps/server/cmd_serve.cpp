@@ -38,6 +38,10 @@ void register_serve(CLI::App& app) {
               "Most tokens a request may generate (and the default); a request asking more is "
               "clamped to it and ends with finish_reason \"length\"",
               integer_within(0, int64_t{1} << 40));
+  add_checked(cmd, "--max-n", o->max_n,
+              "Most choices (n) a request may ask for; each takes a slot, so n is also at most "
+              "--parallel (the prompt is read once and its state copied)",
+              integer_within(1, 4096));
   add_checked(cmd, "--max-queue", o->max_queue, "Requests waiting for a slot before 429",
               integer_within(0, 1 << 20));
   add_checked(cmd, "--timeout", o->timeout_s, "Seconds a request may take, queue included",
@@ -79,6 +83,9 @@ void register_serve(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0", "q4_0", "q4_1"}))
       ->capture_default_str();
   cmd->add_flag("--no-ui", o->no_ui, "No chat page at / (404)");
+  cmd->add_flag("--log-prompts", o->log_prompts,
+                "Write each generation request's prompt text (JSON-escaped) on its access-log "
+                "line; without it the log holds token counts only");
   cmd->add_option("--cors-origin", o->cors_origins,
                   "Let a browser app on this origin (e.g. http://localhost:3000; repeatable; \"*\": "
                   "any) call the API: CORS headers and preflight answers (requests still need "

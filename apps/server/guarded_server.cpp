@@ -180,6 +180,7 @@ class DeadlineSocketStream : public httplib::Stream {
 };
 
 thread_local DeadlineSocketStream* tl_stream = nullptr;
+thread_local SteadyClock::time_point tl_request_started;
 
 std::string peer_address(int sock) {
   sockaddr_storage peer{};
@@ -278,7 +279,8 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
     // The first request may take the keep-alive wait to start, like the next ones.
     for (size_t left = keep_alive_max_count_; left > 0; --left) {
       if (!next_request_arrives(sock, keep_alive_timeout_sec_, *this)) break;
-      stream.start_request(SteadyClock::now() + read_timeout);
+      tl_request_started = SteadyClock::now();
+      stream.start_request(tl_request_started + read_timeout);
       bool connection_closed = false;
       ok = process_request(stream, left == 1, connection_closed, nullptr);
       if (stream.missed_deadline()) {
@@ -322,5 +324,9 @@ GuardedServer& GuardedServer::Post(const std::string& pattern, Handler handler) 
 bool GuardedServer::request_timed_out() { return tl_stream && tl_stream->missed_deadline(); }
 
 int GuardedServer::current_socket() { return tl_stream ? tl_stream->socket() : -1; }
+
+std::chrono::steady_clock::time_point GuardedServer::request_started() {
+  return tl_request_started;
+}
 
 }  // namespace retnet::server

@@ -9,6 +9,7 @@
 //   at once, on a few threads kept for these answers, instead of queueing it behind slow clients.
 #include <httplib.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -35,6 +36,8 @@ class GuardedServer : public httplib::Server {
   static bool request_timed_out();
   // The socket of the connection this thread serves, or -1 outside a connection.
   static int current_socket();
+  // When this thread's request began to arrive (its first byte).
+  static std::chrono::steady_clock::time_point request_started();
   // Connections open now (being served).
   int64_t open_connections() const;
 

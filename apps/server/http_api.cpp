@@ -2,10 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <random>
-#include <regex>
 
+#include "access_log.h"
 #include "chat_page.h"
 #include "client_socket.h"
 #include "guarded_server.h"
@@ -31,39 +32,61 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-// 63 bits: the reply reports it, and a client sends it back as a JSON integer.
-uint64_t random_seed() {
+uint64_t random_bits() {
   static std::mutex mutex;
   static std::random_device device;
   std::lock_guard<std::mutex> lock(mutex);
-  return ((static_cast<uint64_t>(device()) << 32) ^ device()) & static_cast<uint64_t>(INT64_MAX);
+  return (static_cast<uint64_t>(device()) << 32) ^ device();
+}
+
+// 63 bits: the reply reports it, and a client sends it back as a JSON integer.
+uint64_t random_seed() { return random_bits() & static_cast<uint64_t>(INT64_MAX); }
+
+// "chatcmpl-" or "cmpl-" and 96 random bits in hex: unique across requests and restarts.
+std::string response_id(bool chat) {
+  return fmt::format("{}-{:016x}{:08x}", chat ? "chatcmpl" : "cmpl", random_bits(),
+                     static_cast<uint32_t>(random_bits()));
 }
 
 std::string sse(const nlohmann::json& j) { return "data: " + json_text(j) + "\n\n"; }
 
-// What the inference thread has produced for a job since the last call.
+// What the inference thread has produced for a job since the last call: per choice, the new text
+// and log-probabilities, and whether (and why) it ended.
 struct Taken {
-  std::string text;
-  std::vector<TokenLogprob> logprobs;
+  std::vector<ChoiceOutput> choices;
   bool finished = false;
-  std::string finish_reason, error;
+  std::string error;
   int error_status = 0;
-  Usage usage;
+  Usage usage;  // the prompt once, the completion tokens of every choice
+  Timings timings;
 };
 
 // Waits up to `wait` for output or the end, then takes what there is.
 Taken take_output(Job& job, std::chrono::milliseconds wait) {
   std::unique_lock<std::mutex> lock(job.mutex);
-  job.changed.wait_for(lock, wait,
-                       [&] { return job.finished || !job.text.empty() || !job.logprobs.empty(); });
+  job.changed.wait_for(lock, wait, [&] {
+    return job.finished ||
+           std::any_of(job.choices.begin(), job.choices.end(), [](const ChoiceOutput& c) {
+             return !c.text.empty() || !c.logprobs.empty();
+           });
+  });
   Taken t;
-  t.text.swap(job.text);
-  t.logprobs.swap(job.logprobs);
+  t.choices.resize(job.choices.size());
+  t.usage = {job.prompt_tokens, job.cached_tokens, 0};
+  for (size_t i = 0; i < job.choices.size(); ++i) {
+    ChoiceOutput& from = job.choices[i];
+    ChoiceOutput& to = t.choices[i];
+    to.text.swap(from.text);
+    to.logprobs.swap(from.logprobs);
+    to.finished = from.finished;
+    to.finish_reason = from.finish_reason;
+    to.completion_tokens = from.completion_tokens;
+    t.usage.completion_tokens += from.completion_tokens;
+  }
   t.finished = job.finished;
-  t.finish_reason = job.finish_reason;
   t.error = job.error;
   t.error_status = job.error_status;
-  t.usage = {job.prompt_tokens, job.cached_tokens, job.completion_tokens};
+  t.timings = job_timings(job);
   return t;
 }
 
@@ -138,7 +161,18 @@ nlohmann::json HttpApi::model_json() const {
 }
 
 void HttpApi::install(GuardedServer& server) {
+  server.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    RequestNote& note = request_note();
+    const double ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - GuardedServer::request_started())
+            .count();
+    const std::string line = access_log_line(req, res, note, ms, options_.log_prompts) + "\n";
+    std::fputs(line.c_str(), stderr);
+    std::fflush(stderr);
+    note = RequestNote();
+  });
   server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    request_note() = RequestNote();  // nothing left from a request the log did not see
     // Before anything else: no later step (a 404 naming the path, a JSON writer) sees such bytes.
     if (const std::string bad = invalid_utf8_in(req); !bad.empty()) {
       send_error(res, 400, fmt::format("the request is not valid UTF-8: {}", bad),
@@ -262,6 +296,9 @@ void HttpApi::install(GuardedServer& server) {
   server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.prometheus_text(), "text/plain; version=0.0.4");
   });
+  server.Get("/props", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(json_text(props_json()), "application/json");
+  });
   server.Get("/slots", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(json_text(scheduler_.slots_json()), "application/json");
   });
@@ -312,6 +349,8 @@ std::shared_ptr<Job> HttpApi::make_job(const CompletionRequest& r) const {
     if (!r.chat && tokenizer_.adds_bos())
       job->prompt.insert(job->prompt.begin(), tokenizer_.bos_id());
   }
+  if (options_.log_prompts)
+    request_note().prompt_text = r.prompt_is_tokens ? tokenizer_.decode(job->prompt) : text;
   if (job->prompt.empty())
     throw HttpError(400, fmt::format("'{}' is empty: give some text to continue", field),
                     "invalid_request_error", "invalid_value", field);
@@ -320,6 +359,8 @@ std::shared_ptr<Job> HttpApi::make_job(const CompletionRequest& r) const {
                     fmt::format("'{}' has {} tokens, more than the server's --max-prompt-tokens {}",
                                 field, job->prompt.size(), options_.max_prompt_tokens),
                     "invalid_request_error", "context_length_exceeded", field);
+  job->n = r.n;
+  job->choices.resize(static_cast<size_t>(r.n));
   job->sampling = r.sampling;
   if (!r.seed_given) job->sampling.seed = random_seed();
   job->max_tokens = r.max_tokens;
@@ -336,7 +377,8 @@ std::shared_ptr<Job> HttpApi::make_job(const CompletionRequest& r) const {
 
 void HttpApi::completions(const httplib::Request& req, httplib::Response& res, bool chat) {
   const nlohmann::json body = parse_json_object(req.body);
-  RequestLimits limits{options_.max_tokens, model_.config().vocab_size};
+  RequestLimits limits{options_.max_tokens, model_.config().vocab_size, options_.max_n,
+                       options_.parallel};
   CompletionRequest r = parse_completion_request(body, chat, limits);
   // Read again with the key order kept: a schema's properties are written in their order.
   for (auto it = body.begin(); it != body.end(); ++it)
@@ -346,6 +388,7 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
       break;
     }
   std::shared_ptr<Job> job = make_job(r);
+  request_note().job = job;
   switch (scheduler_.submit(job)) {
     case Scheduler::Admission::Queued:
       break;
@@ -358,51 +401,66 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
     case Scheduler::Admission::ShuttingDown:
       return send_error(res, 503, "the server is shutting down", "server_error", "shutting_down");
   }
-  ResponseContext ctx{fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++), unix_seconds(),
-                      model_id_, chat, static_cast<int64_t>(job->sampling.seed)};
+  ResponseContext ctx{response_id(chat), unix_seconds(), model_id_, chat,
+                      static_cast<int64_t>(job->sampling.seed)};
   const bool with_logprobs = r.top_logprobs >= 0;
 
   if (!r.stream) {
-    std::string text;
-    std::vector<TokenLogprob> logprobs;
+    std::vector<std::string> texts(static_cast<size_t>(job->n));
+    std::vector<std::vector<TokenLogprob>> logprobs(texts.size());
     Taken t;
     // Nothing is written until the end, so look at the socket while waiting: a client that left
-    // frees its slot within a tenth of a second.
+    // frees its slots within a tenth of a second.
     int socket = GuardedServer::current_socket();
     if (socket < 0) socket = find_client_socket(req.remote_addr, req.remote_port, req.local_port);
     while (!t.finished) {
       t = take_output(*job, std::chrono::milliseconds(100));
-      text += t.text;
-      logprobs.insert(logprobs.end(), t.logprobs.begin(), t.logprobs.end());
+      for (size_t i = 0; i < texts.size(); ++i) {
+        texts[i] += t.choices[i].text;
+        logprobs[i].insert(logprobs[i].end(), t.choices[i].logprobs.begin(),
+                           t.choices[i].logprobs.end());
+      }
       if (!t.finished && socket >= 0 && client_gone(socket)) {
-        job->cancelled = true;  // the inference thread frees the slot; no one is left to answer
+        job->cancelled = true;  // the inference thread frees the slots; no one is left to answer
         return;
       }
     }
     if (!t.error.empty())
       return send_error(res, t.error_status, t.error,
                         t.error_status == 504 ? "timeout_error" : "server_error");
-    int64_t offset = 0;
-    nlohmann::json lp =
-        with_logprobs ? logprobs_json(logprobs, tokenizer_, chat, &offset) : nlohmann::json();
-    nlohmann::json reply = completion_json(ctx, text, t.finish_reason, lp, t.usage);
-    if (job->tool_call && t.finish_reason == "stop") {  // a whole call (else the text as it is)
-      nlohmann::json& choice = reply["choices"][0];
-      choice["message"]["content"] = nullptr;
-      choice["message"]["tool_calls"] = tool_calls_json(text, false);
-      choice["finish_reason"] = "tool_calls";
+    std::vector<ChoiceResult> choices;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      int64_t offset = 0;
+      choices.push_back({texts[i], t.choices[i].finish_reason,
+                         with_logprobs ? logprobs_json(logprobs[i], tokenizer_, chat, &offset)
+                                       : nlohmann::json()});
     }
+    nlohmann::json reply = completion_json(ctx, choices, t.usage);
+    reply["timings"] = timings_json(t.timings);
+    for (size_t i = 0; i < texts.size(); ++i)
+      if (job->tool_call && choices[i].finish_reason == "stop") {  // a whole call (else the text)
+        nlohmann::json& choice = reply["choices"][i];
+        choice["message"]["content"] = nullptr;
+        choice["message"]["tool_calls"] = tool_calls_json(texts[i], false);
+        choice["finish_reason"] = "tool_calls";
+      }
     res.set_content(json_text(reply), "application/json");
     return;
   }
 
-  // Streaming: one SSE chunk per batch of released text, then the finish chunk, [DONE].
-  struct StreamState {
-    bool first = true, done = false;
+  // Streaming: per choice, one SSE chunk per batch of released text, then its finish chunk; then
+  // the usage chunk (if asked) and [DONE].
+  struct ChoiceStream {
+    bool first = true, ended = false;
     int64_t offset = 0;
     std::string call;  // a tool call's text, sent whole as delta.tool_calls when it is complete
   };
+  struct StreamState {
+    bool done = false;
+    std::vector<ChoiceStream> choices;
+  };
   auto state = std::make_shared<StreamState>();
+  state->choices.resize(static_cast<size_t>(job->n));
   const bool include_usage = r.include_usage;
   res.set_header("Cache-Control", "no-cache");
   open_streams_ += 1;
@@ -411,36 +469,44 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
       [this, job, ctx, state, with_logprobs, include_usage](size_t, httplib::DataSink& sink) {
         if (state->done) return false;
         Taken t = take_output(*job, std::chrono::milliseconds(500));
-        if (job->tool_call) {
-          state->call += t.text;
-          t.text.clear();
-          if (t.finished && t.finish_reason != "stop") t.text.swap(state->call);
-        }
         std::string out;
-        if (!t.text.empty() || !t.logprobs.empty() || (state->first && ctx.chat)) {
-          nlohmann::json lp = with_logprobs
-                                  ? logprobs_json(t.logprobs, tokenizer_, ctx.chat, &state->offset)
-                                  : nlohmann::json();
-          out += sse(chunk_json(ctx, t.text, state->first, nullptr, lp));
-          state->first = false;
+        for (size_t i = 0; i < t.choices.size(); ++i) {
+          ChoiceOutput& c = t.choices[i];
+          ChoiceStream& cs = state->choices[i];
+          const auto index = static_cast<int64_t>(i);
+          if (job->tool_call) {
+            cs.call += c.text;
+            c.text.clear();
+            if (c.finished && c.finish_reason != "stop") c.text.swap(cs.call);
+          }
+          if (!c.text.empty() || !c.logprobs.empty() || (cs.first && ctx.chat)) {
+            nlohmann::json lp = with_logprobs
+                                    ? logprobs_json(c.logprobs, tokenizer_, ctx.chat, &cs.offset)
+                                    : nlohmann::json();
+            out += sse(chunk_json(ctx, c.text, cs.first, nullptr, lp, index));
+            cs.first = false;
+          }
+          if (!c.finished || cs.ended || !t.error.empty()) continue;
+          cs.ended = true;
+          std::string reason = c.finish_reason;
+          if (job->tool_call && reason == "stop") {
+            nlohmann::json call = chunk_json(ctx, "", false, nullptr, nullptr, index);
+            call["choices"][0]["delta"]["tool_calls"] = tool_calls_json(cs.call, true);
+            out += sse(call);
+            reason = "tool_calls";
+          }
+          nlohmann::json last = chunk_json(ctx, "", false, reason, nullptr, index);
+          last["timings"] = timings_json(t.timings);
+          out += sse(last);
         }
         if (t.finished) {
-          if (!t.error.empty()) {
+          if (!t.error.empty())
             out += sse(error_json(t.error, "server_error", "generation_ended"));
-          } else {
-            std::string reason = t.finish_reason;
-            if (job->tool_call && reason == "stop") {
-              nlohmann::json call = chunk_json(ctx, "", false, nullptr, nullptr);
-              call["choices"][0]["delta"]["tool_calls"] = tool_calls_json(state->call, true);
-              out += sse(call);
-              reason = "tool_calls";
-            }
-            out += sse(chunk_json(ctx, "", false, reason, nullptr));
-            if (include_usage) out += sse(usage_chunk_json(ctx, t.usage));
-          }
+          else if (include_usage)
+            out += sse(usage_chunk_json(ctx, t.usage));
           out += "data: [DONE]\n\n";
         }
-        // A failed write means the client went away: free its slot now.
+        // A failed write means the client went away: free its slots now.
         if (!out.empty() && !sink.write(out.data(), out.size())) {
           job->cancelled = true;
           return false;
@@ -455,83 +521,6 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
         if (!success) job->cancelled = true;
         open_streams_ -= 1;
       });
-}
-
-void HttpApi::tokenize(const httplib::Request& req, httplib::Response& res) {
-  const nlohmann::json body = parse_json_object(req.body);
-  auto it = body.find("content");
-  if (it == body.end() || !it->is_string())
-    throw HttpError(400, "'content' must be a string", "invalid_request_error", "invalid_value",
-                    "content");
-  const std::string text = it->get<std::string>();
-  check_text_size(text, "content");
-  try {
-    check_encodable(tokenizer_, text, "content");
-  } catch (const Error& e) {
-    throw HttpError(400, e.what(), "invalid_request_error", "invalid_value", "content");
-  }
-  res.set_content(json_text(nlohmann::json({{"tokens", tokenizer_.encode(text)}})),
-                  "application/json");
-}
-
-void HttpApi::detokenize(const httplib::Request& req, httplib::Response& res) {
-  const nlohmann::json body = parse_json_object(req.body);
-  auto it = body.find("tokens");
-  if (it == body.end() || !it->is_array())
-    throw HttpError(400, "'tokens' must be a list of token ids", "invalid_request_error",
-                    "invalid_value", "tokens");
-  if (static_cast<int64_t>(it->size()) > options_.max_prompt_bytes)
-    throw HttpError(
-        413,
-        fmt::format("'tokens' holds {} ids, more than the server's --max-prompt-bytes {}",
-                    it->size(), options_.max_prompt_bytes),
-        "invalid_request_error", "too_long", "tokens");
-  std::vector<int32_t> ids;
-  for (size_t i = 0; i < it->size(); ++i) {
-    const auto& t = (*it)[i];
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
-        t.get<int64_t>() >= tokenizer_.vocab_size())
-      throw HttpError(
-          400,
-          fmt::format("'tokens[{}]' must be a token id in [0, {})", i, tokenizer_.vocab_size()),
-          "invalid_request_error", "invalid_value", fmt::format("tokens[{}]", i));
-    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
-  }
-  res.set_content(json_text(nlohmann::json({{"content", utf8_sanitize(tokenizer_.decode(ids))}})),
-                  "application/json");
-}
-
-void HttpApi::slot_action(const httplib::Request& req, httplib::Response& res) {
-  int64_t id = 0;
-  try {
-    id = std::stoll(req.matches[1].str());
-  } catch (const std::exception&) {
-    throw HttpError(400, "the slot id is not a number", "invalid_request_error", "invalid_value");
-  }
-  const std::string action = req.get_param_value("action");
-  if (action != "save" && action != "restore" && action != "erase")
-    throw HttpError(400,
-                    fmt::format("'action' must be save, restore or erase, got '{}'", action),
-                    "invalid_request_error", "invalid_value", "action");
-  if (action == "erase") return res.set_content(json_text(scheduler_.erase_slot(id)),
-                                                "application/json");
-  if (options_.slot_save_dir.empty())
-    throw HttpError(400, "saving and restoring slots needs the server's --slot-save-dir",
-                    "invalid_request_error", "slot_save_disabled");
-  const nlohmann::json body = parse_json_object(req.body);
-  auto it = body.find("filename");
-  // Plain names only: the file stays inside --slot-save-dir.
-  static const std::regex plain_name(R"([A-Za-z0-9_][A-Za-z0-9._-]{0,127})");
-  if (it == body.end() || !it->is_string() || !std::regex_match(it->get<std::string>(), plain_name))
-    throw HttpError(400,
-                    "'filename' must be a plain file name (letters, digits, '.', '_', '-'; no "
-                    "path), saved inside --slot-save-dir",
-                    "invalid_request_error", "invalid_value", "filename");
-  const std::string path = options_.slot_save_dir + "/" + it->get<std::string>();
-  nlohmann::json out =
-      action == "save" ? scheduler_.save_slot(id, path) : scheduler_.restore_slot(id, path);
-  out["filename"] = it->get<std::string>();
-  res.set_content(json_text(out), "application/json");
 }
 
 }  // namespace retnet::server

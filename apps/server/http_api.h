@@ -38,6 +38,7 @@ class HttpApi {
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);
   void slot_action(const httplib::Request& req, httplib::Response& res);
+  nlohmann::json props_json() const;  // GET /props: the server's settings
   nlohmann::json model_json() const;  // the served model, as /v1/models lists it
   bool cors_allows(const std::string& origin) const;  // --cors-origin
 
@@ -49,7 +50,6 @@ class HttpApi {
   Scheduler& scheduler_;
   Metrics& metrics_;
   std::atomic<bool> stopping_{false};
-  std::atomic<uint64_t> next_id_{1};
   std::atomic<int64_t> open_streams_{0};
 };
 

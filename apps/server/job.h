@@ -27,9 +27,21 @@ struct TokenLogprob {
   std::vector<std::pair<int32_t, float>> top;  // most likely first
 };
 
+// What one choice of a job has produced, not yet taken by the HTTP thread.
+struct ChoiceOutput {
+  std::string text;  // released text (whole UTF-8 characters, never a part of a stop string)
+  std::vector<TokenLogprob> logprobs;
+  bool finished = false;
+  std::string finish_reason;  // "stop" or "length" (OpenAI's words), when finished without error
+  int64_t completion_tokens = 0;
+};
+
 struct Job {
   // What to do.
   std::vector<int32_t> prompt;  // never empty
+  // Choices (OpenAI's n): the prompt is read once, its state forked into n slots; choice i draws
+  // with random stream i.
+  int64_t n = 1;
   SamplingParams sampling;
   int64_t max_tokens = 0;
   std::vector<std::string> stop;
@@ -41,16 +53,16 @@ struct Job {
   bool tool_call = false;                  // the output is a tool call (reply with tool_calls)
   Clock::time_point deadline;
 
-  // What came out, not yet taken by the HTTP thread.
+  // What came out, per choice ([n]).
   std::mutex mutex;
   std::condition_variable changed;
-  std::string text;  // released text (whole UTF-8 characters, never a part of a stop string)
-  std::vector<TokenLogprob> logprobs;
-  bool finished = false;
-  std::string finish_reason;  // "stop" or "length" (OpenAI's words), when finished without error
+  std::vector<ChoiceOutput> choices = std::vector<ChoiceOutput>(1);
+  bool finished = false;      // every choice finished, or the job ended with an error
   std::string error;          // set when the server ended the job (shutdown, timeout)
   int error_status = 0;       // the HTTP status that error maps to
-  int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
+  int64_t prompt_tokens = 0, cached_tokens = 0;
+  // For llama-server's timings: when its prompt was taken up and read, and its last token made.
+  Clock::time_point prompt_started, prompt_done, last_token;
 
   // Set by the HTTP side when its client went away: the inference thread frees the slot.
   std::atomic<bool> cancelled{false};

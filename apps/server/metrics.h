@@ -23,7 +23,7 @@ struct Metrics {
   std::atomic<int64_t> busy_slots{0}, queue_depth{0};
   std::atomic<int64_t> state_bytes{0};  // states of the busy slots
   // Bytes of sequence states copied: into and out of the prompt cache, and for a slot save or
-  // restore (a state never moves between sessions or rows).
+  // restore, and a prompt read once forked into the slots of its other choices (n > 1).
   std::atomic<int64_t> state_bytes_copied{0};
   int64_t slots = 0;                    // set once at start
 

@@ -158,8 +158,7 @@ void prompt_field(const nlohmann::json& body, const RequestLimits& limits, Compl
   r.prompt_is_tokens = true;
   for (size_t i = 0; i < v->size(); ++i) {
     const auto& t = (*v)[i];
-    if (t.is_string())
-      throw bad_field("prompt", "holds several prompts: send one per request (n = 1 only)");
+    if (t.is_string()) throw bad_field("prompt", "holds several prompts: send one per request");
     if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= limits.vocab)
       throw bad_field(fmt::format("prompt[{}]", i),
                       fmt::format("must be a token id in [0, {})", limits.vocab));
@@ -275,9 +274,15 @@ CompletionRequest parse_completion_request(const nlohmann::json& body, bool chat
         throw bad_field("stream_options." + key.key(), "is not supported (only include_usage)");
     r.include_usage = bool_field(*so, "include_usage", false);
   }
-  const int64_t n = integer_field(body, "n", INT64_MIN, INT64_MAX, 1);
-  if (n != 1)
-    throw bad_field("n", fmt::format("must be 1 (this server generates one choice), got {}", n));
+  r.n = integer_field(body, "n", INT64_MIN, INT64_MAX, 1);
+  if (r.n < 1) throw bad_field("n", fmt::format("must be >= 1, got {}", r.n));
+  if (r.n > limits.max_n)
+    throw bad_field("n",
+                    fmt::format("is {}, more than the server's --max-n {}", r.n, limits.max_n));
+  if (r.n > limits.slots)
+    throw bad_field("n", fmt::format("is {}, more than the server's {} slots (--parallel): each "
+                                     "choice decodes in a slot of its own",
+                                     r.n, limits.slots));
   // max_completion_tokens is the newer name in the chat API.
   const char* max_name =
       field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";

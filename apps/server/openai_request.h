@@ -39,6 +39,7 @@ struct CompletionRequest {
   std::vector<int32_t> prompt_tokens;  // completions: the prompt as token ids, if given so
   bool prompt_is_tokens = false;
   std::vector<ChatMessage> messages;  // chat
+  int64_t n = 1;                      // choices
   int64_t max_tokens = 0;
   SamplingParams sampling;
   bool seed_given = false;
@@ -52,6 +53,8 @@ struct CompletionRequest {
 struct RequestLimits {
   int64_t max_tokens = 0;  // the most a request generates (and the default)
   int64_t vocab = 0;       // token ids must be below it
+  int64_t max_n = 1;       // the most choices a request may ask for (--max-n)
+  int64_t slots = 1;       // each choice decodes in a slot of its own (--parallel)
 };
 
 CompletionRequest parse_completion_request(const nlohmann::json& body, bool chat,

@@ -1,5 +1,7 @@
 #include "openai_response.h"
 
+#include <chrono>
+
 namespace retnet::server {
 namespace {
 
@@ -28,6 +30,38 @@ nlohmann::json usage_json(const Usage& u) {
           {"completion_tokens", u.completion_tokens},
           {"total_tokens", u.prompt_tokens + u.completion_tokens},
           {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+Timings job_timings(const Job& job) {
+  auto ms = [](Clock::time_point from, Clock::time_point to) {
+    return from == Clock::time_point() || to < from
+               ? 0.0
+               : std::chrono::duration<double, std::milli>(to - from).count();
+  };
+  Timings t;
+  t.cache_n = job.cached_tokens;
+  t.prompt_n = job.prompt_tokens - job.cached_tokens;
+  for (const ChoiceOutput& c : job.choices) t.predicted_n += c.completion_tokens;
+  t.prompt_ms = ms(job.prompt_started, job.prompt_done);
+  t.predicted_ms = ms(job.prompt_done, job.last_token);
+  return t;
+}
+
+nlohmann::json timings_json(const Timings& t) {
+  // Rates of nothing, or over no time, are 0 rather than infinite.
+  auto per_token = [](double ms, int64_t n) { return n > 0 ? ms / static_cast<double>(n) : 0.0; };
+  auto per_second = [](double ms, int64_t n) {
+    return ms > 0 ? 1e3 * static_cast<double>(n) / ms : 0.0;
+  };
+  return {{"cache_n", t.cache_n},
+          {"prompt_n", t.prompt_n},
+          {"prompt_ms", t.prompt_ms},
+          {"prompt_per_token_ms", per_token(t.prompt_ms, t.prompt_n)},
+          {"prompt_per_second", per_second(t.prompt_ms, t.prompt_n)},
+          {"predicted_n", t.predicted_n},
+          {"predicted_ms", t.predicted_ms},
+          {"predicted_per_token_ms", per_token(t.predicted_ms, t.predicted_n)},
+          {"predicted_per_second", per_second(t.predicted_ms, t.predicted_n)}};
 }
 
 nlohmann::json logprobs_json(const std::vector<TokenLogprob>& logprobs, const Tokenizer& tokenizer,
@@ -78,23 +112,31 @@ nlohmann::json envelope(const ResponseContext& ctx, const char* object) {
 
 }  // namespace
 
-nlohmann::json completion_json(const ResponseContext& ctx, const std::string& text,
-                               const std::string& finish_reason, const nlohmann::json& logprobs,
+nlohmann::json completion_json(const ResponseContext& ctx, const std::vector<ChoiceResult>& choices,
                                const Usage& usage) {
-  nlohmann::json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", finish_reason}};
-  if (ctx.chat)
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  else
-    choice["text"] = text;
+  nlohmann::json list = nlohmann::json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceResult& c = choices[i];
+    nlohmann::json choice = {{"index", static_cast<int64_t>(i)},
+                             {"logprobs", c.logprobs},
+                             {"finish_reason", c.finish_reason}};
+    if (ctx.chat)
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    else
+      choice["text"] = c.text;
+    list.push_back(std::move(choice));
+  }
   nlohmann::json out = envelope(ctx, ctx.chat ? "chat.completion" : "text_completion");
-  out["choices"] = nlohmann::json::array({choice});
+  out["choices"] = std::move(list);
   out["usage"] = usage_json(usage);
   return out;
 }
 
 nlohmann::json chunk_json(const ResponseContext& ctx, const std::string& text, bool first,
-                          const nlohmann::json& finish_reason, const nlohmann::json& logprobs) {
-  nlohmann::json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", finish_reason}};
+                          const nlohmann::json& finish_reason, const nlohmann::json& logprobs,
+                          int64_t index) {
+  nlohmann::json choice = {
+      {"index", index}, {"logprobs", logprobs}, {"finish_reason", finish_reason}};
   if (ctx.chat) {
     nlohmann::json delta = nlohmann::json::object();
     if (first) delta["role"] = "assistant";

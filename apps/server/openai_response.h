@@ -27,6 +27,18 @@ struct Usage {
 
 nlohmann::json usage_json(const Usage& usage);
 
+// llama-server's `timings`: prompt tokens read (cached ones apart) and the time from taking the
+// prompt up to its last token read; tokens generated (every choice) and the time from there to
+// the last one.
+struct Timings {
+  int64_t cache_n = 0, prompt_n = 0, predicted_n = 0;
+  double prompt_ms = 0, predicted_ms = 0;
+};
+
+// The job's timings so far (under its lock).
+Timings job_timings(const Job& job);
+nlohmann::json timings_json(const Timings& timings);
+
 // OpenAI's finish_reason for why a sequence ended: "stop" (a stop string or the end-of-sequence
 // token) or "length".
 const char* openai_finish_reason(FinishReason reason);
@@ -39,15 +51,21 @@ std::string json_text(const nlohmann::json& j);
 nlohmann::json logprobs_json(const std::vector<TokenLogprob>& logprobs, const Tokenizer& tokenizer,
                              bool chat, int64_t* text_offset);
 
-// The whole (non-streamed) response.
-nlohmann::json completion_json(const ResponseContext& ctx, const std::string& text,
-                               const std::string& finish_reason, const nlohmann::json& logprobs,
+// One choice of a whole response: its text, why it ended, its log-probabilities or null.
+struct ChoiceResult {
+  std::string text, finish_reason;
+  nlohmann::json logprobs;
+};
+
+// The whole (non-streamed) response; choice i is index i.
+nlohmann::json completion_json(const ResponseContext& ctx, const std::vector<ChoiceResult>& choices,
                                const Usage& usage);
 
-// One SSE chunk's object: `text` (for chat, `first` adds the assistant role), a finish reason or
-// null, log-probabilities or null.
+// One SSE chunk's object for choice `index`: `text` (for chat, `first` adds the assistant role), a
+// finish reason or null, log-probabilities or null.
 nlohmann::json chunk_json(const ResponseContext& ctx, const std::string& text, bool first,
-                          const nlohmann::json& finish_reason, const nlohmann::json& logprobs);
+                          const nlohmann::json& finish_reason, const nlohmann::json& logprobs,
+                          int64_t index = 0);
 
 // The last chunk with stream_options.include_usage: no choices, the usage.
 nlohmann::json usage_chunk_json(const ResponseContext& ctx, const Usage& usage);

@@ -6,9 +6,6 @@
 #include <memory>
 
 #include "openai_request.h"
-#include "retnet/core/json_parse.h"
-#include "retnet/core/read_file.h"
-#include "retnet/core/safetensors.h"
 
 namespace retnet::server {
 namespace {
@@ -68,6 +65,9 @@ Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer,
 Scheduler::~Scheduler() { shutdown("the server is shutting down"); }
 
 Scheduler::Admission Scheduler::submit(const std::shared_ptr<Job>& job) {
+  RETNET_CHECK(job->n >= 1 && job->n <= options_.slots,
+               "a job of {} choices needs as many slots (the server has {})", job->n,
+               options_.slots);
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_) return Admission::ShuttingDown;
   // Queued jobs that idle slots will take at the next loop do not count against --max-queue.
@@ -115,9 +115,11 @@ void Scheduler::update_gauges_locked() {
 void Scheduler::emit(Slot& slot, const std::string& text, const TokenLogprob* logprob) {
   Job& job = *slot.job;
   std::lock_guard<std::mutex> lock(job.mutex);
-  job.text += text;
-  if (logprob) job.logprobs.push_back(*logprob);
-  job.completion_tokens = slot.generated;
+  ChoiceOutput& out = job.choices[static_cast<size_t>(slot.choice)];
+  out.text += text;
+  if (logprob) out.logprobs.push_back(*logprob);
+  out.completion_tokens = slot.generated;
+  job.last_token = Clock::now();
   job.changed.notify_all();
 }
 
@@ -128,19 +130,25 @@ void Scheduler::finish(Slot& slot, FinishReason reason, const std::string& error
   if (slot.decoder) tail = slot.decoder->finish(nullptr);
   {
     std::lock_guard<std::mutex> lock(job.mutex);
-    job.text += tail;
-    job.finished = true;
-    job.finish_reason = reason == FinishReason::None ? "" : openai_finish_reason(reason);
-    job.error = error;
-    job.error_status = error_status;
-    job.completion_tokens = slot.generated;
+    ChoiceOutput& out = job.choices[static_cast<size_t>(slot.choice)];
+    out.text += tail;
+    out.finished = true;
+    out.finish_reason = reason == FinishReason::None ? "" : openai_finish_reason(reason);
+    out.completion_tokens = slot.generated;
+    if (!error.empty()) {  // the reply is this error, whatever the other choices do
+      job.error = error;
+      job.error_status = error_status;
+    }
+    job.finished =
+        !job.error.empty() || std::all_of(job.choices.begin(), job.choices.end(),
+                                          [](const ChoiceOutput& c) { return c.finished; });
     job.changed.notify_all();
   }
   release(slot);
   slot.job.reset();
   slot.decoder.reset();
   slot.phase = Phase::Idle;
-  slot.prefilled = slot.generated = slot.position = slot.state_bytes = 0;
+  slot.prefilled = slot.generated = slot.position = slot.state_bytes = slot.choice = 0;
   slot.fed.clear();
   update_gauges_locked();
 }
@@ -155,10 +163,37 @@ void Scheduler::release(Slot& slot) {
     decoding_.erase(std::find(decoding_.begin(), decoding_.end(), slot.id));
   } else if (slot.phase == Phase::Prefill || slot.phase == Phase::Waiting) {
     auto it = std::find(prefilling_.begin(), prefilling_.end(), slot.id);
+    if (it == prefilling_.end()) return;  // a choice waiting for choice 0's prompt
     const int64_t b = it - prefilling_.begin();
     prefilling_.erase(it);
     if (next_prefill_ > b) --next_prefill_;  // the turn stays with the same prompt
   }
+}
+
+void Scheduler::admit(Slot& s, const std::shared_ptr<Job>& job, int64_t choice) {
+  s.job = job;
+  s.choice = choice;
+  s.phase = Phase::Waiting;
+  s.prefilled = s.generated = 0;
+  DecodeRule rule;
+  rule.sampling = job->sampling;
+  rule.max_tokens = job->max_tokens;
+  rule.stop = &job->stop;
+  rule.stop_at_eos = job->stop_at_eos;
+  // Choice 0 draws what `retnet generate` draws for the request alone; choice i, stream i.
+  rule.stream = static_cast<uint64_t>(choice);
+  if (!job->logit_bias.empty())
+    rule.adjust = [bias = job->logit_bias](float* logits, int64_t) {
+      for (const auto& [token, b] : bias) logits[token] += b;
+    };
+  if (job->grammar) {
+    if (!trie_) trie_ = std::make_shared<const TokenTrie>(tokenizer_);
+    rule.constraint = std::make_shared<GrammarConstraint>(job->grammar, trie_);
+  }
+  s.decoder = std::make_unique<SequenceDecoder>(tokenizer_, std::move(rule));
+  s.started = Clock::now();
+  s.has_state = false;  // its sequence is about to start over
+  if (choice == 0) prefilling_.push_back(s.id);
 }
 
 bool Scheduler::sweep_locked() {
@@ -166,45 +201,32 @@ bool Scheduler::sweep_locked() {
   for (Slot& s : slots_) {
     if (s.phase == Phase::Idle) continue;
     if (s.job->cancelled) {
-      metrics_.cancelled += 1;
+      if (s.choice == 0) metrics_.cancelled += 1;
       finish(s, FinishReason::None, "the client disconnected", 499);
     } else if (now > s.job->deadline) {
       finish(s, FinishReason::None, "the request ran past the server's --timeout", 504);
     }
   }
-  for (Slot& s : slots_) {
-    if (s.phase != Phase::Idle || queue_.empty()) continue;
-    s.job = queue_.front();
-    queue_.pop_front();
-    if (s.job->cancelled) {  // its client left while it waited: end it without a slot
-      std::lock_guard<std::mutex> lock(s.job->mutex);
-      s.job->finished = true;
-      s.job->error = "the client disconnected";
-      s.job->error_status = 499;
-      s.job->changed.notify_all();
-      s.job.reset();
+  // First come, first served: a job waits until its n choices find n idle slots, and the jobs
+  // behind it wait with it (smaller ones do not overtake it, so it is never starved).
+  std::vector<Slot*> idle;
+  for (Slot& s : slots_)
+    if (s.phase == Phase::Idle) idle.push_back(&s);
+  size_t taken = 0;
+  while (!queue_.empty()) {
+    std::shared_ptr<Job> job = queue_.front();
+    if (job->cancelled) {  // its client left while it waited: end it without a slot
+      queue_.pop_front();
+      std::lock_guard<std::mutex> lock(job->mutex);
+      job->finished = true;
+      job->error = "the client disconnected";
+      job->error_status = 499;
+      job->changed.notify_all();
       continue;
     }
-    s.phase = Phase::Waiting;
-    s.prefilled = s.generated = 0;
-    DecodeRule rule;
-    rule.sampling = s.job->sampling;
-    rule.max_tokens = s.job->max_tokens;
-    rule.stop = &s.job->stop;
-    rule.stop_at_eos = s.job->stop_at_eos;
-    rule.stream = 0;  // every request: the text `retnet generate` gives it alone
-    if (!s.job->logit_bias.empty())
-      rule.adjust = [bias = s.job->logit_bias](float* logits, int64_t) {
-        for (const auto& [token, b] : bias) logits[token] += b;
-      };
-    if (s.job->grammar) {
-      if (!trie_) trie_ = std::make_shared<const TokenTrie>(tokenizer_);
-      rule.constraint = std::make_shared<GrammarConstraint>(s.job->grammar, trie_);
-    }
-    s.decoder = std::make_unique<SequenceDecoder>(tokenizer_, std::move(rule));
-    s.started = Clock::now();
-    s.has_state = false;  // its sequence is about to start over
-    prefilling_.push_back(s.id);
+    if (static_cast<int64_t>(idle.size() - taken) < job->n) break;
+    queue_.pop_front();
+    for (int64_t c = 0; c < job->n; ++c) admit(*idle[taken++], job, c);
   }
   // Queued jobs whose client left or whose time ran out never take a slot.
   for (auto it = queue_.begin(); it != queue_.end();) {
@@ -306,6 +328,7 @@ void Scheduler::start_prefill(Slot& slot) {
   std::lock_guard<std::mutex> job_lock(job.mutex);
   job.prompt_tokens = static_cast<int64_t>(job.prompt.size());
   job.cached_tokens = cached;
+  job.prompt_started = Clock::now();
 }
 
 // Up to the next block boundary; the last segment stops at the last chunk boundary first, where a
@@ -342,6 +365,11 @@ bool Scheduler::prefill_segment(Slot& slot) {
     return false;
   }
   metrics_.prompt_tokens += T;
+  {
+    std::lock_guard<std::mutex> job_lock(job.mutex);
+    job.prompt_done = job.last_token = Clock::now();
+  }
+  start_choices(slot);
   if (job.max_tokens == 0) {
     finish(slot, FinishReason::Length);  // nothing to generate
     return true;
@@ -351,6 +379,22 @@ bool Scheduler::prefill_segment(Slot& slot) {
   slot.phase = Phase::Decode;
   update_gauges_locked();
   return true;
+}
+
+void Scheduler::start_choices(Slot& lead) {
+  if (lead.job->n == 1) return;
+  for (Slot& s : slots_) {
+    if (s.job != lead.job || s.choice == 0) continue;
+    if (lead.job->max_tokens == 0) {
+      finish(s, FinishReason::Length);
+      continue;
+    }
+    session_.fork(lead.id, s.id);
+    s.phase = Phase::Decode;
+    s.prefilled = s.position = lead.prefilled;
+    s.state_bytes = session_.state_bytes(s.id);
+    decoding_.push_back(s.id);
+  }
 }
 
 TokenLogprob Scheduler::logprob_of(const float* logits, int32_t token, int top) const {
@@ -443,103 +487,6 @@ void Scheduler::decode_one_step() {
     update_gauges_locked();
   }
   metrics_.decode_microseconds += micros_since(t0);
-}
-
-nlohmann::json Scheduler::slots_json() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  nlohmann::json out = nlohmann::json::array();
-  for (const Slot& s : slots_) {
-    static const char* names[] = {"idle", "waiting", "prefill", "decode"};
-    nlohmann::json j = {{"id", s.id}, {"state", names[static_cast<int>(s.phase)]}};
-    if (s.phase != Phase::Idle) {
-      j["prompt_tokens"] = static_cast<int64_t>(s.job->prompt.size());
-      j["prefilled_tokens"] = s.prefilled;
-      j["generated_tokens"] = s.generated;
-    }
-    if (s.phase == Phase::Prefill || s.phase == Phase::Decode) {
-      j["position"] = s.position;
-      j["state_bytes"] = s.state_bytes;
-    }
-    j["saved_state"] = s.has_state;
-    out.push_back(std::move(j));
-  }
-  return out;
-}
-
-// The slot's sequence is the inference thread's while the slot is busy.
-void Scheduler::check_idle_locked(int64_t id) const {
-  if (slots_[static_cast<size_t>(id)].phase != Phase::Idle)
-    throw HttpError(409,
-                    fmt::format("slot {} is busy with a request; try again when it is idle", id),
-                    "invalid_request_error", "slot_busy");
-}
-
-nlohmann::json Scheduler::save_slot(int64_t id, const std::string& path) {
-  RETNET_CHECK(id >= 0 && id < options_.slots, "slot {} does not exist (the server has {})", id,
-               options_.slots);
-  SavedSequence state;
-  nlohmann::json tokens;
-  {
-    std::lock_guard<std::mutex> session_lock(session_mutex_);
-    std::lock_guard<std::mutex> lock(mutex_);
-    check_idle_locked(id);
-    const Slot& s = slots_[static_cast<size_t>(id)];
-    RETNET_CHECK(s.has_state, "slot {} has finished no request yet: nothing to save", id);
-    state = session_.snapshot(id);
-    tokens = s.last_tokens;
-    update_gauges_locked();
-  }
-  write_state_file(path, model_, session_.model_fingerprint(), state);
-  write_file_atomically(path + ".tokens.json", tokens.dump());
-  return {{"id_slot", id}, {"n_saved", static_cast<int64_t>(tokens.size())}};
-}
-
-nlohmann::json Scheduler::erase_slot(int64_t id) {
-  RETNET_CHECK(id >= 0 && id < options_.slots, "slot {} does not exist (the server has {})", id,
-               options_.slots);
-  std::lock_guard<std::mutex> session_lock(session_mutex_);
-  std::lock_guard<std::mutex> lock(mutex_);
-  check_idle_locked(id);
-  Slot& s = slots_[static_cast<size_t>(id)];
-  const auto erased = static_cast<int64_t>(s.last_tokens.size());
-  session_.reset_sequence(id);
-  s.has_state = false;
-  s.last_tokens.clear();
-  update_gauges_locked();
-  return {{"id_slot", id}, {"n_erased", erased}};
-}
-
-nlohmann::json Scheduler::restore_slot(int64_t id, const std::string& path) {
-  RETNET_CHECK(id >= 0 && id < options_.slots, "slot {} does not exist (the server has {})", id,
-               options_.slots);
-  SavedSequence state = read_state_file(path, model_, session_.model_fingerprint());
-  const std::string tokens_path = path + ".tokens.json";
-  std::vector<int32_t> tokens;
-  try {
-    tokens = parse_json(read_file(tokens_path, "slot tokens file"),
-                        fmt::format("slot tokens file '{}'", tokens_path))
-                 .get<std::vector<int32_t>>();
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(fmt::format("slot tokens file '{}' is not a JSON list of token ids: {}",
-                            tokens_path, e.what()));
-  }
-  RETNET_CHECK(static_cast<int64_t>(tokens.size()) == state.position,
-               "slot tokens file '{}' lists {} tokens but the state consumed {}", tokens_path,
-               tokens.size(), state.position);
-  for (int32_t t : tokens)
-    RETNET_CHECK(t >= 0 && t < model_.config().vocab_size,
-                 "slot tokens file '{}' holds token {} outside the vocabulary", tokens_path, t);
-  std::lock_guard<std::mutex> session_lock(session_mutex_);
-  std::lock_guard<std::mutex> lock(mutex_);
-  check_idle_locked(id);
-  Slot& s = slots_[static_cast<size_t>(id)];
-  session_.restore(id, state);  // the slot holds it until its next request (a save writes it)
-  s.has_state = true;
-  // It serves the next request that starts with its tokens, through the cache.
-  if (cache_.capacity_bytes() > 0) cache_.insert(tokens, std::move(state));
-  s.last_tokens = std::move(tokens);
-  update_gauges_locked();
-  return {{"id_slot", id}, {"n_restored", static_cast<int64_t>(s.last_tokens.size())}};
 }
 
 }  // namespace retnet::server

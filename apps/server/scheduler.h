@@ -4,7 +4,9 @@
 // after (for a save). Each loop reads at most one block of prompt tokens (shared by the waiting
 // prompts in turn, with the chunkwise form) and then runs one batched step in which every
 // generating slot advances one token, so running streams keep flowing while prompts are read; a
-// slot whose prompt is read joins the steps where it is (a phase change, no copy). A slot leaves
+// slot whose prompt is read joins the steps where it is (a phase change, no copy). A job with n
+// choices takes n slots at once (the queue is first come, first served): one reads the prompt and
+// the others fork its state, so the prompt is read once. A slot leaves
 // the moment its stream ends, its client disconnects or its deadline passes. HTTP threads only
 // queue jobs; a full queue is refused at once.
 #include <deque>
@@ -66,6 +68,9 @@ class Scheduler {
     int64_t id = 0;
     Phase phase = Phase::Idle;
     std::shared_ptr<Job> job;
+    // Which of the job's choices it makes. Choice 0 reads the prompt; the others wait (phase
+    // Waiting, outside prefilling_) and then start from a fork of its state.
+    int64_t choice = 0;
     int64_t prefilled = 0;  // prompt tokens its sequence has consumed
     int64_t generated = 0;
     int64_t position = 0, state_bytes = 0;     // copies for /slots, updated under the lock
@@ -80,6 +85,9 @@ class Scheduler {
 
   void loop();
   bool sweep_locked();   // admits queued jobs, ends cancelled and late ones; true if work remains
+  void admit(Slot& slot, const std::shared_ptr<Job>& job, int64_t choice);
+  // Choice 0's prompt is read: its other choices start decoding from copies of its state.
+  void start_choices(Slot& lead);
   void prefill_round();  // up to one block of prompt tokens, shared by waiting prompts in turn
   void start_prefill(Slot& slot);  // restores the longest cached prefix into its sequence
   int64_t next_segment_end(const Slot& slot) const;

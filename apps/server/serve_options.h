@@ -20,6 +20,7 @@ struct ServeOptions {
   int64_t max_connections = 256;
   int64_t max_connections_per_client = 64;
   int64_t max_tokens = 512;
+  int64_t max_n = 8;  // choices a request may ask for (n)
   int64_t max_queue = 64;
   double timeout_s = 600;
   int64_t state_cache_mib = 64;
@@ -31,6 +32,7 @@ struct ServeOptions {
   std::string chat_template_file;  // empty: the model directory's, else the default
   std::string dtype = "f32";       // the inference copy of the weights: f32, bf16, f16
   bool no_ui = false;              // no chat page at /
+  bool log_prompts = false;        // the access log shows each prompt's text
   bool reuse_port = false;         // SO_REUSEPORT: servers share the port
   std::vector<std::string> cors_origins;  // origins a browser app may call from ("*": any)
 };

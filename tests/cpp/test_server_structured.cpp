@@ -60,8 +60,8 @@ TEST(ServerStructured, AGrammarTheVocabularyCannotSpellEndsOnlyItsRequest) {
   EXPECT_EQ(object->error_status, 500);
   EXPECT_NE(object->error.find("structured output failed"), std::string::npos) << object->error;
   EXPECT_TRUE(plain->error.empty()) << plain->error;
-  EXPECT_EQ(plain->finish_reason, "length");
-  EXPECT_EQ(plain->completion_tokens, 6);
+  EXPECT_EQ(plain->choices[0].finish_reason, "length");
+  EXPECT_EQ(plain->choices[0].completion_tokens, 6);
 }
 
 }  // namespace

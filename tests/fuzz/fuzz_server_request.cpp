@@ -13,6 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   server::RequestLimits limits;
   limits.max_tokens = 256;
   limits.vocab = 256;
+  limits.max_n = 8;
+  limits.slots = 4;
   const bool is_chat = (data[0] & 1) == 0;
   try {
     const auto body = server::parse_json_object(std::string(fuzz::as_text(data + 1, size - 1)));

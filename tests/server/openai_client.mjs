@@ -1,6 +1,6 @@
 // `retnet serve` driven by the official OpenAI JavaScript client: chat and completions, streamed
-// and not, usage with cached tokens, structured output and tool calls through the client's
-// parse(), an API key, and the client's own error for a bad request.
+// and not, usage with cached tokens, n: 3 choices, structured output and tool calls through the
+// client's parse(), an API key, and the client's own error for a bad request.
 //   node openai_client.mjs --retnet BIN --workdir DIR
 import { spawn, execFileSync } from 'node:child_process';
 import OpenAI from 'openai';
@@ -88,6 +88,15 @@ try {
   } catch (e) {
     check(e instanceof OpenAI.BadRequestError && e.param === 'max_tokens', `BadRequestError naming max_tokens: ${e}`);
   }
+  // n: 3 reads the prompt once and forks its state: greedy gives three equal texts.
+  const three = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 20, temperature: 0, n: 3 });
+  check(three.choices.length === 3 && three.choices.every((c, i) => c.index === i && c.message.content === chatWant),
+    `n: 3 gives three greedy choices equal to retnet generate: ${JSON.stringify(three.choices)}`);
+  const streamedChoices = ['', '', ''];
+  for await (const chunk of await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 20,
+    temperature: 0, n: 3, stream: true }))
+    for (const ch of chunk.choices) streamedChoices[ch.index] += ch.delta?.content ?? '';
+  check(streamedChoices.every((t) => t === chatWant), `streamed n: 3 gives three equal texts: ${JSON.stringify(streamedChoices)}`);
   // One model is served whatever the name a client sends; models.retrieve names the real one.
   const named = await client.completions.create({ model: 'gpt-4o', prompt, max_tokens: 4 });
   check(named.model === 'tiny' && named.choices.length === 1, `any model name is served: ${named.model}`);

@@ -301,7 +301,7 @@ def test_bad_requests(s, headers):
     expect(400, {"prompt": ""}, "prompt", what="empty prompt")
     expect(400, b'{"prompt": "\xff\xfe"}', what="invalid UTF-8")
     expect(400, {"prompt": "x", "max_tokens": -1}, "max_tokens", what="negative max_tokens")
-    expect(400, {"prompt": "x", "n": 2}, "n", what="n = 2")
+    expect(400, {"prompt": "x", "n": 9}, "n", what="n above --max-n")
     expect(400, {"messages": "hi"}, "messages", path="/v1/chat/completions", what="bad messages")
     expect(400, {"messages": [{"role": "user", "content": 5}]}, "messages[0].content",
            path="/v1/chat/completions", what="bad content")
