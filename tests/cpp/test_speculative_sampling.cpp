@@ -5,14 +5,19 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "cli_runner.h"
 #include "retnet/core/rng.h"
 #include "retnet/infer/generator.h"
 #include "retnet/infer/speculative.h"
 #include "retnet/model/model.h"
+#include "retnet/model/model_io.h"
+#include "retnet/text/tokenizer.h"
 #include "session_cases.h"
 #include "test_helpers.h"
 
@@ -257,6 +262,47 @@ TEST(SpeculativeDraft, RefusesAnotherVocabularyAndLookupWithIt) {
   o.speculative.lookup = 2;
   EXPECT_TRUE(test::throws_error_naming([&] { generate(s, *tok, {tok->encode("ab")}, o); },
                                         {"lookup", "draft model"}));
+}
+
+// `retnet generate --draft-model`: the plain greedy text, drafts counted in --json; another
+// vocabulary or tokenizer, a batch and --lookup beside it refused.
+TEST(SpeculativeCli, DraftModelGivesThePlainTextAndCountsDrafts) {
+  namespace fs = std::filesystem;
+  const fs::path dir = test::fresh_temp_dir("spec_draft_cli");
+  const std::string model = (dir / "m.safetensors").string(),
+                    draft = (dir / "d.safetensors").string(),
+                    bigger = (dir / "big.safetensors").string(),
+                    other_tok = (dir / "tok.safetensors").string();
+  Config c = test::small_decode_config();
+  save_model(Model::init(c, 21), model);
+  save_model(Model::init(c, 22), draft);
+  const auto hf = make_hf_tokenizer(
+      R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}})", "two-letter");
+  save_model(Model::init(c, 23), other_tok, tokenizer_metadata(*hf));
+  c.vocab_size = 300;
+  save_model(Model::init(c, 24), bigger);
+  const std::string g = "generate -m " + model + " -n 40 --temp 0 --json -p 'First Citizen' ";
+  const auto plain = test::run_retnet(g, 300),
+             fast = test::run_retnet(g + "--draft-model " + draft, 300);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(fast.exit_code, 0) << fast.err;
+  const auto a = nlohmann::json::parse(plain.out), b = nlohmann::json::parse(fast.out);
+  EXPECT_EQ(b["text"], a["text"]);
+  EXPECT_GT(b["drafted_tokens"].get<int64_t>(), 0);
+  EXPECT_GE(b["drafted_tokens"].get<int64_t>(), b["accepted_tokens"].get<int64_t>());
+  EXPECT_GT(b["checks"].get<int64_t>(), 0);
+  const auto self = nlohmann::json::parse(test::run_retnet(g + "--draft-model " + model, 300).out);
+  EXPECT_EQ(self["text"], a["text"]);
+  EXPECT_EQ(self["accepted_tokens"], self["drafted_tokens"]) << "its own drafts are all kept";
+  EXPECT_TRUE(test::fails_cleanly(test::run_retnet(g + "--draft-model " + bigger, 300),
+                                  "vocabulary of 300 tokens"));
+  EXPECT_TRUE(test::fails_cleanly(test::run_retnet(g + "--draft-model " + other_tok, 300),
+                                  "another tokenizer"));
+  EXPECT_TRUE(test::fails_cleanly(test::run_retnet(g + "--draft-model " + draft + " --lookup 2"),
+                                  "not both"));
+  const auto help = test::run_retnet("generate --help");
+  EXPECT_NE(help.out.find("--draft-model"), std::string::npos);
+  fs::remove_all(dir);
 }
 
 }  // namespace
