@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -302,6 +303,36 @@ TEST(SpeculativeCli, DraftModelGivesThePlainTextAndCountsDrafts) {
                                   "not both"));
   const auto help = test::run_retnet("generate --help");
   EXPECT_NE(help.out.find("--draft-model"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+// `retnet bench speculative`: a figure per weight type and k, finite and positive.
+TEST(BenchSpeculative, WritesACheckCostPerTypeAndLength) {
+  namespace fs = std::filesystem;
+  const fs::path dir = test::fresh_temp_dir("bench_spec");
+  const std::string model = (dir / "m.safetensors").string(), out = (dir / "r.json").string();
+  save_model(Model::init(test::model_config(32, 64, 4, 64, 2, 256), 5), model);  // blocks of 32
+  const auto r = test::run_retnet("bench speculative -m " + model +
+                                      " --dtype f32,q8_0 --k 1,3 --reps 1 --rounds 2 --position 8 "
+                                      "--json " +
+                                      out,
+                                  300);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("break-even"), std::string::npos);
+  std::ifstream in(out);
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["runs"].size(), 2u);
+  EXPECT_EQ(j["runs"][1]["dtype"], "q8_0");
+  EXPECT_TRUE(j["machine"].contains("cpu"));
+  for (const auto& run : j["runs"]) {
+    ASSERT_EQ(run["checks"].size(), 2u);
+    EXPECT_EQ(run["checks"][1]["k"], 3);
+    for (const auto& c : run["checks"]) {
+      const double ratio = c["relative_to_step"].get<double>();
+      EXPECT_TRUE(std::isfinite(ratio) && ratio > 0) << ratio;
+      EXPECT_GE(c["break_even_tokens_per_check"].get<double>(), 1.0);
+    }
+  }
   fs::remove_all(dir);
 }
 
