@@ -271,6 +271,7 @@ void run_bench_decode(const std::string& model_path, int reps, bool quick, int t
 
 // `retnet bench serve` (cmd_bench_serve.cpp): the server under load, and its soak.
 void register_bench_serve(CLI::App* bench);
+void register_bench_speculative(CLI::App* bench);
 
 void register_bench(CLI::App& app) {
   auto* bench = app.add_subcommand("bench",
@@ -295,6 +296,7 @@ void register_bench(CLI::App& app) {
   register_bench_paper(bench);
   register_bench_model(bench);
   register_bench_serve(bench);
+  register_bench_speculative(bench);
 }
 
 }  // namespace retnet::cli

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "commands.h"
+#include "retnet/core/gemm.h"
 #include "retnet/core/read_file.h"
 #include "retnet/retnet.h"
 

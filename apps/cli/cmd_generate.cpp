@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "commands.h"
@@ -18,7 +19,7 @@ namespace retnet::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, config, prompt, prompt_file, prompts_file, state_in, state_out,
+  std::string model, config, draft_model, prompt, prompt_file, prompts_file, state_in, state_out,
       weights = "f32";
   bool prompt_given = false;
   int64_t max_tokens = 128, max_prompt_tokens = 262144, chunk = 0, repeat_last_n = 64;
@@ -135,6 +136,11 @@ void run_generate(const GenerateArgs& a) {
                "--state-in and --state-out work on one sequence, not with --prompts-file");
   RETNET_CHECK(a.lookup == 0 || a.prompts_file.empty(),
                "--lookup decodes one prompt, not a --prompts-file batch");
+  RETNET_CHECK(a.draft_model.empty() || a.prompts_file.empty(),
+               "--draft-model decodes one prompt, not a --prompts-file batch");
+  RETNET_CHECK(a.draft_model.empty() || a.lookup == 0, "give --lookup or --draft-model, not both");
+  RETNET_CHECK(a.draft_model.empty() || a.state_in.empty(),
+               "--draft-model needs the whole text as the prompt, not --state-in");
   RETNET_CHECK(sources == 1 || !a.state_in.empty(),
                "nothing to continue: give --prompt, --prompt-file, --prompts-file or --state-in");
 
@@ -146,11 +152,24 @@ void run_generate(const GenerateArgs& a) {
                           {a.prompts_file, "prompts file"}});
   Model model = load_for_inference(a.model, a.config, a.weights, false, !a.no_mmap);
   std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(a.model);
+  std::optional<Model> draft;
+  if (!a.draft_model.empty()) {
+    draft.emplace(load_for_inference(a.draft_model, "", a.weights, false, !a.no_mmap));
+    RETNET_CHECK(draft->config().vocab_size == model.config().vocab_size,
+                 "--draft-model '{}' has a vocabulary of {} tokens, the model '{}' {}",
+                 a.draft_model, draft->config().vocab_size, a.model, model.config().vocab_size);
+    const std::unique_ptr<Tokenizer> draft_tokenizer = load_model_tokenizer(a.draft_model);
+    RETNET_CHECK(draft_tokenizer->serialize() == tokenizer->serialize(),
+                 "--draft-model '{}' has another tokenizer ({}) than the model '{}' ({}): drafts "
+                 "must be the model's tokens",
+                 a.draft_model, draft_tokenizer->kind(), a.model, tokenizer->kind());
+  }
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   const int64_t rss_after_load = current_rss_bytes();
 
-  const GenerateOptions go = generate_options(a);
+  GenerateOptions go = generate_options(a);
+  if (draft) go.speculative.draft_model = &*draft;
   const std::vector<std::string> texts = prompt_texts(a);
   std::vector<std::vector<int32_t>> prompts;
   for (size_t i = 0; i < texts.size(); ++i)
@@ -220,7 +239,7 @@ void run_generate(const GenerateArgs& a) {
                                                static_cast<int64_t>(sizeof(float));
     stats["decode_threads"] = session.decode_threads();
   }
-  if (a.lookup > 0 && (a.stats || a.json)) {
+  if (go.speculative.enabled() && (a.stats || a.json)) {
     stats["checks"] = timings.checks;
     stats["drafted_tokens"] = timings.drafted_tokens;
     stats["accepted_tokens"] = timings.accepted_tokens;
@@ -304,9 +323,13 @@ void register_generate(CLI::App& app) {
               "latest earlier occurrence of the last (up to N) tokens, check them in one pass, "
               "keep what decoding would pick anyway (same text; 0: off)",
               integer_at_least(0));
+  cmd->add_option("--draft-model", a->draft_model,
+                  "Speculative decoding with a draft model (same vocabulary and tokenizer, loaded "
+                  "with --dtype): it drafts tokens ahead, one pass of the model checks them; "
+                  "greedy text is the plain one, sampled text has the plain distribution");
   add_checked(cmd, "--draft-max", a->draft_max,
-              "Most tokens drafted for one check with --lookup (the count adapts: grows while "
-              "drafts are kept, pauses drafting while they are not)",
+              "Most tokens drafted for one check with --lookup or --draft-model (the count "
+              "adapts: grows while drafts are kept, pauses drafting while they are not)",
               integer_at_least(1));
   add_inference_dtype_option(cmd, a->weights);
   add_threads_option(cmd, a->threads,

@@ -78,21 +78,36 @@ void SequenceDecoder::mask_constrained(int64_t V) {
                generated_);
 }
 
-SequenceDecoder::Next SequenceDecoder::next(Session& session, int64_t b) {
+// Session sequence b's logits with rule_.adjust applied, and the constraint's mask when
+// `constrained` (in adjusted_; the session's own logits when neither applies).
+const float* SequenceDecoder::adjusted_logits(Session& session, int64_t b, bool constrained) {
   RETNET_CHECK(finish_ == FinishReason::None, "the sequence has ended ({})",
                finish_reason_name(finish_));
-  Next out;
+  const bool masked = constrained && rule_.constraint;
+  if (!rule_.adjust && !masked) return session.logits(b);
+  const int64_t V = session.vocab();
+  adjusted_.resize(static_cast<size_t>(V));
+  std::memcpy(adjusted_.data(), session.logits(b), static_cast<size_t>(V) * sizeof(float));
+  if (rule_.adjust) rule_.adjust(adjusted_.data(), V);
+  if (masked) mask_constrained(V);
+  return adjusted_.data();
+}
+
+SequenceDecoder::Next SequenceDecoder::next(Session& session, int64_t b) {
+  const float* z = adjusted_logits(session, b, true);
+  return take(session.sample_logits(b, z, rule_.sampling, rule_.stream));
+}
+
+void SequenceDecoder::distribution(Session& session, int64_t b, float* probs, bool constrained) {
+  session.distribution(b, adjusted_logits(session, b, constrained), rule_.sampling, probs);
+}
+
+SequenceDecoder::Next SequenceDecoder::take(int32_t token) {
+  RETNET_CHECK(finish_ == FinishReason::None, "the sequence has ended ({})",
+               finish_reason_name(finish_));
   TokenConstraint* constraint = rule_.constraint.get();
-  if (rule_.adjust || constraint) {
-    const int64_t V = session.vocab();
-    adjusted_.resize(static_cast<size_t>(V));
-    std::memcpy(adjusted_.data(), session.logits(b), static_cast<size_t>(V) * sizeof(float));
-    if (rule_.adjust) rule_.adjust(adjusted_.data(), V);
-    if (constraint) mask_constrained(V);
-    out.token = session.sample_logits(b, adjusted_.data(), rule_.sampling, rule_.stream);
-  } else {
-    out.token = session.sample(b, rule_.sampling, rule_.stream);
-  }
+  Next out;
+  out.token = token;
   if (rule_.stop_at_eos && out.token == tokenizer_.eos_id()) {
     out.finish = finish_ = FinishReason::Eos;
     return out;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 
 #include "retnet/core/error.h"
 #include "retnet/infer/speculative.h"
@@ -76,8 +77,19 @@ std::vector<SequenceResult> generate(Session& session, const Tokenizer& tokenize
   if (options.max_tokens == 0)
     for (int64_t i = 0; i < n; ++i) finish(i, FinishReason::Length);
   if (options.speculative.enabled() && options.max_tokens > 0) {
-    decode_speculative(session, decoders[0], prompts[0], options, tm,
-                       [&](const std::string& text) { emit(0, text); });
+    std::unique_ptr<Session> draft;
+    if (const Model* draft_model = options.speculative.draft_model) {
+      RETNET_CHECK(session.position(0) == results[0].prompt_tokens,
+                   "a draft model needs the whole text as the prompt, not a saved state");
+      const auto td = std::chrono::steady_clock::now();
+      draft = std::make_unique<Session>(*draft_model);
+      draft->add_sequence();
+      draft->prefill(0, prompts[0].data(), static_cast<int64_t>(prompts[0].size()));
+      tm.prefill_s += seconds_since(td);
+    }
+    decode_speculative(
+        session, decoders[0], prompts[0], options, tm,
+        [&](const std::string& text) { emit(0, text); }, draft.get());
     results[0].generated_tokens = decoders[0].generated();
     finish(0, decoders[0].finish_reason());
     return results;

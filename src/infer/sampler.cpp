@@ -29,9 +29,12 @@ SamplerScratch::SamplerScratch(int64_t vocab)
       seen(static_cast<size_t>(vocab), -1),
       count(static_cast<size_t>(vocab), 0) {}
 
-int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params,
-                     uint64_t stream, uint64_t position, const int32_t* recent, int64_t n_recent,
-                     SamplerScratch& scratch) {
+namespace {
+
+// The logits with the penalties applied, in scratch.logits.
+float* penalised_logits(const float* logits, int64_t vocab, const SamplingParams& params,
+                        uint64_t position, const int32_t* recent, int64_t n_recent,
+                        SamplerScratch& scratch) {
   RETNET_CHECK(static_cast<int64_t>(scratch.logits.size()) == vocab,
                "sampler scratch is sized for {} tokens, the logits have {}", scratch.logits.size(),
                vocab);
@@ -65,9 +68,27 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
       scratch.count[t] = 0;  // once per token
     }
   }
-  // Greedy: the first maximum (ties go to the lowest id, as argmax does).
-  if (params.temperature == 0.f) return static_cast<int32_t>(std::max_element(z, z + vocab) - z);
+  return z;
+}
 
+// The candidates a temperature draw chooses among: scratch.order[0..n) with unnormalised
+// probabilities weight(i) summing to `kept`.
+struct Candidates {
+  const float* z;
+  const int32_t* order;
+  double top, inv_t;
+  int64_t n;
+  double kept;
+  // An infinite top logit (inf - inf is NaN) is the softmax's limit: all the probability on the
+  // logits equal to it.
+  double weight(int64_t i) const {
+    if (std::isinf(top)) return z[order[i]] == top ? 1.0 : 0.0;
+    return std::exp((z[order[i]] - top) * inv_t);
+  }
+};
+
+Candidates candidates(const float* z, int64_t vocab, const SamplingParams& params,
+                      SamplerScratch& scratch) {
   // Candidates sorted by logit (ties by id, so the order is deterministic), cut to top-k.
   int32_t* order = scratch.order.data();
   std::iota(order, order + vocab, 0);
@@ -76,43 +97,60 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
   std::partial_sort(order, order + k, order + vocab, by_logit);
   // Softmax at the temperature over the k candidates (in double: the nucleus sum must be exact
   // enough to be the same on every machine).
-  const double inv_t = 1.0 / params.temperature, top = z[order[0]];
-  // Unnormalised probability of candidate i. An infinite top logit (inf - inf is NaN) is the
-  // softmax's limit: all the probability on the logits equal to it.
-  auto weight = [&](int64_t i) {
-    if (std::isinf(top)) return z[order[i]] == top ? 1.0 : 0.0;
-    return std::exp((z[order[i]] - top) * inv_t);
-  };
+  Candidates c{z, order, z[order[0]], 1.0 / params.temperature, k, 0.0};
   double total = 0;
-  for (int64_t i = 0; i < k; ++i) total += weight(i);
+  for (int64_t i = 0; i < k; ++i) total += c.weight(i);
   // Nucleus: the smallest prefix whose probability reaches top_p; min-p: only the candidates at
   // least min_p times as likely as the first.
-  int64_t n = k;
   if (params.min_p > 0.f)
     for (int64_t i = 1; i < k; ++i)
-      if (weight(i) < params.min_p * weight(0)) {
-        n = i;
+      if (c.weight(i) < params.min_p * c.weight(0)) {
+        c.n = i;
         break;
       }
   if (params.top_p < 1.f) {
     double cum = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      cum += weight(i) / total;
+    for (int64_t i = 0; i < c.n; ++i) {
+      cum += c.weight(i) / total;
       if (cum >= params.top_p) {
-        n = i + 1;
+        c.n = i + 1;
         break;
       }
     }
   }
-  double kept = 0;
-  for (int64_t i = 0; i < n; ++i) kept += weight(i);
+  for (int64_t i = 0; i < c.n; ++i) c.kept += c.weight(i);
+  return c;
+}
+
+}  // namespace
+
+int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params,
+                     uint64_t stream, uint64_t position, const int32_t* recent, int64_t n_recent,
+                     SamplerScratch& scratch) {
+  const float* z = penalised_logits(logits, vocab, params, position, recent, n_recent, scratch);
+  // Greedy: the first maximum (ties go to the lowest id, as argmax does).
+  if (params.temperature == 0.f) return static_cast<int32_t>(std::max_element(z, z + vocab) - z);
+  const Candidates c = candidates(z, vocab, params, scratch);
   const double u = Philox(params.seed).uniform(/*stream=*/0x5a3b1e00000000ull + stream, position);
-  double target = u * kept, cum = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    cum += weight(i);
-    if (cum >= target) return order[i];
+  double target = u * c.kept, cum = 0;
+  for (int64_t i = 0; i < c.n; ++i) {
+    cum += c.weight(i);
+    if (cum >= target) return c.order[i];
   }
-  return order[n - 1];
+  return c.order[c.n - 1];
+}
+
+void sampling_distribution(const float* logits, int64_t vocab, const SamplingParams& params,
+                           const int32_t* recent, int64_t n_recent, SamplerScratch& scratch,
+                           float* probs) {
+  const float* z = penalised_logits(logits, vocab, params, 0, recent, n_recent, scratch);
+  std::fill(probs, probs + vocab, 0.f);
+  if (params.temperature == 0.f) {
+    probs[std::max_element(z, z + vocab) - z] = 1.f;
+    return;
+  }
+  const Candidates c = candidates(z, vocab, params, scratch);
+  for (int64_t i = 0; i < c.n; ++i) probs[c.order[i]] = static_cast<float>(c.weight(i) / c.kept);
 }
 
 }  // namespace retnet

@@ -203,6 +203,13 @@ int32_t Session::sample_logits(int64_t b, const float* z, const SamplingParams& 
                       static_cast<int64_t>(r.size()), scratch_);
 }
 
+void Session::distribution(int64_t b, const float* z, const SamplingParams& params, float* probs) {
+  check_index(b);
+  const auto& r = recent_[b];
+  sampling_distribution(z, vocab(), params, r.data(), static_cast<int64_t>(r.size()), scratch_,
+                        probs);
+}
+
 void Session::fork(int64_t src, int64_t dst) {
   check_index(src);
   check_index(dst);

@@ -19,6 +19,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 void SpeculativeOptions::validate() const {
   RETNET_CHECK(lookup >= 0, "lookup must be >= 0 tokens (0: off), got {}", lookup);
   RETNET_CHECK(draft_max >= 1, "draft max must be >= 1 token, got {}", draft_max);
+  RETNET_CHECK(lookup == 0 || draft_model == nullptr,
+               "speculative decoding takes prompt lookup or a draft model, not both");
 }
 
 DraftLength::DraftLength(int64_t max_draft)
@@ -44,13 +46,25 @@ void DraftLength::update(int64_t accepted, int64_t drafted, bool paid_off) {
   }
 }
 
+// speculative_draft.cpp: the loop with a draft model.
+void decode_speculative_draft(Session& session, Session& draft, SequenceDecoder& decoder,
+                              const GenerateOptions& options, GenerationTimings& tm,
+                              const std::function<void(const std::string&)>& emit);
+
 void decode_speculative(Session& session, SequenceDecoder& decoder, std::vector<int32_t> text,
                         const GenerateOptions& options, GenerationTimings& tm,
-                        const std::function<void(const std::string&)>& emit) {
+                        const std::function<void(const std::string&)>& emit,
+                        Session* draft_session) {
   RETNET_CHECK(session.batch() == 1, "speculative decoding runs one sequence, the session holds {}",
                session.batch());
   const SpeculativeOptions& so = options.speculative;
   so.validate();
+  if (so.draft_model) {
+    RETNET_CHECK(draft_session != nullptr,
+                 "speculative decoding with a draft model needs its session");
+    decode_speculative_draft(session, *draft_session, decoder, options, tm, emit);
+    return;
+  }
   DraftLength length(so.draft_max);
   std::vector<int32_t> draft, checked;
   // Seconds of a plain step with its pick (a moving average; 0: none yet): a check pays off when

@@ -84,6 +84,12 @@ class SequenceDecoder {
   // The next token of session sequence b. Eos: the token is not part of the text and the
   // sequence ends without consuming it; Stop and Length: the token is the last one generated.
   Next next(Session& session, int64_t b);
+  // What next() draws from for session sequence b ([vocab] into probs): the logits adjusted, and
+  // masked by the constraint when `constrained`, then the sampling chain.
+  void distribution(Session& session, int64_t b, float* probs, bool constrained = true);
+  // Moves past `token` chosen by the caller from distribution() (speculative sampling), as
+  // next() does past its own pick.
+  Next take(int32_t token);
 
   int64_t generated() const { return generated_; }
   // The ids generated so far (an end-of-sequence token that ended the text is not one).
@@ -101,6 +107,7 @@ class SequenceDecoder {
   std::vector<int32_t> tokens_;
   FinishReason finish_ = FinishReason::None;
   void mask_constrained(int64_t vocab);  // rule_.constraint's mask on adjusted_
+  const float* adjusted_logits(Session& session, int64_t b, bool constrained);
 
   std::vector<float> adjusted_;  // the logits with rule_.adjust applied (sized once)
 };

@@ -20,7 +20,11 @@ namespace retnet {
 struct SpeculativeOptions {
   int64_t lookup = 0;     // prompt lookup: match up to this many last tokens (0: off)
   int64_t draft_max = 8;  // most tokens drafted for one check
-  bool enabled() const { return lookup > 0; }
+  // A draft model (not owned; same vocabulary) drafting with its own session, in place of
+  // prompt lookup; sampled drafts are kept by the speculative-sampling rule.
+  const Model* draft_model = nullptr;
+  bool resample_from_p = false;  // tests only: the broken rule (speculative_pick)
+  bool enabled() const { return lookup > 0 || draft_model != nullptr; }
   void validate() const;  // throws Error naming the bad value
 };
 

@@ -40,4 +40,10 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
                      uint64_t stream, uint64_t position, const int32_t* recent, int64_t n_recent,
                      SamplerScratch& scratch);
 
+// The distribution sample_token draws from ([vocab], summing to 1): the same penalties and cuts;
+// greedy puts all of it on the token sample_token picks.
+void sampling_distribution(const float* logits, int64_t vocab, const SamplingParams& params,
+                           const int32_t* recent, int64_t n_recent, SamplerScratch& scratch,
+                           float* probs);
+
 }  // namespace retnet

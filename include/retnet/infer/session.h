@@ -72,6 +72,8 @@ class Session {
   // recent tokens.
   int32_t sample_logits(int64_t b, const float* logits, const SamplingParams& params,
                         uint64_t stream = 0);
+  // The distribution those draws come from ([vocab] into probs), with b's recent tokens.
+  void distribution(int64_t b, const float* logits, const SamplingParams& params, float* probs);
 
   // Sequence dst becomes a copy of sequence src (state, position, logits, recent tokens): a
   // shared prompt prefilled once, continued several ways.

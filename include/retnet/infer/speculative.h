@@ -36,11 +36,27 @@ class DraftLength {
   int64_t max_, length_, misses_ = 0, pause_ = 0, pause_left_ = 0;
 };
 
+// The speculative-sampling rule for a drafted token x drawn from q: keep x with probability
+// min(1, p(x) / q(x)) (u_keep in (0, 1) decides), else draw from max(0, p - q) normalised
+// (u_draw decides), so the token is distributed as p. p and q: [vocab], each summing to 1.
+// `resample_from_p` is the broken rule (rejected tokens drawn from p), for tests to show they
+// can tell.
+struct SpeculativePick {
+  int32_t token;
+  bool kept;  // the token is x
+};
+SpeculativePick speculative_pick(const float* p, const float* q, int64_t vocab, int32_t x,
+                                 double u_keep, double u_draw, bool resample_from_p = false);
+// The token at which the cumulative probability reaches u x the total (probs: [vocab]).
+int32_t draw_token(const float* probs, int64_t vocab, double u);
+
 // Decodes session sequence 0 (the session's only one, its prompt fed) with `decoder` until it
 // finishes: `text` holds the tokens the drafter searches (the prompt), generated ones are
 // appended. Released text goes to `emit`; drafted and accepted tokens are counted in `timings`.
+// With options.speculative.draft_model, `draft` is a session of it holding the same text.
 void decode_speculative(Session& session, SequenceDecoder& decoder, std::vector<int32_t> text,
                         const GenerateOptions& options, GenerationTimings& timings,
-                        const std::function<void(const std::string&)>& emit);
+                        const std::function<void(const std::string&)>& emit,
+                        Session* draft = nullptr);
 
 }  // namespace retnet

@@ -1,0 +1,168 @@
+// Speculative decoding with a draft model: the draft samples k tokens ahead from q (its own
+// logits through the same adjustments and sampling chain), one checking pass of the target gives
+// p for each, and the speculative-sampling rule keeps or replaces them.
+#include <algorithm>
+#include <chrono>
+
+#include "retnet/core/error.h"
+#include "retnet/core/rng.h"
+#include "retnet/infer/speculative.h"
+
+namespace retnet {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Random streams of the draft's draws and the rule's two, apart from the sampler's own.
+constexpr uint64_t kDraftStream = 0x5a3b1e10000000ull, kKeepStream = 0x5a3b1e20000000ull,
+                   kResampleStream = 0x5a3b1e30000000ull;
+
+}  // namespace
+
+int32_t draw_token(const float* probs, int64_t vocab, double u) {
+  double total = 0;
+  for (int64_t i = 0; i < vocab; ++i) total += probs[i];
+  const double target = u * total;
+  double cum = 0;
+  int32_t last = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (probs[i] <= 0) continue;
+    cum += probs[i];
+    last = static_cast<int32_t>(i);
+    if (cum >= target) return last;
+  }
+  return last;
+}
+
+SpeculativePick speculative_pick(const float* p, const float* q, int64_t vocab, int32_t x,
+                                 double u_keep, double u_draw, bool resample_from_p) {
+  RETNET_CHECK(x >= 0 && x < vocab, "drafted token {} is outside the vocabulary of {}", x, vocab);
+  const double px = p[x], qx = q[x];
+  if (px >= qx || u_keep * qx < px) return {x, true};
+  if (resample_from_p) return {draw_token(p, vocab, u_draw), false};
+  double residual_total = 0;
+  for (int64_t i = 0; i < vocab; ++i) residual_total += std::max(0.0, double(p[i]) - q[i]);
+  // p == q up to rounding leaves no residual; p itself is then the distribution to draw from.
+  if (!(residual_total > 0)) return {draw_token(p, vocab, u_draw), false};
+  const double target = u_draw * residual_total;
+  double cum = 0;
+  int32_t last = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const double r = std::max(0.0, double(p[i]) - q[i]);
+    if (r <= 0) continue;
+    cum += r;
+    last = static_cast<int32_t>(i);
+    if (cum >= target) break;
+  }
+  return {last, false};
+}
+
+void decode_speculative_draft(Session& session, Session& draft, SequenceDecoder& decoder,
+                              const GenerateOptions& options, GenerationTimings& tm,
+                              const std::function<void(const std::string&)>& emit) {
+  RETNET_CHECK(draft.batch() == 1 && draft.position(0) == session.position(0),
+               "the draft session must hold the target's text ({} tokens), it holds {}",
+               session.position(0), draft.batch() ? draft.position(0) : 0);
+  RETNET_CHECK(draft.vocab() == session.vocab(),
+               "the draft model has {} tokens in its vocabulary, the model {}", draft.vocab(),
+               session.vocab());
+  const int64_t V = session.vocab();
+  const Philox rng(options.sampling.seed);
+  const uint64_t stream = options.streams.empty() ? 0 : options.streams[0];
+  DraftLength length(options.speculative.draft_max);
+  std::vector<int32_t> checked;
+  std::vector<float> p(static_cast<size_t>(V)), q;
+  double step_s = 0;  // a plain step's seconds (moving average), as decode_speculative keeps
+  auto choose = [&] {
+    SequenceDecoder::Next next = decoder.next(session, 0);
+    emit(next.text);
+    return next;
+  };
+  SequenceDecoder::Next pending = choose();
+  bool done = pending.finish == FinishReason::Eos;
+  while (!done) {
+    if (options.before_step) options.before_step();
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t room = options.max_tokens - decoder.generated();
+    const int64_t k = pending.finish == FinishReason::None ? std::min(length.next(), room) : 0;
+    if (k <= 0) {
+      session.step(&pending.token);
+      draft.step(&pending.token);
+      tm.decode_steps += 1;
+      tm.decode_tokens += 1;
+      done = pending.finish != FinishReason::None;
+      if (!done) {
+        pending = choose();
+        done = pending.finish == FinishReason::Eos;
+      }
+      const double dt = seconds_since(t0);
+      step_s = step_s > 0 ? 0.8 * step_s + 0.2 * dt : dt;
+      tm.decode_s += dt;
+      continue;
+    }
+    // Draft k tokens: the draft feeds the pending token and its own first k - 1.
+    const SavedSequence before = draft.snapshot(0);
+    q.resize(static_cast<size_t>(k * V));
+    checked.assign(1, pending.token);
+    draft.step(&pending.token);
+    for (int64_t i = 0; i < k; ++i) {
+      float* qi = q.data() + i * V;
+      decoder.distribution(draft, 0, qi, /*constrained=*/false);
+      const int32_t x = draw_token(
+          qi, V, rng.uniform(kDraftStream + stream, static_cast<uint64_t>(draft.position(0))));
+      checked.push_back(x);
+      if (i + 1 < k) draft.step(&x);
+    }
+    session.check(0, checked.data(), k + 1);
+    int64_t accepted = 0;
+    for (;;) {
+      session.accept(0, accepted);  // as after the pending token and the accepted drafts
+      if (accepted == k) {          // every draft kept: the target's own next token
+        pending = choose();
+        done = pending.finish == FinishReason::Eos;
+        break;
+      }
+      decoder.distribution(session, 0, p.data());
+      const auto position = static_cast<uint64_t>(session.position(0));
+      const SpeculativePick pick = speculative_pick(
+          p.data(), q.data() + accepted * V, V, checked[accepted + 1],
+          rng.uniform(kKeepStream + stream, position),
+          rng.uniform(kResampleStream + stream, position), options.speculative.resample_from_p);
+      SequenceDecoder::Next next = decoder.take(pick.token);
+      emit(next.text);
+      if (next.finish == FinishReason::Eos) {
+        done = true;
+        break;
+      }
+      if (!pick.kept) {
+        pending = next;
+        break;
+      }
+      ++accepted;
+      if (next.finish != FinishReason::None) {  // a kept draft ends it: already consumed
+        session.accept(0, accepted);
+        done = true;
+        break;
+      }
+    }
+    // The draft holds the pending token and its first k - 1 drafts; bring it to what was kept.
+    if (accepted == k) {
+      draft.step(&checked[k]);
+    } else if (accepted < k - 1) {
+      draft.truncate(0, before);
+      draft.prefill(0, checked.data(), accepted + 1);
+    }
+    length.update(accepted, k, step_s == 0 || seconds_since(t0) < (accepted + 1) * step_s);
+    tm.decode_steps += 1;
+    tm.decode_tokens += accepted + 1;
+    tm.checks += 1;
+    tm.drafted_tokens += k;
+    tm.accepted_tokens += accepted;
+    tm.decode_s += seconds_since(t0);
+  }
+}
+
+}  // namespace retnet
