@@ -1,20 +1,12 @@
 #include "retnet/infer/speculative.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "retnet/core/error.h"
 #include "retnet/infer/prompt_lookup.h"
+#include "retnet/infer/speculative_rounds.h"
 
 namespace retnet {
-
-namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
 
 void SpeculativeOptions::validate() const {
   RETNET_CHECK(lookup >= 0, "lookup must be >= 0 tokens (0: off), got {}", lookup);
@@ -65,40 +57,22 @@ void decode_speculative(Session& session, SequenceDecoder& decoder, std::vector<
     decode_speculative_draft(session, *draft_session, decoder, options, tm, emit);
     return;
   }
-  DraftLength length(so.draft_max);
+  SpeculativeRounds rounds(so.draft_max, tm);
   std::vector<int32_t> draft, checked;
-  // Seconds of a plain step with its pick (a moving average; 0: none yet): a check pays off when
-  // its round takes less than plain steps would for the tokens it gives.
-  double step_s = 0;
-  auto choose = [&] {
-    SequenceDecoder::Next next = decoder.next(session, 0);
-    emit(next.text);
-    return next;
-  };
+  auto choose = [&] { return next_emitted(decoder, session, emit); };
   // The pending token: chosen by the rule, not yet fed (end-of-sequence never is).
   SequenceDecoder::Next pending = choose();
   bool done = pending.finish == FinishReason::Eos;
   while (!done) {
-    if (options.before_step) options.before_step();
-    const auto t0 = std::chrono::steady_clock::now();
+    rounds.start(options);
     text.push_back(pending.token);
-    // Drafts past the budget would be cut by the rule anyway; a finished sequence drafts none.
-    const int64_t room = options.max_tokens - decoder.generated();
-    const int64_t k = pending.finish == FinishReason::None ? std::min(length.next(), room) : 0;
+    const int64_t k = rounds.draft_length(pending, decoder, options.max_tokens);
     draft.clear();
     if (k > 0) prompt_lookup_draft(text, so.lookup, k, draft);
     if (draft.empty()) {
       session.step(&pending.token);
-      tm.decode_steps += 1;
-      tm.decode_tokens += 1;
-      // A stop string or the budget ends the sequence after its last token is fed.
-      done = pending.finish != FinishReason::None;
-      if (!done) {
-        pending = choose();
-        done = pending.finish == FinishReason::Eos;
-      }
-      const double dt = seconds_since(t0);
-      step_s = step_s > 0 ? 0.8 * step_s + 0.2 * dt : dt;
+      done = ended_after_plain_step(pending, choose);
+      rounds.plain_step_done();
     } else {
       checked.assign(1, pending.token);
       checked.insert(checked.end(), draft.begin(), draft.end());
@@ -121,14 +95,8 @@ void decode_speculative(Session& session, SequenceDecoder& decoder, std::vector<
           break;
         }
       }
-      length.update(accepted, drafted, step_s == 0 || seconds_since(t0) < (accepted + 1) * step_s);
-      tm.decode_steps += 1;
-      tm.decode_tokens += accepted + 1;
-      tm.checks += 1;
-      tm.drafted_tokens += drafted;
-      tm.accepted_tokens += accepted;
+      rounds.check_done(accepted, drafted);
     }
-    tm.decode_s += seconds_since(t0);
   }
 }
 

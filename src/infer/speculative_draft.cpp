@@ -2,19 +2,15 @@
 // logits through the same adjustments and sampling chain), one checking pass of the target gives
 // p for each, and the speculative-sampling rule keeps or replaces them.
 #include <algorithm>
-#include <chrono>
 
 #include "retnet/core/error.h"
 #include "retnet/core/rng.h"
 #include "retnet/infer/speculative.h"
+#include "retnet/infer/speculative_rounds.h"
 
 namespace retnet {
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // Random streams of the draft's draws and the rule's two, apart from the sampler's own.
 constexpr uint64_t kDraftStream = 0x5a3b1e10000000ull, kKeepStream = 0x5a3b1e20000000ull,
@@ -72,35 +68,20 @@ void decode_speculative_draft(Session& session, Session& draft, SequenceDecoder&
   const int64_t V = session.vocab();
   const Philox rng(options.sampling.seed);
   const uint64_t stream = options.streams.empty() ? 0 : options.streams[0];
-  DraftLength length(options.speculative.draft_max);
+  SpeculativeRounds rounds(options.speculative.draft_max, tm);
   std::vector<int32_t> checked;
   std::vector<float> p(static_cast<size_t>(V)), q;
-  double step_s = 0;  // a plain step's seconds (moving average), as decode_speculative keeps
-  auto choose = [&] {
-    SequenceDecoder::Next next = decoder.next(session, 0);
-    emit(next.text);
-    return next;
-  };
+  auto choose = [&] { return next_emitted(decoder, session, emit); };
   SequenceDecoder::Next pending = choose();
   bool done = pending.finish == FinishReason::Eos;
   while (!done) {
-    if (options.before_step) options.before_step();
-    const auto t0 = std::chrono::steady_clock::now();
-    const int64_t room = options.max_tokens - decoder.generated();
-    const int64_t k = pending.finish == FinishReason::None ? std::min(length.next(), room) : 0;
+    rounds.start(options);
+    const int64_t k = rounds.draft_length(pending, decoder, options.max_tokens);
     if (k <= 0) {
       session.step(&pending.token);
       draft.step(&pending.token);
-      tm.decode_steps += 1;
-      tm.decode_tokens += 1;
-      done = pending.finish != FinishReason::None;
-      if (!done) {
-        pending = choose();
-        done = pending.finish == FinishReason::Eos;
-      }
-      const double dt = seconds_since(t0);
-      step_s = step_s > 0 ? 0.8 * step_s + 0.2 * dt : dt;
-      tm.decode_s += dt;
+      done = ended_after_plain_step(pending, choose);
+      rounds.plain_step_done();
       continue;
     }
     // Draft k tokens: the draft feeds the pending token and its own first k - 1.
@@ -155,13 +136,7 @@ void decode_speculative_draft(Session& session, Session& draft, SequenceDecoder&
       draft.truncate(0, before);
       draft.prefill(0, checked.data(), accepted + 1);
     }
-    length.update(accepted, k, step_s == 0 || seconds_since(t0) < (accepted + 1) * step_s);
-    tm.decode_steps += 1;
-    tm.decode_tokens += accepted + 1;
-    tm.checks += 1;
-    tm.drafted_tokens += k;
-    tm.accepted_tokens += accepted;
-    tm.decode_s += seconds_since(t0);
+    rounds.check_done(accepted, k);
   }
 }
 
