@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "../shared/head_loop.h"
+#include "../shared/token_cache.h"
 #include "aft_kernels.h"
 #include "retnet/core/error.h"
 
@@ -97,13 +98,7 @@ void run_query_tiles(const Dims& d, int64_t tile, const float* bias, int64_t L, 
 
 // ---- key/value cache -------------------------------------------------------------------------
 void check_room(const AftCache& cache, const Dims& d, const char* what) {
-  RETNET_CHECK(cache.data != nullptr && cache.length != nullptr,
-               "{}: the AFT cache has no storage or no lengths", what);
-  for (int64_t b = 0; b < d.B; ++b)
-    RETNET_CHECK(cache.length[b] >= 0 && cache.length[b] + d.T <= cache.capacity,
-                 "{}: sequence {} holds {} tokens and gets {} more, past the AFT cache's capacity "
-                 "of {} tokens (grow it with aft_cache_reserve)",
-                 what, b, cache.length[b], d.T, cache.capacity);
+  check_cache_room(cache, d.B, d.T, what, "AFT", "aft_cache_reserve");
 }
 
 float* cache_block(const AftCache& c, int64_t C, int64_t b) {
@@ -201,29 +196,7 @@ void aft_cache_reserve(AftCache& cache, std::vector<float>& storage, int64_t B, 
                        int64_t new_tokens) {
   RETNET_CHECK(B >= 0 && C >= 1 && new_tokens >= 0,
                "aft_cache_reserve: bad sizes B {}, C {}, new tokens {}", B, C, new_tokens);
-  RETNET_CHECK(B == 0 || cache.length != nullptr, "aft_cache_reserve: no lengths array");
-  const int64_t old_capacity = cache.data ? cache.capacity : 0;
-  int64_t longest = 0;
-  for (int64_t b = 0; b < B; ++b) {
-    RETNET_CHECK(cache.length[b] >= 0 && cache.length[b] <= old_capacity,
-                 "aft_cache_reserve: sequence {} claims {} cached tokens, the cache holds {}", b,
-                 cache.length[b], old_capacity);
-    longest = std::max(longest, cache.length[b]);
-  }
-  const int64_t needed = longest + new_tokens;
-  if (cache.data != nullptr && needed <= cache.capacity) return;
-  const int64_t capacity = std::max({needed, 2 * old_capacity, int64_t{16}});
-  const int64_t row = aft_cache_floats(C, 1);
-  RETNET_CHECK(storage.size() >= static_cast<size_t>(B * old_capacity * row),
-               "aft_cache_reserve: storage holds {} floats, the cache needs {}", storage.size(),
-               B * old_capacity * row);
-  storage.resize(static_cast<size_t>(B * capacity * row));
-  // Blocks move to higher offsets; going from the last keeps unmoved ones intact.
-  for (int64_t b = B - 1; b >= 1; --b)
-    std::memmove(storage.data() + b * capacity * row, storage.data() + b * old_capacity * row,
-                 static_cast<size_t>(cache.length[b] * row) * sizeof(float));
-  cache.data = storage.data();
-  cache.capacity = capacity;
+  reserve_cache_tokens(cache, storage, B, new_tokens, aft_cache_floats(C, 1), "aft_cache_reserve");
 }
 
 size_t aft_step_workspace_floats(int64_t B, int64_t C) {

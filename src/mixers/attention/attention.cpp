@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 
+#include "../shared/token_cache.h"
 #include "attention_kernels.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
@@ -122,13 +123,7 @@ void run_query_tiles(const Dims& d, int64_t tile, Arena& arena, Operands operand
 int64_t cache_row(const Dims& d) { return d.Hkv * (d.Dk + d.Dv); }
 
 void check_room(const AttentionCache& cache, const Dims& d, const char* what) {
-  RETNET_CHECK(cache.data != nullptr && cache.length != nullptr,
-               "{}: the KV cache has no storage or no lengths", what);
-  for (int64_t b = 0; b < d.B; ++b)
-    RETNET_CHECK(cache.length[b] >= 0 && cache.length[b] + d.T <= cache.capacity,
-                 "{}: sequence {} holds {} tokens and gets {} more, past the KV cache's capacity "
-                 "of {} tokens (grow it with attention_cache_reserve)",
-                 what, b, cache.length[b], d.T, cache.capacity);
+  check_cache_room(cache, d.B, d.T, what, "KV", "attention_cache_reserve");
 }
 
 // Sequence b's block of the cache.
@@ -264,29 +259,7 @@ void attention_cache_reserve(AttentionCache& cache, std::vector<float>& storage,
   RETNET_CHECK(B >= 0 && H >= 1 && Dk >= 1 && Dv >= 1 && new_tokens >= 0,
                "attention_cache_reserve: bad sizes B {}, H {}, Dk {}, Dv {}, new tokens {}", B, H,
                Dk, Dv, new_tokens);
-  RETNET_CHECK(B == 0 || cache.length != nullptr, "attention_cache_reserve: no lengths array");
-  const int64_t old_capacity = cache.data ? cache.capacity : 0;
-  int64_t longest = 0;
-  for (int64_t b = 0; b < B; ++b) {
-    RETNET_CHECK(cache.length[b] >= 0 && cache.length[b] <= old_capacity,
-                 "attention_cache_reserve: sequence {} claims {} cached tokens, the cache holds {}",
-                 b, cache.length[b], old_capacity);
-    longest = std::max(longest, cache.length[b]);
-  }
-  const int64_t needed = longest + new_tokens;
-  if (cache.data != nullptr && needed <= cache.capacity) return;
-  const int64_t capacity = std::max({needed, 2 * old_capacity, int64_t{16}});
-  const int64_t row = H * (Dk + Dv);
-  RETNET_CHECK(storage.size() >= static_cast<size_t>(B * old_capacity * row),
-               "attention_cache_reserve: storage holds {} floats, the cache needs {}",
-               storage.size(), B * old_capacity * row);
-  storage.resize(static_cast<size_t>(B * capacity * row));
-  // Blocks move to higher offsets; going from the last keeps unmoved ones intact.
-  for (int64_t b = B - 1; b >= 1; --b)
-    std::memmove(storage.data() + b * capacity * row, storage.data() + b * old_capacity * row,
-                 static_cast<size_t>(cache.length[b] * row) * sizeof(float));
-  cache.data = storage.data();
-  cache.capacity = capacity;
+  reserve_cache_tokens(cache, storage, B, new_tokens, H * (Dk + Dv), "attention_cache_reserve");
 }
 
 size_t attention_step_workspace_floats(int64_t B, int64_t H, int64_t Dv) {
