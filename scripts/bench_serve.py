@@ -32,12 +32,27 @@ def free_port():
         return s.getsockname()[1]
 
 
-def rss_bytes(pid):
+def rss_bytes(pid, field="VmRSS"):
+    """A process's resident memory now (VmRSS) or at its peak (VmHWM), in bytes."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def served_model_meta(port, proc, seconds=120):
+    """Waits for the server on `port` to answer; the served model's `meta` from /v1/models."""
+    deadline = time.time() + seconds
+    while True:
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            c.request("GET", "/v1/models")
+            return json.loads(c.getresponse().read())["data"][0]["meta"]
+        except OSError:
+            if time.time() > deadline or proc.poll() is not None:
+                raise RuntimeError("the server did not start")
+            time.sleep(0.2)
 
 
 def one_stream(port, prompt, seed, tokens, out):
@@ -125,17 +140,7 @@ def bench_model(a, model, counts):
                              "--state-cache-mib", "0", "-t", str(a.threads)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-                c.request("GET", "/v1/models")
-                info = json.loads(c.getresponse().read())["data"][0]["meta"]
-                break
-            except OSError:
-                if time.time() > deadline or proc.poll() is not None:
-                    raise RuntimeError("the server did not start")
-                time.sleep(0.2)
+        info = served_model_meta(port, proc)
         run_round(port, 2, 8, 0)  # warm-up
         rows = []
         for n in counts:

@@ -16,7 +16,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,11 +23,8 @@ import tempfile
 import threading
 import time
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_serve import free_port, rss_bytes, served_model_meta  # noqa: E402
 
 
 def stream(port, body, out):
@@ -72,14 +68,6 @@ def round_of(port, bodies):
     return max(f for o in outs for f in o["first"]), elapsed
 
 
-def peak_rss_bytes(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def summary(values):
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
@@ -104,16 +92,7 @@ def main():
          "--max-prompt-tokens", str(4 * a.prompt_tokens + 64), "--threads", str(a.threads)],
         stdout=log, stderr=subprocess.STDOUT)
     try:
-        for _ in range(600):
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-                conn.request("GET", "/v1/models")
-                meta = json.loads(conn.getresponse().read())["data"][0]["meta"]
-                break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            sys.exit("the server did not start")
+        meta = served_model_meta(port, server)
         # A prompt of about --prompt-tokens tokens (byte-level vocabularies: one per byte).
         prompt = ("Once upon a time, in a land far away, there lived a curious fox. " *
                   (a.prompt_tokens // 60 + 1))[:a.prompt_tokens]
@@ -131,7 +110,7 @@ def main():
             f, t = round_of(port, separate)
             sep_ttft.append(f)
             sep_total.append(t)
-        peak_rss = peak_rss_bytes(server.pid)
+        peak_rss = rss_bytes(server.pid, "VmHWM")
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)

@@ -281,13 +281,10 @@ void register_bench_model(CLI::App* bench) {
       "GEMM ceiling, batch-1 decode tokens/s against the memory-bandwidth roofline (weight bytes "
       "per token / a STREAM-like read bandwidth), both measured in the same run");
   cmd->add_option("--model,-m", o->model, "Model .safetensors file or directory")->required();
-  cmd->add_option("--dtype,--weights", o->dtypes,
-                  "Weights used for inference: f32, bf16, f16, q8_0, q4_1, q4_0; several "
-                  "(comma-separated) are measured one after another in the same run, with decode "
-                  "speed relative to the first")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0", "q4_0", "q4_1"}))
-      ->capture_default_str();
+  add_bench_dtypes_option(cmd, o->dtypes,
+                          "Weights used for inference: f32, bf16, f16, q8_0, q4_1, q4_0; several "
+                          "(comma-separated) are measured one after another in the same run, "
+                          "with decode speed relative to the first");
   cmd->add_option("--prefill", o->prefill, "Prompt lengths to time")->capture_default_str();
   add_checked(cmd, "--decode", o->decode, "Tokens to decode", integer_at_least(1));
   add_checked(cmd, "--probe-mib", o->probe_mib,

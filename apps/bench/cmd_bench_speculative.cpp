@@ -101,10 +101,7 @@ void register_bench_speculative(CLI::App* bench) {
       "Cost of a speculative check: k tokens through Session::check (with its rollback) against "
       "one decode step, per weight type, and the tokens a check must yield to break even");
   cmd->add_option("--model,-m", o->model, "Model file (default: the default config, random)");
-  cmd->add_option("--dtype,--weights", o->dtypes, "Weight types, comma-separated")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0", "q4_0", "q4_1"}))
-      ->capture_default_str();
+  add_bench_dtypes_option(cmd, o->dtypes, "Weight types, comma-separated");
   cmd->add_option("--k", o->ks, "Tokens per check, comma-separated")
       ->delimiter(',')
       ->check(CLI::Range(int64_t{1}, int64_t{256}))

@@ -61,6 +61,9 @@ void add_model_options(CLI::App* cmd, std::string& model, std::string& config_js
 // --dtype f32|bf16|f16 (alias --weights): the element type of the projection matrices kept for
 // inference; `dtype` holds its default.
 CLI::Option* add_inference_dtype_option(CLI::App* cmd, std::string& dtype);
+// A benchmark's --dtype,--weights: several weight types, comma-separated, measured in turn.
+CLI::Option* add_bench_dtypes_option(CLI::App* cmd, std::vector<std::string>& dtypes,
+                                     const std::string& help);
 // Prepares `model` for inference in `dtype` (one packed copy of the projections replaces the
 // float32 originals); with `only_if_half`, f32 leaves the model as loaded (exact sgemm path).
 void prepare_for_inference(Model& model, const std::string& dtype, bool only_if_half = false);

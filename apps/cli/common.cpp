@@ -45,6 +45,9 @@ void add_model_options(CLI::App* cmd, std::string& model, std::string& config_js
                   "export");
 }
 
+// The weight types inference reads.
+const std::vector<std::string> kWeightTypes = {"f32", "bf16", "f16", "q8_0", "q4_0", "q4_1"};
+
 CLI::Option* add_inference_dtype_option(CLI::App* cmd, std::string& dtype) {
   return cmd
       ->add_option("--dtype,--weights", dtype,
@@ -52,7 +55,15 @@ CLI::Option* add_inference_dtype_option(CLI::App* cmd, std::string& dtype) {
                    "bytes per token, float32 accumulation; norms and states stay float32), "
                    "q8_0, q4_1 or q4_0 (blocks of 32 quantised at load: 8.5, 5 and 4.5 bits per "
                    "weight). A file written by `retnet quantize` is used in its own type")
-      ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0", "q4_0", "q4_1"}))
+      ->check(CLI::IsMember(kWeightTypes))
+      ->capture_default_str();
+}
+
+CLI::Option* add_bench_dtypes_option(CLI::App* cmd, std::vector<std::string>& dtypes,
+                                     const std::string& help) {
+  return cmd->add_option("--dtype,--weights", dtypes, help)
+      ->delimiter(',')
+      ->check(CLI::IsMember(kWeightTypes))
       ->capture_default_str();
 }
 

@@ -61,14 +61,24 @@ std::string alone(const Model& model, const Tokenizer& tokenizer, const Job& job
   return text + decoder.finish(nullptr);
 }
 
-TEST(ServerChoices, EachChoiceIsThePromptAloneWithItsOwnStream) {
+// A scheduler of `slots` slots over the tiny model, without a prompt cache.
+struct ChoicesServer {
+  explicit ChoicesServer(int64_t slots) {
+    options.slots = slots;
+    options.cache_bytes = 0;
+  }
   const Model model = tiny_model();
-  const auto tokenizer = make_byte_tokenizer();
+  const std::unique_ptr<Tokenizer> tokenizer = make_byte_tokenizer();
   Metrics metrics;
   SchedulerOptions options;
-  options.slots = 4;
-  options.cache_bytes = 0;
-  Scheduler scheduler(model, *tokenizer, options, metrics);
+};
+
+TEST(ServerChoices, EachChoiceIsThePromptAloneWithItsOwnStream) {
+  ChoicesServer server(4);
+  const Model& model = server.model;
+  const auto& tokenizer = server.tokenizer;
+  Metrics& metrics = server.metrics;
+  Scheduler scheduler(model, *tokenizer, server.options, metrics);
   auto sampled = choices_job(3, 1.0F);
   auto greedy = choices_job(2, 0.0F);
   ASSERT_EQ(scheduler.submit(sampled), Scheduler::Admission::Queued);
@@ -91,12 +101,8 @@ TEST(ServerChoices, EachChoiceIsThePromptAloneWithItsOwnStream) {
 }
 
 TEST(ServerChoices, AJobOfMoreChoicesThanSlotsIsRefused) {
-  const Model model = tiny_model();
-  const auto tokenizer = make_byte_tokenizer();
-  Metrics metrics;
-  SchedulerOptions options;
-  options.slots = 2;
-  Scheduler scheduler(model, *tokenizer, options, metrics);
+  ChoicesServer server(2);
+  Scheduler scheduler(server.model, *server.tokenizer, server.options, server.metrics);
   EXPECT_THROW(scheduler.submit(choices_job(3, 0.0F)), Error);
 }
 

@@ -114,28 +114,27 @@ TEST(ThreadPolicy, TheCommandReportsWhatOpenMpGot) {
 }
 
 TEST(ThreadPolicy, TheUsersEnvironmentWins) {
-  BusyLoops busy;  // the engine would choose passive: GOMP_SPINCOUNT must still win
-  {
-    ScopedEnv env({{"OMP_WAIT_POLICY", std::nullopt},
-                   {"GOMP_SPINCOUNT", "123"},
+  BusyLoops busy;  // the engine would choose passive: the user's setting must still win
+  struct Case {
+    const char* wait_policy;  // OMP_WAIT_POLICY, or null
+    const char* spin_count;   // GOMP_SPINCOUNT, or null
+    const char* reported;     // what --version names
+    const char* variable;     // what OpenMP reports it loaded
+    const char* loaded;
+  };
+  for (const Case& c :
+       {Case{nullptr, "123", "GOMP_SPINCOUNT=123 (environment)", "GOMP_SPINCOUNT", "123"},
+        Case{"active", nullptr, "OMP_WAIT_POLICY=active (environment)", "OMP_WAIT_POLICY",
+             "ACTIVE"}}) {
+    auto value = [](const char* v) { return v ? std::optional<std::string>(v) : std::nullopt; };
+    ScopedEnv env({{"OMP_WAIT_POLICY", value(c.wait_policy)},
+                   {"GOMP_SPINCOUNT", value(c.spin_count)},
                    {kThreadPolicyVariable, std::nullopt},
                    {"OMP_DISPLAY_ENV", "verbose"}});
     const auto r = test::run_retnet("--version", 300);
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_NE(r.out.find("OpenMP waits: GOMP_SPINCOUNT=123 (environment)"), std::string::npos)
-        << r.out;
-    if (gnu_openmp()) EXPECT_EQ(last_openmp_setting(r.err, "GOMP_SPINCOUNT"), "123") << r.err;
-  }
-  {
-    ScopedEnv env({{"OMP_WAIT_POLICY", "active"},
-                   {"GOMP_SPINCOUNT", std::nullopt},
-                   {kThreadPolicyVariable, std::nullopt},
-                   {"OMP_DISPLAY_ENV", "verbose"}});
-    const auto r = test::run_retnet("--version", 300);
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_NE(r.out.find("OpenMP waits: OMP_WAIT_POLICY=active (environment)"), std::string::npos)
-        << r.out;
-    if (gnu_openmp()) EXPECT_EQ(last_openmp_setting(r.err, "OMP_WAIT_POLICY"), "ACTIVE") << r.err;
+    EXPECT_NE(r.out.find(std::string("OpenMP waits: ") + c.reported), std::string::npos) << r.out;
+    if (gnu_openmp()) EXPECT_EQ(last_openmp_setting(r.err, c.variable), c.loaded) << r.err;
   }
 }
 
