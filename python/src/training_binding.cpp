@@ -46,6 +46,7 @@ py::dict train_call(const std::string& data, const std::string& config_path,
   o.data = data;
   o.config_path = config_path;
   o.out_dir = out;
+  o.spelling = OptionSpelling::Python;
   if (!steps.is_none()) o.steps = steps.cast<int64_t>();
   if (!time_budget.is_none()) o.time_budget_s = time_budget.cast<double>();
   RETNET_CHECK(o.steps >= 0 && o.time_budget_s >= 0, "steps and time_budget must be >= 0");

@@ -2,6 +2,7 @@
 import os
 
 import numpy as np
+import pytest
 
 import retnet
 from conftest import SMALL
@@ -35,6 +36,11 @@ def test_train_callback_stops_early_with_a_checkpoint(tmp_path):
     assert [m["step"] for m in seen] == [1, 2, 3]
     assert {"loss", "lr", "grad_norm"} <= set(seen[0]) and np.isfinite(seen[0]["loss"])
     assert any(name.startswith("checkpoint") for name in os.listdir(out))
+    # Messages name Python's keywords, not the command line's flags.
+    with pytest.raises(retnet.Error, match=r"continue it with resume=True, start over with "
+                                           r"overwrite=True"):
+        retnet.train(str(data), config=config, out=str(out), steps=5, batch=2, seq=32,
+                     quiet=True)
     # Resuming finishes the run and writes the model.
     r = retnet.train(str(data), config=config, out=str(out), steps=5, batch=2, seq=32,
                      resume=True, quiet=True)

@@ -58,7 +58,7 @@ RunDirectoryLock::RunDirectoryLock(const std::string& dir) {
 
 RunDirectoryLock::~RunDirectoryLock() { ::close(fd_); }
 
-void prepare_fresh_run(const std::string& dir, bool overwrite) {
+void prepare_fresh_run(const std::string& dir, bool overwrite, const RunOptionNames& names) {
   std::vector<fs::path> earlier;
   for (const std::string& c : list_checkpoint_files(dir)) earlier.emplace_back(c);
   const fs::path model = fs::path(dir) / "model.safetensors";
@@ -68,8 +68,9 @@ void prepare_fresh_run(const std::string& dir, bool overwrite) {
   if (earlier.empty()) return;
   RETNET_CHECK(overwrite,
                "the run directory '{}' holds an earlier run ({} and {} more files); continue it "
-               "with --resume, start over with --overwrite (deletes them), or give another --out",
-               dir, earlier.front().filename().string(), earlier.size() - 1);
+               "with {}, start over with {} (deletes them), or give another {}",
+               dir, earlier.front().filename().string(), earlier.size() - 1, names.resume,
+               names.overwrite, names.out);
   for (const fs::path& p : earlier)
     if (!fs::remove(p, ec) && ec) throw_file_error("remove", p.string(), ec);
 }

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "retnet/train/trainer.h"
+
 namespace retnet {
 
 // flock on DIR/.lock (DIR created if missing), held until destruction; the kernel drops it when
@@ -20,9 +22,10 @@ class RunDirectoryLock {
   int fd_ = -1;
 };
 
-// Before a fresh run (no --resume): refuses a directory that holds an earlier run's checkpoints or
-// model, naming it; with overwrite, deletes them instead.
-void prepare_fresh_run(const std::string& dir, bool overwrite);
+// Before a fresh run (no resume): refuses a directory that holds an earlier run's checkpoints or
+// model, naming it and the options that would take it (spelled as `names`); with overwrite, deletes
+// them instead.
+void prepare_fresh_run(const std::string& dir, bool overwrite, const RunOptionNames& names);
 
 // metrics.jsonl, one JSON object per line; each line is one write(2) of the whole line, so a
 // killed run leaves no torn or missing lines before its last.

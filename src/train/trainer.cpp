@@ -195,7 +195,9 @@ void check_options(const TrainOptions& o) {
                a.lr, a.weight_decay, a.clip_norm, a.warmup_steps);
   RETNET_CHECK(o.chunk >= 0 && o.eval_tokens >= 0 && o.keep_checkpoints >= 1,
                "chunk and eval tokens must be >= 0 and checkpoints kept >= 1");
-  RETNET_CHECK(!(o.resume && o.overwrite), "give --resume or --overwrite, not both");
+  const RunOptionNames names = run_option_names(o.spelling);
+  RETNET_CHECK(!(o.resume && o.overwrite), "give {} or {}, not both", names.resume,
+               names.overwrite);
   RETNET_CHECK(o.form == Form::Parallel || o.form == Form::Chunkwise,
                "--form must be parallel or chunkwise");
 }
@@ -206,12 +208,12 @@ void check_options(const TrainOptions& o) {
 int64_t resume_from_checkpoint(const TrainOptions& o, const Tokenizer& tokenizer, int ranks,
                                Model& model, AdamW& opt, int64_t& total) {
   auto info = load_latest_checkpoint(o.out_dir, model, opt);
-  RETNET_CHECK(info.has_value(), "--resume: no usable checkpoint in '{}'", o.out_dir);
+  const char* resume = run_option_names(o.spelling).resume;
+  RETNET_CHECK(info.has_value(), "{}: no usable checkpoint in '{}'", resume, o.out_dir);
   const std::string settings = run_json(o, tokenizer, ranks);
   RETNET_CHECK(info->run_json == settings && info->seed == o.seed,
-               "--resume: '{}' holds a run with other settings ({}, seed {}); this one is {}, seed "
-               "{}",
-               o.out_dir, info->run_json, info->seed, settings, o.seed);
+               "{}: '{}' holds a run with other settings ({}, seed {}); this one is {}, seed {}",
+               resume, o.out_dir, info->run_json, info->seed, settings, o.seed);
   total = o.steps > 0 ? o.steps : info->total_steps;
   if (!o.quiet) std::fprintf(stderr, "resuming from step %lld\n", (long long)info->step);
   return info->step;
@@ -344,6 +346,11 @@ TokenDataset load_data_on_ranks(const TrainOptions& o, const Tokenizer& tokenize
   return std::move(*data);
 }
 
+RunOptionNames run_option_names(OptionSpelling spelling) {
+  if (spelling == OptionSpelling::Python) return {"resume=True", "overwrite=True", "out="};
+  return {"--resume", "--overwrite", "--out"};
+}
+
 TrainResult train(const TrainOptions& options) {
   check_options(options);
   RETNET_CHECK(options.hash_interval >= 1 && options.comm_timeout_s >= 0 &&
@@ -365,7 +372,7 @@ TrainResult train(const TrainOptions& options) {
   // Before the slow part (tokenizing): a second run on the directory fails at once.
   std::optional<RunDirectoryLock> lock;
   if (lead) lock.emplace(o.out_dir);
-  if (lead && !o.resume) prepare_fresh_run(o.out_dir, o.overwrite);
+  if (lead && !o.resume) prepare_fresh_run(o.out_dir, o.overwrite, run_option_names(o.spelling));
   const bool fine_tune = !o.init_from.empty();
   const std::string tokenizer_spec = fine_tune && o.tokenizer == "bytes" ? o.init_from : o.tokenizer;
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_spec);
@@ -546,15 +553,16 @@ TrainResult train(const TrainOptions& options) {
   result.steps = step;
   if (result.interrupted) {
     wait_for_lead();
+    const char* resume = run_option_names(o.spelling).resume;
     if (!o.quiet && stop_requested)
       std::fprintf(stderr,
                    "stopped by the metrics callback at step %lld: checkpoint written; continue "
-                   "with --resume\n",
-                   (long long)step);
+                   "with %s\n",
+                   (long long)step, resume);
     else if (!o.quiet)
-      std::fprintf(
-          stderr, "stopped by signal %d at step %lld: checkpoint written; continue with --resume\n",
-          g_signal.load(), (long long)step);
+      std::fprintf(stderr,
+                   "stopped by signal %d at step %lld: checkpoint written; continue with %s\n",
+                   g_signal.load(), (long long)step, resume);
     return result;
   }
   run_eval(step);

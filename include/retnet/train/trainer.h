@@ -13,6 +13,13 @@ namespace retnet {
 
 class Communicator;  // dist/communicator.h
 
+// How messages name the run's options: as `retnet train`'s flags or as Python's keywords.
+enum class OptionSpelling { Cli, Python };
+struct RunOptionNames {
+  const char *resume, *overwrite, *out;  // "--resume" or "resume=True", ...
+};
+RunOptionNames run_option_names(OptionSpelling spelling);
+
 struct TrainOptions {
   std::string data;                  // text file
   std::string tokenizer = "bytes";   // "bytes", a SentencePiece .model, or a model file's tokenizer
@@ -51,10 +58,11 @@ struct TrainOptions {
   // soon as the backward pass has finished its layers, while it computes the earlier ones. 0: one
   // all-reduce of the whole buffer after the backward pass. Every rank must use the same value.
   double bucket_mib = 1;
+  OptionSpelling spelling = OptionSpelling::Cli;  // for the messages that name resume/overwrite
   Communicator* comm = nullptr;  // nullptr: world() (MPI's ranks under mpirun, else one process)
   // Called with each metrics line's figures (a step's: step, loss, lr, grad_norm, ms,
   // tokens_per_s; a validation's: step, val_loss, val_bits_per_byte, val_tokens). Returning false
-  // stops the run after the current step as a signal does: a checkpoint is written, --resume
+  // stops the run after the current step as a signal does: a checkpoint is written, resuming
   // continues it.
   std::function<bool(const std::map<std::string, double>&)> on_metrics;
 };
