@@ -265,7 +265,7 @@ void HttpApi::install(GuardedServer& server) {
       // The page's own inline script and style, and requests to this server only.
       res.set_header("Content-Security-Policy",
                      "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-                     "connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'");
+                     "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'");
       res.set_header("X-Content-Type-Options", "nosniff");
       res.set_content(page.data(), page.size(), "text/html; charset=utf-8");
     });

@@ -1,7 +1,9 @@
 // The chat page at / of `retnet serve`, driven in headless Chromium (Debian's /usr/bin/chromium)
 // with playwright-core: a greedy reply streamed into the page equals the API's reply to the same
 // request; the next turn reads its prompt from the cache (the live line says so); Stop ends a
-// running stream and frees its slot; markup typed by the user stays text. Saves a screenshot.
+// running stream and frees its slot; markup typed by the user stays text; conversations and
+// settings survive a reload and can be renamed, switched and deleted; a failed request leaves no
+// empty message. Saves a screenshot.
 //   node chat_page.mjs --retnet BIN --workdir DIR [--chromium PATH]
 import { spawn } from 'node:child_process';
 import path from 'node:path';
@@ -39,12 +41,14 @@ try {
   page.setDefaultTimeout(30000);
   const pageErrors = [];
   page.on('pageerror', (e) => pageErrors.push(String(e)));
+  page.on('console', (m) => { if (/Content Security Policy/.test(m.text())) pageErrors.push(m.text()); });
   const external = [];
   page.on('request', (r) => { if (!r.url().startsWith(base)) external.push(r.url()); });
 
   await page.goto(base + '/');
   await page.waitForFunction(() => document.getElementById('model').textContent.startsWith('tiny'));
   check((await page.textContent('#model')).includes('KiB'), 'the header shows the state size');
+  check(await page.locator('link[rel=icon]').count() === 1, 'the page has its own icon');
 
   // Turn 1, greedy: the streamed reply equals the API's reply to the same request.
   await page.click('#settings summary');
@@ -80,6 +84,54 @@ try {
   check(await page.locator('#log img, #log b').count() === 0, 'no markup from messages in the page');
   check(await page.evaluate(() => window.__pwned === undefined), 'no script from messages ran');
   check((await page.locator('.msg.user').last().textContent()).includes('<b>bold</b>'), 'markup shown as text');
+
+  // Each reply keeps its figures under it; a reload brings back the conversation and settings.
+  const stats = await page.locator('.stats').allTextContents();
+  check(stats.length === 3 && stats.every((t) => /tokens\/s/.test(t)), `per-reply figures: ${stats}`);
+  const before = await page.locator('.msg').allTextContents();
+  await page.reload();
+  await page.waitForFunction(() => document.getElementById('model').textContent.startsWith('tiny'));
+  const after = await page.locator('.msg').allTextContents();
+  check(JSON.stringify(after) === JSON.stringify(before), `the conversation survives a reload: ${after.length} of ${before.length} messages`);
+  check(await page.inputValue('#temperature') === '0', 'settings survive a reload');
+  check(await page.locator('#api_key').inputValue() === '', 'the API key is not stored');
+
+  // Rename, start another conversation, switch back, delete the new one.
+  await page.fill('#title', 'first chat');
+  await page.locator('#title').dispatchEvent('change');
+  await page.click('#new');
+  check(await page.locator('.msg').count() === 0, 'a new conversation starts empty');
+  await page.selectOption('#conversations', { label: 'first chat' });
+  check(JSON.stringify(await page.locator('.msg').allTextContents()) === JSON.stringify(before),
+    'switching back shows the renamed conversation');
+  await page.click('#new');  // "Conversation 3", then delete it and "Conversation 2"
+  await page.click('#delete');
+  await page.selectOption('#conversations', { label: 'Conversation 2' });
+  await page.click('#delete');
+  check(JSON.stringify(await page.locator('.msg').allTextContents()) === JSON.stringify(before),
+    'after deleting the shown one, the next is shown');
+  const names = await page.locator('#conversations option').allTextContents();
+  check(JSON.stringify(names) === '["first chat"]', `after delete: ${names}`);
+
+  // A failed request leaves no empty message, gives the question back, and the next request
+  // sends no empty assistant turn.
+  await page.click('#settings summary').catch(() => {});
+  await page.fill('#max_tokens', '-1');
+  const countBefore = await page.locator('.msg.assistant').count();
+  await page.fill('#prompt', 'This one fails.');
+  await page.press('#prompt', 'Enter');
+  await page.locator('.msg.error').first().waitFor();
+  await page.waitForFunction(() => document.body.dataset.busy === 'false');
+  check(await page.locator('.msg.assistant').count() === countBefore, 'no empty reply after an error');
+  check(await page.inputValue('#prompt') === 'This one fails.', 'the question is given back');
+  await page.fill('#max_tokens', '40');
+  const sent = page.waitForRequest((r) => r.url().endsWith('/v1/chat/completions'));
+  await page.press('#prompt', 'Enter');
+  const body = JSON.parse((await sent).postData());
+  await page.waitForFunction(() => document.body.dataset.busy === 'false');
+  check(body.messages.every((m) => m.content !== '') &&
+        body.messages.filter((m) => m.content === 'This one fails.').length === 1,
+        `the request after an error: ${JSON.stringify(body.messages.map((m) => m.role))}`);
 
   // Stop: a long stream shows text while it runs, then the button ends it and frees the slot.
   // The page's network is held to 256 KB/s (about 1,500 tokens/s) for this stream: the tiny model
