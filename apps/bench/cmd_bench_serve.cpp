@@ -14,6 +14,7 @@
 
 #include "bench_common.h"
 #include "commands.h"
+#include "retnet/core/json_parse.h"
 #include "retnet/core/parallel.h"
 #include "retnet/infer/generator.h"
 #include "retnet/model/model_io.h"
@@ -38,6 +39,7 @@ namespace {
 
 struct BenchServeOptions {
   std::string model, json, dtype = "f32";
+  std::string response_format;  // JSON; non-empty: rounds with it alternate with rounds without
   std::string streams = "1,4,16";
   int64_t tokens = 128;
   int reps = 3;
@@ -74,7 +76,8 @@ struct RoundFigures {
 };
 
 // One round: n streams started together, each `tokens` long.
-RoundFigures run_round(int port, int64_t n, int64_t tokens, int64_t round) {
+RoundFigures run_round(int port, int64_t n, int64_t tokens, int64_t round,
+                       const nlohmann::json& extra_fields = nullptr) {
   std::vector<RequestResult> results(static_cast<size_t>(n));
   std::vector<std::thread> clients;
   const auto t0 = Clock::now();
@@ -84,6 +87,7 @@ RoundFigures run_round(int port, int64_t n, int64_t tokens, int64_t round) {
       o.prompt = prompt_of(i, round);
       o.max_tokens = tokens;
       o.seed = static_cast<uint64_t>(1000 * round + i);
+      o.extra_fields = extra_fields;
       results[static_cast<size_t>(i)] = run_completion(port, o);
     });
   for (auto& c : clients) c.join();
@@ -172,6 +176,12 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
     RETNET_CHECK(n >= 1, "--streams must list counts >= 1, got {}", n);
     counts.push_back(n);
   }
+  nlohmann::json constraint = nullptr;
+  if (!o.response_format.empty()) {
+    constraint = {{"response_format", parse_json(o.response_format, "--response-format")}};
+    RETNET_CHECK(constraint["response_format"].is_object(),
+                 "--response-format must be a JSON object, e.g. {{\"type\": \"json_object\"}}");
+  }
   const int64_t parallel = *std::max_element(counts.begin(), counts.end());
   apply_threads(o.threads);
   Model model = load_model(o.model);
@@ -182,24 +192,19 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
       "retnet bench serve: %s, %lld tokens per stream, median of %d rounds; baseline: "
       "generate at batch N in-process, same prompts\n",
       o.model.c_str(), static_cast<long long>(o.tokens), o.reps);
+  if (!constraint.is_null())
+    std::printf("rows marked +rf: every request with response_format %s, rounds alternated "
+                "with the rows without it\n",
+                o.response_format.c_str());
   std::printf("%7s %11s %11s %10s %9s %9s %9s %9s %9s %11s %7s %11s %7s\n", "streams", "tok/s",
               "tok/s/str", "TTFT p50", "TTFT p95", "ITL p50", "ITL p99", "RSS MiB", "failed",
               "gen decode", "ratio", "gen e2e", "ratio");
-  int64_t round = 1;
-  for (int64_t n : counts) {
-    run_round(server.port(), n, std::min<int64_t>(o.tokens, 8), round++);  // warm-up
-    std::vector<RoundFigures> rounds;
-    for (int r = 0; r < o.reps; ++r)
-      rounds.push_back(run_round(server.port(), n, o.tokens, round++));
-    std::vector<double> baseline, baseline_e2e;
-    for (int r = 0; r < o.reps; ++r) {
-      const Baseline g = generate_baseline(model, *tokenizer, n, o.tokens, o.seed + r);
-      baseline.push_back(g.decode_tokens_per_s);
-      baseline_e2e.push_back(g.end_to_end_tokens_per_s);
-    }
+  // One row: the median round's figures against the generate baseline.
+  auto report = [&](int64_t n, const std::vector<RoundFigures>& rounds, const Summary& b,
+                    const Summary& e, bool constrained) {
     std::vector<double> tps;
     for (const auto& f : rounds) tps.push_back(f.tokens_per_s);
-    const Summary s = summarize(tps), b = summarize(baseline), e = summarize(baseline_e2e);
+    const Summary s = summarize(tps);
     // The round with the median throughput gives the latency figures.
     const RoundFigures& m = *std::min_element(rounds.begin(), rounds.end(), [&](auto& x, auto& y) {
       return std::abs(x.tokens_per_s - s.median) < std::abs(y.tokens_per_s - s.median);
@@ -208,13 +213,15 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
     for (const auto& f : rounds) failed += f.failed;
     const int64_t rss = server.rss_bytes();
     std::printf(
-        "%7lld %11.0f %11.1f %8.1fms %7.1fms %7.2fms %7.2fms %9.1f %9lld %11.0f %7.2f %11.0f %7.2f\n",
-                static_cast<long long>(n), s.median, m.per_stream_tokens_per_s, 1e3 * m.ttft_p50,
-                1e3 * m.ttft_p95, 1e3 * m.itl_p50, 1e3 * m.itl_p99, rss / 1048576.0,
-                static_cast<long long>(failed), b.median, s.median / b.median, e.median,
-                s.median / e.median);
+        "%4lld%-3s %11.0f %11.1f %8.1fms %7.1fms %7.2fms %7.2fms %9.1f %9lld %11.0f %7.2f %11.0f "
+        "%7.2f\n",
+        static_cast<long long>(n), constrained ? "+rf" : "", s.median, m.per_stream_tokens_per_s,
+        1e3 * m.ttft_p50, 1e3 * m.ttft_p95, 1e3 * m.itl_p50, 1e3 * m.itl_p99, rss / 1048576.0,
+        static_cast<long long>(failed), b.median, s.median / b.median, e.median,
+        s.median / e.median);
     std::fflush(stdout);
     out["results"].push_back({{"streams", n},
+                              {"response_format", constrained},
                               {"tokens_per_s", to_json(s)},
                               {"per_stream_tokens_per_s", m.per_stream_tokens_per_s},
                               {"ttft_ms_p50", 1e3 * m.ttft_p50},
@@ -228,6 +235,25 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
                               {"generate_end_to_end_tokens_per_s", to_json(e)},
                               {"ratio_to_generate_end_to_end", s.median / e.median}});
     RETNET_CHECK(failed == 0, "{} of the requests at {} streams failed", failed, n);
+  };
+  int64_t round = 1;
+  for (int64_t n : counts) {
+    run_round(server.port(), n, std::min<int64_t>(o.tokens, 8), round++);  // warm-up
+    std::vector<RoundFigures> rounds, constrained_rounds;
+    for (int r = 0; r < o.reps; ++r) {
+      rounds.push_back(run_round(server.port(), n, o.tokens, round++));
+      if (!constraint.is_null())
+        constrained_rounds.push_back(run_round(server.port(), n, o.tokens, round++, constraint));
+    }
+    std::vector<double> baseline, baseline_e2e;
+    for (int r = 0; r < o.reps; ++r) {
+      const Baseline g = generate_baseline(model, *tokenizer, n, o.tokens, o.seed + r);
+      baseline.push_back(g.decode_tokens_per_s);
+      baseline_e2e.push_back(g.end_to_end_tokens_per_s);
+    }
+    const Summary b = summarize(baseline), e = summarize(baseline_e2e);
+    report(n, rounds, b, e, false);
+    if (!constraint.is_null()) report(n, constrained_rounds, b, e, true);
   }
   RETNET_CHECK(server.stop() == 0, "the server did not exit cleanly: {}", server.log());
 }
@@ -415,6 +441,8 @@ void run(const BenchServeOptions& o) {
                         {"tokens_per_stream", o.tokens},
                         {"load_average_before", load_average()},
                         {"results", nlohmann::json::array()}};
+  RETNET_CHECK(o.response_format.empty() || (o.soak_s == 0 && o.chat_turns == 0),
+               "--response-format is for the stream-count runs, not --soak or --chat-turns");
   if (o.soak_s > 0)
     run_soak(o, out);
   else if (o.chat_turns > 0)
@@ -461,6 +489,10 @@ void register_bench_serve(CLI::App* bench) {
   add_checked(cmd, "--rss-tolerance", o->rss_tolerance,
               "Largest RSS growth the soak accepts after its first quarter (fraction)",
               number_above(0));
+  cmd->add_option("--response-format", o->response_format,
+                  "A response_format object (JSON): each stream count runs rounds with it too, "
+                  "alternated with rounds without it, in rows marked +rf")
+      ->type_name("JSON");
   cmd->add_option("--seed,-s", o->seed, "Seed of the requests and the soak's choices")
       ->capture_default_str();
   cmd->callback([o = o] { run(*o); });

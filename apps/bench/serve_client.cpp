@@ -141,6 +141,7 @@ RequestResult run_completion(int port, const RequestOptions& o) {
   nlohmann::json body = {{"prompt", o.prompt}, {"max_tokens", o.max_tokens}, {"temperature", 0.8},
                          {"seed", o.seed},     {"ignore_eos", true},         {"stream", o.stream}};
   if (o.stream) body["stream_options"] = {{"include_usage", true}};
+  if (o.extra_fields.is_object()) body.update(o.extra_fields);
   httplib::Client client("127.0.0.1", port);
   client.set_connection_timeout(10);
   client.set_tcp_nodelay(true);  // the request's header and body go out at once

@@ -44,6 +44,8 @@ struct RequestOptions {
   int64_t disconnect_after_chunks = -1;
   // Give up on the response after this long (<= 0: 300 s): a non-streamed client that leaves.
   int64_t read_timeout_ms = 0;
+  // Fields added to the request's body (an object, e.g. {"response_format": ...}; null: none).
+  nlohmann::json extra_fields;
 };
 
 struct RequestResult {
