@@ -15,7 +15,8 @@ void register_init(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "init",
       "Write a randomly initialised model (torchscale's init): a .safetensors file, or with "
-      "--format a Hugging Face directory; the config may be an fla config.json (e.g. "
+      "--format a Hugging Face directory (with a byte-level model's tokenizer.json and "
+      "tokenizer_config.json); the config may be an fla config.json (e.g. "
       "fla-hub/retnet-1.3B-100B's), which writes an fla directory");
   cmd->add_option("--config", o->config,
                   "Model config JSON (torchscale RetNetConfig names, or a Hugging Face "
@@ -43,11 +44,22 @@ void register_init(CLI::App& app) {
       }
     }
     Model model = Model::init(config, o->seed);
-    if (format.empty())
+    if (format.empty()) {
       save_model(model, o->out);
-    else
+    } else {
+      // A byte-level model gets the tokenizer files an export writes for it; another vocabulary
+      // is some tokenizer's that a config does not name.
+      std::map<std::string, std::string> tokenizer_files;
+      if (config.vocab_size == 256)
+        tokenizer_files = hf_tokenizer_files(*make_byte_tokenizer(), default_chat_template());
+      else
+        std::fprintf(stderr,
+                     "retnet: note: no tokenizer files written: the vocabulary (%lld) is not the "
+                     "256 bytes; put the tokenizer's tokenizer.json beside the model\n",
+                     static_cast<long long>(config.vocab_size));
       save_hf_directory(model, o->out, format == "fla" ? HfFlavour::Fla : HfFlavour::Syncdoth,
-                        o->dtype, {}, bos, eos);
+                        o->dtype, tokenizer_files, bos, eos);
+    }
     std::printf("wrote %s: %lld parameters (%s), seed %llu\n", o->out.c_str(),
                 static_cast<long long>(model.parameter_count()),
                 human_bytes(4.0 * model.parameter_count()).c_str(),

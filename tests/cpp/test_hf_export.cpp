@@ -219,3 +219,28 @@ TEST(HfExport, ModelWithoutATokenizerGetsNoTokenizerFiles) {
   EXPECT_EQ(read_file((out / "generation_config.json").string(), "test"), "{}\n");
   fs::remove_all(dir);
 }
+
+// `init --format` writes what `export` writes for a byte-level model: the tokenizer files, so the
+// directory runs on its own; another vocabulary gets none, with a note.
+TEST(HfExport, InitWritesTheByteLevelTokenizerFiles) {
+  const fs::path dir = test::fresh_temp_dir("hf_init_files");
+  const fs::path config = dir / "c.json", out = dir / "out";
+  for (int64_t vocab : {256, 300}) {
+    SCOPED_TRACE(vocab);
+    std::ofstream(config) << test::model_config(16, 32, 2, 32, 1, vocab).to_json();
+    fs::remove_all(out);
+    const auto r = test::run_retnet("init --config " + config.string() +
+                                        " --format syncdoth -o " + out.string(),
+                                    300);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(fs::exists(out / "tokenizer.json"), vocab == 256);
+    EXPECT_EQ(fs::exists(out / "tokenizer_config.json"), vocab == 256);
+    if (vocab == 256) {
+      EXPECT_EQ(read_file((out / "tokenizer.json").string(), "test"), byte_level_tokenizer_json());
+      EXPECT_EQ(load_model_tokenizer(out.string())->kind(), "bytes");
+    } else {
+      EXPECT_NE(r.err.find("no tokenizer files written"), std::string::npos) << r.err;
+    }
+  }
+  fs::remove_all(dir);
+}
