@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "retnet/core/error.h"
+#include "retnet/infer/grammar.h"
 #include "retnet/infer/speculative.h"
 
 namespace retnet {
@@ -35,6 +36,10 @@ std::vector<SequenceResult> generate(Session& session, const Tokenizer& tokenize
   options.speculative.validate();
   RETNET_CHECK(!options.speculative.enabled() || n == 1,
                "speculative decoding decodes one sequence at a time, got {} prompts", n);
+  RETNET_CHECK(!options.speculative.enabled() || !options.grammar,
+               "speculative decoding does not take a grammar (constrained output)");
+  // The vocabulary's bytes as a trie, walked by each sequence's grammar mask.
+  const auto trie = options.grammar ? std::make_shared<const TokenTrie>(tokenizer) : nullptr;
   std::vector<SequenceResult> results(static_cast<size_t>(n));
   std::vector<SequenceDecoder> decoders;
   decoders.reserve(static_cast<size_t>(n));
@@ -45,6 +50,7 @@ std::vector<SequenceResult> generate(Session& session, const Tokenizer& tokenize
     rule.stop = &options.stop;
     rule.stop_at_eos = options.stop_at_eos;
     rule.stream = i < static_cast<int64_t>(options.streams.size()) ? options.streams[i] : 0;
+    if (options.grammar) rule.constraint = std::make_shared<GrammarConstraint>(options.grammar, trie);
     decoders.emplace_back(tokenizer, std::move(rule),
                           i < static_cast<int64_t>(text_tails.size()) ? text_tails[i] : "");
   }

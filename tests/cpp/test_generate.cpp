@@ -10,6 +10,7 @@
 
 #include "retnet/core/error.h"
 #include "retnet/infer/generator.h"
+#include "retnet/infer/json_schema.h"
 #include "retnet/model/forward.h"
 #include "test_helpers.h"
 
@@ -190,6 +191,43 @@ TEST(Generate, BatchedEqualsAlone) {
     for (auto& r : together) some_stopped |= r.finish_reason == "stop";
     EXPECT_TRUE(some_stopped);
   }
+}
+
+// A grammar in the options constrains every sequence of a batch: each text is the schema's JSON,
+// and the text ends when the value is complete.
+TEST(Generate, GrammarConstrainsEverySequence) {
+  Model m = Model::init(test::small_decode_config(), 5);
+  auto tok = make_byte_tokenizer();
+  GenerateOptions o;
+  o.max_tokens = 200;
+  o.sampling.seed = 3;
+  o.grammar = json_schema_grammar(nlohmann::ordered_json::parse(
+      R"({"type": "object", "properties": {"a": {"enum": ["yes", "no"]}, "n": {"enum": [1, 2, 3]}}, "required": ["a", "n"], "additionalProperties": false})"));
+  Session batch(m, {.capacity = 3});
+  std::vector<std::vector<int32_t>> prompts;
+  for (const char* t : {"Answer:", "x", "The reply is "}) {
+    prompts.push_back(text_ids(t));
+    batch.add_sequence();
+  }
+  for (const auto& r : generate(batch, *tok, prompts, o)) {
+    ASSERT_EQ(r.finish_reason, "stop") << r.text;
+    const auto j = nlohmann::json::parse(r.text);
+    EXPECT_TRUE(j["a"] == "yes" || j["a"] == "no") << r.text;
+    EXPECT_TRUE(j["n"] == 1 || j["n"] == 2 || j["n"] == 3) << r.text;
+    EXPECT_EQ(j.size(), 2u) << r.text;
+  }
+  // Without the grammar the same model writes no JSON.
+  o.grammar = nullptr;
+  Session free_text(m);
+  free_text.add_sequence();
+  const auto r = generate(free_text, *tok, {prompts[0]}, o);
+  EXPECT_FALSE(nlohmann::json::accept(r[0].text)) << r[0].text;
+  // Speculation checks drafts against the plain rule: no grammar with it.
+  o.grammar = json_object_grammar();
+  o.speculative.lookup = 2;
+  Session one(m);
+  one.add_sequence();
+  EXPECT_THROW(generate(one, *tok, {prompts[0]}, o), Error);
 }
 
 TEST(Generate, SameSeedSameTextAnyThreadCount) {

@@ -4,6 +4,7 @@
 // UTF-8 characters only, and never the part of the text that could still turn into a stop string.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,6 +14,8 @@
 #include "retnet/text/tokenizer.h"
 
 namespace retnet {
+
+struct Grammar;
 
 // Speculative decoding (speculative.h) of a single sequence: a drafter proposes tokens, one pass
 // of the model checks them, and the decode rule keeps those it would have chosen itself, so the
@@ -41,6 +44,9 @@ struct GenerateOptions {
   // for Ctrl-C this way).
   std::function<void()> before_step;
   SpeculativeOptions speculative;  // off by default
+  // Constrained output (grammar.h, e.g. json_schema_grammar): every sequence's tokens are masked
+  // to the grammar, and a sequence ends when its text is complete. Null: free text.
+  std::shared_ptr<const Grammar> grammar;
 };
 
 struct SequenceResult {
