@@ -134,8 +134,6 @@ void run_generate(const GenerateArgs& a) {
   RETNET_CHECK(sources <= 1, "give only one of --prompt, --prompt-file and --prompts-file");
   RETNET_CHECK(a.prompts_file.empty() || (a.state_in.empty() && a.state_out.empty()),
                "--state-in and --state-out work on one sequence, not with --prompts-file");
-  RETNET_CHECK(a.lookup == 0 || a.prompts_file.empty(),
-               "--lookup decodes one prompt, not a --prompts-file batch");
   RETNET_CHECK(a.draft_model.empty() || a.prompts_file.empty(),
                "--draft-model decodes one prompt, not a --prompts-file batch");
   RETNET_CHECK(a.draft_model.empty() || a.lookup == 0, "give --lookup or --draft-model, not both");

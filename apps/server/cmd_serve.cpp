@@ -71,6 +71,16 @@ void register_serve(CLI::App& app) {
   add_checked(cmd, "--prefill-block", o->prefill_block,
               "Prompt tokens read between two decode steps (rounded to whole chunks)",
               integer_within(1, int64_t{1} << 30));
+  add_checked(cmd, "--lookup", o->lookup,
+              "Speculative decoding with prompt lookup for every request: draft the tokens that "
+              "followed the latest earlier occurrence of a stream's last (up to N) tokens, check "
+              "them in one pass beside the batched step, keep what decoding would pick anyway "
+              "(same text; 0: off; a request's \"speculative\" object overrides it)",
+              integer_within(0, 64));
+  add_checked(cmd, "--draft-max", o->draft_max,
+              "Most tokens drafted for one check with --lookup (the count adapts per stream: "
+              "grows while drafts are kept, pauses drafting while they are not)",
+              integer_within(1, 64));
   cmd->add_option("--slot-save-dir", o->slot_save_dir,
                   "Enable POST /slots/{id}?action=save|restore with files in this directory");
   cmd->add_option("--chat-template", o->chat_template_file,

@@ -73,6 +73,7 @@ Taken take_output(Job& job, std::chrono::milliseconds wait) {
   Taken t;
   t.choices.resize(job.choices.size());
   t.usage = {job.prompt_tokens, job.cached_tokens, 0};
+  t.usage.speculative = job.lookup > 0;
   for (size_t i = 0; i < job.choices.size(); ++i) {
     ChoiceOutput& from = job.choices[i];
     ChoiceOutput& to = t.choices[i];
@@ -82,6 +83,9 @@ Taken take_output(Job& job, std::chrono::milliseconds wait) {
     to.finish_reason = from.finish_reason;
     to.completion_tokens = from.completion_tokens;
     t.usage.completion_tokens += from.completion_tokens;
+    t.usage.checks += from.checks;
+    t.usage.drafted_tokens += from.drafted_tokens;
+    t.usage.accepted_tokens += from.accepted_tokens;
   }
   t.finished = job.finished;
   t.error = job.error;
@@ -370,6 +374,8 @@ std::shared_ptr<Job> HttpApi::make_job(const CompletionRequest& r) const {
   job->logit_bias = r.logit_bias;
   job->grammar = r.structured.grammar;
   job->tool_call = r.structured.tool_call;
+  job->lookup = r.lookup >= 0 ? r.lookup : options_.lookup;
+  job->draft_max = r.draft_max >= 0 ? r.draft_max : options_.draft_max;
   job->deadline =
       Clock::now() + std::chrono::microseconds(static_cast<int64_t>(options_.timeout_s * 1e6));
   return job;

@@ -34,6 +34,8 @@ struct ChoiceOutput {
   bool finished = false;
   std::string finish_reason;  // "stop" or "length" (OpenAI's words), when finished without error
   int64_t completion_tokens = 0;
+  // Speculative decoding: checking passes, tokens drafted for them, drafted tokens kept.
+  int64_t checks = 0, drafted_tokens = 0, accepted_tokens = 0;
 };
 
 struct Job {
@@ -51,6 +53,9 @@ struct Job {
   std::vector<std::pair<int32_t, float>> logit_bias;
   std::shared_ptr<const Grammar> grammar;  // structured output: masks every token; null: none
   bool tool_call = false;                  // the output is a tool call (reply with tool_calls)
+  // Speculative decoding with prompt lookup: match up to `lookup` last tokens (0: off), draft
+  // at most `draft_max` tokens per check.
+  int64_t lookup = 0, draft_max = 8;
   Clock::time_point deadline;
 
   // What came out, per choice ([n]).

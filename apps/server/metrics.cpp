@@ -23,6 +23,13 @@ std::string Metrics::prometheus_text() const {
   add("generation_seconds_total", "counter", "Time spent in batched decode steps",
       decode_microseconds.load() * 1e-6);
   add("decode_steps_total", "counter", "Batched decode steps", decode_steps.load());
+  add("speculative_checks_total", "counter",
+      "Speculative checking passes (a stream's pending token and its drafts in one pass)",
+      speculative_checks.load());
+  add("speculative_drafted_tokens_total", "counter", "Tokens drafted for speculative checks",
+      drafted_tokens.load());
+  add("speculative_accepted_tokens_total", "counter", "Drafted tokens kept by speculative checks",
+      accepted_tokens.load());
   add("prompt_cache_hits_total", "counter", "Requests that restored a cached prefix",
       cache_hits.load());
   add("prompt_cache_misses_total", "counter", "Requests that found no cached prefix",

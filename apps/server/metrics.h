@@ -17,6 +17,8 @@ struct Metrics {
   std::atomic<int64_t> prompt_microseconds{0};
   std::atomic<int64_t> decode_microseconds{0};
   std::atomic<int64_t> decode_steps{0};
+  // Speculative decoding: checking passes, tokens drafted for them, drafted tokens kept.
+  std::atomic<int64_t> speculative_checks{0}, drafted_tokens{0}, accepted_tokens{0};
   std::atomic<int64_t> cache_hits{0}, cache_misses{0}, cache_tokens_saved{0};
   std::atomic<int64_t> cache_bytes{0}, cache_entries{0};
   std::atomic<int64_t> cache_disk_hits{0}, cache_disk_bytes{0}, cache_disk_entries{0};

@@ -192,6 +192,34 @@ std::vector<std::pair<int32_t, float>> logit_bias_field(const nlohmann::json& bo
   return out;
 }
 
+// The extension object {"lookup": N, "draft_max": K}: speculative decoding for this request
+// (lookup 0: off); a key left out keeps the server's --lookup / --draft-max.
+void speculative_field(const nlohmann::json& body, CompletionRequest& r) {
+  const nlohmann::json* v = field(body, "speculative");
+  if (!v) return;
+  if (!v->is_object())
+    throw bad_field("speculative", fmt::format("must be an object {{\"lookup\": N, "
+                                               "\"draft_max\": K}}, got {}",
+                                               type_name(*v)));
+  for (auto it = v->begin(); it != v->end(); ++it)
+    if (it.key() != "lookup" && it.key() != "draft_max")
+      throw bad_field("speculative." + it.key(), "is not supported (only lookup and draft_max)");
+  auto count = [&](const char* key, int64_t lo, int64_t& out) {
+    const nlohmann::json* x = field(*v, key);
+    if (!x) return;
+    const bool in_range = x->is_number_integer() &&
+                          !(x->is_number_unsigned() && x->get<uint64_t>() > 64) &&
+                          x->get<int64_t>() >= lo && x->get<int64_t>() <= 64;
+    if (!in_range)
+      throw bad_field(fmt::format("speculative.{}", key),
+                      fmt::format("must be an integer in [{}, 64], got {}", lo,
+                                  x->is_number() ? x->dump() : type_name(*x)));
+    out = x->get<int64_t>();
+  };
+  count("lookup", 0, r.lookup);
+  count("draft_max", 1, r.draft_max);
+}
+
 // Every field of a request is read or refused by name: a field this server does not implement
 // (grammar, typical_p, ...) would change the output if honoured, so a
 // client must learn that it was not.
@@ -200,7 +228,7 @@ void refuse_unknown_fields(const nlohmann::json& body, bool chat) {
   static const char* const common[] = {
       "model", "stream", "stream_options", "n", "max_tokens", "temperature", "top_p", "top_k",
       "min_p", "seed", "repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty",
-      "stop", "ignore_eos", "logprobs", "logit_bias", "user"};
+      "stop", "ignore_eos", "logprobs", "logit_bias", "user", "speculative"};
   // clang-format on
   static const char* const chat_only[] = {"messages", "max_completion_tokens", "top_logprobs"};
   static const char* const completion_only[] = {"prompt", "echo", "suffix"};
@@ -321,6 +349,7 @@ CompletionRequest parse_completion_request(const nlohmann::json& body, bool chat
         throw bad_field("suffix", "is not supported");
   }
   r.logit_bias = logit_bias_field(body, limits);
+  speculative_field(body, r);
   if (const nlohmann::json* user = field(body, "user"))
     if (!user->is_string())
       throw bad_field("user", fmt::format("must be a string, got {}", type_name(*user)));

@@ -48,6 +48,8 @@ struct CompletionRequest {
   int top_logprobs = -1;  // -1: no log-probabilities
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token, added to its logit)
   StructuredOutput structured;  // response_format, tools (parse_structured_output)
+  // The extension object "speculative": {"lookup", "draft_max"}; -1: the server's setting.
+  int64_t lookup = -1, draft_max = -1;
 };
 
 struct RequestLimits {

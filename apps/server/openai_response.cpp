@@ -26,10 +26,15 @@ const char* openai_finish_reason(FinishReason reason) {
 }
 
 nlohmann::json usage_json(const Usage& u) {
-  return {{"prompt_tokens", u.prompt_tokens},
-          {"completion_tokens", u.completion_tokens},
-          {"total_tokens", u.prompt_tokens + u.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+  nlohmann::json out = {{"prompt_tokens", u.prompt_tokens},
+                        {"completion_tokens", u.completion_tokens},
+                        {"total_tokens", u.prompt_tokens + u.completion_tokens},
+                        {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+  if (u.speculative)
+    out["speculative"] = {{"checks", u.checks},
+                          {"drafted_tokens", u.drafted_tokens},
+                          {"accepted_tokens", u.accepted_tokens}};
+  return out;
 }
 
 Timings job_timings(const Job& job) {

@@ -23,6 +23,9 @@ struct ResponseContext {
 
 struct Usage {
   int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
+  // Speculative decoding (the extension object usage.speculative, when it was on).
+  bool speculative = false;
+  int64_t checks = 0, drafted_tokens = 0, accepted_tokens = 0;
 };
 
 nlohmann::json usage_json(const Usage& usage);

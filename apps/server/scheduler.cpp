@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <utility>
 
 #include "openai_request.h"
 
@@ -150,6 +151,8 @@ void Scheduler::finish(Slot& slot, FinishReason reason, const std::string& error
   slot.phase = Phase::Idle;
   slot.prefilled = slot.generated = slot.position = slot.state_bytes = slot.choice = 0;
   slot.fed.clear();
+  slot.draft_length.reset();
+  slot.pending = -1;
   update_gauges_locked();
 }
 
@@ -191,6 +194,8 @@ void Scheduler::admit(Slot& s, const std::shared_ptr<Job>& job, int64_t choice) 
     rule.constraint = std::make_shared<GrammarConstraint>(job->grammar, trie_);
   }
   s.decoder = std::make_unique<SequenceDecoder>(tokenizer_, std::move(rule));
+  if (job->lookup > 0) s.draft_length.emplace(job->draft_max);
+  s.pending = -1;
   s.started = Clock::now();
   s.has_state = false;  // its sequence is about to start over
   if (choice == 0) prefilling_.push_back(s.id);
@@ -430,60 +435,85 @@ int Scheduler::step_threads() const {
 
 void Scheduler::decode_one_step() {
   const auto t0 = Clock::now();
+  // Slots fed by the batched step (ids and tokens), and speculating slots' checks (the pending
+  // token, then its drafts), each run alone after it.
+  std::vector<int64_t> stepping;
   std::vector<int32_t> next;
-  std::vector<int64_t> ended;  // indices in decoding_ of slots that finish this round
+  std::vector<std::pair<int64_t, std::vector<int32_t>>> checks;
+  std::vector<int64_t> ended;  // slot ids that finish this round
   std::vector<FinishReason> reasons;
   std::vector<std::string> errors;  // per ended slot: why its output constraint failed, or ""
-  for (size_t b = 0; b < decoding_.size(); ++b) {
-    Slot& slot = slots_[static_cast<size_t>(decoding_[b])];
+  std::vector<int32_t> draft;
+  for (const int64_t id : decoding_) {
+    Slot& slot = slots_[static_cast<size_t>(id)];
     Job& job = *slot.job;
     SequenceDecoder::Next step;
-    try {
-      step = slot.decoder->next(session_, slot.id);
-    } catch (const Error& e) {
-      if (!job.grammar) throw;
-      // A grammar the vocabulary cannot spell on ends its own request, not the batch.
-      next.push_back(0);
-      ended.push_back(static_cast<int64_t>(b));
-      reasons.push_back(FinishReason::None);
-      errors.push_back(std::string("structured output failed: ") + e.what());
-      continue;
+    if (slot.pending >= 0) {  // chosen and emitted by the slot's last check
+      step.token = std::exchange(slot.pending, -1);
+    } else {
+      try {
+        step = slot.decoder->next(session_, slot.id);
+      } catch (const Error& e) {
+        if (!job.grammar) throw;
+        // A grammar the vocabulary cannot spell on ends its own request, not the batch.
+        ended.push_back(id);
+        reasons.push_back(FinishReason::None);
+        errors.push_back(std::string("structured output failed: ") + e.what());
+        continue;
+      }
+      if (step.finish != FinishReason::Eos) {
+        std::optional<TokenLogprob> lp;
+        if (job.top_logprobs >= 0)
+          lp = logprob_of(session_.logits(slot.id), step.token, job.top_logprobs);
+        slot.generated = slot.decoder->generated();
+        metrics_.generated_tokens += 1;
+        emit(slot, step.text, lp ? &*lp : nullptr);
+      }
     }
-    if (step.finish != FinishReason::Eos) {
-      std::optional<TokenLogprob> lp;
-      if (job.top_logprobs >= 0)
-        lp = logprob_of(session_.logits(slot.id), step.token, job.top_logprobs);
-      slot.generated = slot.decoder->generated();
-      metrics_.generated_tokens += 1;
-      emit(slot, step.text, lp ? &*lp : nullptr);
-    }
-    next.push_back(step.token);
     if (step.finish != FinishReason::None) {  // not fed: the request's text is complete
-      ended.push_back(static_cast<int64_t>(b));
+      ended.push_back(id);
       reasons.push_back(step.finish);
       errors.emplace_back();
+      continue;
     }
+    draft_after(slot, step.token, draft);
+    if (draft.empty()) {
+      stepping.push_back(id);
+      next.push_back(step.token);
+      continue;
+    }
+    draft.insert(draft.begin(), step.token);
+    checks.emplace_back(id, draft);
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (size_t e = ended.size(); e-- > 0;) {
-      const int64_t b = ended[e];
-      next.erase(next.begin() + b);
-      finish(slots_[static_cast<size_t>(decoding_[static_cast<size_t>(b)])], reasons[e], errors[e],
+    for (size_t e = 0; e < ended.size(); ++e)
+      finish(slots_[static_cast<size_t>(ended[e])], reasons[e], errors[e],
              errors[e].empty() ? 0 : 500);
-    }
   }
-  if (!decoding_.empty()) {
+  if (!stepping.empty()) {
     if (options_.threads == 0) session_.set_decode_threads(step_threads());
-    session_.step(decoding_, next.data());
+    session_.step(stepping, next.data());
     metrics_.decode_steps += 1;
     std::lock_guard<std::mutex> lock(mutex_);
-    for (size_t b = 0; b < decoding_.size(); ++b) {
-      Slot& slot = slots_[static_cast<size_t>(decoding_[b])];
+    for (size_t b = 0; b < stepping.size(); ++b) {
+      Slot& slot = slots_[static_cast<size_t>(stepping[b])];
       slot.fed.push_back(next[b]);
       slot.position = session_.position(slot.id);
       slot.state_bytes = session_.state_bytes(slot.id);
     }
+  }
+  for (const auto& [id, checked] : checks) {
+    Slot& slot = slots_[static_cast<size_t>(id)];
+    FinishReason reason = FinishReason::None;
+    std::string error;
+    check_drafts(slot, checked, reason, error);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (reason != FinishReason::None || !error.empty())
+      finish(slot, reason, error, error.empty() ? 0 : 500);
+  }
+  if (!stepping.empty() || !checks.empty()) {
+    std::lock_guard<std::mutex> lock(mutex_);
     update_gauges_locked();
   }
   metrics_.decode_microseconds += micros_since(t0);

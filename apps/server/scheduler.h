@@ -8,7 +8,9 @@
 // choices takes n slots at once (the queue is first come, first served): one reads the prompt and
 // the others fork its state, so the prompt is read once. A slot leaves
 // the moment its stream ends, its client disconnects or its deadline passes. HTTP threads only
-// queue jobs; a full queue is refused at once.
+// queue jobs; a full queue is refused at once. A stream decoding speculatively (prompt lookup)
+// checks its pending token and the drafted ones in a pass of its own beside the batched step
+// (scheduler_speculative.cpp).
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -22,6 +24,7 @@
 #include "metrics.h"
 #include "prompt_cache.h"
 #include "retnet/infer/grammar.h"
+#include "retnet/infer/speculative.h"
 #include "retnet/retnet.h"
 
 namespace retnet::server {
@@ -76,6 +79,10 @@ class Scheduler {
     int64_t position = 0, state_bytes = 0;     // copies for /slots, updated under the lock
     std::vector<int32_t> fed;                  // generated tokens the state has consumed
     std::unique_ptr<SequenceDecoder> decoder;  // the request's decode rule and released text
+    // Speculative decoding: the adaptive draft length (none: the job does not speculate), and
+    // the token a check chose where a draft differed (emitted, fed by the next step; -1: none).
+    std::optional<DraftLength> draft_length;
+    int32_t pending = -1;
     // Its sequence holds the state after last_tokens: the last request that reached decoding
     // (for save), or a restored state.
     bool has_state = false;
@@ -95,6 +102,14 @@ class Scheduler {
   // or it finished).
   bool prefill_segment(Slot& slot);
   void decode_one_step();
+  // The tokens prompt lookup drafts after `pending` for a speculating slot (empty: a plain step).
+  void draft_after(Slot& slot, int32_t pending, std::vector<int32_t>& draft);
+  // One check of `checked` (the pending token, then the drafts) for the slot alone: the decode
+  // rule picks from the checked logits, drafts are kept while it picks them, and its first other
+  // pick becomes the slot's pending token. A pick that ends the stream is returned in `reason`
+  // (FinishReason::None: it goes on), with `error` set when the output constraint failed.
+  void check_drafts(Slot& slot, const std::vector<int32_t>& checked, FinishReason& reason,
+                    std::string& error);
   int step_threads() const;  // threads for the next step with --threads 0
   // Ends the slot's job (reason "stop"/"length", or an error and its HTTP status) and frees it.
   void finish(Slot& slot, FinishReason reason, const std::string& error = "", int error_status = 0);
@@ -116,6 +131,8 @@ class Scheduler {
   PromptCache cache_;
   std::shared_ptr<const TokenTrie> trie_;  // the vocabulary's bytes, built for the first grammar
   int full_threads_ = 1;  // the session's automatic choice, for steps worth splitting
+  // Scratch: a speculating slot's text, searched by prompt lookup.
+  std::vector<int32_t> lookup_text_;
 
   std::mutex mutex_;  // guards queue_, slots_' phases and jobs, stopping_
   std::condition_variable wake_;

@@ -28,6 +28,8 @@ struct ServeOptions {
   int64_t cache_dir_mib = 1024;  // its bound
   int64_t max_body_mib = 8;
   int64_t prefill_block = 512;
+  // Speculative decoding with prompt lookup (lookup 0: off).
+  int64_t lookup = 0, draft_max = 8;
   std::string slot_save_dir;
   std::string chat_template_file;  // empty: the model directory's, else the default
   std::string dtype = "f32";       // the inference copy of the weights: f32, bf16, f16

@@ -79,7 +79,9 @@ class Model:
                  stream: bool = False, repeat_penalty: float = 1.0, repeat_last_n: int = 64,
                  add_bos: Optional[bool] = None, ignore_eos: bool = False, min_p: float = 0.0,
                  presence_penalty: float = 0.0, frequency_penalty: float = 0.0, *,
-                 max_new_tokens: Optional[int] = None) -> Union[Completion, TextStream]: ...
+                 max_new_tokens: Optional[int] = None,
+                 speculative: Optional[Dict[str, Any]] = None
+                 ) -> Union[Completion, TextStream]: ...
     def generate_batch(self, prompts: Sequence[Prompt], max_tokens: int = 128,
                        temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
                        stop: Union[None, str, Sequence[str]] = None, seed: Optional[int] = None,

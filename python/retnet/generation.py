@@ -16,7 +16,9 @@ class Completion(str):
     finish_reason: the engine's name (as `retnet generate` and the server's logs give it):
         "stop" (a stop string ended it), "length" (max_tokens reached) or "eos" (the
         tokenizer's end-of-sequence token; OpenAI's API calls this one "stop" too).
-    usage: {"prompt_tokens", "completion_tokens", "total_tokens"}.
+    usage: {"prompt_tokens", "completion_tokens", "total_tokens"}, and with speculative=...
+        "speculative": {"checks", "drafted_tokens", "accepted_tokens"} (checking passes, tokens
+        drafted for them, drafted tokens kept).
     """
 
     def __new__(cls, text, tokens=(), finish_reason=None, usage=None):
@@ -30,9 +32,11 @@ class Completion(str):
     def _of(cls, result):
         """A Completion of the engine's result dict."""
         prompt, completion = result["prompt_tokens"], result["completion_tokens"]
-        return cls(result["text"], result["tokens"], result["finish_reason"],
-                   {"prompt_tokens": prompt, "completion_tokens": completion,
-                    "total_tokens": prompt + completion})
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion,
+                 "total_tokens": prompt + completion}
+        if "speculative" in result:
+            usage["speculative"] = dict(result["speculative"])
+        return cls(result["text"], result["tokens"], result["finish_reason"], usage)
 
     def __reduce__(self):  # pickle and copy keep the fields (str's own would drop them)
         return (Completion, (self.text, self.tokens, self.finish_reason, self.usage))
@@ -89,6 +93,34 @@ def _stop(value):
     _fail("stop", "None, a str or a list of str", value)
 
 
+_SPECULATIVE_KEYS = ("lookup", "draft_max", "draft_model")
+
+
+def _speculative(value):
+    """The engine's lookup, draft_max and draft_model of generate's `speculative` argument."""
+    if value is None:
+        return dict(lookup=0, draft_max=8, draft_model=None)
+    if not isinstance(value, dict):
+        _fail("speculative", "None or a dict such as {'lookup': 3, 'draft_max': 8}", value)
+    for key in value:
+        if key not in _SPECULATIVE_KEYS:
+            raise ValueError(f"speculative: unknown key {key!r} (it takes "
+                             f"{', '.join(_SPECULATIVE_KEYS)})")
+    lookup = _int("speculative['lookup']", value.get("lookup", 0))
+    draft_max = _int("speculative['draft_max']", value.get("draft_max", 8))
+    draft_model = value.get("draft_model")
+    if draft_model is not None and not isinstance(draft_model, Model):
+        _fail("speculative['draft_model']", "a retnet.Model", draft_model)
+    if lookup < 0:
+        raise ValueError(f"speculative['lookup'] must be >= 1 (tokens to match), got {lookup}")
+    if draft_max < 1:
+        raise ValueError(f"speculative['draft_max'] must be >= 1, got {draft_max}")
+    if (lookup > 0) == (draft_model is not None):
+        raise ValueError("speculative takes one drafter: 'lookup' (prompt lookup, >= 1) or "
+                         "'draft_model', not " + ("both" if lookup > 0 else "neither"))
+    return dict(lookup=lookup, draft_max=draft_max, draft_model=draft_model)
+
+
 def _engine_args(max_tokens, max_new_tokens, temperature, top_k, top_p, stop, seed,
                  repeat_penalty, repeat_last_n, add_bos, ignore_eos, min_p, presence_penalty,
                  frequency_penalty):
@@ -108,7 +140,7 @@ def _engine_args(max_tokens, max_new_tokens, temperature, top_k, top_p, stop, se
 def generate(self, prompt, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95, stop=None,
              seed=None, stream=False, repeat_penalty=1.0, repeat_last_n=64, add_bos=None,
              ignore_eos=False, min_p=0.0, presence_penalty=0.0, frequency_penalty=0.0, *,
-             max_new_tokens=None):
+             max_new_tokens=None, speculative=None):
     """Generates after a prompt (chunkwise prefill, then recurrent decoding), as `retnet
     generate` does: the same seed gives the same text.
 
@@ -116,6 +148,12 @@ def generate(self, prompt, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95
         a list of token ids (fed as given).
     max_tokens: tokens to generate at most (max_new_tokens: the same, transformers' name).
     stop: a str or list of str the text ends before. seed None: a random one.
+    speculative: speculative decoding, as `retnet generate --lookup N --draft-max K` or
+        `--draft-model M`: {"lookup": N} (prompt lookup: draft what followed the last N tokens
+        where they occur earlier) or {"draft_model": a Model with the same tokenizer}, with
+        "draft_max": K (most tokens drafted per check, default 8). One pass checks the drafts;
+        the text is the one plain decoding gives (greedy, or the same seed's distribution), and
+        .usage["speculative"] counts checks, drafted and accepted tokens.
     Returns a Completion: the text (a str) with .tokens, .finish_reason and .usage. stream=True
     returns a TextStream of text pieces instead; its .result is the Completion once it is
     exhausted. The GIL is released while it computes; Ctrl-C stops it between steps.
@@ -125,7 +163,7 @@ def generate(self, prompt, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95
     args = _engine_args(max_tokens, max_new_tokens, temperature, top_k, top_p, stop, seed,
                         repeat_penalty, repeat_last_n, add_bos, ignore_eos, min_p,
                         presence_penalty, frequency_penalty)
-    out = self._generate([prompt], stream=stream, **args)
+    out = self._generate([prompt], stream=stream, **args, **_speculative(speculative))
     return out if stream else Completion._of(out[0])
 
 

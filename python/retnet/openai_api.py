@@ -16,7 +16,7 @@ from .generation import _bool, _fail, _int, generate
 
 # Sampling fields passed on to generate() as they are (its defaults are the server's).
 _SAMPLING = ("temperature", "top_p", "top_k", "min_p", "seed", "repeat_penalty", "repeat_last_n",
-             "presence_penalty", "frequency_penalty", "stop", "ignore_eos")
+             "presence_penalty", "frequency_penalty", "stop", "ignore_eos", "speculative")
 
 # llama-cpp-python's and OpenAI's fields this engine does not implement, with the values that
 # leave them off (anything else is refused).
@@ -153,7 +153,8 @@ def create_completion(self, prompt, **fields):
     Fields (as llama-cpp-python and OpenAI name them): max_tokens (default 16), temperature,
     top_p, top_k, min_p, seed, repeat_penalty, repeat_last_n, presence_penalty,
     frequency_penalty, stop, ignore_eos, stream, stream_options {include_usage}, n (1), model
-    and user (reported, not used). Defaults are generate's, so a seed gives generate's text.
+    and user (reported, not used), and the extension speculative (generate's; usage then has
+    "speculative" counts). Defaults are generate's, so a seed gives generate's text.
     """
     _check_fields("create_completion", fields,
                   set(_SAMPLING) | {"max_tokens", "stream", "stream_options", "n", "model", "user"})

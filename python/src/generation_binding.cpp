@@ -22,6 +22,8 @@ struct GenerateArgs {
   py::object seed, add_bos;
   bool ignore_eos = false;
   float min_p = 0.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
+  int64_t lookup = 0, draft_max = 8;  // speculative decoding (0: no prompt lookup)
+  py::object draft_model;             // None or a Model drafting for speculative decoding
 };
 
 GenerateOptions generate_options(const GenerateArgs& a) {
@@ -41,6 +43,9 @@ GenerateOptions generate_options(const GenerateArgs& a) {
   go.sampling.frequency_penalty = a.frequency_penalty;
   go.sampling.seed = a.seed.is_none() ? std::random_device{}() : a.seed.cast<uint64_t>();
   go.sampling.validate();
+  go.speculative.lookup = a.lookup;
+  go.speculative.draft_max = a.draft_max;
+  go.speculative.validate();
   return go;  // go.streams empty: every prompt gets the text it gets alone
 }
 
@@ -61,9 +66,11 @@ std::vector<int32_t> encode_prompt(const Tokenizer& tok, const std::string& text
 // Everything one generation needs, kept together so a streaming thread can own it.
 struct Generation {
   std::shared_ptr<PyModel> model;
+  std::shared_ptr<PyModel> draft;  // speculative decoding's draft model, or null
   std::unique_ptr<Session> session;
   std::vector<std::vector<int32_t>> prompts;
   GenerateOptions options;
+  GenerationTimings timings;  // drafted and accepted tokens for the result's usage
 
   // Each prompt is a str (encoded as `retnet generate` does) or a list of token ids (as given).
   Generation(std::shared_ptr<PyModel> m, const py::list& inputs, const GenerateArgs& a)
@@ -84,6 +91,7 @@ struct Generation {
       prompts.push_back(std::move(ids.ids));
     }
     options = generate_options(a);
+    if (!a.draft_model.is_none()) use_draft_model(a.draft_model.cast<std::shared_ptr<PyModel>>());
     model->prepare_decoding();
     SessionOptions so;
     so.capacity = static_cast<int64_t>(inputs.size());
@@ -93,19 +101,41 @@ struct Generation {
   }
 
   std::vector<SequenceResult> run(const TextCallback& on_text) {
-    return generate(*session, *model->tokenizer, prompts, options, nullptr, on_text);
+    return generate(*session, *model->tokenizer, prompts, options, &timings, on_text);
+  }
+
+  // Drafts must be the model's own tokens: the same vocabulary and tokenizer.
+  void use_draft_model(std::shared_ptr<PyModel> d) {
+    d->require_open();
+    const int64_t V = model->model.config().vocab_size, draft_V = d->model.config().vocab_size;
+    RETNET_CHECK(draft_V == V,
+                 "speculative draft_model has a vocabulary of {} tokens, the model {}", draft_V, V);
+    RETNET_CHECK(d->tokenizer && d->tokenizer->serialize() == model->tokenizer->serialize(),
+                 "speculative draft_model has another tokenizer ({}) than the model ({}): drafts "
+                 "must be the model's tokens",
+                 d->tokenizer ? d->tokenizer->kind() : "none", model->tokenizer->kind());
+    d->prepare_decoding();
+    draft = std::move(d);
+    options.speculative.draft_model = &draft->model;
   }
 };
 
 // A result as the Python side's Completion takes it; the text ends with an unfinished
 // character as U+FFFD, as the CLI prints it.
-py::dict result_dict(const SequenceResult& r) {
+py::dict result_dict(const SequenceResult& r, const Generation& g) {
   py::dict d;
   d["text"] = py::str(r.text + utf8_sanitize(r.text_tail));
   d["tokens"] = py::cast(r.tokens);
   d["finish_reason"] = py::str(r.finish_reason);
   d["prompt_tokens"] = r.prompt_tokens;
   d["completion_tokens"] = r.generated_tokens;
+  if (g.options.speculative.enabled()) {
+    py::dict spec;
+    spec["checks"] = g.timings.checks;
+    spec["drafted_tokens"] = g.timings.drafted_tokens;
+    spec["accepted_tokens"] = g.timings.accepted_tokens;
+    d["speculative"] = spec;
+  }
   return d;
 }
 
@@ -126,7 +156,7 @@ py::list generate_blocking(std::shared_ptr<PyModel> model, const py::list& input
     results = g.run(nullptr);
   }
   py::list out;
-  for (const auto& r : results) out.append(result_dict(r));
+  for (const auto& r : results) out.append(result_dict(r, g));
   return out;
 }
 
@@ -173,7 +203,7 @@ class TextStream {
   py::object result() {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!done_ || !result_) return py::none();
-    return result_dict(*result_);
+    return result_dict(*result_, *generation_);
   }
 
  private:
@@ -249,11 +279,12 @@ void bind_generation(py::module_& m) {
          float temperature, int64_t top_k, float top_p, const py::object& stop,
          const py::object& seed, bool stream, float repeat_penalty, int64_t repeat_last_n,
          const py::object& add_bos, bool ignore_eos, float min_p, float presence_penalty,
-         float frequency_penalty) -> py::object {
+         float frequency_penalty, int64_t lookup, int64_t draft_max,
+         const py::object& draft_model) -> py::object {
         GenerateArgs a{
-            max_tokens,         temperature, top_p,   repeat_penalty, top_k, repeat_last_n,
-            stop_strings(stop), seed,        add_bos, ignore_eos,     min_p, presence_penalty,
-            frequency_penalty};
+            max_tokens,         temperature, top_p,     repeat_penalty, top_k, repeat_last_n,
+            stop_strings(stop), seed,        add_bos,   ignore_eos,     min_p, presence_penalty,
+            frequency_penalty,  lookup,      draft_max, draft_model};
         if (!stream) return generate_blocking(std::move(self), prompts, a);
         return py::cast(std::make_unique<TextStream>(
             std::make_unique<Generation>(std::move(self), prompts, a)));
@@ -262,7 +293,8 @@ void bind_generation(py::module_& m) {
       py::arg("top_p"), py::arg("stop"), py::arg("seed"), py::arg("stream"),
       py::arg("repeat_penalty"), py::arg("repeat_last_n"), py::arg("add_bos"),
       py::arg("ignore_eos"), py::arg("min_p"), py::arg("presence_penalty"),
-      py::arg("frequency_penalty"));
+      py::arg("frequency_penalty"), py::arg("lookup") = 0, py::arg("draft_max") = 8,
+      py::arg("draft_model") = py::none());
 }
 
 }  // namespace retnet::python

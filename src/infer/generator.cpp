@@ -34,8 +34,10 @@ std::vector<SequenceResult> generate(Session& session, const Tokenizer& tokenize
   GenerationTimings& tm = timings ? *timings : local;
   options.sampling.validate();
   options.speculative.validate();
-  RETNET_CHECK(!options.speculative.enabled() || n == 1,
-               "speculative decoding decodes one sequence at a time, got {} prompts", n);
+  RETNET_CHECK(options.speculative.draft_model == nullptr || n == 1,
+               "speculative decoding with a draft model decodes one sequence at a time, got {} "
+               "prompts",
+               n);
   RETNET_CHECK(!options.speculative.enabled() || !options.grammar,
                "speculative decoding does not take a grammar (constrained output)");
   // The vocabulary's bytes as a trie, walked by each sequence's grammar mask.
@@ -82,6 +84,13 @@ std::vector<SequenceResult> generate(Session& session, const Tokenizer& tokenize
   };
   if (options.max_tokens == 0)
     for (int64_t i = 0; i < n; ++i) finish(i, FinishReason::Length);
+  if (options.speculative.enabled() && options.max_tokens > 0 && n > 1) {
+    decode_speculative_batch(session, decoders, prompts, options, tm, emit, [&](int64_t i) {
+      results[i].generated_tokens = decoders[i].generated();
+      finish(i, decoders[i].finish_reason());
+    });
+    return results;
+  }
   if (options.speculative.enabled() && options.max_tokens > 0) {
     std::unique_ptr<Session> draft;
     if (const Model* draft_model = options.speculative.draft_model) {

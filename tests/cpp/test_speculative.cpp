@@ -101,6 +101,53 @@ TEST_P(Speculative, GivesThePlainTextGreedyAndSampled) {
   EXPECT_GT(accepted_on_copy, 0) << "drafts are kept where the text repeats";
 }
 
+// A batch with lookup: each prompt gets the text, token count and finish reason it gets in a plain
+// batch (greedy and seeded), sequences with and without drafts stepping side by side, and a stop
+// string ending some sequences early while the others go on.
+TEST_P(Speculative, BatchGivesEachPromptItsPlainText) {
+  const Model m = model();
+  const auto tok = make_byte_tokenizer();
+  std::vector<std::vector<int32_t>> prompts;
+  for (const std::string& p : kSpecPrompts) prompts.push_back(tok->encode(p));
+  const int64_t n = static_cast<int64_t>(prompts.size());
+  auto run = [&](const GenerateOptions& o, GenerationTimings* tm) {
+    Session s(m, {.capacity = n});
+    for (int64_t i = 0; i < n; ++i) s.add_sequence();
+    return generate(s, *tok, prompts, o, tm);
+  };
+  int64_t accepted = 0;
+  for (float temperature : {0.f, 0.9f}) {
+    GenerateOptions o;
+    o.max_tokens = 40;
+    o.sampling.temperature = temperature;
+    o.sampling.seed = 9;
+    std::string first_text;
+    for (int pass = 0; pass < 2; ++pass) {
+      o.speculative.lookup = 0;
+      if (pass == 1) {  // a stop string from the first prompt's text
+        ASSERT_GT(first_text.size(), 12u);
+        o.stop = {first_text.substr(8, 2)};
+      }
+      const std::vector<SequenceResult> plain = run(o, nullptr);
+      first_text = plain[0].text;
+      o.speculative.lookup = 3;
+      o.speculative.draft_max = 5;
+      GenerationTimings tm;
+      const std::vector<SequenceResult> fast = run(o, &tm);
+      for (int64_t i = 0; i < n; ++i) {
+        const std::string what = "temperature " + std::to_string(temperature) + ", prompt " +
+                                 std::to_string(i) + (o.stop.empty() ? "" : ", stop string");
+        EXPECT_EQ(fast[i].text, plain[i].text) << what;
+        EXPECT_EQ(fast[i].tokens, plain[i].tokens) << what;
+        EXPECT_EQ(fast[i].finish_reason, plain[i].finish_reason) << what;
+      }
+      EXPECT_LE(tm.accepted_tokens, tm.drafted_tokens);
+      accepted += tm.accepted_tokens;
+    }
+  }
+  EXPECT_GT(accepted, 0) << "drafts are kept where the text repeats";
+}
+
 // A stop string, the budget and the end-of-sequence token end the text where plain decoding ends
 // it, also when the token that ends it is a kept draft.
 TEST_P(Speculative, EndsWherePlainDecodingEnds) {
@@ -223,11 +270,11 @@ TEST(DraftLength, GrowsShrinksAndPauses) {
   EXPECT_EQ(k.next(), 2);
 }
 
-TEST(Speculative, RefusesABatchAndBadOptions) {
+TEST(Speculative, RefusesADraftModelBatchAndBadOptions) {
   const Model m = Model::init(test::small_decode_config(), 3);
   const auto tok = make_byte_tokenizer();
   GenerateOptions o;
-  o.speculative.lookup = 2;
+  o.speculative.draft_model = &m;
   Session two(m, {.capacity = 2});
   two.add_sequence();
   two.add_sequence();
@@ -236,6 +283,8 @@ TEST(Speculative, RefusesABatchAndBadOptions) {
         generate(two, *tok, {tok->encode("a"), tok->encode("b")}, o);
       },
       {"one sequence", "2 prompts"}));
+  o.speculative.draft_model = nullptr;
+  o.speculative.lookup = 2;
   Session one(m);
   one.add_sequence();
   o.speculative.draft_max = 0;
@@ -265,11 +314,14 @@ TEST(SpeculativeCli, LookupGivesThePlainTextAndCountsDrafts) {
   EXPECT_GE(b["drafted_tokens"].get<int64_t>(), b["accepted_tokens"].get<int64_t>());
   EXPECT_GT(b["checks"].get<int64_t>(), 0);
   EXPECT_NE(fast.err.find("drafted tokens"), std::string::npos) << "a timing line on stderr";
-  std::ofstream(dir / "prompts.txt") << "a\nb\n";
-  EXPECT_TRUE(
-      test::fails_cleanly(test::run_retnet("generate -m " + model + " --lookup 2 --prompts-file " +
-                                           (dir / "prompts.txt").string()),
-                          "--lookup decodes one prompt"));
+  std::ofstream(dir / "prompts.txt") << "a\n" << kSpecPrompts.back() << "\n";
+  const std::string batch =
+      "generate -m " + model + " -n 30 --temp 0 --prompts-file " + (dir / "prompts.txt").string();
+  const auto lines = test::run_retnet(batch, 300),
+             fast_lines = test::run_retnet(batch + " --lookup 2", 300);
+  ASSERT_EQ(fast_lines.exit_code, 0) << fast_lines.err;
+  EXPECT_EQ(fast_lines.out, lines.out) << "a --prompts-file batch with --lookup: the plain lines";
+  EXPECT_NE(fast_lines.err.find("drafted tokens"), std::string::npos);
   EXPECT_TRUE(test::fails_cleanly(
       test::run_retnet("generate -m " + model + " -p a --lookup 2 --draft-max 0"),
       "--draft-max: must be an integer in [1, "));

@@ -59,4 +59,14 @@ void decode_speculative(Session& session, SequenceDecoder& decoder, std::vector<
                         const std::function<void(const std::string&)>& emit,
                         Session* draft = nullptr);
 
+// Decodes every session sequence (prompt i fed to sequence i, decoders[i] its rule) with prompt
+// lookup: sequences that find a draft check it in a pass of their own, the others step together.
+// `texts[i]` holds prompt i (generated tokens are appended). A finished sequence is handed to
+// `finish` (its prompt index) and leaves the batch; the last one stays in the session.
+void decode_speculative_batch(Session& session, std::vector<SequenceDecoder>& decoders,
+                              std::vector<std::vector<int32_t>> texts,
+                              const GenerateOptions& options, GenerationTimings& timings,
+                              const std::function<void(int64_t, const std::string&)>& emit,
+                              const std::function<void(int64_t)>& finish);
+
 }  // namespace retnet

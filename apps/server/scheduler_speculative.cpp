@@ -1,0 +1,88 @@
+// The scheduler's speculative decoding with prompt lookup: a speculating slot's pending token and
+// the tokens drafted after it are checked in one pass of that slot alone (Session::check) beside
+// the batched step of the other slots, and its decode rule picks from the checked logits one by
+// one, as it picks after plain steps, so the text is the one plain decoding gives.
+#include <algorithm>
+
+#include "retnet/infer/prompt_lookup.h"
+#include "scheduler.h"
+
+namespace retnet::server {
+
+void Scheduler::draft_after(Slot& slot, int32_t pending, std::vector<int32_t>& draft) {
+  draft.clear();
+  if (!slot.draft_length) return;
+  const Job& job = *slot.job;
+  // No more than the budget leaves: the rule would cut the rest anyway.
+  const int64_t k = std::min(slot.draft_length->next(), job.max_tokens - slot.generated);
+  if (k <= 0) return;
+  lookup_text_.assign(job.prompt.begin(), job.prompt.end());
+  lookup_text_.insert(lookup_text_.end(), slot.fed.begin(), slot.fed.end());
+  lookup_text_.push_back(pending);
+  prompt_lookup_draft(lookup_text_, job.lookup, k, draft);
+}
+
+void Scheduler::check_drafts(Slot& slot, const std::vector<int32_t>& checked, FinishReason& reason,
+                             std::string& error) {
+  Job& job = *slot.job;
+  const int64_t n = static_cast<int64_t>(checked.size()), drafted = n - 1;
+  // As a step's threads: one unless the pass is worth splitting (step_threads).
+  if (options_.threads == 0)
+    session_.set_decode_threads(n * model_.parameter_count() >= (int64_t{1} << 23) ? full_threads_
+                                                                                   : 1);
+  session_.check(slot.id, checked.data(), n);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    slot.fed.push_back(checked[0]);
+  }
+  int64_t accepted = 0;
+  for (;;) {
+    session_.accept(slot.id, accepted);  // as after the pending token and the kept drafts
+    SequenceDecoder::Next pick;
+    try {
+      pick = slot.decoder->next(session_, slot.id);
+    } catch (const Error& e) {
+      if (!job.grammar) throw;
+      error = std::string("structured output failed: ") + e.what();
+      break;
+    }
+    if (pick.finish != FinishReason::Eos) {
+      std::optional<TokenLogprob> lp;
+      if (job.top_logprobs >= 0)
+        lp = logprob_of(session_.logits(slot.id), pick.token, job.top_logprobs);
+      slot.generated = slot.decoder->generated();
+      metrics_.generated_tokens += 1;
+      emit(slot, pick.text, lp ? &*lp : nullptr);
+    }
+    // A pick that ends the stream is not fed, as after a plain step: the state stays after the
+    // tokens kept so far, which `fed` lists.
+    if (pick.finish != FinishReason::None) {
+      reason = pick.finish;
+      break;
+    }
+    if (accepted < drafted && pick.token == checked[static_cast<size_t>(accepted + 1)]) {
+      ++accepted;
+      std::lock_guard<std::mutex> lock(mutex_);
+      slot.fed.push_back(pick.token);
+      continue;
+    }
+    slot.pending = pick.token;  // fed by the next step (or the next check)
+    break;
+  }
+  slot.draft_length->update(accepted, drafted);
+  metrics_.speculative_checks += 1;
+  metrics_.drafted_tokens += drafted;
+  metrics_.accepted_tokens += accepted;
+  {
+    std::lock_guard<std::mutex> lock(job.mutex);
+    ChoiceOutput& out = job.choices[static_cast<size_t>(slot.choice)];
+    out.checks += 1;
+    out.drafted_tokens += drafted;
+    out.accepted_tokens += accepted;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  slot.position = session_.position(slot.id);
+  slot.state_bytes = session_.state_bytes(slot.id);
+}
+
+}  // namespace retnet::server
