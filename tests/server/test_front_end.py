@@ -6,7 +6,8 @@ Checks: one access-log line per request (client, method, path, status, tokens, m
 stream has ended, no prompt text without --log-prompts and the JSON-escaped text with it, odd bytes
 in a path percent-encoded; response ids random (chatcmpl-/cmpl- and 24 hex digits), unique, one
 per stream and not repeated by a restarted server; llama-server's `timings` agreeing with `usage`;
-/tokenize with_pieces; GET /props reporting the server's flags and no key."""
+/tokenize with_pieces, /tokenize and /detokenize refusing other fields; GET
+/props reporting the server's flags and no key."""
 import json
 import math
 import os
@@ -158,6 +159,11 @@ def test_tokenize_pieces(s):
     check(joined == content.encode(), f"the pieces' bytes are the content's: {joined!r}")
     st, r = s.json("POST", "/tokenize", {"content": content, "with_pieces": "yes"})
     check(st == 400 and r["error"]["param"] == "with_pieces", f"with_pieces must be a bool: {r}")
+    for path, body in (("/tokenize", {"content": content, "add_special": True}),
+                       ("/detokenize", {"tokens": [104], "add_special": True})):
+        st, r = s.json("POST", path, body)
+        check(st == 400 and r["error"]["param"] == "add_special" and
+              "add_special" in r["error"]["message"], f"{path} refuses a field by name: {st} {r}")
 
 
 def test_props(retnet, model, workdir):
