@@ -8,6 +8,7 @@
 
 #include "openai_request.h"
 #include "retnet/core/json_parse.h"
+#include "retnet/infer/gbnf.h"
 #include "retnet/infer/json_schema.h"
 
 namespace retnet::server {
@@ -132,6 +133,25 @@ std::string call_id() {
   return fmt::format("call_{:016x}", rng());
 }
 
+// llama-server's `grammar` (GBNF text), alone: with a JSON format or tools there would be two
+// grammars for one output.
+StructuredOutput grammar_field(const ojson& body, bool has_format, bool chat) {
+  const ojson& text = body["grammar"];
+  if (!text.is_string()) throw structured_field_error("grammar", "must be a string (GBNF)");
+  if (has_format)
+    throw structured_field_error("grammar", "cannot be combined with a JSON response_format");
+  if (chat && body.contains("tools") && !body["tools"].is_null())
+    throw structured_field_error("grammar", "cannot be combined with tools");
+  StructuredOutput out;
+  try {
+    out.grammar = parse_gbnf(text.get<std::string>());
+  } catch (const GbnfError& e) {
+    throw HttpError(400, fmt::format("'grammar': {}", e.what()), "invalid_request_error",
+                    "invalid_grammar", "grammar");
+  }
+  return out;
+}
+
 }  // namespace
 
 nlohmann::ordered_json history_tool_calls(const nlohmann::json& calls, const std::string& where) {
@@ -173,7 +193,7 @@ nlohmann::ordered_json history_tool_calls(const nlohmann::json& calls, const std
 }
 
 bool is_structured_output_field(const std::string& key, bool chat) {
-  return key == "response_format" ||
+  return key == "response_format" || key == "grammar" ||
          (chat && (key == "tools" || key == "tool_choice" || key == "parallel_tool_calls"));
 }
 
@@ -181,6 +201,7 @@ StructuredOutput parse_structured_output(const ojson& body, bool chat) {
   StructuredOutput out;
   auto present = [&](const char* key) { return body.contains(key) && !body[key].is_null(); };
   if (present("response_format")) out.grammar = response_format_grammar(body["response_format"]);
+  if (present("grammar")) return grammar_field(body, out.grammar != nullptr, chat);
   if (!chat) return out;
   if (!present("tools")) {
     if (present("tool_choice"))

@@ -1,7 +1,7 @@
 #pragma once
-// Structured output in a request: response_format ({"type": "json_object"} or "json_schema") and
-// tools with tool_choice, read into the grammar that masks the output token by token
-// (retnet/infer/json_schema.h) and what the reply reports. tool_choice "required" or a named
+// Structured output in a request: response_format ({"type": "json_object"} or "json_schema"),
+// tools with tool_choice, and llama-server's GBNF `grammar`, read into the grammar that masks the
+// output token by token (retnet/infer/json_schema.h, gbnf.h) and what the reply reports. tool_choice "required" or a named
 // function constrains the output to {"name": ..., "arguments": {...}} with the function's
 // parameters schema and replies with message.tool_calls; "none" ignores the tools; "auto" (also
 // the default when tools are given) is refused: a model that may answer in prose or call a tool

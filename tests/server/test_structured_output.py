@@ -1,8 +1,10 @@
-"""Structured output in `retnet serve`: response_format json_object / json_schema and tool calls
-with tool_choice "required" or a named function. A random model sampled under the grammar must
-still answer with JSON that parses and validates against the schema, for every seed; what the
-server cannot honour is a 400 naming the field or the schema keyword."""
+"""Structured output in `retnet serve`: response_format json_object / json_schema, tool calls
+with tool_choice "required" or a named function, and llama-server's GBNF `grammar`. A random
+model sampled under the grammar must still answer with JSON that parses and validates against the
+schema (or a sentence of the GBNF), for every seed; what the server cannot honour is a 400 naming
+the field or the schema keyword."""
 import json
+import re
 
 from server_harness import Server, check, expect_json_error, finish, parse_args, tiny_model
 
@@ -178,6 +180,42 @@ def test_tool_calls(s):
           "tool_calls" not in r["choices"][0]["message"], f"tool_choice none ignores tools: {r}")
 
 
+GBNF = r"""# an answer, then a reason
+root ::= answer ", " reason
+answer ::= "yes" | "no"
+  | "maybe"
+reason ::= ([a-z\u00e9]{1,6} " "){0,3} [^ \n.!"]{1,4} ("." | "!")
+"""
+GBNF_RE = re.compile(r"(yes|no|maybe), ([a-z\u00e9]{1,6} ){0,3}[^ \n.!\"]{1,4}[.!]", re.S)
+
+
+def test_grammar(s):
+    """llama-server's `grammar` (GBNF): every reply is a sentence of it, on both endpoints."""
+    for seed in range(1, 7):
+        body = {"grammar": GBNF, "seed": seed, "temperature": 1.0, "max_tokens": 200}
+        if seed % 2:
+            st, r = s.json("POST", "/v1/completions", dict(body, prompt="Well?"))
+            text = r["choices"][0]["text"] if st == 200 else ""
+        else:
+            st, r = s.json("POST", "/v1/chat/completions", chat("Well?", **body))
+            text = r["choices"][0]["message"]["content"] if st == 200 else ""
+        check(st == 200 and r["choices"][0]["finish_reason"] == "stop" and
+              GBNF_RE.fullmatch(text) is not None, f"grammar, seed {seed}: {st} {text!r}")
+    h = {}
+    expect_json_error(s, 400, "POST", "/v1/completions",
+                      {"prompt": "x", "grammar": "root ::= a\nb ::= \"x\" )"}, h, "grammar",
+                      "a grammar that does not parse")
+    st, r = s.json("POST", "/v1/completions", {"prompt": "x", "grammar": "root ::= (\"a\""})
+    check(st == 400 and "line 1, column 14" in r["error"]["message"] and
+          r["error"]["code"] == "invalid_grammar", f"the error names line and column: {r}")
+    expect_json_error(s, 400, "POST", "/v1/chat/completions",
+                      chat("x", grammar=GBNF, response_format={"type": "json_object"}), h,
+                      "grammar", "grammar with response_format")
+    expect_json_error(s, 400, "POST", "/v1/chat/completions",
+                      chat("x", grammar=GBNF, tools=TOOLS, tool_choice="required"), h, "grammar",
+                      "grammar with tools")
+
+
 def test_refusals(s):
     h = {}
     fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {
@@ -211,6 +249,7 @@ def main():
         test_json_object(s)
         test_json_schema(s)
         test_tool_calls(s)
+        test_grammar(s)
         test_refusals(s)
     finally:
         s.stop()
