@@ -288,6 +288,9 @@ void HttpApi::install(GuardedServer& server) {
   server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     completions(req, res, true);
   });
+  server.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
+    embeddings(req, res);
+  });
   server.Post("/tokenize",
               [this](const httplib::Request& req, httplib::Response& res) { tokenize(req, res); });
   server.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {

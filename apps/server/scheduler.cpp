@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "openai_request.h"
+#include "openai_response.h"
 
 namespace retnet::server {
 namespace {

@@ -61,6 +61,13 @@ class Scheduler {
   nlohmann::json erase_slot(int64_t id);
 
   int64_t prefill_block() const { return block_; }
+  // Runs `work` on the calling thread between the inference thread's passes (under the session's
+  // lock), so that it has the model and its threads to itself: embeddings.
+  template <class F>
+  void run_between_passes(F&& work) {
+    std::lock_guard<std::mutex> lock(session_mutex_);
+    work();
+  }
 
  private:
   enum class Phase { Idle, Waiting, Prefill, Decode };
