@@ -33,6 +33,7 @@ struct SchedulerOptions {
   int64_t cache_bytes = 0;      // prompt cache capacity; 0: no cache
   std::string cache_dir;        // the prompt cache's disk tier ("": none)
   int64_t cache_dir_bytes = 0;  // its capacity
+  bool cache_bf16 = false;      // the memory tier keeps bfloat16 states (--cache-type)
   int threads = 0;              // decode threads (0: the session decides)
   int64_t history = 256;        // recent tokens kept for the repetition penalty
 };
