@@ -21,7 +21,7 @@ struct StructuredOutput {
   // The call's own grammar, with tools offered ("required", a named function or "auto"): a reply
   // is a call when it finished ("stop") as a whole sentence of it. Null: no tools.
   std::shared_ptr<const Grammar> call;
-  nlohmann::ordered_json tools;            // for the chat template's `tools`; null: none
+  nlohmann::ordered_json tools;  // for the chat template's `tools`; null: none
 };
 
 // The fields that ask for structured output (the request parser refuses none of them).
