@@ -66,6 +66,12 @@ void register_serve(CLI::App& app) {
   add_checked(cmd, "--cache-dir-mib", o->cache_dir_mib,
               "Bound of --cache-dir's files, MiB (least recently used removed first)",
               integer_within(1, int64_t{1} << 30));
+  cmd->add_option("--cache-type", o->cache_type,
+                  "Prompt cache states in memory as f32 (exact) or bf16 (half the bytes; a "
+                  "restored state is rounded to 8 significant bits, so text may drift); files in "
+                  "--cache-dir stay f32")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
   add_checked(cmd, "--max-body-mib", o->max_body_mib, "Largest request body, MiB",
               integer_within(1, 1024));
   add_checked(cmd, "--prefill-block", o->prefill_block,

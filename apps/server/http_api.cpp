@@ -292,6 +292,9 @@ void HttpApi::install(GuardedServer& server) {
   server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     completions(req, res, true);
   });
+  server.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
+    embeddings(req, res);
+  });
   server.Post("/tokenize",
               [this](const httplib::Request& req, httplib::Response& res) { tokenize(req, res); });
   server.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
@@ -334,7 +337,10 @@ std::shared_ptr<Job> HttpApi::make_job(const CompletionRequest& r) const {
     }
     text = chat.text;
     // The grammar ends structured output; a turn-end string inside a JSON string must not cut it.
-    if (!r.structured.grammar) job->stop = chat.stop;
+    // Under tool_choice "auto" the reply may be prose, which the turn-end string ends (a call
+    // that holds it is cut, and answered as text).
+    const bool prose = !r.structured.grammar || (r.structured.call && !r.structured.tool_call);
+    if (prose) job->stop = chat.stop;
   } else {
     text = r.prompt_text;
   }
@@ -373,7 +379,6 @@ std::shared_ptr<Job> HttpApi::make_job(const CompletionRequest& r) const {
   job->top_logprobs = r.top_logprobs;
   job->logit_bias = r.logit_bias;
   job->grammar = r.structured.grammar;
-  job->tool_call = r.structured.tool_call;
   job->lookup = r.lookup >= 0 ? r.lookup : options_.lookup;
   job->draft_max = r.draft_max >= 0 ? r.draft_max : options_.draft_max;
   job->deadline =
@@ -444,7 +449,7 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
     nlohmann::json reply = completion_json(ctx, choices, t.usage);
     reply["timings"] = timings_json(t.timings);
     for (size_t i = 0; i < texts.size(); ++i)
-      if (job->tool_call && choices[i].finish_reason == "stop") {  // a whole call (else the text)
+      if (reply_is_call(r.structured, texts[i], choices[i].finish_reason)) {  // else the text
         nlohmann::json& choice = reply["choices"][i];
         choice["message"]["content"] = nullptr;
         choice["message"]["tool_calls"] = tool_calls_json(texts[i], false);
@@ -460,6 +465,7 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
     bool first = true, ended = false;
     int64_t offset = 0;
     std::string call;  // a tool call's text, sent whole as delta.tool_calls when it is complete
+    int holding = -1;  // whether the reply is held back as a call; -1: no text yet
   };
   struct StreamState {
     bool done = false;
@@ -468,11 +474,15 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
   auto state = std::make_shared<StreamState>();
   state->choices.resize(static_cast<size_t>(job->n));
   const bool include_usage = r.include_usage;
+  StructuredOutput calls;  // what makes a reply a call (the rest of r.structured is not needed)
+  calls.call = r.structured.call;
+  calls.tool_call = r.structured.tool_call;
   res.set_header("Cache-Control", "no-cache");
   open_streams_ += 1;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, job, ctx, state, with_logprobs, include_usage](size_t, httplib::DataSink& sink) {
+      [this, job, ctx, state, with_logprobs, include_usage, calls](size_t,
+                                                                   httplib::DataSink& sink) {
         if (state->done) return false;
         Taken t = take_output(*job, std::chrono::milliseconds(500));
         std::string out;
@@ -480,10 +490,16 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
           ChoiceOutput& c = t.choices[i];
           ChoiceStream& cs = state->choices[i];
           const auto index = static_cast<int64_t>(i);
-          if (job->tool_call) {
-            cs.call += c.text;
-            c.text.clear();
-            if (c.finished && c.finish_reason != "stop") c.text.swap(cs.call);
+          if (calls.call) {
+            // Under "auto" a reply is held back as a call when it starts with '{'; one that
+            // does not end as a whole call is sent as text.
+            if (cs.holding < 0 && !c.text.empty()) cs.holding = calls.tool_call || c.text[0] == '{';
+            if (cs.holding == 1) {
+              cs.call += c.text;
+              c.text.clear();
+              if (c.finished && !reply_is_call(calls, cs.call, c.finish_reason))
+                c.text.swap(cs.call);
+            }
           }
           if (!c.text.empty() || !c.logprobs.empty() || (cs.first && ctx.chat)) {
             nlohmann::json lp = with_logprobs
@@ -495,7 +511,7 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
           if (!c.finished || cs.ended || !t.error.empty()) continue;
           cs.ended = true;
           std::string reason = c.finish_reason;
-          if (job->tool_call && reason == "stop") {
+          if (cs.holding == 1 && !cs.call.empty()) {
             nlohmann::json call = chunk_json(ctx, "", false, nullptr, nullptr, index);
             call["choices"][0]["delta"]["tool_calls"] = tool_calls_json(cs.call, true);
             out += sse(call);

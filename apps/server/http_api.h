@@ -37,6 +37,8 @@ class HttpApi {
   std::shared_ptr<Job> make_job(const CompletionRequest& r) const;
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);
+  // POST /v1/embeddings (http_api_embeddings.cpp).
+  void embeddings(const httplib::Request& req, httplib::Response& res);
   void slot_action(const httplib::Request& req, httplib::Response& res);
   nlohmann::json props_json() const;  // GET /props: the server's settings
   nlohmann::json model_json() const;  // the served model, as /v1/models lists it

@@ -1,12 +1,27 @@
 // The endpoints beside generation: /tokenize, /detokenize, the slot actions and /props.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <regex>
 
 #include "http_api.h"
 #include "openai_response.h"
 
 namespace retnet::server {
+namespace {
+
+// A field these endpoints do not read is refused by name, as the completion routes do: a client
+// asking for something else (add_special, ...) learns it was not done.
+void refuse_other_fields(const nlohmann::json& body, std::initializer_list<const char*> known) {
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    if (std::any_of(known.begin(), known.end(), [&](const char* k) { return it.key() == k; }))
+      continue;
+    throw HttpError(400, fmt::format("'{}' is not supported by this endpoint", it.key()),
+                    "invalid_request_error", "unsupported_field", it.key());
+  }
+}
+
+}  // namespace
 
 // llama-server's shape where it has one (default_generation_settings, total_slots, model_path),
 // then this server's limits and features; no secrets (keys, directories).
@@ -48,7 +63,8 @@ nlohmann::json HttpApi::props_json() const {
           {"prompt_cache",
            {{"state_cache_mib", o.state_cache_mib},
             {"disk", !o.cache_dir.empty()},
-            {"cache_dir_mib", o.cache_dir_mib}}},
+            {"cache_dir_mib", o.cache_dir_mib},
+            {"cache_type", o.cache_type}}},
           {"api_key_required", !o.api_keys.empty()},
           {"cors_origins", o.cors_origins},
           {"slot_save", !o.slot_save_dir.empty()},
@@ -58,6 +74,7 @@ nlohmann::json HttpApi::props_json() const {
 
 void HttpApi::tokenize(const httplib::Request& req, httplib::Response& res) {
   const nlohmann::json body = parse_json_object(req.body);
+  refuse_other_fields(body, {"content", "with_pieces"});
   auto it = body.find("content");
   if (it == body.end() || !it->is_string())
     throw HttpError(400, "'content' must be a string", "invalid_request_error", "invalid_value",
@@ -96,6 +113,7 @@ void HttpApi::tokenize(const httplib::Request& req, httplib::Response& res) {
 
 void HttpApi::detokenize(const httplib::Request& req, httplib::Response& res) {
   const nlohmann::json body = parse_json_object(req.body);
+  refuse_other_fields(body, {"tokens"});
   auto it = body.find("tokens");
   if (it == body.end() || !it->is_array())
     throw HttpError(400, "'tokens' must be a list of token ids", "invalid_request_error",

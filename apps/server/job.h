@@ -52,7 +52,6 @@ struct Job {
   // Added to the logits before sampling (OpenAI's logit_bias); log-probabilities stay the model's.
   std::vector<std::pair<int32_t, float>> logit_bias;
   std::shared_ptr<const Grammar> grammar;  // structured output: masks every token; null: none
-  bool tool_call = false;                  // the output is a tool call (reply with tool_calls)
   // Speculative decoding with prompt lookup: match up to `lookup` last tokens (0: off), draft
   // at most `draft_max` tokens per check.
   int64_t lookup = 0, draft_max = 8;

@@ -221,7 +221,7 @@ void speculative_field(const nlohmann::json& body, CompletionRequest& r) {
 }
 
 // Every field of a request is read or refused by name: a field this server does not implement
-// (grammar, typical_p, ...) would change the output if honoured, so a
+// (typical_p, mirostat, ...) would change the output if honoured, so a
 // client must learn that it was not.
 void refuse_unknown_fields(const nlohmann::json& body, bool chat) {
   // clang-format off

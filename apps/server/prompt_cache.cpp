@@ -2,14 +2,27 @@
 
 #include <algorithm>
 
+#include "retnet/core/half.h"
+
 namespace retnet::server {
 
 int64_t PromptCache::entry_bytes(const Entry& e) {
   const auto& s = e.sequence;
   const size_t floats = s.state.size() + s.cache.size() + s.logits.size();
   const size_t ints = s.recent.size() + e.tokens.size();
-  return static_cast<int64_t>(floats * sizeof(float) + ints * sizeof(int32_t) + s.text_tail.size() +
-                              sizeof(Entry));
+  const size_t halves = e.state16.size() + e.cache16.size();
+  return static_cast<int64_t>(floats * sizeof(float) + ints * sizeof(int32_t) +
+                              halves * sizeof(uint16_t) + s.text_tail.size() + sizeof(Entry));
+}
+
+const SavedSequence* PromptCache::widened(const Entry& e) {
+  if (!bf16_) return &e.sequence;
+  widened_ = e.sequence;
+  widened_.state.resize(e.state16.size());
+  for (size_t i = 0; i < e.state16.size(); ++i) widened_.state[i] = bf16_to_float(e.state16[i]);
+  widened_.cache.resize(e.cache16.size());
+  for (size_t i = 0; i < e.cache16.size(); ++i) widened_.cache[i] = bf16_to_float(e.cache16[i]);
+  return &widened_;
 }
 
 const SavedSequence* PromptCache::find_longest_prefix(std::span<const int32_t> tokens,
@@ -33,7 +46,7 @@ const SavedSequence* PromptCache::find_longest_prefix(std::span<const int32_t> t
           std::equal(lru_.front().tokens.begin(), lru_.front().tokens.end(), tokens.begin())) {
         ++disk_hits_;
         *length = hit->length;
-        return &lru_.front().sequence;
+        return widened(lru_.front());
       }
     }
   }
@@ -43,7 +56,7 @@ const SavedSequence* PromptCache::find_longest_prefix(std::span<const int32_t> t
   }
   lru_.splice(lru_.begin(), lru_, best);
   *length = static_cast<int64_t>(lru_.front().tokens.size());
-  return &lru_.front().sequence;
+  return widened(lru_.front());
 }
 
 void PromptCache::insert(std::vector<int32_t> tokens, SavedSequence sequence) {
@@ -58,7 +71,16 @@ void PromptCache::insert_in_memory(std::vector<int32_t> tokens, SavedSequence se
       lru_.erase(it);
       break;
     }
-  Entry e{std::move(tokens), std::move(sequence), 0};
+  Entry e{std::move(tokens), std::move(sequence), {}, {}, 0};
+  if (bf16_) {
+    const std::pair<std::vector<float>*, std::vector<uint16_t>*> halves[] = {
+        {&e.sequence.state, &e.state16}, {&e.sequence.cache, &e.cache16}};
+    for (auto [from, to] : halves) {
+      to->resize(from->size());
+      for (size_t i = 0; i < from->size(); ++i) (*to)[i] = float_to_bf16((*from)[i]);
+      std::vector<float>().swap(*from);
+    }
+  }
   e.bytes = entry_bytes(e);
   if (e.bytes > capacity_bytes_) return;
   while (!lru_.empty() && bytes_ + e.bytes > capacity_bytes_) {

@@ -15,7 +15,10 @@ namespace retnet::server {
 
 class PromptCache {
  public:
-  explicit PromptCache(int64_t capacity_bytes) : capacity_bytes_(capacity_bytes) {}
+  // `bf16`: the memory tier keeps each state and token cache as bfloat16 (half the bytes; every
+  // value rounded to 8 significant bits) and widens it back when found. The disk tier keeps f32.
+  explicit PromptCache(int64_t capacity_bytes, bool bf16 = false)
+      : capacity_bytes_(capacity_bytes), bf16_(bf16) {}
 
   // Adds a disk tier: inserted states are also written there, and a lookup reads a longer prefix
   // from it when memory has none (that state then joins the memory tier).
@@ -25,7 +28,7 @@ class PromptCache {
 
   // The entry with the longest key that is a prefix of `tokens` (the key's length is at most
   // tokens.size()); null when none. The entry becomes the most recently used. The pointer stays
-  // valid until the next insert.
+  // valid until the next insert or find.
   const SavedSequence* find_longest_prefix(std::span<const int32_t> tokens, int64_t* length);
   // Adds (or refreshes) the state after `tokens`, evicting the least recently used entries to stay
   // within the capacity. A state larger than the whole capacity is not kept.
@@ -38,10 +41,12 @@ class PromptCache {
  private:
   struct Entry {
     std::vector<int32_t> tokens;
-    SavedSequence sequence;
+    SavedSequence sequence;                  // with bf16: state and cache empty, kept below
+    std::vector<uint16_t> state16, cache16;  // bf16 only
     int64_t bytes = 0;
   };
   static int64_t entry_bytes(const Entry& e);
+  const SavedSequence* widened(const Entry& e);  // the entry's sequence in f32
 
   void insert_in_memory(std::vector<int32_t> tokens, SavedSequence sequence);
 
@@ -50,6 +55,8 @@ class PromptCache {
   std::list<Entry> lru_;  // most recently used first
   std::unique_ptr<DiskPromptCache> disk_;
   int64_t disk_hits_ = 0;
+  bool bf16_ = false;
+  SavedSequence widened_;  // the last bf16 entry found, in f32
 };
 
 }  // namespace retnet::server

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "openai_request.h"
+#include "openai_response.h"
 
 namespace retnet::server {
 namespace {
@@ -42,7 +43,7 @@ Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer,
       chunk_(std::max<int64_t>(1, model.config().recurrent_chunk_size)),
       block_(aligned_block(options.prefill_block, chunk_)),
       session_(model, session_options(options.slots, block_, options)),
-      cache_(options.cache_bytes),
+      cache_(options.cache_bytes, options.cache_bf16),
       full_threads_(session_.decode_threads()) {
   RETNET_CHECK(options.slots >= 1, "--parallel must be >= 1, got {}", options.slots);
   RETNET_CHECK(options.max_queue >= 0, "--max-queue must be >= 0, got {}", options.max_queue);

@@ -36,6 +36,7 @@ struct SchedulerOptions {
   int64_t cache_bytes = 0;      // prompt cache capacity; 0: no cache
   std::string cache_dir;        // the prompt cache's disk tier ("": none)
   int64_t cache_dir_bytes = 0;  // its capacity
+  bool cache_bf16 = false;      // the memory tier keeps bfloat16 states (--cache-type)
   int threads = 0;              // decode threads (0: the session decides)
   int64_t history = 256;        // recent tokens kept for the repetition penalty
 };
@@ -64,6 +65,13 @@ class Scheduler {
   nlohmann::json erase_slot(int64_t id);
 
   int64_t prefill_block() const { return block_; }
+  // Runs `work` on the calling thread between the inference thread's passes (under the session's
+  // lock), so that it has the model and its threads to itself: embeddings.
+  template <class F>
+  void run_between_passes(F&& work) {
+    std::lock_guard<std::mutex> lock(session_mutex_);
+    work();
+  }
 
  private:
   enum class Phase { Idle, Waiting, Prefill, Decode };

@@ -26,6 +26,7 @@ struct ServeOptions {
   int64_t state_cache_mib = 64;
   std::string cache_dir;         // the prompt cache's disk tier ("": none)
   int64_t cache_dir_mib = 1024;  // its bound
+  std::string cache_type = "f32";  // the memory tier's states: f32 or bf16 (half the bytes)
   int64_t max_body_mib = 8;
   int64_t prefill_block = 512;
   // Speculative decoding with prompt lookup (lookup 0: off).

@@ -8,6 +8,7 @@
 
 #include "openai_request.h"
 #include "retnet/core/json_parse.h"
+#include "retnet/infer/gbnf.h"
 #include "retnet/infer/json_schema.h"
 
 namespace retnet::server {
@@ -125,11 +126,48 @@ std::shared_ptr<const Grammar> tool_call_grammar(const std::vector<ToolFunction>
   return compile_schema(choices.size() == 1 ? choices[0] : ojson({{"anyOf", choices}}), "tools");
 }
 
+// tool_choice "auto": (a call) | "" | a first byte other than '{', then any bytes. The choice is
+// made at the first byte, so every reply parses one way or the other.
+std::shared_ptr<const Grammar> call_or_text(const Grammar& call) {
+  Grammar g = call;
+  const Grammar::ByteSet any = Grammar::bytes_in(0, 255);
+  Grammar::ByteSet first = any;
+  first['{' >> 6] &= ~(uint64_t{1} << ('{' & 63));
+  const int32_t tail = g.add_rule();
+  g.rules[static_cast<size_t>(tail)] = {Grammar::Alternative{},
+                                        {g.set_element(any), Grammar::rule_element(tail)}};
+  const int32_t root = g.add_rule();
+  g.rules[static_cast<size_t>(root)] = {{Grammar::rule_element(call.root)},
+                                        Grammar::Alternative{},
+                                        {g.set_element(first), Grammar::rule_element(tail)}};
+  g.root = root;
+  return std::make_shared<const Grammar>(std::move(g));
+}
+
 std::string call_id() {
   static std::mutex mutex;
   static std::mt19937_64 rng{std::random_device{}()};
   std::lock_guard<std::mutex> lock(mutex);
   return fmt::format("call_{:016x}", rng());
+}
+
+// llama-server's `grammar` (GBNF text), alone: with a JSON format or tools there would be two
+// grammars for one output.
+StructuredOutput grammar_field(const ojson& body, bool has_format, bool chat) {
+  const ojson& text = body["grammar"];
+  if (!text.is_string()) throw structured_field_error("grammar", "must be a string (GBNF)");
+  if (has_format)
+    throw structured_field_error("grammar", "cannot be combined with a JSON response_format");
+  if (chat && body.contains("tools") && !body["tools"].is_null())
+    throw structured_field_error("grammar", "cannot be combined with tools");
+  StructuredOutput out;
+  try {
+    out.grammar = parse_gbnf(text.get<std::string>());
+  } catch (const GbnfError& e) {
+    throw HttpError(400, fmt::format("'grammar': {}", e.what()), "invalid_request_error",
+                    "invalid_grammar", "grammar");
+  }
+  return out;
 }
 
 }  // namespace
@@ -173,7 +211,7 @@ nlohmann::ordered_json history_tool_calls(const nlohmann::json& calls, const std
 }
 
 bool is_structured_output_field(const std::string& key, bool chat) {
-  return key == "response_format" ||
+  return key == "response_format" || key == "grammar" ||
          (chat && (key == "tools" || key == "tool_choice" || key == "parallel_tool_calls"));
 }
 
@@ -181,6 +219,7 @@ StructuredOutput parse_structured_output(const ojson& body, bool chat) {
   StructuredOutput out;
   auto present = [&](const char* key) { return body.contains(key) && !body[key].is_null(); };
   if (present("response_format")) out.grammar = response_format_grammar(body["response_format"]);
+  if (present("grammar")) return grammar_field(body, out.grammar != nullptr, chat);
   if (!chat) return out;
   if (!present("tools")) {
     if (present("tool_choice"))
@@ -203,11 +242,7 @@ StructuredOutput parse_structured_output(const ojson& body, bool chat) {
     if (callable.empty())
       throw structured_field_error("tool_choice.function.name", "must name a function in tools");
   } else if (choice == "auto") {
-    throw HttpError(400,
-                    "'tool_choice' \"auto\" (the default with tools) is not supported: this "
-                    "server calls a tool only when asked to (\"required\" or a named function), "
-                    "or ignores the tools with \"none\"",
-                    "invalid_request_error", "unsupported_value", "tool_choice");
+    callable = functions;
   } else {
     throw structured_field_error("tool_choice",
                                  "must be none, auto, required or {\"type\": \"function\", "
@@ -215,12 +250,17 @@ StructuredOutput parse_structured_output(const ojson& body, bool chat) {
   }
   if (out.grammar)
     throw structured_field_error("response_format",
-                                 "cannot be combined with a required tool call (the output is "
-                                 "the call)");
-  out.grammar = tool_call_grammar(callable);
-  out.tool_call = true;
+                                 "cannot be combined with tools (the output may be a call)");
+  out.call = tool_call_grammar(callable);
+  out.tool_call = choice != "auto";
+  out.grammar = out.tool_call ? out.call : call_or_text(*out.call);
   out.tools = body["tools"];
   return out;
+}
+
+bool reply_is_call(const StructuredOutput& s, const std::string& text,
+                   const std::string& finish_reason) {
+  return s.call && finish_reason == "stop" && GrammarRecognizer(s.call).matches(text);
 }
 
 nlohmann::json tool_calls_json(const std::string& text, bool with_index) {

@@ -155,4 +155,28 @@ void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_
   }
 }
 
+void forward_features(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
+                      float* features, const ForwardOptions& options, Arena& arena) {
+  const Config& c = model.config();
+  check_form(c, options.form);
+  RETNET_CHECK(options.form != Form::Recurrent,
+               "forward_features runs a whole sequence at once: the parallel, chunkwise or scan "
+               "form, not recurrent");
+  RETNET_CHECK(B >= 1 && T >= 1, "forward needs at least one token per sequence (B = {}, T = {})",
+               B, T);
+  check_tokens(tokens, B * T, c.vocab_size);
+  std::optional<State> local;
+  StateView view;
+  if (options.form != Form::Parallel) {
+    view = local.emplace(c, B).view();
+    if (c.keeps_tokens()) view.cache->reserve(T);
+  }
+  arena.reserve(forward_workspace_floats(c, B, T, options));
+  arena.reset();
+  auto acts = detail::allocate_activations(arena, c, B, T, false);
+  detail::run_layers(model, tokens, B, T, nullptr, options.form, chunk_of(c, options),
+                     options.scan_tile, arena, local ? &view : nullptr, acts);
+  std::memcpy(features, acts.xn_f, static_cast<size_t>(B * T * c.embed_dim) * sizeof(float));
+}
+
 }  // namespace retnet

@@ -75,12 +75,26 @@ try {
   const final = await runner.finalChatCompletion();
   check(final.choices[0].message.tool_calls?.[0]?.function.arguments === call?.function.arguments,
     `a streamed tool call equals the plain one: ${JSON.stringify(final.choices[0])}`);
-  try {
-    await client.chat.completions.create({ model: 'tiny', messages, tools });
-    check(false, 'tool_choice auto is refused');
-  } catch (e) {
-    check(e instanceof OpenAI.BadRequestError && e.param === 'tool_choice', `BadRequestError naming tool_choice: ${e}`);
-  }
+  // tool_choice auto (the default): a reply starting with '{' is a call, any other is prose; a bias on '{'
+  // (token 123) picks the branch.
+  const auto = await client.beta.chat.completions.parse({ model: 'tiny', messages, max_tokens: 400, temperature: 1,
+    seed: 3, tools, logit_bias: { 123: 100 } });
+  const autoCall = auto.choices[0].message.tool_calls?.[0];
+  check(auto.choices[0].finish_reason === 'tool_calls' && Number.isInteger(autoCall?.function.parsed_arguments?.a),
+    `tool_choice auto gives a parsed call when the model starts one: ${JSON.stringify(auto.choices[0])}`);
+  const prose = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 20, temperature: 0, tools,
+    logit_bias: { 123: -100 } });
+  check(!prose.choices[0].message.tool_calls && typeof prose.choices[0].message.content === 'string' &&
+    prose.choices[0].message.content.length > 0, `tool_choice auto gives prose otherwise: ${JSON.stringify(prose.choices[0])}`);
+
+  // Embeddings: the client asks for base64 and decodes it; the same vectors as floats.
+  const emb = await client.embeddings.create({ model: 'tiny', input: ['hello', 'a quiet sea'] });
+  const floats = await client.embeddings.create({ model: 'tiny', input: ['hello', 'a quiet sea'], encoding_format: 'float' });
+  const v = Array.from(emb.data[0]?.embedding ?? []);
+  check(emb.data.length === 2 && v.length > 0 && v.every(Number.isFinite) &&
+    Math.abs(Math.hypot(...v) - 1) < 1e-5 && emb.usage.prompt_tokens > 0 &&
+    emb.data.every((d, i) => d.index === i && Array.from(d.embedding).every((x, k) => x === floats.data[i].embedding[k])),
+  `embeddings.create: normalized vectors, base64 equal to floats: ${JSON.stringify(emb.usage)}`);
 
   try {
     await client.completions.create({ model: 'tiny', prompt, max_tokens: -5 });

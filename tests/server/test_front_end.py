@@ -6,11 +6,15 @@ Checks: one access-log line per request (client, method, path, status, tokens, m
 stream has ended, no prompt text without --log-prompts and the JSON-escaped text with it, odd bytes
 in a path percent-encoded; response ids random (chatcmpl-/cmpl- and 24 hex digits), unique, one
 per stream and not repeated by a restarted server; llama-server's `timings` agreeing with `usage`;
-/tokenize with_pieces; GET /props reporting the server's flags and no key."""
+/tokenize with_pieces, /tokenize and /detokenize refusing other fields; POST /v1/embeddings (inputs
+as text or token ids, mean and last pooling, normalization, base64, refusals); GET /props
+reporting the server's flags and no key."""
+import base64
 import json
 import math
 import os
 import re
+import struct
 import sys
 import time
 
@@ -158,6 +162,60 @@ def test_tokenize_pieces(s):
     check(joined == content.encode(), f"the pieces' bytes are the content's: {joined!r}")
     st, r = s.json("POST", "/tokenize", {"content": content, "with_pieces": "yes"})
     check(st == 400 and r["error"]["param"] == "with_pieces", f"with_pieces must be a bool: {r}")
+    for path, body in (("/tokenize", {"content": content, "add_special": True}),
+                       ("/detokenize", {"tokens": [104], "add_special": True})):
+        st, r = s.json("POST", path, body)
+        check(st == 400 and r["error"]["param"] == "add_special" and
+              "add_special" in r["error"]["message"], f"{path} refuses a field by name: {st} {r}")
+
+
+def test_embeddings(s):
+    def embed(**body):
+        st, r = s.json("POST", "/v1/embeddings", body)
+        check(st == 200, f"/v1/embeddings {body}: {st} {r}")
+        return r if st == 200 else {"data": [{"index": 0, "embedding": []}] * 20,
+                                      "usage": {"prompt_tokens": -1, "total_tokens": -2}}
+
+    def near(a, b, tol):
+        return len(a) == len(b) and all(math.isfinite(x) and math.isfinite(y) and
+                                        abs(x - y) <= tol * (1 + abs(y)) for x, y in zip(a, b))
+
+    ids = s.json("POST", "/tokenize", {"content": "a quiet sea"})[1]["tokens"]
+    one = embed(input="a quiet sea")
+    v = one["data"][0]["embedding"] if one["data"] else []
+    check(one.get("object") == "list" and len(v) > 0 and
+          abs(math.sqrt(sum(x * x for x in v)) - 1) < 1e-5 and
+          one["usage"]["prompt_tokens"] == one["usage"]["total_tokens"] >= len(ids),
+          f"a string: one L2-normalized vector and its tokens: {one['usage']} {v[:4]}")
+    many = embed(input=["a quiet sea", "wind"])
+    check([d["index"] for d in many["data"]] == [0, 1] and
+          near(many["data"][0]["embedding"], v, 1e-6) and
+          not near(many["data"][1]["embedding"], v, 1e-3),
+          "a list of strings: one vector each, in order, each as alone")
+    by_ids = embed(input=[ids, ids[:2]])
+    check(len(by_ids["data"]) == 2 and by_ids["usage"]["prompt_tokens"] == len(ids) + 2 and
+          near(embed(input=ids)["data"][0]["embedding"], by_ids["data"][0]["embedding"], 1e-6),
+          f"token ids, and lists of them: {by_ids['usage']}")
+    # Mean pooling is the mean of each position's hidden state, which (the model being causal)
+    # is the last position's of each prefix.
+    raw = embed(input=ids, embd_normalize=-1)["data"][0]["embedding"]
+    prefixes = embed(input=[ids[:k] for k in range(1, len(ids) + 1)], pooling="last",
+                     embd_normalize=-1)["data"]
+    mean = [sum(p["embedding"][k] for p in prefixes) / len(prefixes) for k in range(len(raw))]
+    check(near(raw, mean, 1e-4), f"mean pooling averages the positions: {raw[:3]} {mean[:3]}")
+    norm = math.sqrt(sum(x * x for x in raw))
+    check(norm > 0 and near(embed(input=ids)["data"][0]["embedding"], [x / norm for x in raw],
+                            1e-5), "embd_normalize 2 (the default) is raw / its L2 norm")
+    b64 = embed(input="a quiet sea", encoding_format="base64")["data"][0]["embedding"]
+    unpacked = list(struct.unpack(f"<{len(v)}f", base64.b64decode(b64)))
+    check(unpacked == v, "base64: the same float32 values, little-endian")
+    for body, param in (({"input": "x", "dimensions": 8}, "dimensions"),
+                        ({"input": "x", "encoding_format": "int8"}, "encoding_format"),
+                        ({"input": "x", "pooling": "cls"}, "pooling"),
+                        ({"input": []}, "input"), ({"input": [[1, "x"]]}, "input[0]"),
+                        ({"input": [10 ** 7]}, "input"), ({"input": ""}, "input")):
+        st, r = s.json("POST", "/v1/embeddings", body)
+        check(st == 400 and r["error"]["param"] == param, f"refused by name: {body}: {st} {r}")
 
 
 def test_props(retnet, model, workdir):
@@ -188,6 +246,7 @@ def main():
         ids = test_ids(s)
         test_timings(s)
         test_tokenize_pieces(s)
+        test_embeddings(s)
     finally:
         s.stop()
     restarted = test_log_prompts(a.retnet, model, a.workdir)

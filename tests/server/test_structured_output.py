@@ -1,8 +1,10 @@
-"""Structured output in `retnet serve`: response_format json_object / json_schema and tool calls
-with tool_choice "required" or a named function. A random model sampled under the grammar must
-still answer with JSON that parses and validates against the schema, for every seed; what the
-server cannot honour is a 400 naming the field or the schema keyword."""
+"""Structured output in `retnet serve`: response_format json_object / json_schema, tool calls
+with tool_choice "required", a named function or "auto", and llama-server's GBNF `grammar`. A
+random model sampled under the grammar must still answer with JSON that parses and validates
+against the schema (or a sentence of the GBNF), for every seed; what the server cannot honour is
+a 400 naming the field or the schema keyword."""
 import json
+import re
 
 from server_harness import Server, check, expect_json_error, finish, parse_args, tiny_model
 
@@ -178,6 +180,82 @@ def test_tool_calls(s):
           "tool_calls" not in r["choices"][0]["message"], f"tool_choice none ignores tools: {r}")
 
 
+def test_tool_auto(s):
+    """tool_choice "auto" (the default): a reply starting with '{' is a whole, valid call;
+    any other is prose. A bias on '{' (token 123 of the byte vocabulary) picks the branch."""
+    params = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+
+    def valid_call(calls):
+        return len(calls) == 1 and calls[0]["function"]["name"] in params and validate(
+            parsed(calls[0]["function"]["arguments"]), params[calls[0]["function"]["name"]], {})
+
+    kinds = set()
+    for seed in range(1, 9):
+        bias = {1: {"123": 100}, 2: {"123": -100}}.get(seed, {})
+        st, r = s.json("POST", "/v1/chat/completions",
+                       chat("Weather?", seed=seed, tools=TOOLS, max_tokens=400, logit_bias=bias))
+        c = r["choices"][0] if st == 200 else {}
+        m = c.get("message", {})
+        if m.get("tool_calls"):
+            kinds.add("call")
+            ok = c["finish_reason"] == "tool_calls" and m["content"] is None and \
+                valid_call(m["tool_calls"])
+        else:
+            kinds.add("prose")
+            ok = st == 200 and not m["content"].startswith("{") and \
+                c["finish_reason"] in ("stop", "length")
+        check(ok and (seed != 1 or "tool_calls" in m) and (seed != 2 or "tool_calls" not in m),
+              f"tool_choice auto, seed {seed} bias {bias}: {st} {r}")
+    check(kinds == {"call", "prose"}, f"auto answers both ways: {kinds}")
+    for bias, want in (({"123": 100}, "tool_calls"), ({"123": -100}, None)):
+        events = [json.loads(e) for e in s.stream(
+            "/v1/chat/completions", chat("Weather?", seed=4, tools=TOOLS, max_tokens=400,
+                                         logit_bias=bias)) if e != "[DONE]"]
+        deltas = [c["delta"] for e in events for c in e["choices"]]
+        calls = [t for d in deltas for t in d.get("tool_calls", [])]
+        text = "".join(d.get("content") or "" for d in deltas)
+        reason = events[-1]["choices"][0]["finish_reason"]
+        ok = (valid_call(calls) and not text and reason == want) if want else \
+            (not calls and text and not text.startswith("{") and reason in ("stop", "length"))
+        check(ok, f"a streamed auto reply, bias {bias}: {calls} {text!r} {reason}")
+
+
+GBNF = r"""# an answer, then a reason
+root ::= answer ", " reason
+answer ::= "yes" | "no"
+  | "maybe"
+reason ::= ([a-z\u00e9]{1,6} " "){0,3} [^ \n.!"]{1,4} ("." | "!")
+"""
+GBNF_RE = re.compile(r"(yes|no|maybe), ([a-z\u00e9]{1,6} ){0,3}[^ \n.!\"]{1,4}[.!]", re.S)
+
+
+def test_grammar(s):
+    """llama-server's `grammar` (GBNF): every reply is a sentence of it, on both endpoints."""
+    for seed in range(1, 7):
+        body = {"grammar": GBNF, "seed": seed, "temperature": 1.0, "max_tokens": 200}
+        if seed % 2:
+            st, r = s.json("POST", "/v1/completions", dict(body, prompt="Well?"))
+            text = r["choices"][0]["text"] if st == 200 else ""
+        else:
+            st, r = s.json("POST", "/v1/chat/completions", chat("Well?", **body))
+            text = r["choices"][0]["message"]["content"] if st == 200 else ""
+        check(st == 200 and r["choices"][0]["finish_reason"] == "stop" and
+              GBNF_RE.fullmatch(text) is not None, f"grammar, seed {seed}: {st} {text!r}")
+    h = {}
+    expect_json_error(s, 400, "POST", "/v1/completions",
+                      {"prompt": "x", "grammar": "root ::= a\nb ::= \"x\" )"}, h, "grammar",
+                      "a grammar that does not parse")
+    st, r = s.json("POST", "/v1/completions", {"prompt": "x", "grammar": "root ::= (\"a\""})
+    check(st == 400 and "line 1, column 14" in r["error"]["message"] and
+          r["error"]["code"] == "invalid_grammar", f"the error names line and column: {r}")
+    expect_json_error(s, 400, "POST", "/v1/chat/completions",
+                      chat("x", grammar=GBNF, response_format={"type": "json_object"}), h,
+                      "grammar", "grammar with response_format")
+    expect_json_error(s, 400, "POST", "/v1/chat/completions",
+                      chat("x", grammar=GBNF, tools=TOOLS, tool_choice="required"), h, "grammar",
+                      "grammar with tools")
+
+
 def test_refusals(s):
     h = {}
     fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {
@@ -188,8 +266,6 @@ def test_refusals(s):
     expect_json_error(s, 400, "POST", "/v1/chat/completions",
                       chat("x", response_format={"type": "xml"}), h, "response_format.type",
                       "an unknown response_format type")
-    expect_json_error(s, 400, "POST", "/v1/chat/completions", chat("x", tools=TOOLS), h,
-                      "tool_choice", "tool_choice auto (the default) is refused")
     expect_json_error(s, 400, "POST", "/v1/chat/completions", chat("x", tool_choice="required"),
                       h, "tool_choice", "tool_choice without tools")
     bad_tool = [{"type": "function", "function": {"name": "f", "parameters": {"oneOf": []}}}]
@@ -211,6 +287,8 @@ def main():
         test_json_object(s)
         test_json_schema(s)
         test_tool_calls(s)
+        test_tool_auto(s)
+        test_grammar(s)
         test_refusals(s)
     finally:
         s.stop()

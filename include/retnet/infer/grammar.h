@@ -40,6 +40,8 @@ struct Grammar {
   // Error naming a rule that can reach itself before any byte (left recursion), which a
   // recognizer could never get past.
   void check_no_left_recursion() const;
+  // A rule on such a cycle, or -1 when there is none.
+  int32_t left_recursive_rule() const;
 };
 
 // Where parses stand: each stack's top is the byte set to match next; an empty stack is a parse

@@ -40,7 +40,7 @@ void Grammar::append_literal(Alternative& alt, const std::string& text) {
   for (unsigned char c : text) alt.push_back(set_element(byte(c)));
 }
 
-void Grammar::check_no_left_recursion() const {
+int32_t Grammar::left_recursive_rule() const {
   // Which rules can match no bytes at all (to a fixed point).
   std::vector<uint8_t> nullable(rules.size(), 0);
   for (bool changed = true; changed;) {
@@ -79,14 +79,19 @@ void Grammar::check_no_left_recursion() const {
         continue;
       }
       const int32_t to = first[static_cast<size_t>(r)][next++];
-      RETNET_CHECK(mark[static_cast<size_t>(to)] != 1,
-                   "the grammar is left-recursive: rule {} reaches itself before any byte", to);
+      if (mark[static_cast<size_t>(to)] == 1) return to;
       if (mark[static_cast<size_t>(to)] == 0) {
         mark[static_cast<size_t>(to)] = 1;
         path.push_back({to, 0});
       }
     }
   }
+  return -1;
+}
+
+void Grammar::check_no_left_recursion() const {
+  const int32_t r = left_recursive_rule();
+  RETNET_CHECK(r < 0, "the grammar is left-recursive: rule {} reaches itself before any byte", r);
 }
 
 GrammarRecognizer::GrammarRecognizer(std::shared_ptr<const Grammar> grammar)

@@ -37,4 +37,10 @@ void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_
 void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_t T, float* logits,
                     const ForwardOptions& options, Arena& arena, const StateView& state);
 
+// The final features [B, T, embed_dim] for tokens [B, T]: each position's hidden state after the
+// last norm, what the output projection reads (embeddings). From an empty state, in the parallel,
+// chunkwise or scan form (a fresh state where the form carries one); the arena as above.
+void forward_features(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
+                      float* features, const ForwardOptions& options, Arena& arena);
+
 }  // namespace retnet
