@@ -139,10 +139,11 @@ double prefill_speed(const Model& m, Form form, int64_t T) {
 }
 
 void run_bench_decode(const std::string& model_path, int reps, bool quick, int threads,
-                      const std::string& json_out) {
+                      const std::string& json_out, const std::string& backend) {
   apply_threads(threads);
   Model m = model_path.empty() ? Model::init(Config{}, 1) : load_model(model_path);
   m.prepare_decode(DecodePrecision::F32);
+  m.use_backend(backend);
   const Config& c = m.config();
   std::printf("model: %s, %lld parameters, state %s per sequence + %s per token cached\n",
               c.to_json().c_str(), (long long)m.parameter_count(),
@@ -279,7 +280,7 @@ void register_bench(CLI::App& app) {
                                    "measured in the same run");
   bench->require_subcommand(1);
   struct Opts {
-    std::string model, json;
+    std::string model, json, backend = "cpu";
     int reps = 5, threads = 0;
     bool quick = false;
   };
@@ -291,7 +292,9 @@ void register_bench(CLI::App& app) {
   dec->add_option("--model,-m", o->model, "Model file (default: the default config, initialised)");
   dec->add_flag("--quick", o->quick, "Fewer positions, batches and lengths (a smoke test)");
   add_bench_run_options(dec, o->reps, o->threads, o->json);
-  dec->callback([o = o] { run_bench_decode(o->model, o->reps, o->quick, o->threads, o->json); });
+  add_backend_option(dec, o->backend);
+  dec->callback(
+      [o = o] { run_bench_decode(o->model, o->reps, o->quick, o->threads, o->json, o->backend); });
   register_bench_family(bench);
   register_bench_paper(bench);
   register_bench_model(bench);

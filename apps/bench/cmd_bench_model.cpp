@@ -91,7 +91,7 @@ double decode_bytes_per_token(const Model& m, double bytes_per_weight) {
 }
 
 struct BenchModelOptions {
-  std::string model, json;
+  std::string model, json, backend = "cpu";
   std::vector<std::string> dtypes = {"f32"};
   std::vector<int64_t> prefill = {512, 4096};
   int64_t decode = 1000;
@@ -111,6 +111,7 @@ nlohmann::ordered_json run_dtype(const BenchModelOptions& o, const std::string& 
   Model model = load_model_for_inference(o.model, std::nullopt,
                                          parse_decode_precision(dtype, "--dtype"), &li,
                                          !o.no_mmap);
+  model.use_backend(o.backend);
   const Config& c = model.config();
   const int64_t rss_load = current_rss_bytes(), rss_peak = peak_rss_bytes();
   const double prepare_s = li.prepare_seconds;  // part of the load
@@ -292,6 +293,7 @@ void register_bench_model(CLI::App* bench) {
               "cache, or the roofline is the cache's",
               integer_within(1, 1 << 20));
   add_bench_run_options(cmd, o->reps, o->threads, o->json);
+  add_backend_option(cmd, o->backend);
   cmd->add_flag("--no-mmap", o->no_mmap,
                 "Pack every weight at load instead of using a directory's tensors stored in the "
                 "dtype where they lie in the mapped files");

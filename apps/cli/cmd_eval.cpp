@@ -13,7 +13,7 @@ namespace retnet::cli {
 
 void register_eval(CLI::App& app) {
   struct Opts {
-    std::string model, config, data, tokenizer, form = "chunkwise", dtype = "f32";
+    std::string model, config, data, tokenizer, form = "chunkwise", dtype = "f32", backend = "cpu";
     int64_t seq = 512, batch = 8;
     double tail = 0;
     bool json = false;
@@ -25,6 +25,7 @@ void register_eval(CLI::App& app) {
   add_model_options(cmd, o->model, o->config);
   cmd->add_option("--data", o->data, "Text file")->required();
   add_inference_dtype_option(cmd, o->dtype);
+  add_backend_option(cmd, o->backend);
   cmd->add_option("--tokenizer", o->tokenizer,
                   "Override the model file's tokenizer (for files that record none, such as "
                   "torchscale exports): bytes or a SentencePiece .model");
@@ -42,6 +43,7 @@ void register_eval(CLI::App& app) {
   cmd->callback([o] {
     apply_threads(o->threads);
     Model model = load_for_inference(o->model, o->config, o->dtype, /*only_if_half=*/true);
+    model.use_backend(o->backend);
     const std::unique_ptr<Tokenizer> tokenizer =
         o->tokenizer.empty() ? load_model_tokenizer(o->model) : load_tokenizer(o->tokenizer);
     RETNET_CHECK(tokenizer->vocab_size() <= model.config().vocab_size,

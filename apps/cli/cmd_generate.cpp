@@ -20,7 +20,7 @@ namespace {
 
 struct GenerateArgs {
   std::string model, config, draft_model, prompt, prompt_file, prompts_file, state_in, state_out,
-      weights = "f32";
+      weights = "f32", backend = "cpu";
   bool prompt_given = false;
   int64_t max_tokens = 128, max_prompt_tokens = 262144, chunk = 0, repeat_last_n = 64;
   float temperature = 0.8f, top_p = 0.95f, repeat_penalty = 1.0f, min_p = 0.0f;
@@ -149,10 +149,12 @@ void run_generate(const GenerateArgs& a) {
                           {a.prompt_file, "prompt file"},
                           {a.prompts_file, "prompts file"}});
   Model model = load_for_inference(a.model, a.config, a.weights, false, !a.no_mmap);
+  model.use_backend(a.backend);
   std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(a.model);
   std::optional<Model> draft;
   if (!a.draft_model.empty()) {
     draft.emplace(load_for_inference(a.draft_model, "", a.weights, false, !a.no_mmap));
+    draft->use_backend(a.backend);
     RETNET_CHECK(draft->config().vocab_size == model.config().vocab_size,
                  "--draft-model '{}' has a vocabulary of {} tokens, the model '{}' {}",
                  a.draft_model, draft->config().vocab_size, a.model, model.config().vocab_size);
@@ -330,6 +332,7 @@ void register_generate(CLI::App& app) {
               "adapts: grows while drafts are kept, pauses drafting while they are not)",
               integer_at_least(1));
   add_inference_dtype_option(cmd, a->weights);
+  add_backend_option(cmd, a->backend);
   add_threads_option(cmd, a->threads,
                      "Threads (default: all cores; decoding a small model uses one)");
   cmd->add_flag("--stats", a->stats,

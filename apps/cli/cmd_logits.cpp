@@ -14,10 +14,12 @@ void register_logits(CLI::App& app) {
   add_sequence_options(cmd, *o, "--mode", {"parallel", "recurrent", "chunkwise", "scan"},
                        "Comma-separated token ids, e.g. 5,17,3", "Output .npy file");
   add_inference_dtype_option(cmd, *dtype);
+  add_backend_option(cmd, o->backend);
   cmd->callback([o, dtype] {
     apply_threads(o->threads);
     check_output_not_input(o->out, "output", {{o->model, "model"}, {o->config, "config file"}});
     Model model = load_for_inference(o->model, o->config, *dtype, /*only_if_half=*/true);
+    model.use_backend(o->backend);
     std::vector<int32_t> tokens = parse_token_list(o->tokens);
     const int64_t T = static_cast<int64_t>(tokens.size());
     ModelRunner runner(model);

@@ -58,6 +58,10 @@ std::optional<Config> optional_config(const std::string& path);
 // of a file that has none, such as a torchscale export).
 void add_model_options(CLI::App* cmd, std::string& model, std::string& config_json);
 
+// --backend cpu|reference: what the model's passes run on (Model::use_backend); `backend` holds
+// its default, "cpu".
+CLI::Option* add_backend_option(CLI::App* cmd, std::string& backend);
+
 // --dtype f32|bf16|f16 (alias --weights): the element type of the projection matrices kept for
 // inference; `dtype` holds its default.
 CLI::Option* add_inference_dtype_option(CLI::App* cmd, std::string& dtype);
@@ -82,7 +86,7 @@ CLI::Option* add_directory_options(CLI::App* cmd, std::string& format, std::stri
 // What `logits` and `grad` take: a model, one token sequence, a form and its chunk, an output
 // file, threads.
 struct SequenceCommandOptions {
-  std::string model, config, tokens, form = "parallel", out;
+  std::string model, config, tokens, form = "parallel", out, backend = "cpu";
   int64_t chunk = 0;
   int threads = 0;
 };

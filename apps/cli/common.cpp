@@ -45,6 +45,15 @@ void add_model_options(CLI::App* cmd, std::string& model, std::string& config_js
                   "export");
 }
 
+CLI::Option* add_backend_option(CLI::App* cmd, std::string& backend) {
+  return cmd
+      ->add_option("--backend", backend,
+                   "What the model's passes run on: cpu (the engine's kernels) or reference "
+                   "(plain scalar code, slow: to check results against)")
+      ->check(CLI::IsMember(backend_names()))
+      ->capture_default_str();
+}
+
 // The weight types inference reads.
 const std::vector<std::string> kWeightTypes = {"f32", "bf16", "f16", "q8_0", "q4_0", "q4_1"};
 

@@ -15,7 +15,11 @@ int main(int argc, char** argv) {
   retnet::apply_thread_policy();  // may restart the process: first, before any work
   CLI::App app{"retnet: retentive networks (RetNet) in C++: parallel, recurrent, chunkwise and "
                "scan forms over one set of weights"};
-  app.set_version_flag("--version", "retnet 0.1.0\nOpenMP waits: " + retnet::thread_policy());
+  std::string backends;
+  for (const std::string& name : retnet::backend_names())
+    backends += (backends.empty() ? "" : ", ") + name;
+  app.set_version_flag("--version", "retnet 0.1.0\nOpenMP waits: " + retnet::thread_policy() +
+                                        "\nBackends: " + backends);
   app.require_subcommand(1);
   retnet::cli::register_init(app);
   retnet::cli::register_info(app);

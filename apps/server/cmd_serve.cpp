@@ -18,6 +18,7 @@ void register_serve(CLI::App& app) {
       "named function; sampling is masked token by token so the reply parses and validates "
       "(docs/server.md).");
   add_model_options(cmd, o->model, o->config);
+  add_backend_option(cmd, o->backend);
   cmd->add_option("--alias", o->alias, "Model id clients name (default: the model's file name)");
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
   add_checked(cmd, "--port", o->port, "Port to listen on", integer_within(1, 65535));

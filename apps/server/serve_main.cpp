@@ -119,6 +119,7 @@ void run_server(ServeOptions o) {
                                            : std::optional<Config>(Config::from_file(o.config)));
   // One copy of the weights, in the chosen dtype (the float32 projections are released).
   prepare_loaded_for_inference(model, parse_decode_precision(o.dtype, "--dtype"), "--dtype");
+  model.use_backend(o.backend);
   std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(o.model);
   RETNET_CHECK(tokenizer->vocab_size() <= model.config().vocab_size,
                "the tokenizer has {} tokens but the model's vocabulary only {}",

@@ -34,6 +34,7 @@ struct ServeOptions {
   std::string slot_save_dir;
   std::string chat_template_file;  // empty: the model directory's, else the default
   std::string dtype = "f32";       // the inference copy of the weights: f32, bf16, f16
+  std::string backend = "cpu";     // what the model's passes run on (Model::use_backend)
   bool no_ui = false;              // no chat page at /
   bool log_prompts = false;        // the access log shows each prompt's text
   bool reuse_port = false;         // SO_REUSEPORT: servers share the port

@@ -107,8 +107,10 @@ class Model:
                  ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]: ...  # create_completion
 
 
-def load(path: str, dtype: Optional[str] = None, config: ConfigLike = None) -> Model:
-    """dtype None: float32 parameters (gradients, training); "f32" | "bf16" | "f16": one inference copy."""
+def load(path: str, dtype: Optional[str] = None, config: ConfigLike = None,
+         backend: str = "cpu") -> Model:
+    """dtype None: float32 parameters (gradients, training); "f32" | "bf16" | "f16": one inference copy.
+    backend "cpu" | "reference": what its forward passes run on."""
     ...
 def init(config: ConfigLike = None, seed: int = 0, tokenizer: Optional[Tokenizer] = None) -> Model: ...
 def from_arrays(config: ConfigLike, tensors: Dict[str, npt.ArrayLike],

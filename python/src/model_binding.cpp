@@ -33,7 +33,8 @@ Config config_from_object(const py::handle& config) {
   return c;
 }
 
-ModelPtr load(const std::string& path, const py::object& dtype, const py::object& config) {
+ModelPtr load(const std::string& path, const py::object& dtype, const py::object& config,
+              const std::string& backend) {
   // None: the full float32 parameters (training, gradients). A dtype: one inference copy in it
   // (NumPy/PyTorch spellings too), the float32 projections released as `--dtype` does.
   std::optional<DecodePrecision> precision;
@@ -52,6 +53,7 @@ ModelPtr load(const std::string& path, const py::object& dtype, const py::object
     py::gil_scoped_release release;
     Model loaded = load_model(path, c);
     if (precision) prepare_loaded_for_inference(loaded, *precision, "dtype");
+    loaded.use_backend(backend);
     tokenizer = load_model_tokenizer(path);
     return loaded;
   }();
@@ -287,12 +289,16 @@ void bind_model(py::module_& m) {
                            c.embed_dim, c.vocab_size, p.model.parameter_count());
       });
 
-  m.def("load", &load, py::arg("path"), py::arg("dtype") = py::none(),
-        py::arg("config") = py::none(),
-        "Loads a model: a .safetensors file or a Hugging Face directory (fla, syncdoth). dtype None "
-        "keeps the float32 parameters (gradients, training, saving); 'f32', 'bf16' or 'f16' keeps "
-        "one inference copy in that type (logits, sessions, generate; grad and save raise). config "
-        "(a dict or JSON path) supplies the config of a file without one (a torchscale export).");
+  m.def(
+      "load", &load, py::arg("path"), py::arg("dtype") = py::none(), py::arg("config") = py::none(),
+      py::arg("backend") = "cpu",
+      "Loads a model: a .safetensors file or a Hugging Face directory (fla, syncdoth). dtype None "
+      "keeps the float32 parameters (gradients, training, saving); 'f32', 'bf16' or 'f16' keeps "
+      "one inference copy in that type (logits, sessions, generate; grad and save raise). config "
+      "(a dict or JSON path) supplies the config of a file without one (a torchscale export). "
+      "backend "
+      "'cpu' (the engine's kernels) or 'reference' (plain scalar code, slow: to check results "
+      "against) is what its forward passes run on.");
   m.def("init", &init, py::arg("config") = py::none(), py::arg("seed") = 0,
         py::arg("tokenizer") = py::none(),
         "A freshly initialised model (torchscale's initialisation) of a config dict (None: the "

@@ -111,3 +111,13 @@ def test_load_with_an_inference_dtype(model_path, fresh_model, dtype, bound):
     assert np.abs(got - exact).max() <= bound * np.abs(exact).max()
     with pytest.raises(retnet.Error):
         half.grad(TOKENS)
+
+
+def test_reference_backend_gives_the_cpu_logits(model_path, fresh_model):
+    reference = retnet.load(str(model_path), backend="reference")
+    want = np.asarray(fresh_model.logits(TOKENS), dtype=np.float64)
+    got = np.asarray(reference.logits(TOKENS), dtype=np.float64)
+    assert np.isfinite(got).all() and np.isfinite(want).all()
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+    with pytest.raises(retnet.Error, match="backend 'cuda'.*cpu, reference"):
+        retnet.load(str(model_path), backend="cuda")

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "layer_loop.h"
+#include "retnet/backend/backend.h"
 #include "retnet/core/error.h"
 #include "retnet/core/finite_check.h"
 #include "retnet/core/gemm.h"
@@ -35,8 +36,8 @@ void check_tokens(const int32_t* tokens, int64_t n, int64_t vocab) {
 void last_token_logits(const Model& model, const float* xn, int64_t B, int64_t T, float* logits,
                        const int64_t* starts) {
   const Config& c = model.config();
-  detail::project(model, model.tensors().output_projection, B, c.vocab_size, c.embed_dim,
-          xn + (T - 1) * c.embed_dim, T * c.embed_dim, false, logits, c.vocab_size);
+  model.backend().project(model, model.tensors().output_projection, B, c.vocab_size, c.embed_dim,
+                          xn + (T - 1) * c.embed_dim, T * c.embed_dim, false, logits, c.vocab_size);
   check_finite_rows(logits, B, c.vocab_size, c.vocab_size, {1, starts, T - 1}, "the logits", -1,
                     FLT_MAX);
 }

@@ -8,6 +8,7 @@
 #include <functional>
 #include <vector>
 
+#include "retnet/backend/cpu_kernels.h"
 #include "retnet/core/arena.h"
 #include "retnet/core/param_buffer.h"
 #include "retnet/model/forward.h"
@@ -51,12 +52,8 @@ size_t activation_floats(const Config& c, int64_t B, int64_t T, bool training);
 Activations allocate_activations(Arena& arena, const Config& c, int64_t B, int64_t T,
                                  bool training);
 
-// y[M, N] = x[M, K] W^T (+ y when accumulate) for weight tensor `w` [N, K] (rows of adjacent
-// tensors may follow: q, k, v, g are one product). Few rows use the model's decode packing.
-void project(const Model& model, size_t w, int64_t M, int64_t N, int64_t K, const float* x,
-             int64_t ldx, bool accumulate, float* y, int64_t ldy);
-
-// Embedding, all layers and the final norm over B x T tokens; logits [N, vocab] if non-null.
+// Embedding, all layers and the final norm over B x T tokens; logits [N, vocab] if non-null. An
+// inference pass runs on the model's backend, a training pass (acts with a layer each) on the CPU.
 // `state` is the sequences' state (nullptr: from empty sequences without one, training's parallel
 // form). `link`: the tokens are a slice of longer sequences (sequence parallel training).
 void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T, float* logits,

@@ -104,6 +104,9 @@ struct PackedProjection {
   std::vector<RowMajorSlice> in_place;
 };
 struct DecodePack;
+namespace detail {
+class Backend;
+}
 
 class Model {
  public:
@@ -202,8 +205,14 @@ class Model {
   int64_t state_bytes_per_sequence() const {
     return config_.state_floats_per_sequence() * static_cast<int64_t>(sizeof(float));
   }
+  // The backend inference passes run on (backend_names()): "cpu", the engine's kernels (the
+  // default), or "reference", plain scalar code to check them against. Training runs on the CPU
+  // kernels whatever is chosen. Throws Error naming the choices for another name.
+  void use_backend(const std::string& name);
+  const detail::Backend& backend() const;
 
  private:
+  const detail::Backend* backend_ = nullptr;  // nullptr: the CPU backend
   Config config_;
   ParamBuffer params_;
   ModelTensors tensors_;
@@ -251,5 +260,8 @@ class Model {
 // A 64-bit fingerprint of the config and every parameter value: state files record it so that a
 // state is never resumed on another model.
 uint64_t model_fingerprint(const Model& model);
+
+// The backends Model::use_backend takes, in order: "cpu", "reference".
+std::vector<std::string> backend_names();
 
 }  // namespace retnet
