@@ -17,6 +17,7 @@
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
 #include "retnet/core/gemm_rowmajor.h"
+#include "retnet/core/isa_kernels.h"
 #include "retnet/core/quant.h"
 #include "retnet/core/rng.h"
 
@@ -110,14 +111,17 @@ State synthetic_state(const Model& m, int64_t batch, int64_t position, int64_t r
 }
 
 nlohmann::json machine_json() {
-  return {{"cpu", cpu_model()},
-          {"cores", sysconf(_SC_NPROCESSORS_ONLN)},
-          {"memory_total_bytes", meminfo_bytes("MemTotal")},
-          {"memory_available_bytes_at_start", meminfo_bytes("MemAvailable")},
-          {"isa_cap", isa_name(isa_cap())},
-          {"blas_core", blas_info().corename},
-          {"rowmajor_decode_kernel", rowmajor_kernel_name(rowmajor_kernel_best())},
-          {"quant_decode_kernel", quant_kernel_name(quant_kernel_best())}};
+  nlohmann::json machine = {{"cpu", cpu_model()},
+                            {"cores", sysconf(_SC_NPROCESSORS_ONLN)},
+                            {"memory_total_bytes", meminfo_bytes("MemTotal")},
+                            {"memory_available_bytes_at_start", meminfo_bytes("MemAvailable")},
+                            {"isa_cap", isa_name(isa_cap())},
+                            {"cpu_isa", isa_name(cpu_isa())},
+                            {"kernel_isa", isa_name(kernel_isa())},
+                            {"blas_core", blas_info().corename}};
+  // <family>_decode_kernel: packed, skinny, rowmajor, quant.
+  for (const auto& [family, kernel] : kernel_choices()) machine[family + "_decode_kernel"] = kernel;
+  return machine;
 }
 
 

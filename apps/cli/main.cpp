@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "retnet/core/cpu_isa.h"
+#include "retnet/core/isa_kernels.h"
 #include "retnet/core/thread_policy.h"
 #include "retnet/retnet.h"
 
@@ -15,11 +16,14 @@ int main(int argc, char** argv) {
   retnet::apply_thread_policy();  // may restart the process: first, before any work
   CLI::App app{"retnet: retentive networks (RetNet) in C++: parallel, recurrent, chunkwise and "
                "scan forms over one set of weights"};
-  std::string backends;
-  for (const std::string& name : retnet::backend_names())
-    backends += (backends.empty() ? "" : ", ") + name;
-  app.set_version_flag("--version", "retnet 0.1.0\nOpenMP waits: " + retnet::thread_policy() +
-                                        "\nBackends: " + backends);
+  // Built when asked: after the RETNET_MAX_ISA check below, which the kernel choice reads.
+  app.set_version_flag("--version", [] {
+    std::string backends;
+    for (const std::string& name : retnet::backend_names())
+      backends += (backends.empty() ? "" : ", ") + name;
+    return "retnet 0.1.0\nOpenMP waits: " + retnet::thread_policy() +
+           "\nKernels: " + retnet::kernel_summary() + "\nBackends: " + backends;
+  });
   app.require_subcommand(1);
   retnet::cli::register_init(app);
   retnet::cli::register_info(app);

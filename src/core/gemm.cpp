@@ -33,13 +33,15 @@ struct Blas {
 // The OpenBLAS core type for this CPU: the newest kernel family whose instructions it has and
 // RETNET_MAX_ISA allows (under "scalar", OpenBLAS's SSE3 kernels: x86-64's floor).
 const char* coretype_for_this_cpu() {
+  switch (kernel_isa()) {
+    case Isa::Avx512:
+      return "SkylakeX";
+    case Isa::Avx2:
+      return "Haswell";
+    default:
+      break;
+  }
   __builtin_cpu_init();
-  if (isa_allowed(Isa::Avx512) && __builtin_cpu_supports("avx512f") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq"))
-    return "SkylakeX";
-  if (isa_allowed(Isa::Avx2) && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    return "Haswell";
   if (!isa_allowed(Isa::Avx2) && __builtin_cpu_supports("sse3")) return "Prescott";
   return nullptr;
 }

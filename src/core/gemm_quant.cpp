@@ -387,10 +387,10 @@ QuantKernel quant_kernel_best() {
     // The 512-bit kernel where it is faster (AMD cores run 512-bit vectors as two halves, at full
     // clock); on Intel cores an earlier 512-bit kernel was slower
     // (docs/design-notes.md#quantised-kernels-and-prefetch).
-    if (isa_allowed(Isa::Avx512) && quant_kernel_available(QuantKernel::Avx512Vnni))
+    // The AVX-512 level without VNNI (Skylake-X) takes the AVX2 kernel.
+    if (kernel_isa() == Isa::Avx512 && quant_kernel_available(QuantKernel::Avx512Vnni))
       return __builtin_cpu_is("amd") ? QuantKernel::Avx512Vnni512 : QuantKernel::Avx512Vnni;
-    if (isa_allowed(Isa::Avx2) && quant_kernel_available(QuantKernel::Avx2))
-      return QuantKernel::Avx2;
+    if (kernel_isa() >= Isa::Avx2) return QuantKernel::Avx2;
     return QuantKernel::Scalar;
   }();
   return best;

@@ -423,10 +423,14 @@ RowMajorKernel rowmajor_kernel_best() {
   static const RowMajorKernel best = [] {
 #if defined(__x86_64__)
     // AMD cores stream across the rows' pages by themselves; Intel ones need the prefetches.
-    if (isa_allowed(Isa::Avx512) && rowmajor_kernel_available(RowMajorKernel::Avx512))
-      return __builtin_cpu_is("amd") ? RowMajorKernel::Avx512 : RowMajorKernel::Avx512Prefetch;
-    if (isa_allowed(Isa::Avx2) && rowmajor_kernel_available(RowMajorKernel::Avx2))
-      return __builtin_cpu_is("amd") ? RowMajorKernel::Avx2 : RowMajorKernel::Avx2Prefetch;
+    switch (kernel_isa()) {
+      case Isa::Avx512:
+        return __builtin_cpu_is("amd") ? RowMajorKernel::Avx512 : RowMajorKernel::Avx512Prefetch;
+      case Isa::Avx2:
+        return __builtin_cpu_is("amd") ? RowMajorKernel::Avx2 : RowMajorKernel::Avx2Prefetch;
+      default:
+        break;
+    }
 #endif
     return RowMajorKernel::Scalar;
   }();

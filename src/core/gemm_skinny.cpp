@@ -6,14 +6,20 @@
 //   is, so a sequence decoded in a batch gets bit for bit the logits it gets alone.
 // GCC 12's own AVX-512 headers trip -Wmaybe-uninitialized (their "undefined" register idiom in
 // _mm512_reduce_add_ps); the warning is about the headers, not this code.
+// Compiled once per instruction-set level (retnet/core/isa_kernels.h); isa_kernels.cpp picks one.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#ifndef RETNET_ISA_NS
+#error "compiled once per level by CMake's retnet_isa_kernels, which defines RETNET_ISA_NS"
+#endif
 #include <immintrin.h>
 
 #include <algorithm>
 
 #include "retnet/core/gemm.h"
+#include "retnet/core/isa_kernels.h"
 
 namespace retnet {
+namespace RETNET_ISA_NS {
 namespace {
 
 #if defined(__AVX512F__)
@@ -156,9 +162,10 @@ void skinny(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const 
 
 }  // namespace
 
-void skinny_gemm_nt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-                    int64_t ldb, float beta, float* C, int64_t ldc) {
+void skinny_rows(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                 int64_t ldb, float beta, float* C, int64_t ldc) {
   skinny(M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 
+}  // namespace RETNET_ISA_NS
 }  // namespace retnet
