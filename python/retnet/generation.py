@@ -3,6 +3,8 @@
 The engine's `Model._generate` does the work; this layer turns a wrong argument into a TypeError
 that names it (instead of pybind11's signature dump) and wraps each result in a Completion.
 """
+import json
+
 from ._retnet import Model, TextStream
 
 _NUMBER = "an int or a float"
@@ -121,6 +123,44 @@ def _speculative(value):
     return dict(lookup=lookup, draft_max=draft_max, draft_model=draft_model)
 
 
+def _constraint(response_format, grammar):
+    """The engine's json_schema and gbnf of generate's `response_format` and `grammar`."""
+    if grammar is not None and not isinstance(grammar, str):
+        _fail("grammar", "None or a str (a GBNF grammar)", grammar)
+    if response_format is None or response_format == {"type": "text"}:
+        return dict(json_schema=None, gbnf=grammar)
+    if grammar is not None:
+        raise ValueError("give response_format or grammar, not both")
+    if not isinstance(response_format, dict) or not isinstance(response_format.get("type"), str):
+        _fail("response_format", "None or a dict with a 'type' (text, json_object or "
+                                 "json_schema)", response_format)
+    kind = response_format["type"]
+    known = {"json_object": ("type", "schema"), "json_schema": ("type", "json_schema")}
+    if kind not in known:
+        raise ValueError(f"response_format['type'] must be text, json_object or json_schema, "
+                         f"got {kind!r}")
+    for key in response_format:
+        if key not in known[kind]:
+            raise ValueError(f"response_format: unknown key {key!r} for type {kind!r} (it takes "
+                             f"{', '.join(known[kind])})")
+    if kind == "json_object":  # llama-cpp-python's form may carry a schema
+        schema = response_format.get("schema")
+    else:
+        spec = response_format.get("json_schema")
+        if not isinstance(spec, dict) or "schema" not in spec:
+            _fail("response_format['json_schema']", "a dict with a 'schema' (OpenAI's shape)",
+                  spec)
+        for key in spec:
+            if key not in ("name", "schema", "strict", "description"):
+                raise ValueError(f"response_format['json_schema']: unknown key {key!r}")
+        schema = spec["schema"]
+    if schema is None:
+        return dict(json_schema="", gbnf=None)
+    if not isinstance(schema, (dict, bool)):
+        _fail("the JSON schema", "a dict", schema)
+    return dict(json_schema=json.dumps(schema), gbnf=None)
+
+
 def _engine_args(max_tokens, max_new_tokens, temperature, top_k, top_p, stop, seed,
                  repeat_penalty, repeat_last_n, add_bos, ignore_eos, min_p, presence_penalty,
                  frequency_penalty):
@@ -140,7 +180,7 @@ def _engine_args(max_tokens, max_new_tokens, temperature, top_k, top_p, stop, se
 def generate(self, prompt, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95, stop=None,
              seed=None, stream=False, repeat_penalty=1.0, repeat_last_n=64, add_bos=None,
              ignore_eos=False, min_p=0.0, presence_penalty=0.0, frequency_penalty=0.0, *,
-             max_new_tokens=None, speculative=None):
+             max_new_tokens=None, speculative=None, response_format=None, grammar=None):
     """Generates after a prompt (chunkwise prefill, then recurrent decoding), as `retnet
     generate` does: the same seed gives the same text.
 
@@ -154,6 +194,11 @@ def generate(self, prompt, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95
         "draft_max": K (most tokens drafted per check, default 8). One pass checks the drafts;
         the text is the one plain decoding gives (greedy, or the same seed's distribution), and
         .usage["speculative"] counts checks, drafted and accepted tokens.
+    response_format: constrained output, as OpenAI's API and `retnet serve` take it:
+        {"type": "json_object"} (any JSON object; llama-cpp-python's "schema" key may add one)
+        or {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}; sampling is
+        masked token by token so the text parses (and validates), and ends when it is complete.
+    grammar: the same with a GBNF grammar (llama.cpp's syntax; docs/server.md lists it).
     Returns a Completion: the text (a str) with .tokens, .finish_reason and .usage. stream=True
     returns a TextStream of text pieces instead; its .result is the Completion once it is
     exhausted. The GIL is released while it computes; Ctrl-C stops it between steps.
@@ -163,7 +208,8 @@ def generate(self, prompt, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95
     args = _engine_args(max_tokens, max_new_tokens, temperature, top_k, top_p, stop, seed,
                         repeat_penalty, repeat_last_n, add_bos, ignore_eos, min_p,
                         presence_penalty, frequency_penalty)
-    out = self._generate([prompt], stream=stream, **args, **_speculative(speculative))
+    out = self._generate([prompt], stream=stream, **args, **_speculative(speculative),
+                         **_constraint(response_format, grammar))
     return out if stream else Completion._of(out[0])
 
 

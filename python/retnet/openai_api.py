@@ -4,7 +4,7 @@ LlamaIndex integrate with), and as `retnet serve` answers /v1/completions and
 /v1/chat/completions.
 
 Every field is read or refused by name: a field whose meaning this engine does not implement
-(logprobs, logit_bias, response_format, tools, ...) raises ValueError unless it has its
+(logprobs, logit_bias, tools, ...) raises ValueError unless it has its
 "off" value (None, False, 1.0, ...), because honouring it would change the output.
 """
 import random
@@ -16,23 +16,22 @@ from .generation import _bool, _fail, _int, generate
 
 # Sampling fields passed on to generate() as they are (its defaults are the server's).
 _SAMPLING = ("temperature", "top_p", "top_k", "min_p", "seed", "repeat_penalty", "repeat_last_n",
-             "presence_penalty", "frequency_penalty", "stop", "ignore_eos", "speculative")
+             "presence_penalty", "frequency_penalty", "stop", "ignore_eos", "speculative",
+             "response_format", "grammar")
 
 # llama-cpp-python's and OpenAI's fields this engine does not implement, with the values that
 # leave them off (anything else is refused).
 _OFF_VALUES = {
     "logprobs": (None, False), "top_logprobs": (None, 0), "echo": (False,), "suffix": (None, ""),
     "logit_bias": (None, {}), "typical_p": (1.0,), "tfs_z": (1.0,), "mirostat_mode": (0,),
-    "mirostat_tau": (5.0,), "mirostat_eta": (0.1,), "grammar": (None,),
-    "logits_processor": (None,), "stopping_criteria": (None,), "response_format": (None,),
+    "mirostat_tau": (5.0,), "mirostat_eta": (0.1,),
+    "logits_processor": (None,), "stopping_criteria": (None,),
     "tools": (None, []), "tool_choice": (None, "none"), "functions": (None,),
     "function_call": (None,),
 }
 _NOT_SUPPORTED_WHY = {
-    "response_format": "structured output is a feature of `retnet serve` (its grammar machinery "
-                       "is part of the server, not of the library this package binds)",
-    "tools": "tool calls are a feature of `retnet serve` (its grammar machinery is part of the "
-             "server, not of the library this package binds)",
+    "tools": "tool calls are a feature of `retnet serve`; response_format or grammar constrain "
+             "the output here",
 }
 
 
@@ -50,8 +49,6 @@ def _check_fields(method, fields, accepted):
             continue
         if name not in _OFF_VALUES:
             raise TypeError(f"{method}() got an unexpected keyword argument '{name}'")
-        if name == "response_format" and value == {"type": "text"}:
-            continue
         if not any(_is_off(value, off) for off in _OFF_VALUES[name]):
             why = _NOT_SUPPORTED_WHY.get(name, "this engine does not implement it")
             offs = " or ".join(repr(v) for v in _OFF_VALUES[name])
@@ -153,7 +150,8 @@ def create_completion(self, prompt, **fields):
     Fields (as llama-cpp-python and OpenAI name them): max_tokens (default 16), temperature,
     top_p, top_k, min_p, seed, repeat_penalty, repeat_last_n, presence_penalty,
     frequency_penalty, stop, ignore_eos, stream, stream_options {include_usage}, n (1), model
-    and user (reported, not used), and the extension speculative (generate's; usage then has
+    and user (reported, not used), response_format and grammar (constrained output, as
+    generate takes them), and the extension speculative (generate's; usage then has
     "speculative" counts). Defaults are generate's, so a seed gives generate's text.
     """
     _check_fields("create_completion", fields,
@@ -213,8 +211,8 @@ def create_chat_completion(self, messages, **fields):
     finish reason).
 
     Fields: create_completion's, and max_completion_tokens (OpenAI's newer name of
-    max_tokens); max_tokens None: generate's default. response_format and tools are refused
-    (use `retnet serve` for structured output).
+    max_tokens); max_tokens None: generate's default. tools are refused (`retnet serve` calls
+    tools); response_format constrains the reply as in create_completion.
     """
     _check_fields("create_chat_completion", fields,
                   set(_SAMPLING) | {"max_tokens", "max_completion_tokens", "stream",

@@ -10,6 +10,9 @@
 #include <thread>
 
 #include "binding.h"
+#include "retnet/core/json_parse.h"
+#include "retnet/infer/gbnf.h"
+#include "retnet/infer/json_schema.h"
 
 namespace retnet::python {
 namespace {
@@ -24,6 +27,8 @@ struct GenerateArgs {
   float min_p = 0.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
   int64_t lookup = 0, draft_max = 8;  // speculative decoding (0: no prompt lookup)
   py::object draft_model;             // None or a Model drafting for speculative decoding
+  // Constrained output: a JSON schema's text ("": any JSON object) or a GBNF grammar; None: free.
+  py::object json_schema, gbnf;
 };
 
 GenerateOptions generate_options(const GenerateArgs& a) {
@@ -46,6 +51,12 @@ GenerateOptions generate_options(const GenerateArgs& a) {
   go.speculative.lookup = a.lookup;
   go.speculative.draft_max = a.draft_max;
   go.speculative.validate();
+  if (!a.json_schema.is_none()) {
+    const std::string schema = a.json_schema.cast<std::string>();
+    go.grammar = schema.empty() ? json_object_grammar()
+                                : json_schema_grammar(parse_ordered_json(schema, "the JSON schema"));
+  }
+  if (!a.gbnf.is_none()) go.grammar = parse_gbnf(a.gbnf.cast<std::string>());
   return go;  // go.streams empty: every prompt gets the text it gets alone
 }
 
@@ -279,12 +290,12 @@ void bind_generation(py::module_& m) {
          float temperature, int64_t top_k, float top_p, const py::object& stop,
          const py::object& seed, bool stream, float repeat_penalty, int64_t repeat_last_n,
          const py::object& add_bos, bool ignore_eos, float min_p, float presence_penalty,
-         float frequency_penalty, int64_t lookup, int64_t draft_max,
-         const py::object& draft_model) -> py::object {
+         float frequency_penalty, int64_t lookup, int64_t draft_max, const py::object& draft_model,
+         const py::object& json_schema, const py::object& gbnf) -> py::object {
         GenerateArgs a{
             max_tokens,         temperature, top_p,     repeat_penalty, top_k, repeat_last_n,
             stop_strings(stop), seed,        add_bos,   ignore_eos,     min_p, presence_penalty,
-            frequency_penalty,  lookup,      draft_max, draft_model};
+            frequency_penalty,  lookup,      draft_max, draft_model,    json_schema, gbnf};
         if (!stream) return generate_blocking(std::move(self), prompts, a);
         return py::cast(std::make_unique<TextStream>(
             std::make_unique<Generation>(std::move(self), prompts, a)));
@@ -294,7 +305,8 @@ void bind_generation(py::module_& m) {
       py::arg("repeat_penalty"), py::arg("repeat_last_n"), py::arg("add_bos"),
       py::arg("ignore_eos"), py::arg("min_p"), py::arg("presence_penalty"),
       py::arg("frequency_penalty"), py::arg("lookup") = 0, py::arg("draft_max") = 8,
-      py::arg("draft_model") = py::none());
+      py::arg("draft_model") = py::none(), py::arg("json_schema") = py::none(),
+      py::arg("gbnf") = py::none());
 }
 
 }  // namespace retnet::python
