@@ -39,7 +39,8 @@ namespace {
 
 struct BenchServeOptions {
   std::string model, json, dtype = "f32";
-  std::string response_format;  // JSON; non-empty: rounds with it alternate with rounds without
+  // JSON objects; either non-empty: rounds whose requests carry them alternate with plain rounds
+  std::string response_format, speculative;
   std::string streams = "1,4,16";
   int64_t tokens = 128;
   int reps = 3;
@@ -176,12 +177,20 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
     RETNET_CHECK(n >= 1, "--streams must list counts >= 1, got {}", n);
     counts.push_back(n);
   }
+  // The fields of the marked rows' requests: response_format and/or speculative.
   nlohmann::json constraint = nullptr;
   if (!o.response_format.empty()) {
-    constraint = {{"response_format", parse_json(o.response_format, "--response-format")}};
+    constraint["response_format"] = parse_json(o.response_format, "--response-format");
     RETNET_CHECK(constraint["response_format"].is_object(),
                  "--response-format must be a JSON object, e.g. {{\"type\": \"json_object\"}}");
   }
+  if (!o.speculative.empty()) {
+    constraint["speculative"] = parse_json(o.speculative, "--speculative");
+    RETNET_CHECK(constraint["speculative"].is_object(),
+                 "--speculative must be a JSON object, e.g. {{\"lookup\": 3}}");
+  }
+  const bool rf = !o.response_format.empty(), sp = !o.speculative.empty();
+  const char* mark = rf && sp ? "+x" : rf ? "+rf" : "+sp";
   const int64_t parallel = *std::max_element(counts.begin(), counts.end());
   apply_threads(o.threads);
   Model model = load_model(o.model);
@@ -193,9 +202,9 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
       "generate at batch N in-process, same prompts\n",
       o.model.c_str(), static_cast<long long>(o.tokens), o.reps);
   if (!constraint.is_null())
-    std::printf("rows marked +rf: every request with response_format %s, rounds alternated "
-                "with the rows without it\n",
-                o.response_format.c_str());
+    std::printf("rows marked %s: every request with %s, rounds alternated with the rows "
+                "without\n",
+                mark, constraint.dump().c_str());
   std::printf("%7s %11s %11s %10s %9s %9s %9s %9s %9s %11s %7s %11s %7s\n", "streams", "tok/s",
               "tok/s/str", "TTFT p50", "TTFT p95", "ITL p50", "ITL p99", "RSS MiB", "failed",
               "gen decode", "ratio", "gen e2e", "ratio");
@@ -215,13 +224,14 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
     std::printf(
         "%4lld%-3s %11.0f %11.1f %8.1fms %7.1fms %7.2fms %7.2fms %9.1f %9lld %11.0f %7.2f %11.0f "
         "%7.2f\n",
-        static_cast<long long>(n), constrained ? "+rf" : "", s.median, m.per_stream_tokens_per_s,
+        static_cast<long long>(n), constrained ? mark : "", s.median, m.per_stream_tokens_per_s,
         1e3 * m.ttft_p50, 1e3 * m.ttft_p95, 1e3 * m.itl_p50, 1e3 * m.itl_p99, rss / 1048576.0,
         static_cast<long long>(failed), b.median, s.median / b.median, e.median,
         s.median / e.median);
     std::fflush(stdout);
     out["results"].push_back({{"streams", n},
-                              {"response_format", constrained},
+                              {"response_format", constrained && rf},
+                              {"speculative", constrained && sp},
                               {"tokens_per_s", to_json(s)},
                               {"per_stream_tokens_per_s", m.per_stream_tokens_per_s},
                               {"ttft_ms_p50", 1e3 * m.ttft_p50},
@@ -441,8 +451,10 @@ void run(const BenchServeOptions& o) {
                         {"tokens_per_stream", o.tokens},
                         {"load_average_before", load_average()},
                         {"results", nlohmann::json::array()}};
-  RETNET_CHECK(o.response_format.empty() || (o.soak_s == 0 && o.chat_turns == 0),
-               "--response-format is for the stream-count runs, not --soak or --chat-turns");
+  RETNET_CHECK((o.response_format.empty() && o.speculative.empty()) ||
+                   (o.soak_s == 0 && o.chat_turns == 0),
+               "--response-format and --speculative are for the stream-count runs, not --soak or "
+               "--chat-turns");
   if (o.soak_s > 0)
     run_soak(o, out);
   else if (o.chat_turns > 0)
@@ -492,6 +504,10 @@ void register_bench_serve(CLI::App* bench) {
   cmd->add_option("--response-format", o->response_format,
                   "A response_format object (JSON): each stream count runs rounds with it too, "
                   "alternated with rounds without it, in rows marked +rf")
+      ->type_name("JSON");
+  cmd->add_option("--speculative", o->speculative,
+                  "A request's speculative object (JSON, e.g. {\"lookup\": 3}): as "
+                  "--response-format, in rows marked +sp (+x with both)")
       ->type_name("JSON");
   cmd->add_option("--seed,-s", o->seed, "Seed of the requests and the soak's choices")
       ->capture_default_str();

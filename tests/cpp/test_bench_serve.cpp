@@ -36,16 +36,18 @@ TEST(BenchServe, QuickRunWritesEveryFigure) {
   const fs::path model = serve_tiny_model(dir), out = dir / "serve.json";
   auto r = retnet::test::run_retnet("bench serve -m " + model.string() +
                                         " --streams 1,3 -n 8 --reps 2 -t 1 --json " + out.string() +
-                                        R"( --response-format '{"type": "json_object"}')",
+                                        R"( --response-format '{"type": "json_object"}')" +
+                                        R"( --speculative '{"lookup": 2}')",
                                     120);
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   const json res = json::parse(std::ifstream(out));
-  // Each stream count without and then with the response_format.
+  // Each stream count without and then with the response_format and speculation.
   ASSERT_EQ(res["results"].size(), 4u) << res.dump();
   for (size_t i = 0; i < 4; ++i) {
     const json& x = res["results"][i];
     EXPECT_EQ(x["streams"].get<int>(), i < 2 ? 1 : 3);
     EXPECT_EQ(x["response_format"].get<bool>(), i % 2 == 1);
+    EXPECT_EQ(x["speculative"].get<bool>(), i % 2 == 1);
     EXPECT_EQ(x["failed_requests"].get<int>(), 0);
     for (const char* key : {"per_stream_tokens_per_s", "ttft_ms_p50", "ttft_ms_p95",
                             "ratio_to_generate", "ratio_to_generate_end_to_end",
@@ -112,7 +114,8 @@ TEST(BenchServe, ChatTurnsRestoreTheConversationFromTheCache) {
   }
   // Bad values are refused naming the option.
   for (const std::string bad : {"--chat-turns 1", "--chat-cache-mib 0", "--server-threads -1",
-                                "--response-format [1]", "--response-format {"}) {
+                                "--response-format [1]", "--response-format {",
+                                "--speculative 3"}) {
     r = retnet::test::run_retnet("bench serve -m " + model.string() + " " + bad, 60);
     EXPECT_NE(r.exit_code, 0) << bad;
     EXPECT_NE(r.err.find(bad.substr(0, bad.find(' '))), std::string::npos) << bad << ": " << r.err;
