@@ -88,6 +88,11 @@ void register_serve(CLI::App& app) {
               "Most tokens drafted for one check with --lookup (the count adapts per stream: "
               "grows while drafts are kept, pauses drafting while they are not)",
               integer_within(1, 64));
+  add_checked(cmd, "--lookup-max-streams", o->lookup_max_streams,
+              "Speculate only while at most this many streams decode: with more, one batched "
+              "step already reads the weights once for all of them, and each stream's check "
+              "pass would read them again",
+              integer_within(1, 1 << 20));
   cmd->add_option("--slot-save-dir", o->slot_save_dir,
                   "Enable POST /slots/{id}?action=save|restore with files in this directory");
   cmd->add_option("--chat-template", o->chat_template_file,

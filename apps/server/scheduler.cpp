@@ -445,6 +445,7 @@ void Scheduler::decode_one_step() {
   std::vector<FinishReason> reasons;
   std::vector<std::string> errors;  // per ended slot: why its output constraint failed, or ""
   std::vector<int32_t> draft;
+  const bool speculate = static_cast<int64_t>(decoding_.size()) <= options_.speculate_max_streams;
   for (const int64_t id : decoding_) {
     Slot& slot = slots_[static_cast<size_t>(id)];
     Job& job = *slot.job;
@@ -477,7 +478,10 @@ void Scheduler::decode_one_step() {
       errors.emplace_back();
       continue;
     }
-    draft_after(slot, step.token, draft);
+    if (speculate)
+      draft_after(slot, step.token, draft);
+    else
+      draft.clear();
     if (draft.empty()) {
       stepping.push_back(id);
       next.push_back(step.token);

@@ -39,6 +39,9 @@ struct SchedulerOptions {
   bool cache_bf16 = false;      // the memory tier keeps bfloat16 states (--cache-type)
   int threads = 0;              // decode threads (0: the session decides)
   int64_t history = 256;        // recent tokens kept for the repetition penalty
+  // Speculating slots draft only while at most this many slots decode: with more, one batched
+  // step reads the weights once for all of them, and each check pass would read them again.
+  int64_t speculate_max_streams = 1;
 };
 
 class Scheduler {

@@ -137,6 +137,7 @@ void run_server(ServeOptions o) {
   so.cache_dir_bytes = o.cache_dir_mib * (int64_t{1} << 20);
   so.cache_bf16 = o.cache_type == "bf16";
   so.threads = std::max(o.threads, 0);
+  so.speculate_max_streams = o.lookup_max_streams;
   Scheduler scheduler(model, *tokenizer, so, metrics);
   HttpApi api(o, model_id, model, *tokenizer, chat, scheduler, metrics);
 

@@ -31,6 +31,7 @@ struct ServeOptions {
   int64_t prefill_block = 512;
   // Speculative decoding with prompt lookup (lookup 0: off).
   int64_t lookup = 0, draft_max = 8;
+  int64_t lookup_max_streams = 1;  // speculate only while at most this many streams decode
   std::string slot_save_dir;
   std::string chat_template_file;  // empty: the model directory's, else the default
   std::string dtype = "f32";       // the inference copy of the weights: f32, bf16, f16
