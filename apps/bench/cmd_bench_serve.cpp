@@ -178,15 +178,15 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
     counts.push_back(n);
   }
   // The fields of the marked rows' requests: response_format and/or speculative.
-  nlohmann::json constraint = nullptr;
+  nlohmann::json marked_fields = nullptr;
   if (!o.response_format.empty()) {
-    constraint["response_format"] = parse_json(o.response_format, "--response-format");
-    RETNET_CHECK(constraint["response_format"].is_object(),
+    marked_fields["response_format"] = parse_json(o.response_format, "--response-format");
+    RETNET_CHECK(marked_fields["response_format"].is_object(),
                  "--response-format must be a JSON object, e.g. {{\"type\": \"json_object\"}}");
   }
   if (!o.speculative.empty()) {
-    constraint["speculative"] = parse_json(o.speculative, "--speculative");
-    RETNET_CHECK(constraint["speculative"].is_object(),
+    marked_fields["speculative"] = parse_json(o.speculative, "--speculative");
+    RETNET_CHECK(marked_fields["speculative"].is_object(),
                  "--speculative must be a JSON object, e.g. {{\"lookup\": 3}}");
   }
   const bool rf = !o.response_format.empty(), sp = !o.speculative.empty();
@@ -201,16 +201,16 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
       "retnet bench serve: %s, %lld tokens per stream, median of %d rounds; baseline: "
       "generate at batch N in-process, same prompts\n",
       o.model.c_str(), static_cast<long long>(o.tokens), o.reps);
-  if (!constraint.is_null())
+  if (!marked_fields.is_null())
     std::printf("rows marked %s: every request with %s, rounds alternated with the rows "
                 "without\n",
-                mark, constraint.dump().c_str());
+                mark, marked_fields.dump().c_str());
   std::printf("%7s %11s %11s %10s %9s %9s %9s %9s %9s %11s %7s %11s %7s\n", "streams", "tok/s",
               "tok/s/str", "TTFT p50", "TTFT p95", "ITL p50", "ITL p99", "RSS MiB", "failed",
               "gen decode", "ratio", "gen e2e", "ratio");
   // One row: the median round's figures against the generate baseline.
   auto report = [&](int64_t n, const std::vector<RoundFigures>& rounds, const Summary& b,
-                    const Summary& e, bool constrained) {
+                    const Summary& e, bool marked) {
     std::vector<double> tps;
     for (const auto& f : rounds) tps.push_back(f.tokens_per_s);
     const Summary s = summarize(tps);
@@ -224,14 +224,14 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
     std::printf(
         "%4lld%-3s %11.0f %11.1f %8.1fms %7.1fms %7.2fms %7.2fms %9.1f %9lld %11.0f %7.2f %11.0f "
         "%7.2f\n",
-        static_cast<long long>(n), constrained ? mark : "", s.median, m.per_stream_tokens_per_s,
+        static_cast<long long>(n), marked ? mark : "", s.median, m.per_stream_tokens_per_s,
         1e3 * m.ttft_p50, 1e3 * m.ttft_p95, 1e3 * m.itl_p50, 1e3 * m.itl_p99, rss / 1048576.0,
         static_cast<long long>(failed), b.median, s.median / b.median, e.median,
         s.median / e.median);
     std::fflush(stdout);
     out["results"].push_back({{"streams", n},
-                              {"response_format", constrained && rf},
-                              {"speculative", constrained && sp},
+                              {"response_format", marked && rf},
+                              {"speculative", marked && sp},
                               {"tokens_per_s", to_json(s)},
                               {"per_stream_tokens_per_s", m.per_stream_tokens_per_s},
                               {"ttft_ms_p50", 1e3 * m.ttft_p50},
@@ -249,11 +249,11 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
   int64_t round = 1;
   for (int64_t n : counts) {
     run_round(server.port(), n, std::min<int64_t>(o.tokens, 8), round++);  // warm-up
-    std::vector<RoundFigures> rounds, constrained_rounds;
+    std::vector<RoundFigures> rounds, marked_rounds;
     for (int r = 0; r < o.reps; ++r) {
       rounds.push_back(run_round(server.port(), n, o.tokens, round++));
-      if (!constraint.is_null())
-        constrained_rounds.push_back(run_round(server.port(), n, o.tokens, round++, constraint));
+      if (!marked_fields.is_null())
+        marked_rounds.push_back(run_round(server.port(), n, o.tokens, round++, marked_fields));
     }
     std::vector<double> baseline, baseline_e2e;
     for (int r = 0; r < o.reps; ++r) {
@@ -263,7 +263,7 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
     }
     const Summary b = summarize(baseline), e = summarize(baseline_e2e);
     report(n, rounds, b, e, false);
-    if (!constraint.is_null()) report(n, constrained_rounds, b, e, true);
+    if (!marked_fields.is_null()) report(n, marked_rounds, b, e, true);
   }
   RETNET_CHECK(server.stop() == 0, "the server did not exit cleanly: {}", server.log());
 }

@@ -478,10 +478,8 @@ void Scheduler::decode_one_step() {
       errors.emplace_back();
       continue;
     }
-    if (speculate)
-      draft_after(slot, step.token, draft);
-    else
-      draft.clear();
+    draft.clear();
+    if (speculate) draft_after(slot, step.token, draft);
     if (draft.empty()) {
       stepping.push_back(id);
       next.push_back(step.token);
