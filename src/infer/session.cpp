@@ -299,10 +299,8 @@ const float* Session::check(int64_t b, const int32_t* tokens, int64_t n) {
   check_.start = position(b);
   check_.tokens.assign(tokens, tokens + n);
   // Grown, never shrunk: a check longer than the last one must not clear megabytes of states.
-  if (check_.logits.size() < static_cast<size_t>(n * V)) {
+  if (check_.logits.size() < static_cast<size_t>(n * V))
     check_.logits.resize(static_cast<size_t>(n * V));
-    check_.states.resize(static_cast<size_t>(n * S));
-  }
   check_.recent = recent_[b];
   ForwardOptions fo;
   fo.form = model_.config().prefill_form();
@@ -313,10 +311,23 @@ const float* Session::check(int64_t b, const int32_t* tokens, int64_t n) {
   arena_->reserve(forward_workspace_floats(model_.config(), 1, n, fo) +
                   forward_workspace_floats(model_.config(), 1, 1, step));
   StateView view = state_->view(b);
-  view.token_states = S > 0 ? check_.states.data() : nullptr;
+  if (S > 0) {
+    // The state before the check, and (filled by the pass) what each layer consumed: any prefix's
+    // state follows from them (settle_check).
+    if (!check_.log) check_.log = std::make_unique<CheckLog>();
+    CheckLog& log = *check_.log;
+    log.tokens = n;
+    log.start = check_.start;
+    log.start_state.assign(state_->sequence(b), state_->sequence(b) + S);
+    const size_t layers = static_cast<size_t>(model_.config().layers);
+    log.proj.resize(layers);
+    log.rotation.resize(layers);
+    log.rotation_row.assign(layers, 0);
+    view.check_log = &log;
+  }
   ScopedThreads threads(n * model_.parameter_count() >= (int64_t{1} << 24) ? 0 : decode_threads_);
   forward_logits(model_, tokens, 1, n, check_.logits.data(), fo, *arena_, view);
-  bytes_copied_ += n * S * static_cast<int64_t>(sizeof(float));
+  bytes_copied_ += S * static_cast<int64_t>(sizeof(float));
   check_.sequence = b;
   check_.live = n;
   std::memcpy(logits_.data() + b * V, check_.logits.data() + (n - 1) * V,
@@ -348,8 +359,9 @@ void Session::settle_check() const {
   const int64_t b = check_.sequence, kept = position(b) - check_.start;
   const int64_t S = state_->floats_per_sequence;
   if (kept == check_.live || S == 0) return;
-  std::memcpy(state_->sequence(b), check_.states.data() + (kept - 1) * S,
-              static_cast<size_t>(S) * sizeof(float));
+  arena_->reset();
+  arena_->reserve(rewind_workspace_floats(model_, kept));
+  rewind_checked_state(model_, *check_.log, kept, state_->sequence(b), *arena_);
   bytes_copied_ += S * static_cast<int64_t>(sizeof(float));
   check_.live = kept;
 }

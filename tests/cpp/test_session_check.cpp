@@ -104,6 +104,23 @@ TEST_P(SessionCheck, AcceptingAPrefixEqualsFeedingItTokenByToken) {
   }
 }
 
+// The rollback keeps no state per checked token: a check copies the sequence's constant state once
+// (where it started) and keeping a prefix writes it once, whatever the number of tokens checked.
+TEST_P(SessionCheck, RollbackCopiesTheStateTwiceWhateverTheLength) {
+  const Model m = Model::init(GetParam().config, 7);
+  const int64_t S = GetParam().config.state_floats_per_sequence();
+  for (int64_t n : {2, 5}) {
+    SCOPED_TRACE("checking " + std::to_string(n) + " tokens");
+    const std::unique_ptr<Session> owner = started_pair(m);
+    Session& s = *owner;
+    const int64_t before = s.state_bytes_copied();
+    s.check(1, kCheckTokens.data(), n);
+    s.accept(1, 0);
+    s.step(std::vector<int64_t>{1}, &kCheckTokens[1]);  // reads the state: the prefix's comes in
+    EXPECT_EQ(s.state_bytes_copied() - before, 2 * S * static_cast<int64_t>(sizeof(float)));
+  }
+}
+
 TEST_P(SessionCheck, AcceptNeedsItsCheck) {
   const Model m = Model::init(GetParam().config, 7);
   const std::unique_ptr<Session> owner = started_pair(m);

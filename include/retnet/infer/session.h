@@ -19,6 +19,7 @@
 namespace retnet {
 
 class Arena;
+struct CheckLog;
 struct State;
 
 struct SessionOptions {
@@ -91,8 +92,8 @@ class Session {
   void truncate(int64_t b, int64_t position);
 
   // Speculative decoding's check: feeds tokens[0..n) to sequence b in one pass (every projection
-  // one product over the n tokens; constant-state layers step token by token and keep each
-  // token's state) and returns the logits after each token ([n, vocab]; valid until the next
+  // one product over the n tokens; constant-state layers step token by token and record what they
+  // read, from which accept computes a prefix's state in closed form) and returns the logits after each token ([n, vocab]; valid until the next
   // check). The sequence is left as after all n tokens; accept then keeps a prefix of them.
   const float* check(int64_t b, const int32_t* tokens, int64_t n);
   // Right after check(b, ...) of n tokens: leaves sequence b exactly as if only the first j + 1
@@ -156,13 +157,14 @@ class Session {
   std::vector<int64_t> every_row_, step_rows_, step_positions_;
   std::vector<float> step_logits_;
   std::vector<uint8_t> stepping_;
-  // The last check: its sequence, start position and tokens, the logits and (constant-state
-  // models) the state after each token, and the recent tokens before it; `live`: the checked
+  // The last check: its sequence, start position and tokens, the logits, (constant-state models)
+  // what rewinds its state to any prefix, and the recent tokens before it; `live`: the checked
   // tokens the sequence's constant state is after (an accept moves its position alone).
   struct Check {
     int64_t sequence = -1, start = 0, live = 0;
     std::vector<int32_t> tokens;
-    std::vector<float> logits, states;
+    std::vector<float> logits;
+    std::unique_ptr<CheckLog> log;
     std::vector<int32_t> recent;
   };
   mutable Check check_;  // settled by const snapshot(): a copy callers never see

@@ -43,4 +43,13 @@ void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_
 void forward_features(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
                       float* features, const ForwardOptions& options, Arena& arena);
 
+// Speculative decoding's rollback: `state` (one sequence's constant state) becomes the state after
+// the first `kept` (1 <= kept <= log.tokens) tokens of the checking pass that filled `log`, in
+// closed form from the state before it (check_rewind.cpp). The arena must hold
+// rewind_workspace_floats(model, kept) floats past its current use; the cache is not touched (a
+// position past the kept tokens is never read).
+size_t rewind_workspace_floats(const Model& model, int64_t tokens);
+void rewind_checked_state(const Model& model, const CheckLog& log, int64_t kept, float* state,
+                          Arena& arena);
+
 }  // namespace retnet

@@ -35,6 +35,20 @@ struct TokenCache {
   size_t bytes() const;
 };
 
+// What a checking pass's constant-state layers consumed, for keeping any prefix of its tokens
+// afterwards: the sequence's constant state before the pass, and per layer the input projections
+// [tokens, P] before the mixer read them and the pass's rotation rows [tokens, row]. The state
+// after the first j tokens is then the start state decayed j steps plus the decayed sum of those
+// tokens' key-value terms: one chunk of the mixer's chunkwise form over the recorded rows, with
+// no weight read again and no state stored per token.
+struct CheckLog {
+  int64_t tokens = 0, start = 0;   // tokens checked; the sequence's position before them
+  std::vector<float> start_state;  // floats_per_sequence
+  // Per layer (empty for a layer without a constant state). Grown, never shrunk.
+  std::vector<std::vector<float>> proj, rotation;
+  std::vector<int64_t> rotation_row;  // floats of a token's rotation row, per layer (0: none)
+};
+
 // A view of the states of `batch` sequences: `floats_per_sequence` floats each, and the number of
 // tokens each has consumed ([batch]); for the mixers with a cache, the cache and the index in it of
 // the view's first sequence. The sequences are contiguous from `data`, or, for a decode step over
@@ -49,9 +63,9 @@ struct StateView {
   int64_t first = 0;
   const int64_t* rows = nullptr;  // nullptr: sequence b is row first + b
   // A checking pass (one sequence, T tokens, not the recurrent form): the constant-state layers
-  // step token by token and leave the state after each token t at token_states + t *
-  // floats_per_sequence, so that any prefix can be kept without a second pass. nullptr: off.
-  float* token_states = nullptr;
+  // step token by token (logits as plain steps give) and record what they consumed, so that any
+  // prefix's state can be recomputed in closed form (rewind_checked_state). nullptr: off.
+  CheckLog* check_log = nullptr;
 };
 
 // The owning state of `batch` sequences.
