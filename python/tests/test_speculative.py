@@ -62,7 +62,12 @@ def test_stream_and_openai_shapes_report_the_counts(model):
     assert counts(stream.result)["checks"] > 0
     out = model.create_completion(PROMPTS[1], max_tokens=30, temperature=0, speculative=LOOKUP)
     assert out["choices"][0]["text"] == text
-    assert out["usage"]["speculative"] == stream.result.usage["speculative"]
+    # The same counts in the OpenAI shape. Not equal to the stream's: the draft length adapts to
+    # how long each check took against a plain step, so two runs on a busy machine differ.
+    spec = out["usage"]["speculative"]
+    assert set(spec) == {"checks", "drafted_tokens", "accepted_tokens"}
+    assert 0 < spec["checks"] <= spec["drafted_tokens"]
+    assert 0 <= spec["accepted_tokens"] <= spec["drafted_tokens"]
     chat = model.chat([{"role": "user", "content": "abc abc abc"}], max_tokens=10,
                       temperature=0, speculative=LOOKUP)
     assert chat == model.chat([{"role": "user", "content": "abc abc abc"}], max_tokens=10,

@@ -305,11 +305,7 @@ const float* Session::check(int64_t b, const int32_t* tokens, int64_t n) {
   ForwardOptions fo;
   fo.form = model_.config().prefill_form();
   fo.chunk = options_.prefill_chunk;
-  // The per-token mixer steps need a step's scratch beside the pass's activations.
-  ForwardOptions step;
-  step.form = Form::Recurrent;
-  arena_->reserve(forward_workspace_floats(model_.config(), 1, n, fo) +
-                  forward_workspace_floats(model_.config(), 1, 1, step));
+  arena_->reserve(forward_workspace_floats(model_.config(), 1, n, fo));
   StateView view = state_->view(b);
   if (S > 0) {
     // The state before the check, and (filled by the pass) what each layer consumed: any prefix's

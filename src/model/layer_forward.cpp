@@ -14,41 +14,24 @@ namespace retnet::detail {
 
 namespace {
 
-// A checking pass's constant-state layer (one sequence): the mixer's recurrent step per token, on
-// that token's rows of the pass's projection and rotation table, so that each token's logits are
-// a plain step's. What the steps read is recorded first (the mixers transform their rows in
-// place) for rewind_checked_state. The projections around it stay one product over all tokens.
-const float* mixer_token_by_token(const Backend& be, const MixerPass& pass, const StateView& state,
-                                  int64_t layer, int64_t rotation_row, Arena& arena) {
-  const Config& lc = pass.model->layer_config(layer);
+// A checking pass's constant-state layer (one sequence): records what the mixer reads (it
+// transforms its rows in place) for rewind_checked_state, then runs it over all the tokens in the
+// pass's form, reading the state once. The state it leaves is after every checked token; any
+// shorter prefix's comes from the record.
+const float* mixer_recording_check(const Backend& be, const MixerPass& pass, const StateView& state,
+                                   int64_t rotation_row, Arena& arena) {
   RETNET_CHECK(pass.B == 1 && !state.rows, "a checking pass runs one sequence, got {}", pass.B);
-  const int64_t P = lc.projection_width(), vd = lc.value_embed_dim;
-  const LayerMixer& mixer = layer_mixer(lc);
+  const Config& lc = pass.model->layer_config(pass.layer);
   CheckLog& log = *state.check_log;
-  const size_t l = static_cast<size_t>(layer);
+  const size_t l = static_cast<size_t>(pass.layer);
   auto record = [](std::vector<float>& to, const float* from, int64_t floats) {
     if (to.size() < static_cast<size_t>(floats)) to.resize(static_cast<size_t>(floats));
     std::memcpy(to.data(), from, static_cast<size_t>(floats) * sizeof(float));
   };
-  record(log.proj[l], pass.proj, pass.T * P);
+  record(log.proj[l], pass.proj, pass.T * lc.projection_width());
   log.rotation_row[l] = pass.rotation ? rotation_row : 0;
   if (pass.rotation) record(log.rotation[l], pass.rotation, pass.T * rotation_row);
-  for (int64_t t = 0; t < pass.T; ++t) {
-    const int64_t position = (pass.positions ? pass.positions[0] : 0) + t;
-    MixerPass step = pass;
-    step.T = 1;
-    step.form = Form::Recurrent;
-    step.proj = pass.proj + t * P;
-    step.out = pass.out + t * vd;
-    step.positions = &position;
-    if (pass.rotation) step.rotation = pass.rotation + t * rotation_row;
-    step.rotation_stride = 0;
-    const size_t mark = arena.used();
-    const float* mixed = be.mixer_forward(mixer, step, arena);
-    if (mixed != step.out) std::memcpy(step.out, mixed, static_cast<size_t>(vd) * sizeof(float));
-    arena.rewind(mark);
-  }
-  return pass.out;
+  return be.mixer_forward(layer_mixer(lc), pass, arena);
 }
 
 }  // namespace
@@ -175,7 +158,7 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
     mp.link = link;
     const size_t mark = arena.used();
     const float* mixed = state && state->check_log && has_state
-                             ? mixer_token_by_token(be, mp, *state, l, rotation_row, arena)
+                             ? mixer_recording_check(be, mp, *state, rotation_row, arena)
                              : be.mixer_forward(mixer, mp, arena);
     arena.rewind(mark);  // the mixer's scratch is reused by the next layer
     be.project(model, L.out_proj, N, d, vd, mixed, vd, true, x, d);

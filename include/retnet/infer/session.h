@@ -91,9 +91,9 @@ class Session {
   // recent tokens lose the dropped ones.
   void truncate(int64_t b, int64_t position);
 
-  // Speculative decoding's check: feeds tokens[0..n) to sequence b in one pass (every projection
-  // one product over the n tokens; constant-state layers step token by token and record what they
-  // read, from which accept computes a prefix's state in closed form) and returns the logits after each token ([n, vocab]; valid until the next
+  // Speculative decoding's check: feeds tokens[0..n) to sequence b in one pass of the prefill form
+  // (every product one over the n tokens; the constant-state layers record what they read, from
+  // which accept computes a prefix's state in closed form) and returns the logits after each token ([n, vocab]; valid until the next
   // check). The sequence is left as after all n tokens; accept then keeps a prefix of them.
   const float* check(int64_t b, const int32_t* tokens, int64_t n);
   // Right after check(b, ...) of n tokens: leaves sequence b exactly as if only the first j + 1

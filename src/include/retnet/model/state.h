@@ -63,8 +63,8 @@ struct StateView {
   int64_t first = 0;
   const int64_t* rows = nullptr;  // nullptr: sequence b is row first + b
   // A checking pass (one sequence, T tokens, not the recurrent form): the constant-state layers
-  // step token by token (logits as plain steps give) and record what they consumed, so that any
-  // prefix's state can be recomputed in closed form (rewind_checked_state). nullptr: off.
+  // record what they consume, so that any prefix's state can be recomputed in closed form
+  // (rewind_checked_state). nullptr: off.
   CheckLog* check_log = nullptr;
 };
 
