@@ -227,6 +227,24 @@ TEST(JsonGrammar, MemoizedMasksAreTheWalksMasks) {
   EXPECT_EQ(walked.walks(), steps);
   // The 20 bytes inside the string share one state; so do the repeated "true,".
   EXPECT_LT(memoized.walks(), steps - 20);
+
+  // A bounded string has a state per length: past the limit of interned states (1,024) the
+  // memoized masks are forgotten, or a walk that would pass it is redone afresh; the masks stay
+  // the walks' masks.
+  const auto bounded = schema_grammar(R"({"type": "string", "maxLength": 1000})");
+  GrammarConstraint fresh(bounded, trie, false), capped(bounded, trie);
+  const std::string long_text = "\"" + std::string(1000, 'a') + "\"";
+  for (size_t i = 0; i < long_text.size(); ++i) {
+    std::vector<float> a(static_cast<size_t>(V), 0.f), b = a;
+    fresh.mask(a.data(), V);
+    capped.mask(b.data(), V);
+    for (int64_t t = 0; t < V; ++t)
+      ASSERT_EQ(std::isfinite(a[static_cast<size_t>(t)]), std::isfinite(b[static_cast<size_t>(t)]))
+          << "token " << t << " at byte " << i;
+    fresh.accept(static_cast<unsigned char>(long_text[i]));
+    capped.accept(static_cast<unsigned char>(long_text[i]));
+  }
+  EXPECT_TRUE(fresh.must_end() && capped.must_end());
 }
 
 // response_format, grammar and tools as the server and the Python package read them.

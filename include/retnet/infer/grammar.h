@@ -120,7 +120,8 @@ class GrammarConstraint : public TokenConstraint {
   void walk(int32_t node, size_t depth, const State& state);  // without memoizing
   void walk_interned(int32_t node, int32_t state);
   int32_t intern(const State& state);
-  int32_t next_state(int32_t state, unsigned char byte);  // an interned id, or -1: no parse
+  // An interned id, or -1: no parse (or more states than the limit: sets overflow_).
+  int32_t next_state(int32_t state, unsigned char byte);
   void apply(const std::vector<uint64_t>& allowed, float* logits, int64_t vocab) const;
 
   GrammarRecognizer recognizer_;
@@ -137,6 +138,7 @@ class GrammarConstraint : public TokenConstraint {
   std::vector<int32_t> mask_of_;
   std::vector<std::vector<uint64_t>> masks_;
   State scratch_;
+  bool overflow_ = false;  // a walk met more states than the limit: its set is not used
   int64_t walks_ = 0;
 };
 

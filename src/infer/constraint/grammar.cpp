@@ -238,8 +238,9 @@ TokenTrie::TokenTrie(const Tokenizer& tokenizer) {
 namespace {
 
 // The interned states' limits (per sequence): a move table costs 1 KiB per state and an allowed
-// set vocab / 8 bytes. Past them, what was memoized is forgotten.
-constexpr size_t kMaxStates = 2048;
+// set vocab / 8 bytes. Past them, what was memoized is forgotten; a walk that meets more states
+// than kMaxStates is redone without memoizing.
+constexpr size_t kMaxStates = 1024;
 constexpr size_t kMaxMasks = 32;
 constexpr int32_t kUnknown = -2;
 
@@ -280,6 +281,10 @@ int32_t GrammarConstraint::next_state(int32_t state, unsigned char byte) {
   const int32_t known = next_[static_cast<size_t>(state)][byte];
   if (known != kUnknown) return known;
   recognizer_.advance(*states_[static_cast<size_t>(state)], byte, scratch_);
+  if (!scratch_.empty() && states_.size() >= kMaxStates && !ids_.count(scratch_)) {
+    overflow_ = true;
+    return -1;
+  }
   const int32_t next = scratch_.empty() ? -1 : intern(scratch_);
   next_[static_cast<size_t>(state)][byte] = next;  // indexed again: intern may have grown next_
   return next;
@@ -304,7 +309,7 @@ void GrammarConstraint::mask(float* logits, int64_t vocab) {
     ++walks_;
     return apply(allowed_, logits, vocab);
   }
-  if (states_.size() > kMaxStates) {
+  if (states_.size() >= kMaxStates) {
     ids_.clear();
     states_.clear();
     next_.clear();
@@ -318,8 +323,14 @@ void GrammarConstraint::mask(float* logits, int64_t vocab) {
   const int32_t state = intern(recognizer_.state());
   if (mask_of_[static_cast<size_t>(state)] < 0) {
     allowed_.assign(words, 0);
+    overflow_ = false;
     walk_interned(0, state);
     ++walks_;
+    if (overflow_) {  // the set misses what lay past the limit: walk afresh, keep nothing
+      allowed_.assign(words, 0);
+      walk(0, 0, recognizer_.state());
+      return apply(allowed_, logits, vocab);
+    }
     mask_of_[static_cast<size_t>(state)] = static_cast<int32_t>(masks_.size());
     masks_.push_back(allowed_);
   }
