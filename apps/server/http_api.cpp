@@ -339,8 +339,7 @@ std::shared_ptr<Job> HttpApi::make_job(const CompletionRequest& r) const {
     // The grammar ends structured output; a turn-end string inside a JSON string must not cut it.
     // Under tool_choice "auto" the reply may be prose, which the turn-end string ends (a call
     // that holds it is cut, and answered as text).
-    const bool prose = !r.structured.grammar || (r.structured.call && !r.structured.tool_call);
-    if (prose) job->stop = chat.stop;
+    if (r.structured.prose_may_stop()) job->stop = chat.stop;
   } else {
     text = r.prompt_text;
   }

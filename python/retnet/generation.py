@@ -6,6 +6,7 @@ that names it (instead of pybind11's signature dump) and wraps each result in a 
 import json
 
 from ._retnet import Model, TextStream
+from ._retnet import _structured_output as _parse_structured_output
 
 _NUMBER = "an int or a float"
 
@@ -18,16 +19,20 @@ class Completion(str):
     finish_reason: the engine's name (as `retnet generate` and the server's logs give it):
         "stop" (a stop string ended it), "length" (max_tokens reached) or "eos" (the
         tokenizer's end-of-sequence token; OpenAI's API calls this one "stop" too).
+    tool_calls: chat() with tools, when the reply is a call: OpenAI's list of
+        {"id", "type": "function", "function": {"name", "arguments": "<JSON text>"}} (the text
+        is then the call as the model wrote it, and finish_reason is "tool_calls"); else None.
     usage: {"prompt_tokens", "completion_tokens", "total_tokens"}, and with speculative=...
         "speculative": {"checks", "drafted_tokens", "accepted_tokens"} (checking passes, tokens
         drafted for them, drafted tokens kept).
     """
 
-    def __new__(cls, text, tokens=(), finish_reason=None, usage=None):
+    def __new__(cls, text, tokens=(), finish_reason=None, usage=None, tool_calls=None):
         self = super().__new__(cls, text)
         self.tokens = list(tokens)
         self.finish_reason = finish_reason
         self.usage = dict(usage or {})
+        self.tool_calls = tool_calls
         return self
 
     @classmethod
@@ -41,14 +46,16 @@ class Completion(str):
         return cls(result["text"], result["tokens"], result["finish_reason"], usage)
 
     def __reduce__(self):  # pickle and copy keep the fields (str's own would drop them)
-        return (Completion, (self.text, self.tokens, self.finish_reason, self.usage))
+        return (Completion, (self.text, self.tokens, self.finish_reason, self.usage,
+                             self.tool_calls))
 
     @property
     def text(self):
         return str.__str__(self)
 
     def __repr__(self):
-        return (f"Completion(text={self.text!r}, finish_reason={self.finish_reason!r}, "
+        calls = "" if self.tool_calls is None else f", tool_calls={self.tool_calls!r}"
+        return (f"Completion(text={self.text!r}, finish_reason={self.finish_reason!r}{calls}, "
                 f"usage={self.usage!r})")
 
 
@@ -123,42 +130,28 @@ def _speculative(value):
     return dict(lookup=lookup, draft_max=draft_max, draft_model=draft_model)
 
 
-def _constraint(response_format, grammar):
-    """The engine's json_schema and gbnf of generate's `response_format` and `grammar`."""
+def _structured_output(response_format=None, grammar=None, tools=None, tool_choice=None,
+                       parallel_tool_calls=None, chat=False):
+    """The engine's reading of the structured-output fields (the same as `retnet serve`'s, with
+    its errors naming the field), or None when there are none. tools and tool_choice are read in
+    a chat only."""
     if grammar is not None and not isinstance(grammar, str):
         _fail("grammar", "None or a str (a GBNF grammar)", grammar)
-    if response_format is None or response_format == {"type": "text"}:
-        return dict(json_schema=None, gbnf=grammar)
-    if grammar is not None:
-        raise ValueError("give response_format or grammar, not both")
-    if not isinstance(response_format, dict) or not isinstance(response_format.get("type"), str):
+    if response_format is not None and not isinstance(response_format, dict):
         _fail("response_format", "None or a dict with a 'type' (text, json_object or "
                                  "json_schema)", response_format)
-    kind = response_format["type"]
-    known = {"json_object": ("type", "schema"), "json_schema": ("type", "json_schema")}
-    if kind not in known:
-        raise ValueError(f"response_format['type'] must be text, json_object or json_schema, "
-                         f"got {kind!r}")
-    for key in response_format:
-        if key not in known[kind]:
-            raise ValueError(f"response_format: unknown key {key!r} for type {kind!r} (it takes "
-                             f"{', '.join(known[kind])})")
-    if kind == "json_object":  # llama-cpp-python's form may carry a schema
-        schema = response_format.get("schema")
-    else:
-        spec = response_format.get("json_schema")
-        if not isinstance(spec, dict) or "schema" not in spec:
-            _fail("response_format['json_schema']", "a dict with a 'schema' (OpenAI's shape)",
-                  spec)
-        for key in spec:
-            if key not in ("name", "schema", "strict", "description"):
-                raise ValueError(f"response_format['json_schema']: unknown key {key!r}")
-        schema = spec["schema"]
-    if schema is None:
-        return dict(json_schema="", gbnf=None)
-    if not isinstance(schema, (dict, bool)):
-        _fail("the JSON schema", "a dict", schema)
-    return dict(json_schema=json.dumps(schema), gbnf=None)
+    fields = {"response_format": response_format, "grammar": grammar}
+    if chat:
+        fields.update(tools=tools, tool_choice=tool_choice,
+                      parallel_tool_calls=parallel_tool_calls)
+    request = {k: v for k, v in fields.items() if v is not None}
+    if not request:
+        return None
+    try:
+        text = json.dumps(request)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"response_format, grammar and tools must be JSON values: {e}") from None
+    return _parse_structured_output(text, chat)
 
 
 def _engine_args(max_tokens, max_new_tokens, temperature, top_k, top_p, stop, seed,
@@ -180,7 +173,8 @@ def _engine_args(max_tokens, max_new_tokens, temperature, top_k, top_p, stop, se
 def generate(self, prompt, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95, stop=None,
              seed=None, stream=False, repeat_penalty=1.0, repeat_last_n=64, add_bos=None,
              ignore_eos=False, min_p=0.0, presence_penalty=0.0, frequency_penalty=0.0, *,
-             max_new_tokens=None, speculative=None, response_format=None, grammar=None):
+             max_new_tokens=None, speculative=None, response_format=None, grammar=None,
+             _structured=None):
     """Generates after a prompt (chunkwise prefill, then recurrent decoding), as `retnet
     generate` does: the same seed gives the same text.
 
@@ -199,17 +193,22 @@ def generate(self, prompt, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95
         or {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}; sampling is
         masked token by token so the text parses (and validates), and ends when it is complete.
     grammar: the same with a GBNF grammar (llama.cpp's syntax; docs/server.md lists it).
+    _structured: chat()'s reading of response_format, grammar and tools (private).
     Returns a Completion: the text (a str) with .tokens, .finish_reason and .usage. stream=True
     returns a TextStream of text pieces instead; its .result is the Completion once it is
     exhausted. The GIL is released while it computes; Ctrl-C stops it between steps.
     """
+    if _structured is not None and (response_format is not None or grammar is not None):
+        raise ValueError("give response_format and grammar to chat() itself")
+    constraint = (_structured if _structured is not None
+                  else _structured_output(response_format, grammar))
     prompt = _prompt("prompt", prompt)
     stream = _bool("stream", stream)
     args = _engine_args(max_tokens, max_new_tokens, temperature, top_k, top_p, stop, seed,
                         repeat_penalty, repeat_last_n, add_bos, ignore_eos, min_p,
                         presence_penalty, frequency_penalty)
     out = self._generate([prompt], stream=stream, **args, **_speculative(speculative),
-                         **_constraint(response_format, grammar))
+                         constraint=constraint)
     return out if stream else Completion._of(out[0])
 
 

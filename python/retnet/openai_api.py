@@ -4,20 +4,23 @@ LlamaIndex integrate with), and as `retnet serve` answers /v1/completions and
 /v1/chat/completions.
 
 Every field is read or refused by name: a field whose meaning this engine does not implement
-(logprobs, logit_bias, tools, ...) raises ValueError unless it has its
+(logprobs, logit_bias, functions, ...) raises ValueError unless it has its
 "off" value (None, False, 1.0, ...), because honouring it would change the output.
 """
+import json
 import random
 import time
 import uuid
 
-from ._retnet import Model
+from ._retnet import Model, _history_tool_calls
 from .generation import _bool, _fail, _int, generate
 
 # Sampling fields passed on to generate() as they are (its defaults are the server's).
 _SAMPLING = ("temperature", "top_p", "top_k", "min_p", "seed", "repeat_penalty", "repeat_last_n",
              "presence_penalty", "frequency_penalty", "stop", "ignore_eos", "speculative",
              "response_format", "grammar")
+# A chat's tool fields, passed on to chat().
+_TOOLS = ("tools", "tool_choice", "parallel_tool_calls")
 
 # llama-cpp-python's and OpenAI's fields this engine does not implement, with the values that
 # leave them off (anything else is refused).
@@ -30,8 +33,10 @@ _OFF_VALUES = {
     "function_call": (None,),
 }
 _NOT_SUPPORTED_WHY = {
-    "tools": "tool calls are a feature of `retnet serve`; response_format or grammar constrain "
-             "the output here",
+    "tools": "tools are offered to create_chat_completion",
+    "tool_choice": "tools are offered to create_chat_completion",
+    "functions": "OpenAI's older form of tools: give tools and tool_choice",
+    "function_call": "OpenAI's older form of tools: give tools and tool_choice",
 }
 
 
@@ -97,21 +102,25 @@ def _common(method, fields, chat):
 
 def _openai_finish(reason):
     # OpenAI's API names an end-of-sequence token's end "stop" too.
-    return "length" if reason == "length" else "stop"
+    return reason if reason in ("length", "tool_calls") else "stop"
 
 
-def _choice(chat, text, finish_reason):
-    choice = {"index": 0, "logprobs": None, "finish_reason": finish_reason}
-    if chat:
-        choice["message"] = {"role": "assistant", "content": text}
+def _choice(chat, completion):
+    choice = {"index": 0, "logprobs": None,
+              "finish_reason": _openai_finish(completion.finish_reason)}
+    if chat and completion.tool_calls is not None:
+        choice["message"] = {"role": "assistant", "content": None,
+                             "tool_calls": completion.tool_calls}
+    elif chat:
+        choice["message"] = {"role": "assistant", "content": completion.text}
     else:
-        choice["text"] = text
+        choice["text"] = completion.text
     return choice
 
 
 def _response(context, chat, completion):
     out = dict(context)
-    out["choices"] = [_choice(chat, completion.text, _openai_finish(completion.finish_reason))]
+    out["choices"] = [_choice(chat, completion)]
     out["usage"] = dict(completion.usage)
     return out
 
@@ -121,12 +130,14 @@ def _chunks(context, chat, stream, include_usage):
     with the usage when asked)."""
     base = dict(context, object="chat.completion.chunk" if chat else "text_completion")
 
-    def chunk(text, finish_reason, first=False):
+    def chunk(text, finish_reason, first=False, tool_calls=None):
         choice = {"index": 0, "logprobs": None, "finish_reason": finish_reason}
         if chat:
             delta = {"role": "assistant"} if first else {}
             if text or first:
                 delta["content"] = text
+            if tool_calls is not None:
+                delta["tool_calls"] = tool_calls
             choice["delta"] = delta
         else:
             choice["text"] = text
@@ -137,6 +148,9 @@ def _chunks(context, chat, stream, include_usage):
     for piece in stream:
         yield chunk(piece, None)
     result = stream.result
+    if chat and result.tool_calls is not None:  # the whole call in one delta, as the server's
+        yield chunk("", None, tool_calls=[dict(call, index=i)
+                                          for i, call in enumerate(result.tool_calls)])
     yield chunk("", _openai_finish(result.finish_reason))
     if include_usage:
         yield dict(base, choices=[], usage=dict(result.usage))
@@ -181,8 +195,9 @@ def _content_text(content, where):
 
 
 def _chat_messages(messages):
-    """OpenAI's messages as the chat template reads them ({role, content} with string content),
-    checked as the server checks them."""
+    """OpenAI's messages as the chat template reads them ({role, content} with string content;
+    an assistant's tool_calls with their arguments as objects, a tool's tool_call_id), checked
+    as the server checks them."""
     if not isinstance(messages, list) or not messages:
         _fail("messages", "a non-empty list of dicts", messages)
     out = []
@@ -193,13 +208,28 @@ def _chat_messages(messages):
         role = m.get("role")
         if not isinstance(role, str) or not role:
             _fail(f"{at}.role", "a non-empty str (system, user or assistant)", role)
+        # An assistant's tool calls and a tool's result, for templates that render them.
+        extra = {"assistant": "tool_calls", "tool": "tool_call_id"}.get(role)
         for key in m:
-            if key not in ("role", "content"):
-                raise ValueError(f"{at}.{key} is not supported (a message has role and content; "
-                                 "tool calls are a feature of `retnet serve`)")
-        if m.get("content") is None:
+            if key not in ("role", "content", extra):
+                raise ValueError(f"{at}.{key} is not supported (a message has role and content, "
+                                 "an assistant's tool_calls, a tool's tool_call_id)")
+        message = {"role": role}
+        if m.get("tool_calls") is not None:
+            try:
+                calls = json.dumps(m["tool_calls"])
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"{at}.tool_calls must hold JSON values: {e}") from None
+            message["tool_calls"] = json.loads(_history_tool_calls(calls, f"{at}.tool_calls"))
+        if "tool_call_id" in m:
+            if not isinstance(m["tool_call_id"], str):
+                _fail(f"{at}.tool_call_id", "a str", m["tool_call_id"])
+            message["tool_call_id"] = m["tool_call_id"]
+        if m.get("content") is not None:
+            message["content"] = _content_text(m["content"], f"{at}.content")
+        elif "tool_calls" not in message:
             raise ValueError(f"{at}.content is required")
-        out.append({"role": role, "content": _content_text(m["content"], f"{at}.content")})
+        out.append(message)
     return out
 
 
@@ -210,15 +240,23 @@ def create_chat_completion(self, messages, **fields):
     of chat.completion.chunk dicts (delta {role} first, then {content} pieces, then the
     finish reason).
 
-    Fields: create_completion's, and max_completion_tokens (OpenAI's newer name of
-    max_tokens); max_tokens None: generate's default. tools are refused (`retnet serve` calls
-    tools); response_format constrains the reply as in create_completion.
+    Fields: create_completion's, max_completion_tokens (OpenAI's newer name of max_tokens;
+    max_tokens None: generate's default), and tools, tool_choice and parallel_tool_calls as
+    `retnet serve` takes them: a reply that is a call has message {"content": None,
+    "tool_calls": [{"id", "type": "function", "function": {"name", "arguments": "<JSON
+    text>"}}]} and finish_reason "tool_calls" (streamed: one delta with the whole call, each
+    with its "index"). Messages may carry an assistant's tool_calls and a tool's tool_call_id.
     """
     _check_fields("create_chat_completion", fields,
-                  set(_SAMPLING) | {"max_tokens", "max_completion_tokens", "stream",
-                                    "stream_options", "n", "model", "user"})
+                  set(_SAMPLING) | set(_TOOLS) | {"max_tokens", "max_completion_tokens",
+                                                  "stream", "stream_options", "n", "model",
+                                                  "user"})
     checked = _chat_messages(messages)
     args, context, stream, include_usage = _common("create_chat_completion", fields, chat=True)
+    tools = {k: fields[k] for k in _TOOLS if fields.get(k) is not None}
+    if tools.get("tools") == [] or ("tools" not in tools and tools.get("tool_choice") == "none"):
+        tools = {}  # the off values, as llama-cpp-python's callers send them
+    args.update(tools)
     out = self.chat(checked, stream=stream, **args)
     if stream:
         return _chunks(context, True, out, include_usage)

@@ -37,6 +37,10 @@ struct PyModel {
   const Tokenizer& require_tokenizer() const;
   // Packs the decode weights once (as `retnet generate` does), under the mutex.
   void prepare_decoding();
+  // The tokenizer's vocabulary as a trie for constrained output, built on first use and kept:
+  // building it walks every token's bytes, too slow to repeat per generate().
+  std::shared_ptr<const TokenTrie> token_trie();
+  std::shared_ptr<const TokenTrie> trie;  // token_trie()'s, under the mutex
 };
 
 // Token ids from an array-like of integers ([T] or [B, T]), each checked against the vocabulary.
@@ -59,5 +63,6 @@ void bind_session(py::module_& m);
 void bind_generation(py::module_& m);
 void bind_training(py::module_& m);
 void bind_chat(py::module_& m);
+void bind_structured_output(py::module_& m);
 
 }  // namespace retnet::python

@@ -10,9 +10,7 @@
 #include <thread>
 
 #include "binding.h"
-#include "retnet/core/json_parse.h"
-#include "retnet/infer/gbnf.h"
-#include "retnet/infer/json_schema.h"
+#include "retnet/infer/structured_output.h"
 
 namespace retnet::python {
 namespace {
@@ -27,8 +25,8 @@ struct GenerateArgs {
   float min_p = 0.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
   int64_t lookup = 0, draft_max = 8;  // speculative decoding (0: no prompt lookup)
   py::object draft_model;             // None or a Model drafting for speculative decoding
-  // Constrained output: a JSON schema's text ("": any JSON object) or a GBNF grammar; None: free.
-  py::object json_schema, gbnf;
+  // Constrained output: None (free text) or a _StructuredOutput (structured_output_binding.cpp).
+  py::object constraint;
 };
 
 GenerateOptions generate_options(const GenerateArgs& a) {
@@ -51,12 +49,7 @@ GenerateOptions generate_options(const GenerateArgs& a) {
   go.speculative.lookup = a.lookup;
   go.speculative.draft_max = a.draft_max;
   go.speculative.validate();
-  if (!a.json_schema.is_none()) {
-    const std::string schema = a.json_schema.cast<std::string>();
-    go.grammar = schema.empty() ? json_object_grammar()
-                                : json_schema_grammar(parse_ordered_json(schema, "the JSON schema"));
-  }
-  if (!a.gbnf.is_none()) go.grammar = parse_gbnf(a.gbnf.cast<std::string>());
+  if (!a.constraint.is_none()) go.grammar = a.constraint.cast<const StructuredOutput&>().grammar;
   return go;  // go.streams empty: every prompt gets the text it gets alone
 }
 
@@ -102,6 +95,7 @@ struct Generation {
       prompts.push_back(std::move(ids.ids));
     }
     options = generate_options(a);
+    if (options.grammar) options.trie = model->token_trie();
     if (!a.draft_model.is_none()) use_draft_model(a.draft_model.cast<std::shared_ptr<PyModel>>());
     model->prepare_decoding();
     SessionOptions so;
@@ -291,11 +285,11 @@ void bind_generation(py::module_& m) {
          const py::object& seed, bool stream, float repeat_penalty, int64_t repeat_last_n,
          const py::object& add_bos, bool ignore_eos, float min_p, float presence_penalty,
          float frequency_penalty, int64_t lookup, int64_t draft_max, const py::object& draft_model,
-         const py::object& json_schema, const py::object& gbnf) -> py::object {
+         const py::object& constraint) -> py::object {
         GenerateArgs a{
             max_tokens,         temperature, top_p,     repeat_penalty, top_k, repeat_last_n,
             stop_strings(stop), seed,        add_bos,   ignore_eos,     min_p, presence_penalty,
-            frequency_penalty,  lookup,      draft_max, draft_model,    json_schema, gbnf};
+            frequency_penalty,  lookup,      draft_max, draft_model,    constraint};
         if (!stream) return generate_blocking(std::move(self), prompts, a);
         return py::cast(std::make_unique<TextStream>(
             std::make_unique<Generation>(std::move(self), prompts, a)));
@@ -305,8 +299,7 @@ void bind_generation(py::module_& m) {
       py::arg("repeat_penalty"), py::arg("repeat_last_n"), py::arg("add_bos"),
       py::arg("ignore_eos"), py::arg("min_p"), py::arg("presence_penalty"),
       py::arg("frequency_penalty"), py::arg("lookup") = 0, py::arg("draft_max") = 8,
-      py::arg("draft_model") = py::none(), py::arg("json_schema") = py::none(),
-      py::arg("gbnf") = py::none());
+      py::arg("draft_model") = py::none(), py::arg("constraint") = py::none());
 }
 
 }  // namespace retnet::python

@@ -2,6 +2,7 @@
 #include <Python.h>
 
 #include "binding.h"
+#include "retnet/infer/grammar.h"
 #include "retnet/core/thread_policy.h"
 
 namespace retnet::python {
@@ -21,6 +22,13 @@ void PyModel::require_open() const {
 void PyModel::prepare_decoding() {
   std::lock_guard<std::mutex> lock(mutex);
   if (!model.decode_prepared()) model.prepare_decode(DecodePrecision::F32);
+}
+
+std::shared_ptr<const TokenTrie> PyModel::token_trie() {
+  const Tokenizer& tok = require_tokenizer();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!trie) trie = std::make_shared<const TokenTrie>(tok);
+  return trie;
 }
 
 TokenBatch token_batch(const py::handle& tokens, int64_t vocab, const std::string& what) {
@@ -79,4 +87,5 @@ PYBIND11_MODULE(_retnet, m) {
   rp::bind_generation(m);
   rp::bind_training(m);
   rp::bind_chat(m);
+  rp::bind_structured_output(m);
 }

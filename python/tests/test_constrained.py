@@ -60,7 +60,7 @@ def test_bad_constraints_are_refused_by_name(model):
     with pytest.raises(retnet.Error, match="minimum"):
         model.generate("x", response_format={"type": "json_schema", "json_schema": {
             "schema": {"type": "integer", "minimum": 0}}})
-    with pytest.raises(ValueError, match="response_format: unknown key 'strict'"):
+    with pytest.raises(ValueError, match="'response_format.strict' is not supported"):
         model.generate("x", response_format={"type": "json_object", "strict": True})
     with pytest.raises(TypeError, match="grammar must be None or a str"):
         model.generate("x", grammar=3)

@@ -93,9 +93,11 @@ def test_off_values_of_unsupported_fields_are_accepted(model):
     ({"echo": True}, ValueError, "'echo' is not supported"),
     ({"logit_bias": {"1": 5}}, ValueError, "'logit_bias' is not supported"),
     ({"mirostat_mode": 2}, ValueError, "'mirostat_mode'"),
-    ({"response_format": {"type": "xml"}}, ValueError, r"response_format\['type'\] must be"),
+    ({"response_format": {"type": "xml"}}, ValueError, "'response_format.type' must be"),
     ({"response_format": {"type": "json_object"}, "grammar": "root ::= \"a\""}, ValueError,
-     "not both"),
+     "'grammar' cannot be combined with a JSON response_format"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, ValueError,
+     "'tools' is not supported .tools are offered to create_chat_completion"),
     ({"grammar": "root ::= ("}, Exception, "line 1"),
     ({"n": 2}, ValueError, "'n' must be 1"),
     ({"stream_options": {"x": 1}}, ValueError, "stream_options.x"),
@@ -120,10 +122,14 @@ def test_bad_chat_messages_are_refused_by_name(model, messages, error, message):
         model.create_chat_completion(messages)
 
 
-def test_tools_are_refused_by_name(model):
-    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
-    with pytest.raises(ValueError, match="'tools' is not supported"):
+def test_bad_tools_are_refused_by_name(model):
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"oneOf": []}}}]
+    with pytest.raises(ValueError, match=r"tools\[0\].function.parameters"):
         model.create_chat_completion(MESSAGES, tools=tools)
+    with pytest.raises(ValueError, match="'tool_choice' needs \"tools\""):
+        model.create_chat_completion(MESSAGES, tool_choice="required")
+    with pytest.raises(ValueError, match="'functions' is not supported"):
+        model.create_chat_completion(MESSAGES, functions=[{"name": "f"}])
 
 
 def test_closed_model_refuses(model_path):

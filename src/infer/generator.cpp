@@ -41,7 +41,11 @@ std::vector<SequenceResult> generate(Session& session, const Tokenizer& tokenize
   RETNET_CHECK(!options.speculative.enabled() || !options.grammar,
                "speculative decoding does not take a grammar (constrained output)");
   // The vocabulary's bytes as a trie, walked by each sequence's grammar mask.
-  const auto trie = options.grammar ? std::make_shared<const TokenTrie>(tokenizer) : nullptr;
+  std::shared_ptr<const TokenTrie> trie = options.grammar ? options.trie : nullptr;
+  if (options.grammar && !trie) trie = std::make_shared<const TokenTrie>(tokenizer);
+  RETNET_CHECK(!trie || trie->vocab() == tokenizer.vocab_size(),
+               "the grammar's token trie has {} tokens, the tokenizer {}",
+               trie ? trie->vocab() : 0, tokenizer.vocab_size());
   std::vector<SequenceResult> results(static_cast<size_t>(n));
   std::vector<SequenceDecoder> decoders;
   decoders.reserve(static_cast<size_t>(n));

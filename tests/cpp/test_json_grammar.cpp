@@ -11,6 +11,7 @@
 #include "retnet/infer/decoder.h"
 #include "retnet/infer/grammar.h"
 #include "retnet/infer/json_schema.h"
+#include "retnet/infer/structured_output.h"
 #include "retnet/model/config.h"
 #include "retnet/model/model.h"
 
@@ -196,6 +197,137 @@ TEST(JsonGrammar, ARandomModelSampledUnderTheConstraintWritesJson) {
     EXPECT_TRUE(v["id"].is_number_integer() && v["ok"].is_boolean() && v["name"].is_string() &&
                 v["name"].get<std::string>().size() <= 12 * 4)
         << text;
+  }
+}
+
+
+// The memoized masks (interned states, an allowed set per state) are the masks a fresh walk of
+// the trie gives, and a string's repeated state walks once.
+TEST(JsonGrammar, MemoizedMasksAreTheWalksMasks) {
+  const SpanningTokens tok;
+  const auto trie = std::make_shared<const TokenTrie>(tok);
+  const auto g = schema_grammar(R"({"type": "object", "properties": {"a": {"type": "string"},
+      "b": {"type": "array", "items": {"type": "boolean"}}}, "required": ["a", "b"]})");
+  const std::string text = R"({"a":"abababababababababab","b":[true,true,true]})";
+  const int64_t V = tok.vocab_size();
+  GrammarConstraint walked(g, trie, false), memoized(g, trie);
+  int64_t steps = 0;
+  for (unsigned char c : text) {
+    std::vector<float> a(static_cast<size_t>(V), 0.f), b = a;
+    walked.mask(a.data(), V);
+    memoized.mask(b.data(), V);
+    for (int64_t t = 0; t < V; ++t)
+      ASSERT_EQ(std::isfinite(a[static_cast<size_t>(t)]), std::isfinite(b[static_cast<size_t>(t)]))
+          << "token " << t << " at step " << steps;
+    walked.accept(c);
+    memoized.accept(c);
+    ++steps;
+  }
+  EXPECT_TRUE(walked.must_end() && memoized.must_end());
+  EXPECT_EQ(walked.walks(), steps);
+  // The 20 bytes inside the string share one state; so do the repeated "true,".
+  EXPECT_LT(memoized.walks(), steps - 20);
+
+  // A bounded string has a state per length: past the limit of interned states (1,024) the
+  // memoized masks are forgotten, or a walk that would pass it is redone afresh; the masks stay
+  // the walks' masks.
+  const auto bounded = schema_grammar(R"({"type": "string", "maxLength": 1000})");
+  GrammarConstraint fresh(bounded, trie, false), capped(bounded, trie);
+  const std::string long_text = "\"" + std::string(1000, 'a') + "\"";
+  for (size_t i = 0; i < long_text.size(); ++i) {
+    std::vector<float> a(static_cast<size_t>(V), 0.f), b = a;
+    fresh.mask(a.data(), V);
+    capped.mask(b.data(), V);
+    for (int64_t t = 0; t < V; ++t)
+      ASSERT_EQ(std::isfinite(a[static_cast<size_t>(t)]), std::isfinite(b[static_cast<size_t>(t)]))
+          << "token " << t << " at byte " << i;
+    fresh.accept(static_cast<unsigned char>(long_text[i]));
+    capped.accept(static_cast<unsigned char>(long_text[i]));
+  }
+  EXPECT_TRUE(fresh.must_end() && capped.must_end());
+}
+
+// response_format, grammar and tools as the server and the Python package read them.
+std::pair<std::string, std::string> structured_refusal(const std::string& request, bool chat) {
+  try {
+    parse_structured_output(nlohmann::ordered_json::parse(request), chat);
+  } catch (const StructuredOutputError& e) {
+    return {e.param, e.code};
+  }
+  return {"(accepted)", ""};
+}
+
+TEST(StructuredOutput, FieldsAreReadOrRefusedByName) {
+  using P = std::pair<std::string, std::string>;
+  EXPECT_EQ(structured_refusal(R"({"response_format": {"type": "xml"}})", false),
+            P("response_format.type", "invalid_value"));
+  EXPECT_EQ(structured_refusal(R"({"response_format": {"type": "json_object", "strict": true}})",
+                               false),
+            P("response_format.strict", "unsupported_field"));
+  EXPECT_EQ(structured_refusal(R"({"response_format": {"type": "json_schema", "json_schema": {
+      "schema": {"type": "string", "pattern": "a"}}}})", true),
+            P("response_format.json_schema.schema.pattern", "unsupported_schema"));
+  EXPECT_EQ(structured_refusal(R"({"grammar": "root ::= ("})", false),
+            P("grammar", "invalid_grammar"));
+  EXPECT_EQ(structured_refusal(R"({"tool_choice": "required"})", true),
+            P("tool_choice", "invalid_value"));
+  EXPECT_EQ(structured_refusal(R"({"tools": [{"type": "function", "function": {"name": "f",
+      "parameters": {"oneOf": []}}}]})", true),
+            P("tools[0].function.parameters.oneOf", "unsupported_schema"));
+  EXPECT_EQ(structured_refusal(R"({"tools": [{"type": "function", "function": {"name": "f"}}],
+      "tool_choice": {"type": "function", "function": {"name": "g"}}})", true),
+            P("tool_choice.function.name", "invalid_value"));
+  // llama-server's json_object with a schema: the schema's values.
+  const StructuredOutput s = parse_structured_output(nlohmann::ordered_json::parse(
+      R"({"response_format": {"type": "json_object", "schema": {"enum": [1, 2]}}})"), false);
+  EXPECT_TRUE(accepts(s.grammar, "2"));
+  EXPECT_FALSE(accepts(s.grammar, "{}"));
+  // Tools belong to a chat: a completion request leaves them to its own field checks.
+  EXPECT_EQ(parse_structured_output(nlohmann::ordered_json::parse(R"({"tools": 3})"), false)
+                .grammar,
+            nullptr);
+}
+
+TEST(StructuredOutput, ToolChoicesGiveCallsAndProse) {
+  const auto request = [](const std::string& choice) {
+    return parse_structured_output(
+        nlohmann::ordered_json::parse(R"({"tools": [{"type": "function", "function": {
+            "name": "add", "parameters": {"type": "object", "properties": {"a": {"type":
+            "integer"}}, "required": ["a"]}}}], "tool_choice": )" + choice + "}"),
+        true);
+  };
+  const std::string call = R"({"name": "add", "arguments": {"a": 3}})";
+  const StructuredOutput required = request(R"("required")");
+  EXPECT_TRUE(required.tool_call && !required.prose_may_stop());
+  EXPECT_TRUE(accepts(required.grammar, call));
+  EXPECT_FALSE(accepts(required.grammar, "three"));
+  EXPECT_TRUE(reply_is_call(required, call, "stop"));
+  EXPECT_FALSE(reply_is_call(required, call, "length"));
+  const StructuredOutput named = request(R"({"type": "function", "function": {"name": "add"}})");
+  EXPECT_TRUE(named.tool_call && accepts(named.grammar, call));
+  const StructuredOutput automatic = request(R"("auto")");
+  EXPECT_TRUE(!automatic.tool_call && automatic.prose_may_stop());
+  EXPECT_TRUE(accepts(automatic.grammar, call) && accepts(automatic.grammar, "It is 3."));
+  EXPECT_FALSE(accepts(automatic.grammar, R"({"name": "sub")"));
+  EXPECT_FALSE(reply_is_call(automatic, "It is 3.", "stop"));
+  EXPECT_EQ(request(R"("none")").grammar, nullptr);
+  const nlohmann::json calls = tool_calls_json(call, true);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0]["function"]["name"], "add");
+  EXPECT_EQ(calls[0]["function"]["arguments"], R"({"a":3})");
+  EXPECT_EQ(calls[0]["index"], 0);
+  EXPECT_EQ(calls[0]["id"].get<std::string>().rfind("call_", 0), 0u);
+  // A conversation's call comes back with its arguments as an object.
+  const nlohmann::ordered_json history = history_tool_calls(
+      nlohmann::json::parse(R"([{"id": "c", "function": {"name": "add", "arguments":
+          "{\"a\": 3}"}}])"), "messages[1].tool_calls");
+  EXPECT_EQ(history[0]["function"]["arguments"]["a"], 3);
+  try {
+    history_tool_calls(nlohmann::json::parse(R"([{"function": {"name": "add", "arguments":
+        "{"}}])"), "messages[1].tool_calls");
+    ADD_FAILURE() << "arguments that are not JSON were taken";
+  } catch (const StructuredOutputError& e) {
+    EXPECT_EQ(e.param, "messages[1].tool_calls[0].function.arguments");
   }
 }
 

@@ -93,23 +93,40 @@ CHAT = {"messages": [{"role": "system", "content": "Be brief."},
                      {"role": "user", "content": "Who art thou?"}],
         "max_tokens": 30, "temperature": 0.9, "top_k": 20, "seed": 5}
 
+# A call the reply must be (tool_choice "required"): the same call from both (ids are random).
+TOOL_CHAT = dict(CHAT, max_tokens=300, tool_choice="required", tools=[
+    {"type": "function", "function": {"name": "greet", "parameters": {
+        "type": "object", "properties": {"whom": {"type": "string", "maxLength": 12}},
+        "required": ["whom"]}}}])
+
+
+def without_call_ids(choices):
+    out = json.loads(json.dumps(choices))
+    for choice in out:
+        for call in (choice.get("message") or {}).get("tool_calls") or []:
+            call.pop("id", None)
+    return out
+
 
 def openai_diffs(server, model_path, cases):
     """The Python package's OpenAI-shaped calls against the server's replies to the same
     bodies: chat (the model's template and its stop strings) and completions."""
     import retnet
     model = retnet.load(model_path)
-    pairs = [("/v1/chat/completions", CHAT, model.create_chat_completion(**CHAT))]
+    pairs = [("/v1/chat/completions", CHAT, model.create_chat_completion(**CHAT)),
+             ("/v1/chat/completions", TOOL_CHAT, model.create_chat_completion(**TOOL_CHAT))]
     pairs += [("/v1/completions", server_body(c), model.create_completion(**server_body(c)))
               for c in cases]
     diffs = []
     for path, body, mine in pairs:
         status, served = server.json("POST", path, body)
         assert status == 200, served
+        if body is TOOL_CHAT and mine["choices"][0]["finish_reason"] != "tool_calls":
+            diffs.append(f"{path} with tools: Python's reply is not a call: {mine['choices']}")
         for key in ("object", "seed"):
             if mine[key] != served[key]:
                 diffs.append(f"{path}: Python {key} {mine[key]!r} != server {served[key]!r}")
-        if mine["choices"] != served["choices"]:
+        if without_call_ids(mine["choices"]) != without_call_ids(served["choices"]):
             diffs.append(f"{path}: Python choices {mine['choices']} != server "
                          f"{served['choices']}")
         for key in ("prompt_tokens", "completion_tokens", "total_tokens"):

@@ -16,6 +16,7 @@
 namespace retnet {
 
 struct Grammar;
+class TokenTrie;
 
 // Speculative decoding (speculative.h) of a single sequence: a drafter proposes tokens, one pass
 // of the model checks them, and the decode rule keeps those it would have chosen itself, so the
@@ -47,6 +48,10 @@ struct GenerateOptions {
   // Constrained output (grammar.h, e.g. json_schema_grammar): every sequence's tokens are masked
   // to the grammar, and a sequence ends when its text is complete. Null: free text.
   std::shared_ptr<const Grammar> grammar;
+  // The tokenizer's vocabulary as a trie (grammar.h) for the grammar's mask: a caller that
+  // generates often keeps one per tokenizer. Null: built for this call (costly on a large
+  // vocabulary).
+  std::shared_ptr<const TokenTrie> trie;
 };
 
 struct SequenceResult {

@@ -7,6 +7,7 @@
 // Grammars here come from code (the JSON schema compiler): no left recursion.
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -96,21 +97,49 @@ class TokenTrie {
   size_t max_bytes_ = 0;
 };
 
-// A grammar as a decode constraint: the tokens whose bytes continue some parse.
+// A grammar as a decode constraint: the tokens whose bytes continue some parse. The walk of the
+// trie moves between recognizer states; they are interned with their moves by byte, so a state
+// reached again (inside a JSON string nearly every byte leads back to the same one) costs a table
+// look-up instead of an advance, and the allowed set of a state masked before is reused (the set
+// depends on the state alone). Both are bounded: past the limits they are forgotten and rebuilt.
 class GrammarConstraint : public TokenConstraint {
  public:
-  GrammarConstraint(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> trie);
+  // `memoize` false: every mask walks the trie advancing the states afresh (the reference that
+  // the memoized masks are tested and measured against).
+  GrammarConstraint(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> trie,
+                    bool memoize = true);
   void mask(float* logits, int64_t vocab) override;
   void accept(int32_t token) override;
   bool can_end() const override { return recognizer_.can_end(); }
   bool must_end() const override { return recognizer_.must_end(); }
+  // Masks that walked the trie (the others reused their state's allowed set).
+  int64_t walks() const { return walks_; }
 
  private:
-  void walk(int32_t node, size_t depth, const GrammarRecognizer::State& state);
+  using State = GrammarRecognizer::State;
+  void walk(int32_t node, size_t depth, const State& state);  // without memoizing
+  void walk_interned(int32_t node, int32_t state);
+  int32_t intern(const State& state);
+  // An interned id, or -1: no parse (or more states than the limit: sets overflow_).
+  int32_t next_state(int32_t state, unsigned char byte);
+  void apply(const std::vector<uint64_t>& allowed, float* logits, int64_t vocab) const;
+
   GrammarRecognizer recognizer_;
   std::shared_ptr<const TokenTrie> trie_;
-  std::vector<uint8_t> allowed_;                 // per token, filled by walk (sized once)
-  std::vector<GrammarRecognizer::State> after_;  // walk's state after each depth of the trie
+  bool memoize_ = true;
+  std::vector<uint64_t> allowed_;  // a bit per token, filled by a walk (sized once)
+  std::vector<State> after_;       // walk's state after each depth of the trie
+  // Interned states: ids_ maps a state to its index in states_ (pointers to ids_'s keys, which
+  // stay put), next_ its moves by byte (kUnknown until computed), mask_of_ its allowed set's
+  // index in masks_ (-1: not masked yet).
+  std::map<State, int32_t> ids_;
+  std::vector<const State*> states_;
+  std::vector<std::array<int32_t, 256>> next_;
+  std::vector<int32_t> mask_of_;
+  std::vector<std::vector<uint64_t>> masks_;
+  State scratch_;
+  bool overflow_ = false;  // a walk met more states than the limit: its set is not used
+  int64_t walks_ = 0;
 };
 
 }  // namespace retnet

@@ -235,29 +235,120 @@ TokenTrie::TokenTrie(const Tokenizer& tokenizer) {
   }
 }
 
+namespace {
+
+// The interned states' limits (per sequence): a move table costs 1 KiB per state and an allowed
+// set vocab / 8 bytes. Past them, what was memoized is forgotten; a walk that meets more states
+// than kMaxStates is redone without memoizing.
+constexpr size_t kMaxStates = 1024;
+constexpr size_t kMaxMasks = 32;
+constexpr int32_t kUnknown = -2;
+
+}  // namespace
+
 GrammarConstraint::GrammarConstraint(std::shared_ptr<const Grammar> grammar,
-                                     std::shared_ptr<const TokenTrie> trie)
-    : recognizer_(std::move(grammar)), trie_(std::move(trie)), after_(trie_->max_bytes() + 1) {}
+                                     std::shared_ptr<const TokenTrie> trie, bool memoize)
+    : recognizer_(std::move(grammar)),
+      trie_(std::move(trie)),
+      memoize_(memoize),
+      after_(trie_->max_bytes() + 1) {}
 
 // after_[depth] holds the state after the trie path's bytes so far (sized once: no allocation
 // once its stacks have grown).
-void GrammarConstraint::walk(int32_t node, size_t depth, const GrammarRecognizer::State& state) {
-  GrammarRecognizer::State& next = after_[depth];
+void GrammarConstraint::walk(int32_t node, size_t depth, const State& state) {
+  State& next = after_[depth];
   for (const auto& [byte, child] : trie_->nodes()[static_cast<size_t>(node)].children) {
     recognizer_.advance(state, byte, next);
     if (next.empty()) continue;
     const TokenTrie::Node& c = trie_->nodes()[static_cast<size_t>(child)];
-    for (int32_t t : c.tokens) allowed_[static_cast<size_t>(t)] = 1;
+    for (int32_t t : c.tokens)
+      allowed_[static_cast<size_t>(t) >> 6] |= uint64_t{1} << (static_cast<size_t>(t) & 63);
     if (!c.children.empty()) walk(child, depth + 1, next);
   }
 }
 
+int32_t GrammarConstraint::intern(const State& state) {
+  const auto [it, added] = ids_.try_emplace(state, static_cast<int32_t>(states_.size()));
+  if (added) {
+    states_.push_back(&it->first);
+    next_.emplace_back().fill(kUnknown);
+    mask_of_.push_back(-1);
+  }
+  return it->second;
+}
+
+int32_t GrammarConstraint::next_state(int32_t state, unsigned char byte) {
+  const int32_t known = next_[static_cast<size_t>(state)][byte];
+  if (known != kUnknown) return known;
+  recognizer_.advance(*states_[static_cast<size_t>(state)], byte, scratch_);
+  if (!scratch_.empty() && states_.size() >= kMaxStates && !ids_.count(scratch_)) {
+    overflow_ = true;
+    return -1;
+  }
+  const int32_t next = scratch_.empty() ? -1 : intern(scratch_);
+  next_[static_cast<size_t>(state)][byte] = next;  // indexed again: intern may have grown next_
+  return next;
+}
+
+void GrammarConstraint::walk_interned(int32_t node, int32_t state) {
+  for (const auto& [byte, child] : trie_->nodes()[static_cast<size_t>(node)].children) {
+    const int32_t next = next_state(state, byte);
+    if (next < 0) continue;
+    const TokenTrie::Node& c = trie_->nodes()[static_cast<size_t>(child)];
+    for (int32_t t : c.tokens)
+      allowed_[static_cast<size_t>(t) >> 6] |= uint64_t{1} << (static_cast<size_t>(t) & 63);
+    if (!c.children.empty()) walk_interned(child, next);
+  }
+}
+
 void GrammarConstraint::mask(float* logits, int64_t vocab) {
-  allowed_.assign(static_cast<size_t>(trie_->vocab()), 0);
-  walk(0, 0, recognizer_.state());
+  const size_t words = (static_cast<size_t>(trie_->vocab()) + 63) / 64;
+  if (!memoize_) {
+    allowed_.assign(words, 0);
+    walk(0, 0, recognizer_.state());
+    ++walks_;
+    return apply(allowed_, logits, vocab);
+  }
+  if (states_.size() >= kMaxStates) {
+    ids_.clear();
+    states_.clear();
+    next_.clear();
+    mask_of_.clear();
+    masks_.clear();
+  }
+  if (masks_.size() >= kMaxMasks) {
+    masks_.clear();
+    std::fill(mask_of_.begin(), mask_of_.end(), -1);
+  }
+  const int32_t state = intern(recognizer_.state());
+  if (mask_of_[static_cast<size_t>(state)] < 0) {
+    allowed_.assign(words, 0);
+    overflow_ = false;
+    walk_interned(0, state);
+    ++walks_;
+    if (overflow_) {  // the set misses what lay past the limit: walk afresh, keep nothing
+      allowed_.assign(words, 0);
+      walk(0, 0, recognizer_.state());
+      return apply(allowed_, logits, vocab);
+    }
+    mask_of_[static_cast<size_t>(state)] = static_cast<int32_t>(masks_.size());
+    masks_.push_back(allowed_);
+  }
+  apply(masks_[static_cast<size_t>(mask_of_[static_cast<size_t>(state)])], logits, vocab);
+}
+
+void GrammarConstraint::apply(const std::vector<uint64_t>& allowed, float* logits,
+                              int64_t vocab) const {
   const float ban = -std::numeric_limits<float>::infinity();
-  for (int64_t t = 0; t < vocab; ++t)
-    if (t >= trie_->vocab() || !allowed_[static_cast<size_t>(t)]) logits[t] = ban;
+  const int64_t known = std::min(vocab, trie_->vocab());
+  for (int64_t w = 0; w * 64 < known; ++w) {
+    const uint64_t bits = allowed[static_cast<size_t>(w)];
+    if (bits == ~uint64_t{0}) continue;
+    const int64_t end = std::min(known, (w + 1) * 64);
+    for (int64_t t = w * 64; t < end; ++t)
+      if (!((bits >> (t & 63)) & 1)) logits[t] = ban;
+  }
+  for (int64_t t = known; t < vocab; ++t) logits[t] = ban;
 }
 
 void GrammarConstraint::accept(int32_t token) {
