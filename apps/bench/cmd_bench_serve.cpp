@@ -54,8 +54,8 @@ struct BenchServeOptions {
   double rss_tolerance = 0.05;
   uint64_t seed = 1;
   // A second server reading prompts one per pass (--prefill-batch 1), its rounds alternated with
-  // the first's (batched prefill): rows marked +p1.
-  bool per_prompt_prefill = false;
+  // the first's (--prefill-batch 0, batched prefill): rows marked +p1.
+  bool batched_prefill = false;
 };
 
 std::string prompt_of(int64_t stream, int64_t round) {
@@ -158,7 +158,7 @@ Baseline generate_baseline(const Model& model, const Tokenizer& tokenizer, int64
 }
 
 std::vector<std::string> server_args(const BenchServeOptions& o, int64_t parallel,
-                                     int64_t cache_mib = 0, int64_t prefill_batch = 0) {
+                                     int64_t cache_mib = 0, int64_t prefill_batch = 1) {
   return {"--prefill-batch",
           std::to_string(prefill_batch),
           "-m",
@@ -196,9 +196,9 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
                  "--speculative must be a JSON object, e.g. {{\"lookup\": 3}}");
   }
   const bool rf = !o.response_format.empty(), sp = !o.speculative.empty();
-  const bool p1 = o.per_prompt_prefill;
+  const bool p1 = o.batched_prefill;
   RETNET_CHECK(!p1 || (!rf && !sp),
-               "--per-prompt-prefill compares two servers on plain requests: not with "
+               "--batched-prefill compares two servers on plain requests: not with "
                "--response-format or --speculative");
   const char* mark = p1 ? "+p1" : rf && sp ? "+x" : rf ? "+rf" : "+sp";
   const bool marked_rows = p1 || !marked_fields.is_null();
@@ -207,7 +207,7 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
   Model model = load_model(o.model);
   prepare_for_inference(model, o.dtype);
   auto tokenizer = load_model_tokenizer(o.model);
-  ServerProcess server(server_args(o, parallel));
+  ServerProcess server(server_args(o, parallel, 0, p1 ? 0 : 1));
   std::optional<ServerProcess> per_prompt;
   if (p1) per_prompt.emplace(server_args(o, parallel, 0, 1));
   std::printf(
@@ -219,8 +219,9 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
                 "without\n",
                 mark, marked_fields.dump().c_str());
   if (p1)
-    std::printf("rows marked +p1: a second server reading prompts one per pass (--prefill-batch "
-                "1), rounds alternated with the first's (batched prefill)\n");
+    std::printf("rows without a mark: prompts read together (--prefill-batch 0); rows marked "
+                "+p1: a second server reading one prompt per pass (--prefill-batch 1), rounds "
+                "alternated\n");
   std::printf("%7s %11s %11s %10s %9s %9s %9s %9s %9s %11s %7s %11s %7s\n", "streams", "tok/s",
               "tok/s/str", "TTFT p50", "TTFT p95", "ITL p50", "ITL p99", "RSS MiB", "failed",
               "gen decode", "ratio", "gen e2e", "ratio");
@@ -248,7 +249,7 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
     out["results"].push_back({{"streams", n},
                               {"response_format", marked && rf},
                               {"speculative", marked && sp},
-                              {"prefill_batch", marked && p1 ? 1 : 0},
+                              {"prefill_batch", !p1 || marked ? 1 : 0},
                               {"tokens_per_s", to_json(s)},
                               {"per_stream_tokens_per_s", m.per_stream_tokens_per_s},
                               {"ttft_ms_p50", 1e3 * m.ttft_p50},
@@ -531,10 +532,10 @@ void register_bench_serve(CLI::App* bench) {
                   "A request's speculative object (JSON, e.g. {\"lookup\": 3}): as "
                   "--response-format, in rows marked +sp (+x with both)")
       ->type_name("JSON");
-  cmd->add_flag("--per-prompt-prefill", o->per_prompt_prefill,
-                "Also a second server that reads prompts one per pass (--prefill-batch 1): its "
-                "rounds alternate with the first's (prompts read together in batched passes), "
-                "in rows marked +p1");
+  cmd->add_flag("--batched-prefill", o->batched_prefill,
+                "The server reads the prompts of a round together in batched passes "
+                "(--prefill-batch 0), and a second server reading one prompt per pass "
+                "(--prefill-batch 1, the default) alternates rounds with it, in rows marked +p1");
   cmd->add_option("--seed,-s", o->seed, "Seed of the requests and the soak's choices")
       ->capture_default_str();
   cmd->callback([o = o] { run(*o); });

@@ -81,7 +81,8 @@ void register_serve(CLI::App& app) {
   add_checked(cmd, "--prefill-batch", o->prefill_batch,
               "Most prompts read together in one batched pass (every projection one product "
               "over all their tokens; 0: all that the --prefill-block allows, 1: one prompt a "
-              "pass)",
+              "pass). Faster for small models, slower on some machines for large ones: see "
+              "docs/server.md",
               integer_within(0, 1 << 20));
   add_checked(cmd, "--lookup", o->lookup,
               "Speculative decoding with prompt lookup for every request: draft the tokens that "

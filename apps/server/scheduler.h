@@ -36,7 +36,7 @@ struct SchedulerOptions {
   int64_t prefill_block = 512;  // prompt tokens per prefill pass between decode steps
   // Most prompts whose segments are read in one batched pass (--prefill-batch; 0: every prompt of
   // the round, 1: one prompt per pass).
-  int64_t prefill_batch = 0;
+  int64_t prefill_batch = 1;
   int64_t cache_bytes = 0;      // prompt cache capacity; 0: no cache
   std::string cache_dir;        // the prompt cache's disk tier ("": none)
   int64_t cache_dir_bytes = 0;  // its capacity
