@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -52,6 +53,9 @@ struct BenchServeOptions {
   int64_t soak_streams = 64;
   double rss_tolerance = 0.05;
   uint64_t seed = 1;
+  // A second server reading prompts one per pass (--prefill-batch 1), its rounds alternated with
+  // the first's (--prefill-batch 0, batched prefill): rows marked +p1.
+  bool batched_prefill = false;
 };
 
 std::string prompt_of(int64_t stream, int64_t round) {
@@ -154,8 +158,10 @@ Baseline generate_baseline(const Model& model, const Tokenizer& tokenizer, int64
 }
 
 std::vector<std::string> server_args(const BenchServeOptions& o, int64_t parallel,
-                                     int64_t cache_mib = 0) {
-  return {"-m",
+                                     int64_t cache_mib = 0, int64_t prefill_batch = 1) {
+  return {"--prefill-batch",
+          std::to_string(prefill_batch),
+          "-m",
           o.model,
           "--parallel",
           std::to_string(parallel),
@@ -190,13 +196,20 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
                  "--speculative must be a JSON object, e.g. {{\"lookup\": 3}}");
   }
   const bool rf = !o.response_format.empty(), sp = !o.speculative.empty();
-  const char* mark = rf && sp ? "+x" : rf ? "+rf" : "+sp";
+  const bool p1 = o.batched_prefill;
+  RETNET_CHECK(!p1 || (!rf && !sp),
+               "--batched-prefill compares two servers on plain requests: not with "
+               "--response-format or --speculative");
+  const char* mark = p1 ? "+p1" : rf && sp ? "+x" : rf ? "+rf" : "+sp";
+  const bool marked_rows = p1 || !marked_fields.is_null();
   const int64_t parallel = *std::max_element(counts.begin(), counts.end());
   apply_threads(o.threads);
   Model model = load_model(o.model);
   prepare_for_inference(model, o.dtype);
   auto tokenizer = load_model_tokenizer(o.model);
-  ServerProcess server(server_args(o, parallel));
+  ServerProcess server(server_args(o, parallel, 0, p1 ? 0 : 1));
+  std::optional<ServerProcess> per_prompt;
+  if (p1) per_prompt.emplace(server_args(o, parallel, 0, 1));
   std::printf(
       "retnet bench serve: %s, %lld tokens per stream, median of %d rounds; baseline: "
       "generate at batch N in-process, same prompts\n",
@@ -205,6 +218,10 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
     std::printf("rows marked %s: every request with %s, rounds alternated with the rows "
                 "without\n",
                 mark, marked_fields.dump().c_str());
+  if (p1)
+    std::printf("rows without a mark: prompts read together (--prefill-batch 0); rows marked "
+                "+p1: a second server reading one prompt per pass (--prefill-batch 1), rounds "
+                "alternated\n");
   std::printf("%7s %11s %11s %10s %9s %9s %9s %9s %9s %11s %7s %11s %7s\n", "streams", "tok/s",
               "tok/s/str", "TTFT p50", "TTFT p95", "ITL p50", "ITL p99", "RSS MiB", "failed",
               "gen decode", "ratio", "gen e2e", "ratio");
@@ -220,7 +237,7 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
     });
     int64_t failed = 0;
     for (const auto& f : rounds) failed += f.failed;
-    const int64_t rss = server.rss_bytes();
+    const int64_t rss = (marked && p1 ? *per_prompt : server).rss_bytes();
     std::printf(
         "%4lld%-3s %11.0f %11.1f %8.1fms %7.1fms %7.2fms %7.2fms %9.1f %9lld %11.0f %7.2f %11.0f "
         "%7.2f\n",
@@ -232,6 +249,7 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
     out["results"].push_back({{"streams", n},
                               {"response_format", marked && rf},
                               {"speculative", marked && sp},
+                              {"prefill_batch", !p1 || marked ? 1 : 0},
                               {"tokens_per_s", to_json(s)},
                               {"per_stream_tokens_per_s", m.per_stream_tokens_per_s},
                               {"ttft_ms_p50", 1e3 * m.ttft_p50},
@@ -248,12 +266,14 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
   };
   int64_t round = 1;
   for (int64_t n : counts) {
+    const int marked_port = p1 ? per_prompt->port() : server.port();
     run_round(server.port(), n, std::min<int64_t>(o.tokens, 8), round++);  // warm-up
+    if (p1) run_round(marked_port, n, std::min<int64_t>(o.tokens, 8), round++);
     std::vector<RoundFigures> rounds, marked_rounds;
     for (int r = 0; r < o.reps; ++r) {
       rounds.push_back(run_round(server.port(), n, o.tokens, round++));
-      if (!marked_fields.is_null())
-        marked_rounds.push_back(run_round(server.port(), n, o.tokens, round++, marked_fields));
+      if (marked_rows)
+        marked_rounds.push_back(run_round(marked_port, n, o.tokens, round++, marked_fields));
     }
     std::vector<double> baseline, baseline_e2e;
     for (int r = 0; r < o.reps; ++r) {
@@ -263,9 +283,12 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
     }
     const Summary b = summarize(baseline), e = summarize(baseline_e2e);
     report(n, rounds, b, e, false);
-    if (!marked_fields.is_null()) report(n, marked_rounds, b, e, true);
+    if (marked_rows) report(n, marked_rounds, b, e, true);
   }
   RETNET_CHECK(server.stop() == 0, "the server did not exit cleanly: {}", server.log());
+  if (p1)
+    RETNET_CHECK(per_prompt->stop() == 0, "the second server did not exit cleanly: {}",
+                 per_prompt->log());
 }
 
 // Soak: `soak_streams` clients loop until the time is up, each request streamed or not, of a
@@ -509,6 +532,10 @@ void register_bench_serve(CLI::App* bench) {
                   "A request's speculative object (JSON, e.g. {\"lookup\": 3}): as "
                   "--response-format, in rows marked +sp (+x with both)")
       ->type_name("JSON");
+  cmd->add_flag("--batched-prefill", o->batched_prefill,
+                "The server reads the prompts of a round together in batched passes "
+                "(--prefill-batch 0), and a second server reading one prompt per pass "
+                "(--prefill-batch 1, the default) alternates rounds with it, in rows marked +p1");
   cmd->add_option("--seed,-s", o->seed, "Seed of the requests and the soak's choices")
       ->capture_default_str();
   cmd->callback([o = o] { run(*o); });

@@ -68,9 +68,9 @@ void register_serve(CLI::App& app) {
               "Bound of --cache-dir's files, MiB (least recently used removed first)",
               integer_within(1, int64_t{1} << 30));
   cmd->add_option("--cache-type", o->cache_type,
-                  "Prompt cache states in memory as f32 (exact) or bf16 (half the bytes; a "
-                  "restored state is rounded to 8 significant bits, so text may drift); files in "
-                  "--cache-dir stay f32")
+                  "Prompt cache states, in memory and in --cache-dir files, as f32 (exact) or "
+                  "bf16 (half the bytes; a restored state is rounded to 8 significant bits, so "
+                  "text may drift); files of either kind are read")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
   add_checked(cmd, "--max-body-mib", o->max_body_mib, "Largest request body, MiB",
@@ -78,6 +78,12 @@ void register_serve(CLI::App& app) {
   add_checked(cmd, "--prefill-block", o->prefill_block,
               "Prompt tokens read between two decode steps (rounded to whole chunks)",
               integer_within(1, int64_t{1} << 30));
+  add_checked(cmd, "--prefill-batch", o->prefill_batch,
+              "Most prompts read together in one batched pass (every projection one product "
+              "over all their tokens; 0: all that the --prefill-block allows, 1: one prompt a "
+              "pass). Faster for small models, slower on some machines for large ones: see "
+              "docs/server.md",
+              integer_within(0, 1 << 20));
   add_checked(cmd, "--lookup", o->lookup,
               "Speculative decoding with prompt lookup for every request: draft the tokens that "
               "followed the latest earlier occurrence of a stream's last (up to N) tokens, check "

@@ -17,6 +17,9 @@ std::string Metrics::prometheus_text() const {
       prompt_tokens.load());
   add("prompt_tokens_prefilled_total", "counter", "Prompt tokens run through the model",
       prefilled_tokens.load());
+  add("prefill_passes_total", "counter",
+      "Batched prefill passes (each reads segments of one or more prompts)",
+      prefill_passes.load());
   add("generated_tokens_total", "counter", "Generated tokens", generated_tokens.load());
   add("prompt_seconds_total", "counter", "Time spent prefilling prompts",
       prompt_microseconds.load() * 1e-6);

@@ -15,6 +15,7 @@ struct Metrics {
   std::atomic<int64_t> prefilled_tokens{0};  // prompt tokens actually run through the model
   std::atomic<int64_t> generated_tokens{0};
   std::atomic<int64_t> prompt_microseconds{0};
+  std::atomic<int64_t> prefill_passes{0};  // model passes reading prompts (several in each)
   std::atomic<int64_t> decode_microseconds{0};
   std::atomic<int64_t> decode_steps{0};
   // Speculative decoding: checking passes, tokens drafted for them, drafted tokens kept.

@@ -16,7 +16,8 @@ namespace retnet::server {
 class PromptCache {
  public:
   // `bf16`: the memory tier keeps each state and token cache as bfloat16 (half the bytes; every
-  // value rounded to 8 significant bits) and widens it back when found. The disk tier keeps f32.
+  // value rounded to 8 significant bits) and widens it back when found. An attached disk tier
+  // stores the kind it was made with (the server makes both of --cache-type).
   explicit PromptCache(int64_t capacity_bytes, bool bf16 = false)
       : capacity_bytes_(capacity_bytes), bf16_(bf16) {}
 

@@ -62,12 +62,13 @@ std::vector<int32_t> DiskPromptCache::decode_key(const std::string& bytes, const
 }
 
 DiskPromptCache::DiskPromptCache(std::string dir, int64_t capacity_bytes, const Model& model,
-                                 uint64_t fingerprint, Log log)
+                                 uint64_t fingerprint, Log log, StateDtype dtype)
     : dir_(std::move(dir)),
       capacity_bytes_(capacity_bytes),
       model_(model),
       fingerprint_(fingerprint),
-      log_(std::move(log)) {
+      log_(std::move(log)),
+      dtype_(dtype) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   RETNET_CHECK(fs::is_directory(dir_), "--cache-dir '{}' is not a directory and cannot be made: {}",
@@ -190,7 +191,7 @@ std::optional<DiskPromptCache::Hit> DiskPromptCache::find_longest_prefix(
 }
 
 void DiskPromptCache::insert(std::span<const int32_t> tokens, const SavedSequence& sequence) {
-  std::string bytes = encode(tokens, state_file_bytes(model_, fingerprint_, sequence));
+  std::string bytes = encode(tokens, state_file_bytes(model_, fingerprint_, sequence, dtype_));
   const std::string path = path_for(tokens);
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t i = 0; i < entries_.size(); ++i)

@@ -5,6 +5,8 @@
 // fingerprint); its name carries the fingerprint, so models can share a directory. A damaged or
 // foreign file is skipped with a log line, never trusted. Writes are atomic and happen on a
 // background thread; the directory is kept within a byte bound, least recently used out first.
+// States are written as float32 or (--cache-type bf16) bfloat16, which the state file's header
+// records; a lookup reads either kind (a bfloat16 state widened), whichever kind the server writes.
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -26,8 +28,9 @@ class DiskPromptCache {
  public:
   using Log = std::function<void(const std::string&)>;
   // Indexes the directory's files of this model (reading their keys, not their states).
+  // `dtype`: how the states it writes are stored.
   DiskPromptCache(std::string dir, int64_t capacity_bytes, const Model& model, uint64_t fingerprint,
-                  Log log);
+                  Log log, StateDtype dtype = StateDtype::F32);
   ~DiskPromptCache();  // writes what is queued
   DiskPromptCache(const DiskPromptCache&) = delete;
   DiskPromptCache& operator=(const DiskPromptCache&) = delete;
@@ -72,6 +75,7 @@ class DiskPromptCache {
   const Model& model_;
   const uint64_t fingerprint_;
   const Log log_;
+  const StateDtype dtype_;
 
   mutable std::mutex mutex_;  // the index and the queue
   std::vector<Entry> entries_;

@@ -59,7 +59,8 @@ Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer,
         [](const std::string& line) {
           std::fprintf(stderr, "retnet serve: %s\n", line.c_str());
           std::fflush(stderr);
-        }));
+        },
+        options.cache_bf16 ? StateDtype::BF16 : StateDtype::F32));
   }
   thread_ = std::thread([this] { loop(); });
 }
@@ -293,25 +294,61 @@ void Scheduler::loop() {
 // lock to change them, as /slots and save read them from HTTP threads.
 //
 // One round reads at most one block of prompt tokens in all, shared by the waiting prompts in
-// turn: each visit reads one segment of a prompt (up to its next block boundary), and the next
+// turn: each visit takes one segment of a prompt (up to its next block boundary), and the next
 // round starts with the prompt after the last one served. Many short prompts are read in one
-// round; a long one cannot hold the others back for more than a block at a time. Segments end at
-// the same boundaries whatever the interleaving, so every prompt runs the chunks it runs alone.
+// round; a long one cannot hold the others back for more than a block at a time. The round's
+// segments are read together in one batched pass (at most --prefill-batch prompts a pass): one
+// product per projection over all their tokens, each prompt's mixers from its own state. Segments
+// end at the same boundaries whatever the interleaving and the batching, so every prompt runs the
+// chunks it runs alone.
 void Scheduler::prefill_round() {
   // Prompts are read with every thread, as before a step chose fewer.
   if (options_.threads == 0) session_.set_decode_threads(full_threads_);
+  const size_t count = prefilling_.size();
+  if (next_prefill_ >= static_cast<int64_t>(count)) next_prefill_ = 0;
+  // The prompts in the order this round visits them (reading a group changes prefilling_).
+  std::vector<int64_t> order(count);
+  for (size_t i = 0; i < count; ++i)
+    order[i] = prefilling_[(static_cast<size_t>(next_prefill_) + i) % count];
+  std::vector<Slot*> group;
   int64_t used = 0;
-  const size_t visits = prefilling_.size();
-  for (size_t v = 0; v < visits && !prefilling_.empty(); ++v) {
-    if (next_prefill_ >= static_cast<int64_t>(prefilling_.size())) next_prefill_ = 0;
-    const int64_t b = next_prefill_;
-    Slot& slot = slots_[static_cast<size_t>(prefilling_[static_cast<size_t>(b)])];
-    if (slot.phase == Phase::Waiting) start_prefill(slot);
+  size_t served = 0;
+  for (; served < count; ++served) {
+    Slot& slot = slots_[static_cast<size_t>(order[served])];
+    if (slot.phase == Phase::Waiting) {
+      // A prompt that starts with the tokens a segment of the group is about to snapshot (the
+      // same prompt sent twice, say) waits for that group, and then restores the snapshot rather
+      // than reading those tokens again.
+      const auto& prompt = slot.job->prompt;
+      for (const Slot* member : group) {
+        const auto end = static_cast<size_t>(snapshot_end(*member));
+        const auto& other = member->job->prompt;
+        if (end > 0 && prompt.size() >= end &&
+            std::equal(other.begin(), other.begin() + end, prompt.begin())) {
+          prefill_group(group);
+          break;
+        }
+      }
+      start_prefill(slot);
+    }
     const int64_t length = next_segment_end(slot) - slot.prefilled;
     if (used > 0 && used + length > block_) break;  // the next round starts with this prompt
     used += length;
-    // A prompt that is done leaves prefilling_, and its successor takes its index.
-    if (!prefill_segment(slot)) next_prefill_ = b + 1;
+    group.push_back(&slot);
+    if (options_.prefill_batch > 0 && static_cast<int64_t>(group.size()) >= options_.prefill_batch)
+      prefill_group(group);
+  }
+  prefill_group(group);
+  // The next round starts with the first prompt not served in this one (or, when all were, with
+  // this round's first) that is still being read.
+  next_prefill_ = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const auto it =
+        std::find(prefilling_.begin(), prefilling_.end(), order[(served + i) % count]);
+    if (it != prefilling_.end()) {
+      next_prefill_ = it - prefilling_.begin();
+      break;
+    }
   }
 }
 
@@ -347,28 +384,53 @@ int64_t Scheduler::next_segment_end(const Slot& slot) const {
   return end;
 }
 
-bool Scheduler::prefill_segment(Slot& slot) {
-  Job& job = *slot.job;
-  const auto t0 = Clock::now();
-  const int64_t T = static_cast<int64_t>(job.prompt.size());
-  const int64_t last_boundary = T / chunk_ * chunk_;
-  const int64_t start = slot.prefilled, end = next_segment_end(slot);
-  if (end > start) session_.prefill(slot.id, job.prompt.data() + start, end - start);
-  metrics_.prefilled_tokens += end - start;
+int64_t Scheduler::snapshot_end(const Slot& slot) const {
+  if (cache_.capacity_bytes() == 0) return 0;
+  const int64_t last_boundary = static_cast<int64_t>(slot.job->prompt.size()) / chunk_ * chunk_;
+  const int64_t end = next_segment_end(slot);
   const bool at_boundary = end % block_ == 0 || end == last_boundary;
-  if (cache_.capacity_bytes() > 0 && end > start && end % chunk_ == 0 && at_boundary) {
+  return end > slot.prefilled && end % chunk_ == 0 && at_boundary ? end : 0;
+}
+
+void Scheduler::prefill_group(std::vector<Slot*>& group) {
+  if (group.empty()) return;
+  const auto t0 = Clock::now();
+  group_ids_.clear();
+  group_tokens_.clear();
+  group_lengths_.clear();
+  group_ends_.clear();
+  for (const Slot* slot : group) {
+    const int64_t end = next_segment_end(*slot);
+    group_ids_.push_back(slot->id);
+    group_tokens_.push_back(slot->job->prompt.data() + slot->prefilled);
+    group_lengths_.push_back(end - slot->prefilled);
+    group_ends_.push_back(end);
+  }
+  session_.prefill(group_ids_, group_tokens_, group_lengths_);
+  if (std::any_of(group_lengths_.begin(), group_lengths_.end(), [](int64_t n) { return n > 0; }))
+    metrics_.prefill_passes += 1;
+  for (size_t i = 0; i < group.size(); ++i) segment_read(*group[i], group_ends_[i]);
+  metrics_.prompt_microseconds += micros_since(t0);
+  group.clear();
+}
+
+void Scheduler::segment_read(Slot& slot, int64_t end) {
+  Job& job = *slot.job;
+  const int64_t T = static_cast<int64_t>(job.prompt.size());
+  const int64_t start = slot.prefilled;
+  metrics_.prefilled_tokens += end - start;
+  if (end > start && snapshot_end(slot) == end) {
     SavedSequence snap = session_.snapshot(slot.id);
     std::lock_guard<std::mutex> lock(mutex_);
     cache_.insert(std::vector<int32_t>(job.prompt.begin(), job.prompt.begin() + end),
                   std::move(snap));
   }
-  metrics_.prompt_microseconds += micros_since(t0);
   std::lock_guard<std::mutex> lock(mutex_);
   slot.prefilled = slot.position = end;
   slot.state_bytes = session_.state_bytes(slot.id);
   if (end < T) {
     update_gauges_locked();
-    return false;
+    return;
   }
   metrics_.prompt_tokens += T;
   {
@@ -378,13 +440,12 @@ bool Scheduler::prefill_segment(Slot& slot) {
   start_choices(slot);
   if (job.max_tokens == 0) {
     finish(slot, FinishReason::Length);  // nothing to generate
-    return true;
+    return;
   }
   prefilling_.erase(std::find(prefilling_.begin(), prefilling_.end(), slot.id));
   decoding_.push_back(slot.id);
   slot.phase = Phase::Decode;
   update_gauges_locked();
-  return true;
 }
 
 void Scheduler::start_choices(Slot& lead) {

@@ -2,8 +2,9 @@
 // Continuous batching on one inference thread. The thread owns one session over the model with one
 // sequence per slot: a slot's state stays in its own row from its prompt to its last token, and
 // after (for a save). Each loop reads at most one block of prompt tokens (shared by the waiting
-// prompts in turn, with the chunkwise form) and then runs one batched step in which every
-// generating slot advances one token, so running streams keep flowing while prompts are read; a
+// prompts in turn, with the chunkwise form, read together in one batched pass) and then runs one
+// batched step in which every generating slot advances one token, so running streams keep
+// flowing while prompts are read; a
 // slot whose prompt is read joins the steps where it is (a phase change, no copy). A job with n
 // choices takes n slots at once (the queue is first come, first served): one reads the prompt and
 // the others fork its state, so the prompt is read once. A slot leaves
@@ -33,6 +34,9 @@ struct SchedulerOptions {
   int64_t slots = 4;            // sequences decoding together (--parallel)
   int64_t max_queue = 64;       // jobs waiting for a slot before 429
   int64_t prefill_block = 512;  // prompt tokens per prefill pass between decode steps
+  // Most prompts whose segments are read in one batched pass (--prefill-batch; 0: every prompt of
+  // the round, 1: one prompt per pass).
+  int64_t prefill_batch = 1;
   int64_t cache_bytes = 0;      // prompt cache capacity; 0: no cache
   std::string cache_dir;        // the prompt cache's disk tier ("": none)
   int64_t cache_dir_bytes = 0;  // its capacity
@@ -109,9 +113,13 @@ class Scheduler {
   void prefill_round();  // up to one block of prompt tokens, shared by waiting prompts in turn
   void start_prefill(Slot& slot);  // restores the longest cached prefix into its sequence
   int64_t next_segment_end(const Slot& slot) const;
-  // Reads the slot's next segment; true if its prompt is done (it left prefilling_: it decodes,
-  // or it finished).
-  bool prefill_segment(Slot& slot);
+  // Where the slot's next segment ends if the prompt cache snapshots it there, else 0.
+  int64_t snapshot_end(const Slot& slot) const;
+  // Reads the next segment of each slot in `group` in one batched pass, then empties `group`.
+  void prefill_group(std::vector<Slot*>& group);
+  // After a slot's segment up to `end` is read: the cache's snapshot, the slot's progress and, at
+  // the prompt's end, its move to decoding (or its end).
+  void segment_read(Slot& slot, int64_t end);
   void decode_one_step();
   // The tokens prompt lookup drafts after `pending` for a speculating slot (empty: a plain step).
   void draft_after(Slot& slot, int32_t pending, std::vector<int32_t>& draft);
@@ -144,6 +152,9 @@ class Scheduler {
   int full_threads_ = 1;  // the session's automatic choice, for steps worth splitting
   // Scratch: a speculating slot's text, searched by prompt lookup.
   std::vector<int32_t> lookup_text_;
+  // Scratch of a batched prefill pass: its sequences, their segments' tokens and lengths.
+  std::vector<int64_t> group_ids_, group_lengths_, group_ends_;
+  std::vector<const int32_t*> group_tokens_;
 
   std::mutex mutex_;  // guards queue_, slots_' phases and jobs, stopping_
   std::condition_variable wake_;

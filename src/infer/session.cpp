@@ -55,6 +55,8 @@ Session::Session(const Model& model, const SessionOptions& options)
   step_positions_.assign(cap, 0);
   step_logits_.assign(cap * V, 0.f);
   stepping_.assign(cap, 0);
+  pass_lengths_.reserve(cap);
+  pass_tokens_.reserve(static_cast<size_t>(options.prefill_block));
   // Size the arena for the larger of a prefill block and a full-batch step, once.
   ForwardOptions prefill;
   prefill.form = model.config().prefill_form();
@@ -128,6 +130,77 @@ void Session::prefill(int64_t b, const int32_t* tokens, int64_t T) {
     has_logits_[b] = 1;
   }
   for (int64_t i = std::max<int64_t>(0, T - options_.history); i < T; ++i) remember(b, tokens[i]);
+}
+
+void Session::prefill(std::span<const int64_t> sequences, std::span<const int32_t* const> tokens,
+                      std::span<const int64_t> lengths) {
+  const size_t n = sequences.size();
+  RETNET_CHECK(tokens.size() == n && lengths.size() == n,
+               "batched prefill of {} sequences with {} token lists and {} lengths", n,
+               tokens.size(), lengths.size());
+  end_check();
+  std::fill(stepping_.begin(), stepping_.end(), 0);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t b = sequences[i];
+    check_index(b);
+    RETNET_CHECK(!stepping_[b], "sequence {} is listed twice in one prefill", b);
+    stepping_[b] = 1;
+    RETNET_CHECK(lengths[i] >= 0, "prefill of {} tokens into sequence {}", lengths[i], b);
+  }
+  // Passes of whole sequences, at most a block of tokens each; a longer sequence alone.
+  int64_t in_pass = 0, pass_tokens = 0;
+  pass_lengths_.clear();
+  pass_tokens_.clear();
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t T = lengths[i];
+    if (T == 0) continue;
+    if (T > options_.prefill_block) {
+      prefill(sequences[i], tokens[i], T);
+      continue;
+    }
+    if (pass_tokens + T > options_.prefill_block) {
+      prefill_pass(in_pass);
+      in_pass = pass_tokens = 0;
+      pass_lengths_.clear();
+      pass_tokens_.clear();
+    }
+    step_rows_[in_pass++] = sequences[i];
+    pass_lengths_.push_back(T);
+    pass_tokens_.insert(pass_tokens_.end(), tokens[i], tokens[i] + T);
+    pass_tokens += T;
+  }
+  if (in_pass > 0) prefill_pass(in_pass);
+}
+
+void Session::prefill_pass(int64_t n) {
+  if (n == 1) {  // a pass of one sequence is a plain prefill
+    prefill(step_rows_[0], pass_tokens_.data(), pass_lengths_[0]);
+    return;
+  }
+  const int64_t V = vocab(), N = static_cast<int64_t>(pass_tokens_.size());
+  ForwardOptions fo;
+  fo.form = model_.config().prefill_form();
+  fo.chunk = options_.prefill_chunk;
+  fo.last_logits_only = true;
+  for (int64_t i = 0; i < n; ++i) step_positions_[i] = state_->positions[step_rows_[i]];
+  StateView view = state_->view();
+  view.batch = n;
+  view.rows = step_rows_.data();
+  view.positions = step_positions_.data();
+  view.lengths = pass_lengths_.data();
+  ScopedThreads threads(N * model_.parameter_count() >= (int64_t{1} << 24) ? 0 : decode_threads_);
+  forward_ragged_last_logits(model_, pass_tokens_.data(), n, step_logits_.data(), fo, *arena_,
+                             view);
+  const int32_t* t = pass_tokens_.data();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t b = step_rows_[i], T = pass_lengths_[i];
+    state_->positions[b] = step_positions_[i];
+    std::memcpy(logits_.data() + b * V, step_logits_.data() + i * V,
+                static_cast<size_t>(V) * sizeof(float));
+    has_logits_[b] = 1;
+    for (int64_t j = std::max<int64_t>(0, T - options_.history); j < T; ++j) remember(b, t[j]);
+    t += T;
+  }
 }
 
 void Session::set_decode_threads(int n) {

@@ -5,6 +5,7 @@
 
 #include "retnet/core/byte_buffer.h"
 #include "retnet/core/error.h"
+#include "retnet/core/half.h"
 #include "retnet/core/hash.h"
 #include "retnet/core/json_parse.h"
 #include "retnet/core/read_file.h"
@@ -37,7 +38,8 @@ void write_state_file(const std::string& path, const Model& model, uint64_t fing
   write_file_atomically(path, state_file_bytes(model, fingerprint, s));
 }
 
-std::string state_file_bytes(const Model& model, uint64_t fingerprint, const SavedSequence& s) {
+std::string state_file_bytes(const Model& model, uint64_t fingerprint, const SavedSequence& s,
+                             StateDtype dtype) {
   const Config& c = model.config();
   RETNET_CHECK(static_cast<int64_t>(s.state.size()) == c.state_floats_per_sequence(),
                "state holds {} floats; the model's state has {}", s.state.size(),
@@ -55,14 +57,27 @@ std::string state_file_bytes(const Model& model, uint64_t fingerprint, const Sav
       {"recent_tokens", s.recent.size()},
       {"text_tail_bytes", s.text_tail.size()},
   };
+  // Absent for float32: such files read as they always have.
+  const bool bf16 = dtype == StateDtype::BF16;
+  if (bf16) header["state_dtype"] = "bf16";
   const std::string h = header.dump();
   std::string out(kMagic, sizeof kMagic);
   const uint32_t version = kStateFileVersion, header_len = static_cast<uint32_t>(h.size());
   append_raw(out, &version, 1);
   append_raw(out, &header_len, 1);
   out += h;
-  append_raw(out, s.state.data(), s.state.size());
-  append_raw(out, s.cache.data(), s.cache.size());
+  for (const std::vector<float>* values : {&s.state, &s.cache}) {
+    if (!bf16) {
+      append_raw(out, values->data(), values->size());
+      continue;
+    }
+    const size_t at = out.size();
+    out.resize(at + values->size() * sizeof(uint16_t));
+    for (size_t i = 0; i < values->size(); ++i) {
+      const uint16_t h = float_to_bf16((*values)[i]);
+      std::memcpy(out.data() + at + i * sizeof h, &h, sizeof h);
+    }
+  }
   append_raw(out, s.logits.data(), s.logits.size());
   append_raw(out, s.recent.data(), s.recent.size());
   out += s.text_tail;
@@ -95,9 +110,10 @@ SavedSequence parse_state_file(const std::string& bytes, const std::string& path
                                            fmt::format("state file '{}' header", path));
   SavedSequence s;
   size_t n_state = 0, n_cache = 0, n_logits = 0, n_recent = 0, n_tail = 0;
-  std::string model_id;
+  std::string model_id, dtype = "f32";
   try {
     model_id = header.at("model_fingerprint").get<std::string>();
+    if (header.contains("state_dtype")) dtype = header["state_dtype"].get<std::string>();
     s.position = count_field(header, "position", path);
     n_state = count_field(header, "state_floats", path);
     // Absent in files of the retention-only engine, whose models have no cache.
@@ -108,6 +124,10 @@ SavedSequence parse_state_file(const std::string& bytes, const std::string& path
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("state file '{}' has an incomplete header: {}", path, e.what()));
   }
+  RETNET_CHECK(dtype == "f32" || dtype == "bf16",
+               "state file '{}' stores its state as '{}'; this engine reads f32 and bf16", path,
+               dtype);
+  const size_t state_width = dtype == "bf16" ? 2 : 4;
   const Config& c = model.config();
   if (model_id != hex64(fingerprint)) {
     std::string theirs = header.contains("config") ? header["config"].dump() : "(none)";
@@ -134,8 +154,8 @@ SavedSequence parse_state_file(const std::string& bytes, const std::string& path
                  path, field, count, width, left);
     left -= count * width;
   };
-  section("state_floats", n_state, 4);
-  section("cache_floats", n_cache, 4);
+  section("state_floats", n_state, state_width);
+  section("cache_floats", n_cache, state_width);
   section("logits", n_logits, 4);
   section("recent_tokens", n_recent, 4);
   section("text_tail_bytes", n_tail, 1);
@@ -148,8 +168,22 @@ SavedSequence parse_state_file(const std::string& bytes, const std::string& path
     if (n > 0) std::memcpy(v.data(), p, n * 4);
     p += n * 4;
   };
-  take(s.state, n_state);
-  take(s.cache, n_cache);
+  // A bfloat16 section, widened.
+  auto widen = [&p](std::vector<float>& v, size_t n) {
+    v.resize(n);
+    for (size_t i = 0; i < n; ++i, p += 2) {
+      uint16_t h = 0;
+      std::memcpy(&h, p, 2);
+      v[i] = bf16_to_float(h);
+    }
+  };
+  if (state_width == 2) {
+    widen(s.state, n_state);
+    widen(s.cache, n_cache);
+  } else {
+    take(s.state, n_state);
+    take(s.cache, n_cache);
+  }
   take(s.logits, n_logits);
   take(s.recent, n_recent);
   s.text_tail.assign(p, n_tail);

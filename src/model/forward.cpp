@@ -44,22 +44,32 @@ void last_token_logits(const Model& model, const float* xn, int64_t B, int64_t T
 
 }  // namespace
 
-size_t forward_workspace_floats(const Config& c, int64_t B, int64_t T,
-                                const ForwardOptions& options) {
-  const int64_t steps_T = options.form == Form::Recurrent ? 1 : T;
-  size_t total = detail::activation_floats(c, B, steps_T, false);
-  size_t mixer = 0;  // the largest layer's scratch (each layer rewinds it)
+namespace {
+
+// The largest layer's mixer scratch for B x T tokens (each layer rewinds it).
+size_t mixer_workspace_floats(const Config& c, int64_t B, int64_t T,
+                              const ForwardOptions& options) {
+  size_t mixer = 0;
   for (int64_t l = 0; l < c.layers; ++l) {
     const Config lc = c.layer(l);
     // The layer's form with a state and without one (a hybrid's parallel prefill differs).
     for (bool has_state : {false, true}) {
       const Form form = detail::layer_form(c, lc, options.form, has_state);
       mixer = std::max(mixer, detail::layer_mixer(lc).workspace_floats(
-                                  lc, form, B, steps_T, chunk_of(c, options), options.scan_tile));
+                                  lc, form, B, T, chunk_of(c, options), options.scan_tile));
     }
     if (!c.hybrid()) break;
   }
-  total += mixer;
+  return mixer;
+}
+
+}  // namespace
+
+size_t forward_workspace_floats(const Config& c, int64_t B, int64_t T,
+                                const ForwardOptions& options) {
+  const int64_t steps_T = options.form == Form::Recurrent ? 1 : T;
+  size_t total = detail::activation_floats(c, B, steps_T, false);
+  total += mixer_workspace_floats(c, B, steps_T, options);
   if (options.form == Form::Recurrent)
     total += Arena::footprint(static_cast<size_t>(B)) + Arena::footprint(B * c.vocab_size);
   return total;
@@ -154,6 +164,64 @@ void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_
       state.positions[b] += 1;
     }
   }
+}
+
+void forward_ragged_last_logits(const Model& model, const int32_t* tokens, int64_t B,
+                                float* logits, const ForwardOptions& options, Arena& arena,
+                                const StateView& state) {
+  const Config& c = model.config();
+  check_form(c, options.form);
+  RETNET_CHECK(options.form != Form::Recurrent,
+               "a ragged prefill runs the chunkwise, scan or parallel form, not recurrent");
+  RETNET_CHECK(B >= 1 && state.lengths && state.positions,
+               "a ragged prefill needs at least one sequence and each one's length (B = {})", B);
+  RETNET_CHECK(state.batch == B && state.floats_per_sequence == c.state_floats_per_sequence(),
+               "state holds {} sequences of {} floats; this pass needs {} of {}", state.batch,
+               state.floats_per_sequence, B, c.state_floats_per_sequence());
+  const bool cached = c.keeps_tokens();
+  RETNET_CHECK(
+      !cached || (state.cache && state.cache->floats_per_token == c.cache_floats_per_token()),
+      "the {} mixer needs a state with its token cache", c.mixer_description());
+  int64_t N = 0, longest = 0, furthest = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t T = state.lengths[b];
+    RETNET_CHECK(T >= 1, "a ragged prefill reads at least one token per sequence; sequence {} "
+                 "has {}", b, T);
+    RETNET_CHECK(options.form != Form::Parallel || cached || state.positions[b] == 0,
+                 "the parallel form starts from an empty state; use chunkwise to continue one");
+    for (int64_t i = 0; i < T; ++i)
+      RETNET_CHECK(tokens[N + i] >= 0 && tokens[N + i] < c.vocab_size,
+                   "token id {} at position {} of sequence {} is out of range for a vocabulary "
+                   "of {}",
+                   tokens[N + i], i, b, c.vocab_size);
+    N += T;
+    longest = std::max(longest, T);
+    furthest = std::max(furthest, state.positions[b] + T);
+  }
+  if (cached) state.cache->reserve(furthest);
+  const size_t last_rows = static_cast<size_t>(B * c.embed_dim);
+  arena.reserve(detail::activation_floats(c, 1, N, false) +
+                mixer_workspace_floats(c, 1, longest, options) + Arena::footprint(last_rows) +
+                Arena::footprint(static_cast<size_t>(2 * B)));
+  arena.reset();
+  float* last = arena.alloc(last_rows);  // each sequence's last final features
+  int64_t* lasts = reinterpret_cast<int64_t*>(arena.alloc(static_cast<size_t>(2 * B)));
+  auto acts = detail::allocate_activations(arena, c, 1, N, false);
+  detail::run_layers(model, tokens, B, 0, nullptr, options.form, chunk_of(c, options),
+                     options.scan_tile, arena, &state, acts);
+  int64_t end = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    end += state.lengths[b];
+    std::memcpy(last + b * c.embed_dim, acts.xn_f + (end - 1) * c.embed_dim,
+                static_cast<size_t>(c.embed_dim) * sizeof(float));
+  }
+  // The last rows as a [B, 1] pass: a non-finite logit is named at its sequence's last position.
+  for (int64_t b = 0; b < B; ++b) lasts[b] = state.positions[b] + state.lengths[b] - 1;
+  model.backend().project(model, model.tensors().output_projection, B, c.vocab_size, c.embed_dim,
+                          last, c.embed_dim, false, logits, c.vocab_size);
+  check_finite_rows(logits, B, c.vocab_size, c.vocab_size, {1, lasts}, "the logits", -1,
+                    FLT_MAX);
+  for (int64_t b = 0; b < B; ++b) state.positions[b] += state.lengths[b];
 }
 
 void forward_features(const Model& model, const int32_t* tokens, int64_t B, int64_t T,

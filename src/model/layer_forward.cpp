@@ -3,6 +3,7 @@
 // is layer_backward.cpp.
 #include <cfloat>
 #include <cstring>
+#include <numeric>
 
 #include "layer_loop.h"
 #include "retnet/backend/backend.h"
@@ -32,6 +33,62 @@ const float* mixer_recording_check(const Backend& be, const MixerPass& pass, con
   log.rotation_row[l] = pass.rotation ? rotation_row : 0;
   if (pass.rotation) record(log.rotation[l], pass.rotation, pass.T * rotation_row);
   return be.mixer_forward(layer_mixer(lc), pass, arena);
+}
+
+// check_finite_rows over a ragged pass's rows [N, cols]: each sequence's, naming its positions.
+void check_finite_ragged(const float* x, int64_t cols, const StateView& state, const char* where,
+                         int64_t layer, float limit) {
+  int64_t offset = 0;
+  for (int64_t b = 0; b < state.batch; ++b) {
+    const int64_t T = state.lengths[b];
+    // Row r of the sequence is row b * T + r of a [batch, T] buffer: sequence b, its position + r.
+    check_finite_rows(x + offset * cols, T, cols, cols, {T, state.positions, 0, b * T}, where,
+                      layer, limit);
+    offset += T;
+  }
+}
+
+// A ragged pass's rotation tables: each sequence's rows from its own position, one after another
+// (sequence b's from the row where its tokens start).
+void ragged_rotation_tables(const Backend& be, const std::vector<double>& thetas,
+                            const StateView& state, int64_t rotation_row, float* table) {
+  int64_t offset = 0;
+  for (int64_t b = 0; b < state.batch; ++b) {
+    be.rotation_table(thetas, 1, state.lengths[b], state.positions + b,
+                      table + offset * rotation_row);
+    offset += state.lengths[b];
+  }
+}
+
+// A ragged pass's layer: the mixer over each sequence's tokens alone, from its own state, as a
+// prefill of that sequence alone runs it (the same chunks from the same position).
+const float* mixer_per_sequence(const Backend& be, const LayerMixer& mixer, const MixerPass& pass,
+                                const StateView& state, int64_t rotation_row, Arena& arena) {
+  const Config& lc = pass.model->layer_config(pass.layer);
+  const int64_t P = lc.projection_width(), vd = lc.value_embed_dim;
+  int64_t offset = 0;
+  for (int64_t b = 0; b < state.batch; ++b) {
+    // Its row from `data` (rows[b] or b) and in the cache (then first + b).
+    const int64_t index = state.rows ? state.rows[b] : b, T = state.lengths[b];
+    MixerPass one = pass;
+    one.B = 1;
+    one.T = T;
+    one.proj = pass.proj + offset * P;
+    one.out = pass.out + offset * vd;
+    if (pass.state) one.state = pass.state + index * pass.state_stride;
+    one.rows = nullptr;
+    one.first = state.rows ? index : state.first + b;
+    one.positions = state.positions + b;
+    if (pass.rotation) one.rotation = pass.rotation + offset * rotation_row;
+    one.rotation_stride = 0;
+    const size_t mark = arena.used();
+    const float* mixed = be.mixer_forward(mixer, one, arena);
+    if (mixed != one.out)
+      std::memcpy(one.out, mixed, static_cast<size_t>(T * vd) * sizeof(float));
+    arena.rewind(mark);
+    offset += T;
+  }
+  return pass.out;
 }
 
 }  // namespace
@@ -106,13 +163,19 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
                 const StateView* state, Activations& acts, SliceLink* link) {
   const Config& c = model.config();
   const ModelTensors& w = model.tensors();
-  const int64_t N = B * T, d = c.embed_dim, F = c.ffn_dim;
+  const int64_t* lengths = state ? state->lengths : nullptr;  // a ragged pass
+  const int64_t N = lengths ? std::accumulate(lengths, lengths + B, int64_t{0}) : B * T;
+  const int64_t d = c.embed_dim, F = c.ffn_dim;
   const float eps = static_cast<float>(c.layernorm_eps);
   float* x = acts.x;
-  // Only a decode step runs some of a state's sequences in place (the other forms' kernels read a
-  // batch's states contiguously).
-  RETNET_CHECK(!state || !state->rows || (form == Form::Recurrent && state->first == 0),
-               "a pass over chosen rows of a state is a recurrent step");
+  // Only a decode step or a ragged pass runs some of a state's sequences in place (the other
+  // forms' kernels read a batch's states contiguously).
+  RETNET_CHECK(!state || !state->rows ||
+                   (state->first == 0 && (lengths || form == Form::Recurrent)),
+               "a pass over chosen rows of a state is a recurrent step or a ragged pass");
+  RETNET_CHECK(!lengths || (form != Form::Recurrent && !state->check_log && !link &&
+                            acts.layers.empty() && state->positions),
+               "a ragged pass is an inference prefill: not recurrent, checking or training");
 
   // A training pass's backward reads what the CPU mixers saved: it runs on the CPU backend.
   const Backend& be = acts.layers.empty() ? model.backend() : cpu_backend();
@@ -131,8 +194,11 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
     const bool rotates = lc.mixer->rotates;
     if (rotates && table_thetas != &model.layer_thetas(l)) {
       table_thetas = &model.layer_thetas(l);
-      rotation_stride = be.rotation_table(*table_thetas, B, T, positions, acts.rotation);
       rotation_row = 2 * static_cast<int64_t>(table_thetas->size());
+      if (lengths)
+        ragged_rotation_tables(be, *table_thetas, *state, rotation_row, acts.rotation);
+      else
+        rotation_stride = be.rotation_table(*table_thetas, B, T, positions, acts.rotation);
     }
     const bool has_state = state && state->data && lc.mixer->state_floats_per_layer;
     LayerActivations& a = acts.layers.empty() ? acts.shared : acts.layers[l];
@@ -157,7 +223,8 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
     mp.rotation_stride = rotation_stride;
     mp.link = link;
     const size_t mark = arena.used();
-    const float* mixed = state && state->check_log && has_state
+    const float* mixed = lengths ? mixer_per_sequence(be, mixer, mp, *state, rotation_row, arena)
+                         : state && state->check_log && has_state
                              ? mixer_recording_check(be, mp, *state, rotation_row, arena)
                              : be.mixer_forward(mixer, mp, arena);
     arena.rewind(mark);  // the mixer's scratch is reused by the next layer
@@ -169,14 +236,20 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
     be.project(model, L.fc1, N, 2 * F, d, a.xn2, d, false, a.ffn, 2 * F);
     be.gated_activation(c.activation, a.ffn, 2 * F, a.ffn + F, 2 * F, a.h, a.ld_h, N, F);
     be.project(model, L.fc2, N, d, F, a.h, a.ld_h, true, x, d);
-    check_finite_rows(x, N, d, d, {T, positions}, "the residual stream", l, largest_normable(d));
+    if (lengths)
+      check_finite_ragged(x, d, *state, "the residual stream", l, largest_normable(d));
+    else
+      check_finite_rows(x, N, d, d, {T, positions}, "the residual stream", l, largest_normable(d));
   }
   be.rmsnorm(x, d, model.param(w.final_norm), acts.xn_f, d, acts.rstd_f, N, d, eps);
   if (logits) {
     be.project(model, w.output_projection, N, c.vocab_size, d, acts.xn_f, d, false, logits,
                c.vocab_size);
-    check_finite_rows(logits, N, c.vocab_size, c.vocab_size, {T, positions}, "the logits", -1,
-                      FLT_MAX);
+    if (lengths)
+      check_finite_ragged(logits, c.vocab_size, *state, "the logits", -1, FLT_MAX);
+    else
+      check_finite_rows(logits, N, c.vocab_size, c.vocab_size, {T, positions}, "the logits", -1,
+                        FLT_MAX);
   }
 }
 

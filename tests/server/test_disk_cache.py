@@ -1,6 +1,7 @@
 """`retnet serve --cache-dir`: the prompt cache survives a restart (the same request then restores
-its prefix from disk and gives the same text), and a damaged cache file is skipped with a log
-line. The byte bound and the file format are tested in test_prompt_cache_disk.cpp."""
+its prefix from disk and gives the same text), a damaged cache file is skipped with a log line,
+and with --cache-type bf16 the files hold bf16 states that serve after a restart. The byte bound
+and the file format are tested in test_prompt_cache_disk.cpp and test_prompt_cache_bf16.cpp."""
 import glob
 import os
 import shutil
@@ -22,6 +23,51 @@ def completion(s):
     st, r = s.json("POST", "/v1/completions", REQUEST)
     check(st == 200, f"completion: {st} {r}")
     return r["choices"][0]["text"], r["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+
+def test_bf16_files(retnet, model, workdir):
+    """--cache-type bf16 writes bf16 states to --cache-dir (their header says so, and they are
+    smaller than f32 ones); after a restart the same request restores its prefix from disk and
+    gives the text a memory-tier hit gives (the very same rounded state); an f32 server reads
+    them too."""
+    exact_dir = os.path.join(workdir, "prompt-cache-f32")
+    half_dir = os.path.join(workdir, "prompt-cache-bf16")
+    for d in (exact_dir, half_dir):
+        shutil.rmtree(d, ignore_errors=True)
+    s = serve(retnet, model, workdir, "f32-files", exact_dir)
+    try:
+        completion(s)
+    finally:
+        s.stop()
+    s = serve(retnet, model, workdir, "bf16-files", half_dir, "--cache-type", "bf16")
+    try:
+        completion(s)
+        from_memory, cached = completion(s)
+        check(cached > 0, f"bf16: the second request hits the memory tier: cached {cached}")
+    finally:
+        s.stop()
+    sizes = {}
+    for d in (exact_dir, half_dir):
+        files = glob.glob(os.path.join(d, "*.prompt"))
+        check(len(files) >= 1, f"states written to {d}: {files}")
+        sizes[d] = sum(os.path.getsize(f) for f in files)
+    half_files = glob.glob(os.path.join(half_dir, "*.prompt"))
+    check(all(b'"state_dtype":"bf16"' in open(f, "rb").read() for f in half_files),
+          "each bf16 file's header records its type")
+    check(sizes[half_dir] < sizes[exact_dir],
+          f"bf16 files are smaller: {sizes[half_dir]} vs {sizes[exact_dir]} bytes")
+    for name, more in (("bf16-restarted", ("--cache-type", "bf16")), ("f32-reads-bf16", ())):
+        s = serve(retnet, model, workdir, name, half_dir, *more)
+        try:
+            again, cached = completion(s)
+            check(cached > 0, f"{name}: the prefix comes from the bf16 file: cached {cached}")
+            check(again == from_memory,
+                  f"{name}: the text of a memory-tier hit: {again!r} vs {from_memory!r}")
+            check(s.metric("retnet_prompt_cache_disk_hits_total") == 1, f"{name}: one disk hit")
+        finally:
+            s.stop()
+        log = open(s.log_path).read()
+        check("skipping" not in log, f"{name}: no file skipped: {log[-400:]}")
 
 
 def main():
@@ -65,6 +111,7 @@ def main():
     check("skipping and removing" in log and "checksum mismatch" in log,
           f"the damaged file is named in the log: {log[-600:]}")
 
+    test_bf16_files(a.retnet, model, a.workdir)
     finish("disk cache tests")
 
 

@@ -4,7 +4,8 @@
 
 Starts the real binary on free 127.0.0.1 ports with a small model made by `retnet init`, and
 checks: OpenAI shapes (chat and completions, streamed and not), greedy and seeded output equal to
-`retnet generate`, 16 concurrent streams each equal to its solo run, a disconnecting client freeing
+`retnet generate`, 16 concurrent streams each equal to its solo run, prompts that arrive together
+read in batched passes (fewer than one per prompt) with each one's solo text, a disconnecting client freeing
 its slot, a --chat-template file with --dtype bf16, the prompt cache (cached_tokens, fewer tokens prefilled, the same text as without it, each
 chat turn reading only its new text),
 bad requests (the right 4xx and a JSON error naming the field, then a good request succeeds), API
@@ -142,6 +143,48 @@ def test_concurrent_streams(s):
     check(all(results[i] == solo[i] for i in range(16)),
           f"16 concurrent streams equal their solo runs: "
           f"{[i for i in range(16) if results[i] != solo[i]]}")
+
+
+def test_batched_prefill(retnet, model, workdir):
+    """Prompts that arrive together are read in batched passes and give the text each gives alone;
+    `--prefill-batch 1` reads one prompt per pass and gives the same text in more passes. A large
+    embeddings request holds the model meanwhile, so the prompts queue up and are read together."""
+    prompts = [f"Prompt {i} of the batch reads " + "word " * (3 * i) for i in range(8)]
+    body = lambda i: {"prompt": prompts[i], "max_tokens": 8, "temperature": 0}
+    hold = {"input": ["Hold the model for a while. " * 70] * 40}
+    passes, texts = {}, {}
+    for batch in ("0", "1"):
+        s = Server(retnet, model, workdir, f"prefill-batch-{batch}", "--parallel", "8",
+                   "--state-cache-mib", "0", "--no-ui", "--prefill-batch", batch)
+        try:
+            solo = [s.json("POST", "/v1/completions", body(i))[1]["choices"][0]["text"]
+                    for i in range(8)]
+            before = s.metric("retnet_prefill_passes_total")
+            results = [None] * 8
+
+            def run(i):
+                try:
+                    results[i] = s.json("POST", "/v1/completions", body(i))[1]["choices"][0]["text"]
+                except Exception as e:  # noqa: BLE001 - reported as a mismatch below
+                    results[i] = f"error: {e}"
+
+            holder = threading.Thread(target=s.json, args=("POST", "/v1/embeddings", hold))
+            holder.start()
+            time.sleep(0.05)
+            threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads + [holder]:
+                t.join(timeout=120)
+            passes[batch] = s.metric("retnet_prefill_passes_total") - before
+            texts[batch] = solo
+            check(results == solo, f"--prefill-batch {batch}: prompts read together give the "
+                  f"text each gives alone: {[i for i in range(8) if results[i] != solo[i]]}")
+        finally:
+            s.stop()
+    check(texts["0"] == texts["1"], "the same text with prompts read together or one per pass")
+    check(passes["0"] < passes["1"],
+          f"prompts read together take fewer passes: {passes['0']} against {passes['1']}")
 
 
 def test_disconnect(s):
@@ -511,6 +554,7 @@ def main():
         main_server.stop()
         uncached.stop()
     check(main_server.proc.returncode == 0, "main server exits 0 on SIGTERM")
+    test_batched_prefill(a.retnet, model, a.workdir)
     test_keys_and_queue(a.retnet, model, a.workdir)
     test_queued_client_leaves(a.retnet, model, a.workdir)
     test_slots_save_restore(a.retnet, model, a.workdir)

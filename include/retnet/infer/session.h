@@ -54,6 +54,15 @@ class Session {
   // Feeds tokens to sequence b alone (chunkwise form, block by block); its logits become those
   // after the last token. T = 0 is allowed and changes nothing.
   void prefill(int64_t b, const int32_t* tokens, int64_t T);
+  // Feeds several sequences their own tokens: tokens[i][0..lengths[i]) to sequences[i] (distinct,
+  // any order; the others keep their state). The same as prefill() of each in turn, to float
+  // rounding, in fewer passes: the sequences' tokens are read together, at most prefill_block
+  // tokens a pass, every projection one product over them (the weights read once), each mixer
+  // over its own sequence's tokens from its own state, from the same position in the same chunks.
+  // A sequence given more than prefill_block tokens is read alone, block by block, as prefill()
+  // reads it.
+  void prefill(std::span<const int64_t> sequences, std::span<const int32_t* const> tokens,
+               std::span<const int64_t> lengths);
   // One recurrent step for every active sequence: tokens[batch()] -> logits of each.
   void step(const int32_t* tokens);
   // One recurrent step for the listed sequences alone (distinct, any order; the others keep their
@@ -157,6 +166,11 @@ class Session {
   std::vector<int64_t> every_row_, step_rows_, step_positions_;
   std::vector<float> step_logits_;
   std::vector<uint8_t> stepping_;
+  // A batched prefill's pass: its sequences' lengths and tokens, concatenated.
+  std::vector<int64_t> pass_lengths_;
+  std::vector<int32_t> pass_tokens_;
+  // Runs one batched prefill pass over step_rows_[0..n) (their lengths and tokens in pass_*).
+  void prefill_pass(int64_t n);
   // The last check: its sequence, start position and tokens, the logits, (constant-state models)
   // what rewinds its state to any prefix, and the recent tokens before it; `live`: the checked
   // tokens the sequence's constant state is after (an accept moves its position alone).

@@ -24,11 +24,15 @@ struct SavedSequence {
 
 void write_state_file(const std::string& path, const Model& model, uint64_t fingerprint,
                       const SavedSequence& sequence);
+// How a state file stores the state and the token cache: float32 (exact), or bfloat16 (half the
+// bytes, each value rounded to 8 significant bits; the header's "state_dtype" says so). Logits
+// stay float32 either way.
+enum class StateDtype { F32, BF16 };
 // The bytes write_state_file writes (the server's prompt cache embeds them in its files).
 std::string state_file_bytes(const Model& model, uint64_t fingerprint,
-                             const SavedSequence& sequence);
+                             const SavedSequence& sequence, StateDtype dtype = StateDtype::F32);
 // Reads and checks a state file against `model`: damage, truncation, another format version or
-// another model are Errors that say which.
+// another model are Errors that say which. A bfloat16 file's values come back widened to float.
 SavedSequence read_state_file(const std::string& path, const Model& model, uint64_t fingerprint);
 // The same checks over a state file's bytes (fuzzing, tests); `path` names it in errors.
 SavedSequence parse_state_file(const std::string& bytes, const std::string& path,

@@ -37,6 +37,14 @@ void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_
 void forward_logits(const Model& model, const int32_t* tokens, int64_t B, int64_t T, float* logits,
                     const ForwardOptions& options, Arena& arena, const StateView& state);
 
+// A ragged prefill: B sequences of the state view (state.lengths[b] tokens each, >= 1, their
+// tokens concatenated in `tokens`) continue their states in the chunkwise, scan or parallel form
+// (as forward_logits of each alone would), and logits [B, vocab] of each one's last token. Every
+// projection is one product over all the tokens; each mixer reads its own sequence's tokens.
+void forward_ragged_last_logits(const Model& model, const int32_t* tokens, int64_t B,
+                                float* logits, const ForwardOptions& options, Arena& arena,
+                                const StateView& state);
+
 // The final features [B, T, embed_dim] for tokens [B, T]: each position's hidden state after the
 // last norm, what the output projection reads (embeddings). From an empty state, in the parallel,
 // chunkwise or scan form (a fresh state where the form carries one); the arena as above.

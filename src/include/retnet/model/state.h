@@ -52,7 +52,8 @@ struct CheckLog {
 // A view of the states of `batch` sequences: `floats_per_sequence` floats each, and the number of
 // tokens each has consumed ([batch]); for the mixers with a cache, the cache and the index in it of
 // the view's first sequence. The sequences are contiguous from `data`, or, for a decode step over
-// some of a session's sequences, rows[b] is the row (from `data`, and in the cache) of sequence b.
+// some of a session's sequences (or a ragged pass), rows[b] is the row (from `data`, and in the
+// cache) of sequence b.
 // A view of one sequence of a larger state is how a session prefills one prompt of a batch.
 struct StateView {
   float* data = nullptr;
@@ -66,6 +67,11 @@ struct StateView {
   // record what they consume, so that any prefix's state can be recomputed in closed form
   // (rewind_checked_state). nullptr: off.
   CheckLog* check_log = nullptr;
+  // A ragged pass (the chunkwise, scan or parallel form): sequence b reads lengths[b] tokens, the
+  // sequences' tokens concatenated; each sequence's mixers run over its own tokens from its own
+  // state (rows[b] or first + b), the products around them over all the tokens at once. nullptr:
+  // every sequence reads the pass's T tokens.
+  const int64_t* lengths = nullptr;
 };
 
 // The owning state of `batch` sequences.
