@@ -10,8 +10,8 @@ namespace retnet {
 // y[M, N] = x[M, K] W^T + beta y. Dispatches by placement, element type and row count: panels
 // (packed or quantised GEMM, batch-invariant up to kSkinnyMaxRows rows; f32 panels with their
 // float32 rows kept use sgemm above that), in-place rows (row-major GEMM over the stored tensors)
-// or plain rows (sgemm, or the row-major GEMM for half types). The kernels pick their ISA at run
-// time. An in-place weight's values are scanned for non-finite numbers on first use.
+// or plain rows (sgemm, or the row-major GEMM for half types); each kernel picks its own ISA. An
+// in-place weight's values are scanned for non-finite numbers on first use.
 void matmul(const Weight& w, int64_t M, const float* x, int64_t ldx, float beta, float* y,
             int64_t ldy);
 
