@@ -4,6 +4,10 @@
 Runs fixed models and tokens through every front end and records a SHA-256 per case:
   - logits of every mixer (and hybrid models) in every form the CLI accepts (a refused form is
     recorded by its refusal),
+  - logits of every weight type and placement: f32, f16, bf16, q8_0, q4_0, q4_1 quantised at load
+    or stored by `retnet quantize` (with its LM head kept f32 too), a tied embedding, rows used in
+    place from f32 and bf16 Hugging Face directories; at decode and prefill row counts (13 and
+    80 tokens), on both backends,
   - training losses of a few steps, greedy and seeded `retnet generate` texts (alone, in a batch,
     ending by a stop string, by length),
   - the server's completions and chat completions (plain and streamed),
@@ -97,6 +101,48 @@ def check_logits(r, models):
                 value = sha(open(out, "rb").read()) if res.returncode == 0 else \
                     "refused: " + sha(res.stderr.strip())
                 r.record(f"logits/{name}/{form}/{dtype}", value)
+
+
+TOKENS_LONG = ",".join(str((i * 37 + 11) % 256) for i in range(80))  # above the 64 decode rows
+
+
+def check_weight_types(r, models):
+    def logits(tag, model, form, tokens, *args):
+        out = r.path("weights.npy")
+        res = r.cli("logits", "-m", model, "--tokens", tokens, "--mode", form, "--chunk", "5",
+                    "-t", "1", "-o", out, *args, check=False)
+        r.record(f"weights/{tag}/{form}/{len(tokens.split(','))}",
+                 sha(open(out, "rb").read()) if res.returncode == 0 else
+                 "refused: " + sha(res.stderr.strip()))
+    tied_cfg = r.path("tied.json")
+    with open(tied_cfg, "w") as f:
+        json.dump(dict(TINY, share_decoder_input_output_embed=True), f)
+    tied = r.path("tied.safetensors")
+    r.cli("init", "--config", tied_cfg, "-o", tied, "--seed", "3")
+    sources = {"retention": models["retention"], "hybrid": models["hybrid_retention_attention"],
+               "tied": tied}
+    for name, model in sources.items():
+        for dtype in ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1"]:
+            for form in ["parallel", "recurrent"]:
+                for tokens in [TOKENS, TOKENS_LONG]:
+                    logits(f"{name}/{dtype}", model, form, tokens, "--dtype", dtype)
+        for qtype, keep in [("q4_1", []), ("q8_0", ["--keep-head", "f32"])]:
+            stored = r.path(f"{name}.{qtype}.safetensors")
+            r.cli("quantize", model, stored, "--type", qtype, *keep)
+            for tokens in [TOKENS, TOKENS_LONG]:
+                logits(f"{name}/stored-{qtype}{''.join(keep)}", stored, "parallel", tokens)
+        for dtype in ["f32", "bf16"]:  # a directory in the inference dtype: rows used in place
+            hf = r.path(f"{name}.{dtype}.hf")
+            if r.cli("export", model, "--format", "syncdoth", "--dtype", dtype, "-o", hf,
+                     check=False).returncode != 0:
+                r.record(f"weights/{name}/in-place-{dtype}", "refused export")
+                continue
+            for tokens in [TOKENS, TOKENS_LONG]:
+                logits(f"{name}/in-place-{dtype}", hf, "parallel", tokens, "--dtype", dtype)
+            logits(f"{name}/in-place-{dtype}", hf, "recurrent", TOKENS, "--dtype", dtype)
+        for dtype in ["f32", "bf16", "q4_0"]:
+            logits(f"{name}/{dtype}/reference", model, "parallel", TOKENS, "--dtype", dtype,
+                   "--backend", "reference")
 
 
 def train_model(r, data):
@@ -285,6 +331,7 @@ def main():
         r = Runner(os.path.abspath(args.retnet), work)
         models = init_models(r)
         check_logits(r, models)
+        check_weight_types(r, models)
         trained = train_model(r, os.path.abspath(args.data))
         for tag, model in (("trained", trained), ("hybrid", models["hybrid_retention_attention"]),
                            ("rwkv", models["rwkv"])):

@@ -1,6 +1,6 @@
 #pragma once
-// What Model keeps for decoding besides its float32 parameters (model.cpp builds the model,
-// model_packing.cpp fills these).
+// The weights Model keeps besides its float32 parameters, and the storage they point into
+// (weight_packer.cpp fills these).
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -10,6 +10,7 @@
 
 #include "retnet/core/half.h"
 #include "retnet/model/model.h"
+#include "retnet/model/weight.h"
 
 namespace retnet {
 
@@ -25,7 +26,8 @@ struct DecodePack {
   std::vector<uint8_t>
       quant;              // the quantised precisions: every product's panels, one after another
   bool head_f32 = false;  // a quantised model whose LM head stays float32 (in f32)
-  std::unordered_map<size_t, PackedProjection> by_tensor;
+  // The weight of each product by its first tensor, and of the embedding (a tied one: the head's).
+  std::unordered_map<size_t, Weight> by_tensor;
   // Weights used in place: what holds their storage (the file mappings), and their bytes.
   std::shared_ptr<const void> keep_alive;
   int64_t in_place_bytes = 0;

@@ -1,4 +1,4 @@
-// The finiteness check of weights used where they lie (retnet/model/model.h): a packed or
+// The finiteness check of weights used where they lie (retnet/model/weight_ops.h): a packed or
 // converted tensor is checked while it is read at load; one used in place is never read there, so
 // its values are scanned the first time a forward pass uses it.
 #include <cstring>
@@ -6,7 +6,7 @@
 #include "retnet/core/error.h"
 #include "retnet/core/half.h"
 #include "retnet/core/parallel.h"
-#include "retnet/model/model.h"
+#include "retnet/model/weight_ops.h"
 
 namespace retnet {
 namespace {
@@ -47,7 +47,7 @@ int64_t first_non_finite(const W* w, int64_t n) {
 }
 
 template <typename W>
-void check(const W* w, int64_t rows, int64_t K, const RowMajorSlice& slice) {
+void check(const W* w, int64_t rows, int64_t K, const InPlaceRows& slice) {
   const int64_t i = first_non_finite(w, rows * K);
   RETNET_CHECK(i < 0,
                "tensor {} (used in place from the mapped model file) holds a non-finite value "
@@ -57,18 +57,29 @@ void check(const W* w, int64_t rows, int64_t K, const RowMajorSlice& slice) {
 
 }  // namespace
 
-void check_finite_in_place(const RowMajorSlice& slice, int64_t K) {
-  auto scan = [&] {
-    if (slice.f32)
-      check(slice.f32, slice.rows, K, slice);
-    else if (slice.f16)
-      check(slice.f16, slice.rows, K, slice);
-    else if (slice.bf16)
-      check(slice.bf16, slice.rows, K, slice);
-  };
-  if (!slice.scanned) return scan();
-  // A scan that throws leaves the flag unset: every later use fails the same way.
-  std::call_once(*slice.scanned, scan);
+void check_finite_in_place(const Weight& w) {
+  if (w.placement != Placement::InPlace) return;
+  for (const InPlaceRows& part : w.parts) {
+    auto scan = [&] {
+      switch (w.type) {
+        case ElementType::F32:
+          return check(static_cast<const float*>(part.data), part.rows, w.K, part);
+        case ElementType::F16:
+          return check(static_cast<const uint16_t*>(part.data), part.rows, w.K, part);
+        case ElementType::BF16:
+          return check(static_cast<const BFloat16*>(part.data), part.rows, w.K, part);
+        default:
+          throw Error(fmt::format("weight '{}': {} weights cannot be used in place", w.name,
+                                  element_type_name(w.type)));
+      }
+    };
+    if (!part.scanned) {
+      scan();
+      continue;
+    }
+    // A scan that throws leaves the flag unset: every later use fails the same way.
+    std::call_once(*part.scanned, scan);
+  }
 }
 
 }  // namespace retnet

@@ -11,6 +11,7 @@
 #include "retnet/core/rng.h"
 #include "retnet/ops/rotation.h"
 #include "decode_pack.h"
+#include "weight_packer.h"
 
 namespace retnet {
 
@@ -87,6 +88,7 @@ Model::Model(const Config& config, ParamBuffer params)
     if (c.mixer->state_floats_per_layer) offset += c.mixer->state_floats_per_layer(c);
     cache_slots_.push_back(c.mixer->cache_floats_per_token_per_layer ? slots++ : -1);
   }
+  plain_ = WeightPacker::plain_weights(*this);
 }
 
 Model Model::init(const Config& config, uint64_t seed) {

@@ -14,10 +14,9 @@
 #include "retnet/core/param_buffer.h"
 #include "retnet/core/quant_type.h"
 #include "retnet/model/config.h"
+#include "retnet/model/weight.h"
 
 namespace retnet {
-
-struct BFloat16;  // core/half.h
 
 inline constexpr size_t kNoTensor = static_cast<size_t>(-1);
 
@@ -74,35 +73,6 @@ struct QuantOptions {
   bool stored_mapped = false;
 };
 
-// Rows [first_row, first_row + rows) of a projection used where they lie (a mapped file),
-// row-major with row stride K, in the inference precision's type (one pointer set).
-struct RowMajorSlice {
-  int64_t first_row = 0, rows = 0;
-  const float* f32 = nullptr;
-  const uint16_t* f16 = nullptr;
-  const BFloat16* bf16 = nullptr;
-  std::string tensor;  // the parameter's name, for errors
-  // Set once the values have been found finite: they are scanned when first used, when decoding
-  // pages them in anyway, rather than at open (which would read the whole file).
-  std::shared_ptr<std::once_flag> scanned;
-};
-// Throws Error naming the tensor if the slice (rows x K) holds a NaN or an infinity; scans only
-// on the first call for a slice (later calls return at once).
-void check_finite_in_place(const RowMajorSlice& slice, int64_t K);
-
-// One projection (possibly several adjacent tensors used as one matrix [N, K]) packed for decoding,
-// or used in place.
-struct PackedProjection {
-  int64_t N = 0, K = 0;
-  const float* f32 = nullptr;      // set for DecodePrecision::F32
-  const uint16_t* f16 = nullptr;   // set for DecodePrecision::F16
-  const BFloat16* bf16 = nullptr;  // set for DecodePrecision::BF16
-  const uint8_t* quant = nullptr;  // set for the quantised precisions: panels (core/quant.h)
-  QuantType quant_type = QuantType::Q8_0;
-  // Instead of the packed pointers above: the stored row-major weights, one slice per stored
-  // tensor (q|k|v|g are separate tensors of a file), multiplied by rowmajor_gemm_nt.
-  std::vector<RowMajorSlice> in_place;
-};
 struct DecodePack;
 namespace detail {
 class Backend;
@@ -200,8 +170,11 @@ class Model {
   int64_t packed_bytes() const;
   bool decode_prepared() const { return packed_ != nullptr; }
   DecodePrecision decode_precision() const;
-  // The packed form of the projection starting at tensor `index`, or nullptr.
-  const PackedProjection* packed(size_t index) const;
+  // The weight a product or lookup reads for the projection starting at tensor `index` (each
+  // layer's q, out, fc1, fc2, the LM head) or the embedding: the prepared copy (panels, rows used
+  // in place, a half-precision embedding) when there is one, else the float32 rows of the buffer.
+  // An Error naming the tensor for another index.
+  const Weight& weight(size_t index) const;
   int64_t state_bytes_per_sequence() const {
     return config_.state_floats_per_sequence() * static_cast<int64_t>(sizeof(float));
   }
@@ -228,32 +201,11 @@ class Model {
   struct LazyFingerprint;
   std::shared_ptr<LazyFingerprint> lazy_fingerprint_;
   std::vector<std::string> tensor_origins_;
+  // The float32 rows of every weight() index, read where the buffer holds them.
+  std::shared_ptr<const DecodePack> plain_;
   [[noreturn]] void throw_released(size_t index) const;
-  void pack_projections(DecodePrecision precision, bool release, const QuantOptions& quant = {});
-  void pack_quantized(QuantType type,
-                      const std::vector<std::tuple<size_t, int64_t, int64_t>>& products,
-                      bool release, const QuantOptions& quant, DecodePack& pack);
-  // Parts of pack_quantized: room for every product's blocks (pointers into the pack stay valid),
-  // and one product (first tensor, N, K) quantised, optionally releasing its float32 pages
-  // (`values` as in pack_product).
-  void reserve_quantized(QuantType type,
-                         const std::vector<std::tuple<size_t, int64_t, int64_t>>& products,
-                         const QuantOptions& quant, DecodePack& pack) const;
-  void pack_quantized_product(QuantType type, size_t index, int64_t N, int64_t K, bool release,
-                              const QuantOptions& quant, DecodePack& pack,
-                              const float* values = nullptr);
-  // Parts of pack_projections: one product (first tensor, N, K) at `offset` of the pack, and the
-  // f16/bf16 row-major embedding, each optionally releasing its float32 pages. `values`: the
-  // product's float32 values when they are not in the buffer (a loader's staging area).
-  void pack_product(DecodePack& pack, size_t index, int64_t N, int64_t K, size_t& offset,
-                    bool release, const float* values = nullptr);
-  void pack_half_embedding(DecodePack& pack, bool release);
-  void fill_and_pack(DecodePrecision precision, const TensorSource& source,
-                     const InPlaceSource& in_place, std::shared_ptr<const void> keep_alive);
-  // The fingerprint computed on first use by reading every tensor through `source` again;
-  // `keep_alive` (what `source` reads) moves into the pack.
-  void defer_fingerprint(const TensorSource& source, DecodePack& pack,
-                         std::shared_ptr<const void> keep_alive);
+  // Builds the prepared copy: fills packed_, released_ and the fingerprint (src/model/).
+  friend class WeightPacker;
   friend uint64_t model_fingerprint(const Model& model);
 };
 

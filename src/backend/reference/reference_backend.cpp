@@ -9,53 +9,24 @@
 #include "retnet/backend/backend.h"
 #include "retnet/backend/cpu_kernels.h"
 #include "retnet/core/error.h"
-#include "retnet/core/gemm.h"
-#include "retnet/core/gemm_rowmajor.h"
-#include "retnet/core/quant.h"
 #include "retnet/model/mixer_layer.h"
 #include "retnet/model/state.h"
+#include "retnet/model/weight_ops.h"
 #include "retnet/ops/rotation.h"
 
 namespace retnet::detail {
 namespace {
 
 // The float32 values of weight `w` [N, K] (with the adjacent tensors that follow it), from the
-// copy the model multiplies by: its packed or in-place copy when it has one of that shape, else
-// the float32 buffer.
+// copy the model multiplies by (model.weight: packed, in place, or the float32 buffer).
 std::vector<float> weight_values(const Model& model, size_t w, int64_t N, int64_t K) {
+  const Weight& weight = model.weight(w);
+  RETNET_CHECK(weight.N == N && weight.K == K,
+               "weight '{}' is [{}, {}], but the product needs [{}, {}]", weight.name, weight.N,
+               weight.K, N, K);
+  check_finite_in_place(weight);
   std::vector<float> values(static_cast<size_t>(N * K));
-  const PackedProjection* p = model.packed(w);
-  if (!p || p->N != N || p->K != K) {
-    std::memcpy(values.data(), model.param(w), values.size() * sizeof(float));
-    return values;
-  }
-  if (!p->in_place.empty()) {
-    int64_t n = 0;
-    for (const RowMajorSlice& s : p->in_place)
-      for (int64_t r = 0; r < s.rows; ++r, ++n) {
-        float* row = values.data() + n * K;
-        if (s.f32)
-          rowmajor_row(s.f32, K, K, r, 1.f, row);
-        else if (s.f16)
-          rowmajor_row(s.f16, K, K, r, 1.f, row);
-        else
-          rowmajor_row(s.bf16, K, K, r, 1.f, row);
-      }
-    return values;
-  }
-  if (p->quant) {
-    dequantize_panel_rows(p->quant_type, p->quant, K, 0, N, values.data(), K);
-    return values;
-  }
-  for (int64_t n = 0; n < N; ++n) {
-    float* row = values.data() + n * K;
-    if (p->f32)
-      packed_row(p->f32, K, n, 1.f, row);
-    else if (p->bf16)
-      packed_row(p->bf16, K, n, 1.f, row);
-    else
-      packed_row(p->f16, K, n, 1.f, row);
-  }
+  for (int64_t n = 0; n < N; ++n) weight_row(weight, n, 1.f, values.data() + n * K);
   return values;
 }
 

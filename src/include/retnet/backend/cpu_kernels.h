@@ -9,7 +9,7 @@
 namespace retnet::detail {
 
 // y[M, N] = x[M, K] W^T (+ y when accumulate) for weight tensor `w` [N, K] (rows of adjacent
-// tensors may follow: q, k, v, g are one product). Few rows use the model's decode packing.
+// tensors may follow: q, k, v, g are one product), by model.weight(w) through matmul.
 void project(const Model& model, size_t w, int64_t M, int64_t N, int64_t K, const float* x,
              int64_t ldx, bool accumulate, float* y, int64_t ldy);
 
