@@ -1,5 +1,5 @@
 // Every level this CPU runs of the per-level row kernels (norms, gated activations, rotations, the
-// optimizer's passes, attention's softmax rows) against double references, at small sizes whose
+// optimizer's passes, attention's softmax rows, feature maps, decay attention's lanes) against double references, at small sizes whose
 // lengths are off the vector widths, so each level's vector body and tail are both exercised.
 #include <gtest/gtest.h>
 
@@ -8,7 +8,10 @@
 #include <vector>
 
 #include "../../src/mixers/attention/attention_row_kernels.h"
+#include "../../src/mixers/shared/decay_lanes.h"
+#include "../../src/mixers/shared/feature_map_rows.h"
 #include "retnet/core/isa_kernels.h"
+#include "retnet/mixers/decay_attention.h"
 #include "retnet/ops/ops_isa.h"
 #include "test_helpers.h"
 
@@ -198,5 +201,69 @@ TEST(IsaKernels, AttentionRowsEveryLevelAgreeWithTheReference) {
       EXPECT_TRUE(retnet::test::close(x, want, 1e-6));
       EXPECT_TRUE(retnet::test::close(std::vector<float>{sum}, std::vector<double>{sum_ref}, 1e-6));
     }
+  }
+}
+
+TEST(IsaKernels, FeatureMapRowsEveryLevelAgreeWithTheReference) {
+  const int64_t D = 45;
+  const std::vector<float> x = iot::uniform(D, 20, -4.f, 4.f), d_phi = iot::uniform(D, 21);
+  const std::vector<float> d_x0 = iot::uniform(D, 22);
+  std::vector<double> phi_ref(D), d_x_ref(D), exp_ref(D);
+  for (int64_t i = 0; i < D; ++i) {
+    phi_ref[i] = x[i] > 0 ? x[i] + 1.0 : std::exp(double(x[i]));
+    d_x_ref[i] = d_x0[i] + d_phi[i] * (x[i] > 0 ? 1.0 : phi_ref[i]);
+    exp_ref[i] = std::exp(double(x[i]) - 3.0) * 0.5;
+  }
+  for (Isa level : iot::cpu_levels()) {
+    SCOPED_TRACE(retnet::isa_name(level));
+    std::vector<float> phi(D), d_x = d_x0, p = x;
+    RETNET_ISA_VARIANT(level, elu_plus_one_row)(x.data(), phi.data(), D);
+    EXPECT_TRUE(retnet::test::close(phi, phi_ref, 1e-6));
+    RETNET_ISA_VARIANT(level, elu_plus_one_row_backward)(x.data(), phi.data(), d_phi.data(),
+                                                         d_x.data(), D);
+    EXPECT_TRUE(retnet::test::close(d_x, d_x_ref, 1e-6));
+    RETNET_ISA_VARIANT(level, scaled_exp_row)(p.data(), D, 3.f, 0.5f);
+    EXPECT_TRUE(retnet::test::close(p, exp_ref, 1e-6));
+  }
+}
+
+// One block of 20 channels (fewer than a block's lanes: the padding lanes are exercised) from an
+// empty state: the recurrent steps, and the pairwise form over two chunks (the first folded into
+// the state the second starts from), against the double definition.
+TEST(IsaKernels, DecayLanesEveryLevelAgreeWithTheReference) {
+  const int64_t T = 9, C = 20, L1 = 4, kCb = retnet::kDecayChannelBlock;
+  const std::vector<float> r = iot::uniform(T * C, 23), k = iot::uniform(T * C, 24);
+  const std::vector<float> v = iot::uniform(T * C, 25), w = iot::uniform(C, 26, 0.1f, 1.f);
+  const std::vector<float> u = iot::uniform(C, 27);
+  std::vector<double> want(T * C);
+  retnet::decay_attention_reference(r.data(), k.data(), v.data(), w.data(), u.data(), want.data(),
+                                    T, C, nullptr);
+  // Lanes: w, u, the state and the packed chunk rows padded with zeros to kCb.
+  std::vector<float> wl(kCb, 0.f), ul(kCb, 0.f), K(T * kCb, 0.f), V(T * kCb, 0.f);
+  for (int64_t c = 0; c < C; ++c) {
+    wl[c] = w[c];
+    ul[c] = u[c];
+    for (int64_t t = 0; t < T; ++t) {
+      K[t * kCb + c] = k[t * C + c];
+      V[t * kCb + c] = v[t * C + c];
+    }
+  }
+  for (Isa level : iot::cpu_levels()) {
+    SCOPED_TRACE(retnet::isa_name(level));
+    std::vector<float> out(T * C), a(kCb, 0.f), bs(kCb, 0.f), p(kCb, 0.f);
+    const retnet::DecayRows rows{r.data(), C, out.data(), C, nullptr, nullptr, C, C};
+    RETNET_ISA_VARIANT(level, decay_recurrent_steps)(rows, T, k.data(), C, v.data(), C, wl.data(),
+                                                     ul.data(), a.data(), bs.data(), p.data());
+    EXPECT_TRUE(retnet::test::close(out, want, 1e-5)) << "recurrent";
+    std::fill(out.begin(), out.end(), 0.f);
+    std::fill(a.begin(), a.end(), 0.f);
+    std::fill(bs.begin(), bs.end(), 0.f);
+    std::fill(p.begin(), p.end(), 0.f);
+    const auto chunk = RETNET_ISA_VARIANT(level, decay_pairwise_chunk);
+    chunk(rows, 0, L1, K.data(), V.data(), wl.data(), ul.data(), a.data(), bs.data(), p.data(),
+          true);
+    chunk(rows, L1, T - L1, K.data() + L1 * kCb, V.data() + L1 * kCb, wl.data(), ul.data(),
+          a.data(), bs.data(), p.data(), false);
+    EXPECT_TRUE(retnet::test::close(out, want, 1e-5)) << "pairwise";
   }
 }
