@@ -34,7 +34,7 @@ std::vector<std::pair<std::string, std::string>> kernel_choices() {
           {"rowmajor", rowmajor_kernel_name(rowmajor_kernel_best())},
           {"quant", quant_kernel_name(quant_kernel_best())},
           {"ops", level},
-          {"attention", level}};
+          {"mixers", level}};
 }
 
 std::string kernel_summary() {

@@ -88,7 +88,7 @@ TEST(CpuIsaCap, CappedRunsChooseOlderKernelsAndComputeTheSameLogits) {
     EXPECT_EQ(machine["packed_decode_kernel"], level);
     EXPECT_EQ(machine["skinny_decode_kernel"], level);
     EXPECT_EQ(machine["ops_decode_kernel"], level);
-    EXPECT_EQ(machine["attention_decode_kernel"], level);
+    EXPECT_EQ(machine["mixers_decode_kernel"], level);
     const auto version = run_retnet("--version");
     EXPECT_EQ(version.exit_code, 0) << version.err;
     EXPECT_NE(version.out.find("Kernels: " + level + " (cpu "), std::string::npos) << version.out;
@@ -154,7 +154,7 @@ TEST(IsaKernels, ChosenLevelFollowsTheCpuAndTheCap) {
   EXPECT_EQ(choices[1].first + " " + choices[1].second, "skinny " + level);
   EXPECT_EQ(choices[2].second.substr(0, level.size()), level);  // rowmajor: avx2-prefetch on Intel
   EXPECT_EQ(choices[4].first + " " + choices[4].second, "ops " + level);
-  EXPECT_EQ(choices[5].first + " " + choices[5].second, "attention " + level);
+  EXPECT_EQ(choices[5].first + " " + choices[5].second, "mixers " + level);
   if (retnet::cpu_isa() < retnet::Isa::Avx512) {
     std::vector<float> a(16), c(1);
     EXPECT_THROW(retnet::skinny_gemm_nt_at(retnet::Isa::Avx512, 1, 1, 16, a.data(), 16, a.data(),
