@@ -119,7 +119,7 @@ nlohmann::json machine_json() {
                             {"cpu_isa", isa_name(cpu_isa())},
                             {"kernel_isa", isa_name(kernel_isa())},
                             {"blas_core", blas_info().corename}};
-  // <family>_decode_kernel: packed, skinny, rowmajor, quant.
+  // <family>_decode_kernel: packed, skinny, rowmajor, quant, ops, mixers.
   for (const auto& [family, kernel] : kernel_choices()) machine[family + "_decode_kernel"] = kernel;
   return machine;
 }

@@ -32,7 +32,9 @@ std::vector<std::pair<std::string, std::string>> kernel_choices() {
   return {{"packed", level},
           {"skinny", level},
           {"rowmajor", rowmajor_kernel_name(rowmajor_kernel_best())},
-          {"quant", quant_kernel_name(quant_kernel_best())}};
+          {"quant", quant_kernel_name(quant_kernel_best())},
+          {"ops", level},
+          {"mixers", level}};
 }
 
 std::string kernel_summary() {

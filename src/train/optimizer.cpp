@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "retnet/core/error.h"
+#include "retnet/ops/ops_isa.h"
 
 namespace retnet {
 
@@ -18,16 +19,11 @@ double learning_rate(const AdamWOptions& o, int64_t step) {
 double clip_gradients(ParamBuffer& grads, double max_norm) {
   const int64_t n = static_cast<int64_t>(grads.size());
   const float* g = grads.data();
-  double sum = 0;
-#pragma omp parallel for reduction(+ : sum) schedule(static)
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(g[i]) * g[i];
-  const double norm = std::sqrt(sum);
-  if (max_norm > 0 && norm > max_norm) {
-    const float s = static_cast<float>(max_norm / norm);
-    float* gw = grads.data();
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) gw[i] *= s;
-  }
+  static const auto sum_of_squares_kernel = RETNET_ISA_VARIANT(kernel_isa(), sum_of_squares);
+  static const auto scale_kernel = RETNET_ISA_VARIANT(kernel_isa(), scale_in_place);
+  const double norm = std::sqrt(sum_of_squares_kernel(g, n));
+  if (max_norm > 0 && norm > max_norm)
+    scale_kernel(grads.data(), n, static_cast<float>(max_norm / norm));
   return norm;
 }
 
@@ -60,13 +56,8 @@ void AdamW::update(ParamBuffer& params, const ParamBuffer& grads, double lr) {
   float* v = v_.data();
   const float* g = grads.data();
   const int64_t n = static_cast<int64_t>(params.size());
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    m[i] = b1 * m[i] + (1.f - b1) * g[i];
-    v[i] = b2 * v[i] + (1.f - b2) * g[i] * g[i];
-    if (decay_[i]) p[i] -= decay * p[i];  // decoupled weight decay
-    p[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
-  }
+  static const auto step_kernel = RETNET_ISA_VARIANT(kernel_isa(), adamw_step);
+  step_kernel(p, m, v, g, decay_.data(), n, b1, b2, step_size, inv_sqrt_bc2, eps, decay);
 }
 
 }  // namespace retnet

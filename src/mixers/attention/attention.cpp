@@ -14,6 +14,7 @@
 #include "attention_kernels.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
+#include "retnet/ops/fast_exp.h"
 
 namespace retnet {
 namespace {

@@ -1,9 +1,5 @@
 #pragma once
 // Inner loops shared by the attention forward, backward and decode kernels (internal header).
-// GCC 12's own AVX-512 headers trip -Wmaybe-uninitialized (their "undefined" register idiom in
-// _mm512_reduce_add_ps); the warning is about the headers, not this code.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -11,58 +7,22 @@
 #include <cstdint>
 
 #include "../shared/head_loop.h"
+#include "attention_row_kernels.h"
 #include "retnet/core/error.h"
 #include "retnet/core/tensor.h"
-#include "retnet/ops/fast_exp.h"
 
 namespace retnet::attention_detail {
 
 // x[j] = exp(x[j] - shift) for j < n, shift >= max(x) (so the arguments are <= 0); returns their
-// sum.
+// sum. The row kernels run at kernel_isa()'s level (attention_row_kernels.cpp).
 inline float exp_shifted_sum(float* x, int64_t n, float shift) {
-#if defined(__AVX512F__)
-  const __m512 s = _mm512_set1_ps(shift);
-  __m512 sum = _mm512_setzero_ps();
-  int64_t j = 0;
-  for (; j + 16 <= n; j += 16) {
-    const __m512 e = fast_exp_nonpositive16(_mm512_sub_ps(_mm512_loadu_ps(x + j), s));
-    _mm512_storeu_ps(x + j, e);
-    sum = _mm512_add_ps(sum, e);
-  }
-  if (j < n) {  // tail: masked loads and stores touch nothing past x[n - 1]
-    const __mmask16 m = static_cast<__mmask16>((1u << (n - j)) - 1);
-    const __m512 e = fast_exp_nonpositive16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + j), s));
-    _mm512_mask_storeu_ps(x + j, m, e);
-    sum = _mm512_mask_add_ps(sum, m, sum, e);
-  }
-  return _mm512_reduce_add_ps(sum);
-#else
-  float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t j = 0; j < n; ++j) {
-    x[j] = fast_exp_nonpositive(x[j] - shift);
-    sum += x[j];
-  }
-  return sum;
-#endif
+  static const auto kernel = RETNET_ISA_VARIANT(kernel_isa(), attention_exp_shifted_sum);
+  return kernel(x, n, shift);
 }
 
 inline float max_of(const float* x, int64_t n, float init) {
-#if defined(__AVX512F__)
-  __m512 mv = _mm512_set1_ps(init);
-  int64_t j = 0;
-  for (; j + 16 <= n; j += 16) mv = _mm512_max_ps(mv, _mm512_loadu_ps(x + j));
-  if (j < n) {
-    const __mmask16 k = static_cast<__mmask16>((1u << (n - j)) - 1);
-    mv = _mm512_mask_max_ps(mv, k, mv, _mm512_maskz_loadu_ps(k, x + j));
-  }
-  return _mm512_reduce_max_ps(mv);
-#else
-  float m = init;
-#pragma omp simd reduction(max : m)
-  for (int64_t j = 0; j < n; ++j) m = std::max(m, x[j]);
-  return m;
-#endif
+  static const auto kernel = RETNET_ISA_VARIANT(kernel_isa(), attention_max_of);
+  return kernel(x, n, init);
 }
 
 inline float dot(const float* a, const float* b, int64_t n) {

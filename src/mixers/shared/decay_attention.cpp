@@ -7,13 +7,13 @@
 #include <vector>
 
 #include "decay_kernels.h"
+#include "decay_lanes.h"
 #include "retnet/core/error.h"
 
 namespace retnet {
 namespace {
 
 using detail::kCb;
-using detail::kEmptyExponent;
 
 using Dims = detail::ChannelDims;
 
@@ -35,64 +35,17 @@ Dims check_args(Form form, const DecayAttentionArgs& a) {
   return d;
 }
 
-// What one task writes per token: out = sigmoid(r) num / den, and optionally wkv and log den
-// (M is the exponent num and den are scaled by).
-struct RowSink {
-  const DecayAttentionArgs& a;
-  const Dims& d;
-  int64_t b, c0, nc;
-
-  void write(int64_t t, const float* num, const float* den, const float* M) const {
-    const float* r = &a.r.at(b, t, c0);
-    float* out = &a.out.at(b, t, c0);
-    const int64_t row = (b * d.T + t) * d.C + c0;
-    float* wkv = a.saved_wkv ? a.saved_wkv + row : nullptr;
-    float* log_den = a.saved_log_denominators ? a.saved_log_denominators + row : nullptr;
-#pragma omp simd
-    for (int64_t c = 0; c < nc; ++c) out[c] = detail::sigmoid_fast(r[c]) * (num[c] / den[c]);
-    if (wkv) {
-      for (int64_t c = 0; c < nc; ++c) {
-        wkv[c] = num[c] / den[c];
-        log_den[c] = M[c] + std::log(den[c]);
-      }
-    }
-  }
-};
-
-// ---- the pairwise form over one chunk [t0, t0 + L), the state entering it as one more term ------
-// K, V: [L][kCb] packed rows. a, bs, p: this block's state (kCb lanes, padded lanes empty); with
-// update, they become the state after the chunk.
-void pairwise_chunk(const RowSink& sink, int64_t t0, int64_t L, const float* K, const float* V,
-                    const float* w, const float* u, float* a, float* bs, float* p, bool update) {
-  alignas(64) float pe[kCb], R[kCb], M[kCb], num[kCb], den[kCb];
-#pragma omp simd
-  for (int64_t c = 0; c < kCb; ++c) {
-    pe[c] = bs[c] > 0.f ? p[c] : kEmptyExponent;  // the state's exponent; empty: none
-    R[c] = pe[c];  // maximum exponent of the terms before the current token
-  }
-  for (int64_t i = 0; i < L; ++i) {
-    const float* Ki = K + i * kCb;
-    const float fi = static_cast<float>(i);
-#pragma omp simd
-    for (int64_t c = 0; c < kCb; ++c) {
-      M[c] = std::max(R[c], Ki[c] + u[c]);
-      // The state decayed over i tokens; (pe - M) first: both may be ~1e4, their gap is small.
-      const float e = fast_exp_nonpositive((pe[c] - M[c]) - fi * w[c]);
-      num[c] = e * a[c];
-      den[c] = e * bs[c];
-    }
-    detail::add_decayed_tokens(K, V, i, w, M, num, den);
-    const float* Vi = V + i * kCb;
-#pragma omp simd
-    for (int64_t c = 0; c < kCb; ++c) {
-      const float e = fast_exp_nonpositive((Ki[c] - M[c]) + u[c]);
-      num[c] += e * Vi[c];
-      den[c] += e;
-      R[c] = std::max(R[c] - w[c], Ki[c]);
-    }
-    sink.write(t0 + i, num, den, M);
-  }
-  if (update) detail::fold_chunk_into_state(K, V, L, w, pe, R, a, bs, p);
+// Where task (b, c0, nc) writes its tokens' outputs (decay_lanes.h).
+DecayRows row_sink(const DecayAttentionArgs& a, const Dims& d, int64_t b, int64_t c0, int64_t nc) {
+  const int64_t saved = b * d.T * d.C + c0;
+  return {&a.r.at(b, 0, c0),
+          a.r.stride[1],
+          &a.out.at(b, 0, c0),
+          a.out.stride[1],
+          a.saved_wkv ? a.saved_wkv + saved : nullptr,
+          a.saved_log_denominators ? a.saved_log_denominators + saved : nullptr,
+          d.C,
+          nc};
 }
 
 size_t pairwise_scratch(int64_t L) { return 2 * L * kCb; }
@@ -112,7 +65,8 @@ void pairwise_block(const DecayAttentionArgs& args, const Dims& d, int64_t b, in
   }
   float* K = scratch;          // [chunk][kCb]
   float* V = K + chunk * kCb;  // [chunk][kCb]
-  const RowSink sink{args, d, b, c0, nc};
+  static const auto pairwise_chunk = RETNET_ISA_VARIANT(kernel_isa(), decay_pairwise_chunk);
+  const DecayRows sink = row_sink(args, d, b, c0, nc);
   for (int64_t t0 = 0; t0 < d.T; t0 += chunk) {
     const int64_t L = std::min(chunk, d.T - t0);  // the last chunk may be short: no padding
     detail::pack_rows(args.k, b, t0, L, c0, nc, K);
@@ -133,42 +87,15 @@ void recurrent_block(const DecayAttentionArgs& args, const Dims& d, int64_t b, i
   // The block's state, w and u in padded local lanes (padding: empty state, zero inputs), so the
   // per-token loop has a fixed trip count and vectorises.
   float* state = args.state + sequence_row(args.rows, b) * args.state_stride;
-  alignas(64) float w[kCb], u[kCb], a[kCb], bs[kCb], p[kCb], k[kCb], v[kCb];
-  alignas(64) float M[kCb], num[kCb], den[kCb];
+  alignas(64) float w[kCb], u[kCb], a[kCb], bs[kCb], p[kCb];
   detail::pack_channels(args.w, c0, nc, w);
   detail::pack_channels(args.u, c0, nc, u);
   detail::pack_channels(state, c0, nc, a);
   detail::pack_channels(state + d.C, c0, nc, bs);
   detail::pack_channels(state + 2 * d.C, c0, nc, p);
-  std::fill(k, k + kCb, 0.f);
-  std::fill(v, v + kCb, 0.f);
-  const RowSink sink{args, d, b, c0, nc};
-  for (int64_t t = 0; t < d.T; ++t) {
-    std::copy_n(&args.k.at(b, t, c0), nc, k);
-    std::copy_n(&args.v.at(b, t, c0), nc, v);
-#pragma omp simd
-    for (int64_t c = 0; c < kCb; ++c) {
-      const float pe = bs[c] > 0.f ? p[c] : kEmptyExponent;
-      // Output: the state and the current token, scaled by their larger exponent.
-      M[c] = std::max(pe, u[c] + k[c]);
-      const float e1 = fast_exp_nonpositive(pe - M[c]);
-      const float e2 = fast_exp_nonpositive((k[c] - M[c]) + u[c]);
-      num[c] = e1 * a[c] + e2 * v[c];
-      den[c] = e1 * bs[c] + e2;
-      // Update: decay the state by one token, add the current one without the bonus. pe - w
-      // rounds by up to ulp(pe) / 2 (5e-4 at |pe| ~ 1e4, every token); the rounding error,
-      // exact by Sterbenz, goes into a and b instead of accumulating in p.
-      const float decayed = pe - w[c];
-      const float rounding = (pe - decayed) - w[c];
-      const float q = std::max(decayed, k[c]);
-      const float f1 = fast_exp_nonpositive((decayed - q) + rounding);
-      const float f2 = fast_exp_nonpositive(k[c] - q);
-      a[c] = f1 * a[c] + f2 * v[c];
-      bs[c] = f1 * bs[c] + f2;
-      p[c] = q;
-    }
-    sink.write(t, num, den, M);
-  }
+  static const auto steps = RETNET_ISA_VARIANT(kernel_isa(), decay_recurrent_steps);
+  steps(row_sink(args, d, b, c0, nc), d.T, &args.k.at(b, 0, c0), args.k.stride[1],
+        &args.v.at(b, 0, c0), args.v.stride[1], w, u, a, bs, p);
   std::copy_n(a, nc, state + c0);
   std::copy_n(bs, nc, state + d.C + c0);
   std::copy_n(p, nc, state + 2 * d.C + c0);

@@ -100,38 +100,4 @@ inline void pack_channels(const float* src, int64_t c0, int64_t nc, float* dst) 
 #pragma omp declare simd notinbranch
 inline float sigmoid_fast(float r) { return 1.f / (1.f + fast_exp(-r)); }
 
-// Adds the chunk's tokens j < n, decayed to token n - 1 and scaled by e^-ref: with
-// e = exp(k_j - ref - (n - 1 - j) w), num += e v_j and den += e (K, V: packed [n][kCb] rows).
-inline void add_decayed_tokens(const float* K, const float* V, int64_t n, const float* w,
-                               const float* ref, float* num, float* den) {
-  for (int64_t j = 0; j < n; ++j) {
-    const float* Kj = K + j * kCb;
-    const float* Vj = V + j * kCb;
-    const float decay = static_cast<float>(n - 1 - j);
-#pragma omp simd
-    for (int64_t c = 0; c < kCb; ++c) {
-      const float e = fast_exp_nonpositive((Kj[c] - ref[c]) - decay * w[c]);
-      num[c] += e * Vj[c];
-      den[c] += e;
-    }
-  }
-}
-
-// The state after a chunk of L tokens (K, V: packed [L][kCb] rows) entered with (a, bs, p) and
-// exponent pe (kEmptyExponent when empty): every term decayed to the chunk's end and scaled by R,
-// the largest of their exponents there (R = max over the chunk of max(R - w, k), from pe).
-inline void fold_chunk_into_state(const float* K, const float* V, int64_t L, const float* w,
-                                  const float* pe, const float* R, float* a, float* bs, float* p) {
-  const float fL = static_cast<float>(L);
-#pragma omp simd
-  for (int64_t c = 0; c < kCb; ++c) {
-    const float e = fast_exp_nonpositive((pe[c] - R[c]) - fL * w[c]);
-    a[c] *= e;
-    bs[c] *= e;
-  }
-  add_decayed_tokens(K, V, L, w, R, a, bs);
-#pragma omp simd
-  for (int64_t c = 0; c < kCb; ++c) p[c] = R[c];
-}
-
 }  // namespace retnet::detail

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "decay_kernels.h"
+#include "decay_lanes.h"
 #include "retnet/core/error.h"
 #include "retnet/mixers/decay_attention.h"
 
@@ -23,6 +24,7 @@ void summary_block(const TensorView& k, const TensorView& v, const float* w_all,
                    int64_t c0, int64_t nc, int64_t T, int64_t C, float* record) {
   alignas(64) float w[kCb], a[kCb] = {}, bs[kCb] = {}, p[kCb] = {}, pe[kCb], R[kCb];
   alignas(64) float K[kSummaryChunk * kCb], V[kSummaryChunk * kCb];
+  static const auto fold_chunk = RETNET_ISA_VARIANT(kernel_isa(), decay_fold_chunk);
   detail::pack_channels(w_all, c0, nc, w);
   for (int64_t t0 = 0; t0 < T; t0 += kSummaryChunk) {
     const int64_t L = std::min(kSummaryChunk, T - t0);
@@ -33,7 +35,7 @@ void summary_block(const TensorView& k, const TensorView& v, const float* w_all,
     for (int64_t i = 0; i < L; ++i)
 #pragma omp simd
       for (int64_t c = 0; c < kCb; ++c) R[c] = std::max(R[c] - w[c], K[i * kCb + c]);
-    detail::fold_chunk_into_state(K, V, L, w, pe, R, a, bs, p);
+    fold_chunk(K, V, L, w, pe, R, a, bs, p);
   }
   const float length = static_cast<float>(T);
   for (int64_t c = 0; c < nc; ++c) {

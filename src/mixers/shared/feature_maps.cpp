@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "feature_map_rows.h"
 #include "head_loop.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
 #include "retnet/core/parallel.h"
 #include "retnet/core/rng.h"
-#include "retnet/ops/fast_exp.h"
 
 namespace retnet {
 namespace {
@@ -46,22 +46,6 @@ Dims check_pair(const FeatureMap& map, const TensorView& x, const TensorView& ph
   return dx;
 }
 
-// ---- elu + 1 -------------------------------------------------------------------------------
-void elu_rows(const float* x, float* phi, int64_t D) {
-#pragma omp simd
-  for (int64_t i = 0; i < D; ++i) {
-    const float e = fast_exp(x[i] < 0.f ? x[i] : 0.f);  // both branches, then a select
-    phi[i] = x[i] > 0.f ? x[i] + 1.f : e;
-  }
-}
-
-void elu_rows_backward(const float* x, const float* phi, const float* d_phi, float* d_x,
-                       int64_t D) {
-  // elu(x) + 1 = exp(x) below 0, so its slope there is phi itself.
-#pragma omp simd
-  for (int64_t i = 0; i < D; ++i) d_x[i] += d_phi[i] * (x[i] > 0.f ? 1.f : phi[i]);
-}
-
 // Runs fn(b, t, h) for all B * T * H rows, across threads when there is enough work.
 template <typename Fn>
 void for_each_row(const Dims& d, Fn fn) {
@@ -78,6 +62,7 @@ void favor_head(const FeatureMap& map, FeatureRole role, const float* x, int64_t
   const float inv_sqrt_m = static_cast<float>(1.0 / std::sqrt(static_cast<double>(m)));
   sgemm(Trans::No, Trans::Yes, T, m, Dk, static_cast<float>(inv_root4), x, ldx, map.favor_w, Dk,
         0.f, phi, ldp);
+  static const auto exp_row = RETNET_ISA_VARIANT(kernel_isa(), scaled_exp_row);
   for (int64_t t = 0; t < T; ++t) {
     float* p = phi + t * ldp;
     float shift;
@@ -90,8 +75,7 @@ void favor_head(const FeatureMap& map, FeatureRole role, const float* x, int64_t
       for (int64_t i = 0; i < Dk; ++i) sq += static_cast<double>(xr[i]) * xr[i];
       shift = static_cast<float>(0.5 * sq * inv_root4 * inv_root4) + map.favor_key_shift;
     }
-#pragma omp simd
-    for (int64_t j = 0; j < m; ++j) p[j] = fast_exp(p[j] - shift) * inv_sqrt_m;
+    exp_row(p, m, shift, inv_sqrt_m);
   }
 }
 
@@ -202,8 +186,9 @@ void feature_map_forward(const FeatureMap& map, FeatureRole role, const TensorVi
                          const TensorView& phi) {
   const Dims d = check_pair(map, x, phi, "phi");
   if (map.kind == FeatureMapKind::EluPlusOne) {
+    static const auto elu_row = RETNET_ISA_VARIANT(kernel_isa(), elu_plus_one_row);
     for_each_row(d, [&](int64_t b, int64_t t, int64_t h) {
-      elu_rows(&x.at(b, t, h, 0), &phi.at(b, t, h, 0), d.D);
+      elu_row(&x.at(b, t, h, 0), &phi.at(b, t, h, 0), d.D);
     });
     return;
   }
@@ -226,9 +211,11 @@ void feature_map_backward(const FeatureMap& map, const TensorView& x, const Tens
   check_pair(map, x, d_phi, "d_phi");
   check_same(d, check_view(d_x, "d_x"), "d_x");
   if (map.kind == FeatureMapKind::EluPlusOne) {
+    static const auto elu_row_backward =
+        RETNET_ISA_VARIANT(kernel_isa(), elu_plus_one_row_backward);
     for_each_row(d, [&](int64_t b, int64_t t, int64_t h) {
-      elu_rows_backward(&x.at(b, t, h, 0), &phi.at(b, t, h, 0), &d_phi.at(b, t, h, 0),
-                        &d_x.at(b, t, h, 0), d.D);
+      elu_row_backward(&x.at(b, t, h, 0), &phi.at(b, t, h, 0), &d_phi.at(b, t, h, 0),
+                       &d_x.at(b, t, h, 0), d.D);
     });
     return;
   }

@@ -69,11 +69,14 @@ void packed_gemm_nt_at(Isa level, int64_t M, int64_t N, int64_t K, const float* 
 void packed_gemm_nt_at(Isa level, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                        const BFloat16* packed, float beta, float* C, int64_t ldc);
 
-// The kernel chosen per family, in order: packed, skinny, rowmajor, quant (the
-// <family>_decode_kernel fields of the bench machine record).
+// The kernel chosen per family, in order: packed, skinny, rowmajor, quant, ops (norms, gated
+// activations, rotations, the optimizer: retnet/ops/ops_isa.h) and mixers (attention's softmax
+// rows, decay attention's lanes, the feature maps' exponentials) (the <family>_decode_kernel
+// fields of the bench machine record).
 std::vector<std::pair<std::string, std::string>> kernel_choices();
 // One line naming them and the level they follow, e.g. "avx512 (cpu avx512, RETNET_MAX_ISA
-// unset): packed avx512, skinny avx512, rowmajor avx512, quant avx512-vnni-512".
+// unset): packed avx512, skinny avx512, rowmajor avx512, quant avx512-vnni-512, ops avx512,
+// mixers avx512".
 std::string kernel_summary();
 
 }  // namespace retnet

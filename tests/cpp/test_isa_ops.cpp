@@ -1,0 +1,269 @@
+// Every level this CPU runs of the per-level row kernels (norms, gated activations, rotations, the
+// optimizer's passes, attention's softmax rows, feature maps, decay attention's lanes) against double references, at small sizes whose
+// lengths are off the vector widths, so each level's vector body and tail are both exercised.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "../../src/mixers/attention/attention_row_kernels.h"
+#include "../../src/mixers/shared/decay_lanes.h"
+#include "../../src/mixers/shared/feature_map_rows.h"
+#include "retnet/core/isa_kernels.h"
+#include "retnet/mixers/decay_attention.h"
+#include "retnet/ops/ops_isa.h"
+#include "test_helpers.h"
+
+namespace isa_ops_test {
+
+using retnet::Isa;
+
+std::vector<float> uniform(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<Isa> cpu_levels() {
+  std::vector<Isa> out;
+  for (Isa level : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+    if (level <= retnet::cpu_isa()) out.push_back(level);
+  return out;
+}
+
+double gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+double gelu_grad(double x) {
+  return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))) +
+         x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
+}
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+}  // namespace isa_ops_test
+
+namespace iot = isa_ops_test;
+using retnet::Isa;
+
+TEST(IsaKernels, RmsnormEveryLevelAgreesWithTheReference) {
+  const int64_t N = 3, D = 37, ld = 40;
+  const float eps = 1e-6f;
+  const std::vector<float> x = iot::uniform(N * ld, 1), w = iot::uniform(D, 2, 0.5f, 1.5f);
+  const std::vector<float> dy = iot::uniform(N * ld, 3), dx0 = iot::uniform(N * ld, 4);
+  // Double references: y, rstd, dx (accumulated onto dx0) and dw (onto zero).
+  std::vector<double> y_ref(N * D), r_ref(N), dx_ref(N * D), dw_ref(D, 0.0);
+  for (int64_t n = 0; n < N; ++n) {
+    double ss = 0, dot = 0;
+    for (int64_t i = 0; i < D; ++i) ss += double(x[n * ld + i]) * x[n * ld + i];
+    const double r = 1.0 / std::sqrt(ss / D + eps);
+    r_ref[n] = r;
+    for (int64_t i = 0; i < D; ++i) {
+      y_ref[n * D + i] = x[n * ld + i] * r * w[i];
+      dot += double(w[i]) * dy[n * ld + i] * x[n * ld + i];
+    }
+    for (int64_t i = 0; i < D; ++i) {
+      dx_ref[n * D + i] = dx0[n * ld + i] + r * w[i] * dy[n * ld + i] - x[n * ld + i] * r * r * r / D * dot;
+      dw_ref[i] += double(dy[n * ld + i]) * x[n * ld + i] * r;
+    }
+  }
+  for (Isa level : iot::cpu_levels()) {
+    SCOPED_TRACE(retnet::isa_name(level));
+    std::vector<float> y(N * D), rstd(N), dx = dx0, dw(D, 0.f);
+    RETNET_ISA_VARIANT(level, rmsnorm_forward)(x.data(), ld, w.data(), y.data(), D, rstd.data(), N,
+                                               D, eps);
+    EXPECT_TRUE(retnet::test::close(y, y_ref, 1e-6));
+    EXPECT_TRUE(retnet::test::close(rstd, r_ref, 1e-6));
+    RETNET_ISA_VARIANT(level, rmsnorm_backward)(x.data(), ld, w.data(), rstd.data(), dy.data(), ld,
+                                                dx.data(), ld, dw.data(), N, D);
+    std::vector<float> dx_rows(N * D);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < D; ++i) dx_rows[n * D + i] = dx[n * ld + i];
+    EXPECT_TRUE(retnet::test::close(dx_rows, dx_ref, 1e-5));
+    EXPECT_TRUE(retnet::test::close(dw, dw_ref, 1e-5));
+  }
+}
+
+TEST(IsaKernels, GatedActivationsEveryLevelAgreeWithTheReference) {
+  const int64_t N = 2, D = 45;
+  const std::vector<float> a = iot::uniform(N * D, 5, -6.f, 6.f), b = iot::uniform(N * D, 6);
+  const std::vector<float> g = iot::uniform(N * D, 7);
+  for (retnet::Activation act : {retnet::Activation::Gelu, retnet::Activation::Swish}) {
+    const bool is_gelu = act == retnet::Activation::Gelu;
+    std::vector<double> out_ref(N * D), da_ref(N * D), db_ref(N * D);
+    for (int64_t i = 0; i < N * D; ++i) {
+      const double x = a[i], s = iot::sigmoid(x);
+      const double f = is_gelu ? iot::gelu(x) : x * s;
+      const double df = is_gelu ? iot::gelu_grad(x) : s * (1.0 + x * (1.0 - s));
+      out_ref[i] = f * b[i];
+      da_ref[i] = df * b[i] * g[i];
+      db_ref[i] = f * g[i];
+    }
+    for (Isa level : iot::cpu_levels()) {
+      SCOPED_TRACE(testing::Message() << retnet::isa_name(level) << (is_gelu ? " gelu" : " swish"));
+      std::vector<float> out(N * D), da(N * D), db(N * D);
+      RETNET_ISA_VARIANT(level, gated_activation_forward)(act, a.data(), D, b.data(), D,
+                                                          out.data(), D, N, D);
+      EXPECT_TRUE(retnet::test::close(out, out_ref, 1e-6));
+      RETNET_ISA_VARIANT(level, gated_activation_backward)(act, a.data(), D, b.data(), D, g.data(),
+                                                           D, da.data(), D, db.data(), D, N, D);
+      EXPECT_TRUE(retnet::test::close(da, da_ref, 1e-6));
+      EXPECT_TRUE(retnet::test::close(db, db_ref, 1e-6));
+    }
+  }
+}
+
+TEST(IsaKernels, RotationEveryLevelAgreesWithTheReference) {
+  // Two sequences with tables of their own (sequence_stride T), 3 heads of 10 dims (5 pairs).
+  const int64_t B = 2, T = 3, H = 3, Dk = 10, half = Dk / 2, ld = H * Dk + 2;
+  const std::vector<float> x0 = iot::uniform(B * T * ld, 8);
+  std::vector<float> table(B * T * 2 * half);
+  for (int64_t r = 0; r < B * T; ++r)
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = 0.3 * double(r + 1) * double(i + 1);
+      table[r * 2 * half + i] = static_cast<float>(std::cos(angle));
+      table[r * 2 * half + half + i] = static_cast<float>(std::sin(angle));
+    }
+  for (auto pairs : {retnet::RotationPairs::Interleaved, retnet::RotationPairs::HalfSplit})
+    for (auto direction : {retnet::RotationDirection::Forward, retnet::RotationDirection::Inverse}) {
+      const bool interleaved = pairs == retnet::RotationPairs::Interleaved;
+      const int64_t step = interleaved ? 2 : 1, offset = interleaved ? 1 : half;
+      const double sign = direction == retnet::RotationDirection::Forward ? 1.0 : -1.0;
+      std::vector<double> want(x0.begin(), x0.end());
+      for (int64_t r = 0; r < B * T; ++r)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t i = 0; i < half; ++i) {
+            const int64_t p = r * ld + h * Dk + step * i, q = p + offset;
+            const double c = table[r * 2 * half + i], s = sign * table[r * 2 * half + half + i];
+            want[p] = x0[p] * c - x0[q] * s;
+            want[q] = x0[q] * c + x0[p] * s;
+          }
+      for (Isa level : iot::cpu_levels()) {
+        SCOPED_TRACE(testing::Message() << retnet::isa_name(level) << " interleaved "
+                                        << interleaved << " sign " << sign);
+        std::vector<float> x = x0;
+        RETNET_ISA_VARIANT(level, rotate_with_table)(x.data(), ld, B, T, H, Dk, table.data(), T,
+                                                     direction, pairs);
+        EXPECT_TRUE(retnet::test::close(x, want, 1e-6));
+      }
+    }
+}
+
+TEST(IsaKernels, OptimizerPassesEveryLevelAgreeWithTheReference) {
+  const int64_t n = 53;
+  const std::vector<float> p0 = iot::uniform(n, 9), m0 = iot::uniform(n, 10), g = iot::uniform(n, 12);
+  const std::vector<float> v0 = iot::uniform(n, 11, 0.f, 0.1f);
+  std::vector<uint8_t> decay(n);
+  for (int64_t i = 0; i < n; ++i) decay[i] = i % 3 == 0;
+  const float b1 = 0.9f, b2 = 0.95f, step_size = 0.01f, inv_sqrt_bc2 = 1.5f, eps = 1e-8f,
+              rate = 0.001f;
+  std::vector<double> p_ref(n), m_ref(n), v_ref(n), scaled_ref(n);
+  double sum_ref = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    m_ref[i] = double(b1) * m0[i] + (1.0 - b1) * g[i];
+    v_ref[i] = double(b2) * v0[i] + (1.0 - b2) * g[i] * g[i];
+    const double p = decay[i] ? p0[i] - double(rate) * p0[i] : p0[i];
+    p_ref[i] = p - step_size * m_ref[i] / (std::sqrt(v_ref[i]) * inv_sqrt_bc2 + eps);
+    sum_ref += double(g[i]) * g[i];
+    scaled_ref[i] = 0.25 * g[i];
+  }
+  for (Isa level : iot::cpu_levels()) {
+    SCOPED_TRACE(retnet::isa_name(level));
+    std::vector<float> p = p0, m = m0, v = v0, scaled = g;
+    RETNET_ISA_VARIANT(level, adamw_step)(p.data(), m.data(), v.data(), g.data(), decay.data(), n,
+                                          b1, b2, step_size, inv_sqrt_bc2, eps, rate);
+    EXPECT_TRUE(retnet::test::close(m, m_ref, 1e-6));
+    EXPECT_TRUE(retnet::test::close(v, v_ref, 1e-6));
+    EXPECT_TRUE(retnet::test::close(p, p_ref, 1e-6));
+    const double sum = RETNET_ISA_VARIANT(level, sum_of_squares)(g.data(), n);
+    EXPECT_TRUE(retnet::test::close(std::vector<double>{sum}, std::vector<double>{sum_ref}, 1e-12));
+    RETNET_ISA_VARIANT(level, scale_in_place)(scaled.data(), n, 0.25f);
+    EXPECT_TRUE(retnet::test::close(scaled, scaled_ref, 0.0));
+  }
+}
+
+TEST(IsaKernels, AttentionRowsEveryLevelAgreeWithTheReference) {
+  for (int64_t n : {1, 7, 16, 17, 40}) {
+    const std::vector<float> x0 = iot::uniform(n, 13 + n, -30.f, 5.f);
+    double top = -1e30;
+    for (float x : x0) top = std::max(top, double(x));
+    std::vector<double> want(n);
+    double sum_ref = 0;
+    for (int64_t j = 0; j < n; ++j) sum_ref += want[j] = std::exp(double(x0[j]) - top);
+    for (Isa level : iot::cpu_levels()) {
+      SCOPED_TRACE(testing::Message() << retnet::isa_name(level) << " n " << n);
+      const float m = RETNET_ISA_VARIANT(level, attention_max_of)(x0.data(), n, -1e30f);
+      EXPECT_EQ(m, static_cast<float>(top));
+      // init above every element wins.
+      EXPECT_EQ(RETNET_ISA_VARIANT(level, attention_max_of)(x0.data(), n, 6.f), 6.f);
+      std::vector<float> x = x0;
+      const float sum = RETNET_ISA_VARIANT(level, attention_exp_shifted_sum)(x.data(), n, m);
+      EXPECT_TRUE(retnet::test::close(x, want, 1e-6));
+      EXPECT_TRUE(retnet::test::close(std::vector<float>{sum}, std::vector<double>{sum_ref}, 1e-6));
+    }
+  }
+}
+
+TEST(IsaKernels, FeatureMapRowsEveryLevelAgreeWithTheReference) {
+  const int64_t D = 45;
+  const std::vector<float> x = iot::uniform(D, 20, -4.f, 4.f), d_phi = iot::uniform(D, 21);
+  const std::vector<float> d_x0 = iot::uniform(D, 22);
+  std::vector<double> phi_ref(D), d_x_ref(D), exp_ref(D);
+  for (int64_t i = 0; i < D; ++i) {
+    phi_ref[i] = x[i] > 0 ? x[i] + 1.0 : std::exp(double(x[i]));
+    d_x_ref[i] = d_x0[i] + d_phi[i] * (x[i] > 0 ? 1.0 : phi_ref[i]);
+    exp_ref[i] = std::exp(double(x[i]) - 3.0) * 0.5;
+  }
+  for (Isa level : iot::cpu_levels()) {
+    SCOPED_TRACE(retnet::isa_name(level));
+    std::vector<float> phi(D), d_x = d_x0, p = x;
+    RETNET_ISA_VARIANT(level, elu_plus_one_row)(x.data(), phi.data(), D);
+    EXPECT_TRUE(retnet::test::close(phi, phi_ref, 1e-6));
+    RETNET_ISA_VARIANT(level, elu_plus_one_row_backward)(x.data(), phi.data(), d_phi.data(),
+                                                         d_x.data(), D);
+    EXPECT_TRUE(retnet::test::close(d_x, d_x_ref, 1e-6));
+    RETNET_ISA_VARIANT(level, scaled_exp_row)(p.data(), D, 3.f, 0.5f);
+    EXPECT_TRUE(retnet::test::close(p, exp_ref, 1e-6));
+  }
+}
+
+// One block of 20 channels (fewer than a block's lanes: the padding lanes are exercised) from an
+// empty state: the recurrent steps, and the pairwise form over two chunks (the first folded into
+// the state the second starts from), against the double definition.
+TEST(IsaKernels, DecayLanesEveryLevelAgreeWithTheReference) {
+  const int64_t T = 9, C = 20, L1 = 4, kCb = retnet::kDecayChannelBlock;
+  const std::vector<float> r = iot::uniform(T * C, 23), k = iot::uniform(T * C, 24);
+  const std::vector<float> v = iot::uniform(T * C, 25), w = iot::uniform(C, 26, 0.1f, 1.f);
+  const std::vector<float> u = iot::uniform(C, 27);
+  std::vector<double> want(T * C);
+  retnet::decay_attention_reference(r.data(), k.data(), v.data(), w.data(), u.data(), want.data(),
+                                    T, C, nullptr);
+  // Lanes: w, u, the state and the packed chunk rows padded with zeros to kCb.
+  std::vector<float> wl(kCb, 0.f), ul(kCb, 0.f), K(T * kCb, 0.f), V(T * kCb, 0.f);
+  for (int64_t c = 0; c < C; ++c) {
+    wl[c] = w[c];
+    ul[c] = u[c];
+    for (int64_t t = 0; t < T; ++t) {
+      K[t * kCb + c] = k[t * C + c];
+      V[t * kCb + c] = v[t * C + c];
+    }
+  }
+  for (Isa level : iot::cpu_levels()) {
+    SCOPED_TRACE(retnet::isa_name(level));
+    std::vector<float> out(T * C), a(kCb, 0.f), bs(kCb, 0.f), p(kCb, 0.f);
+    const retnet::DecayRows rows{r.data(), C, out.data(), C, nullptr, nullptr, C, C};
+    RETNET_ISA_VARIANT(level, decay_recurrent_steps)(rows, T, k.data(), C, v.data(), C, wl.data(),
+                                                     ul.data(), a.data(), bs.data(), p.data());
+    EXPECT_TRUE(retnet::test::close(out, want, 1e-5)) << "recurrent";
+    std::fill(out.begin(), out.end(), 0.f);
+    std::fill(a.begin(), a.end(), 0.f);
+    std::fill(bs.begin(), bs.end(), 0.f);
+    std::fill(p.begin(), p.end(), 0.f);
+    const auto chunk = RETNET_ISA_VARIANT(level, decay_pairwise_chunk);
+    chunk(rows, 0, L1, K.data(), V.data(), wl.data(), ul.data(), a.data(), bs.data(), p.data(),
+          true);
+    chunk(rows, L1, T - L1, K.data() + L1 * kCb, V.data() + L1 * kCb, wl.data(), ul.data(),
+          a.data(), bs.data(), p.data(), false);
+    EXPECT_TRUE(retnet::test::close(out, want, 1e-5)) << "pairwise";
+  }
+}
