@@ -52,17 +52,29 @@ Drift drift_over(Session& session, int64_t rounded, int64_t exact,
   return d;
 }
 
+// A session of two sequences on a small model: `a` has read a 300-token prompt (its state in
+// `saved`), `b` is empty; `more` is 256 tokens to continue with.
+struct Prefilled {
+  Model model = Model::init(test::model_config(32, 64, 4, 48, 2, 40), 7);
+  Session session{model, SessionOptions{.capacity = 2}};
+  int64_t a = session.add_sequence(), b = session.add_sequence();
+  std::vector<int32_t> prompt = tokens(300, 17, 3), more = tokens(256, 29, 11);
+  SavedSequence saved = (session.prefill(a, prompt.data(), static_cast<int64_t>(prompt.size())),
+                         session.snapshot(a));
+
+  static std::vector<int32_t> tokens(size_t n, size_t step, size_t offset) {
+    std::vector<int32_t> t(n);
+    for (size_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>((i * step + offset) % 40);
+    return t;
+  }
+};
+
 TEST(PromptCacheBf16, HalvesTheBytesAndTheDriftStaysBounded) {
-  const Model model = Model::init(test::model_config(32, 64, 4, 48, 2, 40), 7);
-  SessionOptions so;
-  so.capacity = 2;
-  Session session(model, so);
-  const int64_t a = session.add_sequence(), b = session.add_sequence();
-  std::vector<int32_t> prompt(300), more(256);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 17 + 3) % 40);
-  for (size_t i = 0; i < more.size(); ++i) more[i] = static_cast<int32_t>((i * 29 + 11) % 40);
-  session.prefill(a, prompt.data(), static_cast<int64_t>(prompt.size()));
-  const SavedSequence saved = session.snapshot(a);
+  Prefilled p;
+  Session& session = p.session;
+  const int64_t a = p.a, b = p.b;
+  const std::vector<int32_t>&prompt = p.prompt, &more = p.more;
+  const SavedSequence& saved = p.saved;
 
   PromptCache exact(1 << 26), half(1 << 26, true);
   exact.insert(prompt, saved);
@@ -93,17 +105,13 @@ TEST(PromptCacheBf16, HalvesTheBytesAndTheDriftStaysBounded) {
 // restarted server's lookup reads them back to exactly the state its memory tier would have
 // given, with the same bounded drift; an f32 server reads them too, and a bf16 server f32 files.
 TEST(PromptCacheBf16, TheDiskTierStoresBf16AndServesItAfterARestart) {
-  const Model model = Model::init(test::model_config(32, 64, 4, 48, 2, 40), 7);
+  Prefilled p;
+  const Model& model = p.model;
   const uint64_t fingerprint = model_fingerprint(model);
-  SessionOptions so;
-  so.capacity = 2;
-  Session session(model, so);
-  const int64_t a = session.add_sequence(), b = session.add_sequence();
-  std::vector<int32_t> prompt(300), more(256);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 17 + 3) % 40);
-  for (size_t i = 0; i < more.size(); ++i) more[i] = static_cast<int32_t>((i * 29 + 11) % 40);
-  session.prefill(a, prompt.data(), static_cast<int64_t>(prompt.size()));
-  const SavedSequence saved = session.snapshot(a);
+  Session& session = p.session;
+  const int64_t a = p.a, b = p.b;
+  const std::vector<int32_t>&prompt = p.prompt, &more = p.more;
+  const SavedSequence& saved = p.saved;
 
   const std::filesystem::path half_dir = test::fresh_temp_dir("prompt_cache_bf16_disk"),
                               exact_dir = test::fresh_temp_dir("prompt_cache_f32_disk");
