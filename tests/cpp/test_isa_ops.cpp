@@ -1,13 +1,16 @@
 // Every level this CPU runs of the per-level row kernels (norms, gated activations, rotations, the
-// optimizer's passes, attention's softmax rows, feature maps, decay attention's lanes) against double references, at small sizes whose
+// optimizer's passes, attention's softmax rows, feature maps, decay attention's lanes, retention's
+// recurrent step) against double references, at small sizes whose
 // lengths are off the vector widths, so each level's vector body and tail are both exercised.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "../../src/mixers/attention/attention_row_kernels.h"
+#include "../../src/mixers/retention/retention_step_kernels.h"
 #include "../../src/mixers/shared/decay_lanes.h"
 #include "../../src/mixers/shared/feature_map_rows.h"
 #include "retnet/core/isa_kernels.h"
@@ -266,4 +269,36 @@ TEST(IsaKernels, DecayLanesEveryLevelAgreeWithTheReference) {
           a.data(), bs.data(), p.data(), false);
     EXPECT_TRUE(retnet::test::close(out, want, 1e-5)) << "pairwise";
   }
+}
+
+// Three tokens of retention's recurrent step on a head state of 7 rows of 45 columns (the widest
+// column group, an 8-group and single columns), in both orders, against the double definition
+// S = g S + k v^T, aug = q^T S.
+TEST(IsaKernels, RetentionStepEveryLevelAgreesWithTheReference) {
+  const int64_t Dk = 7, W = 45, T = 3;
+  const float g = 0.9f;
+  const std::vector<float> S0 = iot::uniform(Dk * W, 30), q = iot::uniform(T * Dk, 31),
+                           k = iot::uniform(T * Dk, 32), v = iot::uniform(T * W, 33);
+  std::vector<double> S_ref(S0.begin(), S0.end()), aug_ref(T * W, 0.0);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < Dk; ++i)
+      for (int64_t j = 0; j < W; ++j) {
+        double& s = S_ref[i * W + j];
+        s = g * s + double(k[t * Dk + i]) * v[t * W + j];
+        aug_ref[t * W + j] += double(q[t * Dk + i]) * s;
+      }
+  for (Isa level : iot::cpu_levels())
+    for (bool by_rows : {false, true}) {
+      SCOPED_TRACE(std::string(retnet::isa_name(level)) + (by_rows ? ", by rows" : ", by columns"));
+      std::vector<float> S = S0, aug(T * W);
+      // Prefetching the state it updates changes nothing it computes.
+      retnet::StatePrefetch pf{reinterpret_cast<const char*>(S.data()),
+                               reinterpret_cast<const char*>(S.data() + S.size()), 64};
+      for (int64_t t = 0; t < T; ++t)
+        RETNET_ISA_VARIANT(level, retention_token_step)(S.data(), W, Dk, g, q.data() + t * Dk,
+                                                        k.data() + t * Dk, v.data() + t * W,
+                                                        aug.data() + t * W, by_rows, pf);
+      EXPECT_TRUE(retnet::test::close(S, S_ref, 1e-5));
+      EXPECT_TRUE(retnet::test::close(aug, aug_ref, 1e-5));
+    }
 }

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "../shared/head_loop.h"
+#include "retention_step_kernels.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
 
@@ -120,63 +121,10 @@ void parallel_head(const HeadBlock& hb, const Dims& d, float* scratch) {
 }
 
 // ---- recurrent form: one token at a time, S = gamma S + k [v, 1]^T, A = q^T S ------------------
-// Two orders over a head's state, both summing each A[j] over i in order:
-// - a small state (the cache holds it between steps) goes by groups of columns: their sums A[j]
-//   stay in registers over the Dk rows, so a row costs one load and one store of S per column
-//   instead of also loading and storing A (such a step is bound by these stores);
-// - a large one (it comes from memory at every step) goes row by row, A in L1: one sequential
-//   stream the hardware prefetcher follows, where a group of columns is Dk strided runs it does
-//   not (docs/design-notes.md#recurrent-retention-step).
-constexpr int64_t kRecurrentColumns = 32;
+// The step's loops are retention_token_step (retention_step_kernels.cpp, one per ISA level); a
+// state of kRowMajorStateBytes or more goes row by row, a smaller one by groups of columns.
+constexpr int64_t kRecurrentColumns = 32;  // the widest column group of retention_token_step
 constexpr int64_t kRowMajorStateBytes = int64_t{256} << 10;
-
-// S = g S + k [v, 1]^T and aug = q^T S, row by row (a state of kRowMajorStateBytes or more).
-inline void recurrent_rows(float* S, int64_t W, int64_t Dk, float g, const float* q, const float* k,
-                           const float* vaug, float* aug) {
-  std::fill(aug, aug + W, 0.f);
-  for (int64_t i = 0; i < Dk; ++i) {
-    float* s = S + i * W;
-    const float ki = k[i], qi = q[i];
-#pragma omp simd
-    for (int64_t j = 0; j < W; ++j) {
-      const float sj = g * s[j] + ki * vaug[j];
-      s[j] = sj;
-      aug[j] += qi * sj;
-    }
-  }
-}
-
-// Bytes [begin, end) to pull into the cache, `step` bytes per state row visited.
-struct Prefetch {
-  const char* begin = nullptr;
-  const char* end = nullptr;
-  int64_t step = 0;
-};
-
-// S[:, j0 : j0 + n] = g S + k [v, 1]^T and aug[j0 : j0 + n] = q^T S for those columns. Each row
-// visited also prefetches the next `pf.step` bytes of pf (none past pf.end: they may be a state
-// another core is updating).
-template <int64_t n>
-inline void recurrent_columns(float* S, int64_t W, int64_t Dk, float g, const float* q,
-                              const float* k, const float* vaug, float* aug, Prefetch& pf) {
-  float v[n], a[n] = {};
-  for (int64_t j = 0; j < n; ++j) v[j] = vaug[j];
-  const char* line = pf.begin;
-  for (int64_t i = 0; i < Dk; ++i) {
-    float* s = S + i * W;
-    const float ki = k[i], qi = q[i];
-    for (int64_t b = 0; b < pf.step && line < pf.end; b += 64, line += 64)
-      __builtin_prefetch(line, 0, 3);
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) {
-      const float sj = g * s[j] + ki * v[j];
-      s[j] = sj;
-      a[j] += qi * sj;
-    }
-  }
-  for (int64_t j = 0; j < n; ++j) aug[j] = a[j];
-  pf.begin = line;
-}
 
 // `next_state`: the state this thread updates after this head, or null (never one another core is
 // updating: the prefetch would pull its lines away from that core). Batched decoding keeps
@@ -193,7 +141,8 @@ void recurrent_head(const HeadBlock& hb, const Dims& d, float* scratch, const fl
   const int64_t visits = W / kRecurrentColumns * Dk;
   const int64_t state_bytes = Dk * W * static_cast<int64_t>(sizeof(float));
   const bool by_rows = state_bytes >= kRowMajorStateBytes;
-  Prefetch none, next;
+  static const auto token_step = RETNET_ISA_VARIANT(kernel_isa(), retention_token_step);
+  StatePrefetch none, next;
   // Row by row, the next head's state follows in the same stream: no prefetch.
   if (next_state && visits && !by_rows) {
     next.begin = reinterpret_cast<const char*>(next_state);
@@ -203,19 +152,10 @@ void recurrent_head(const HeadBlock& hb, const Dims& d, float* scratch, const fl
   for (int64_t t = 0; t < d.T; ++t) {
     const float* q = hb.q + t * hb.ldq;
     const float* k = hb.k + t * hb.ldk;
-    Prefetch& pf = t + 1 == d.T ? next : none;
+    StatePrefetch& pf = t + 1 == d.T ? next : none;
     std::memcpy(vaug, hb.v + t * hb.ldv, Dv * sizeof(float));
     vaug[Dv] = 1.f;
-    if (by_rows) {
-      recurrent_rows(S, W, Dk, g, q, k, vaug, aug);
-    } else {
-      int64_t j0 = 0;
-      for (; j0 + kRecurrentColumns <= W; j0 += kRecurrentColumns)
-        recurrent_columns<kRecurrentColumns>(S + j0, W, Dk, g, q, k, vaug + j0, aug + j0, pf);
-      for (; j0 + 8 <= W; j0 += 8)
-        recurrent_columns<8>(S + j0, W, Dk, g, q, k, vaug + j0, aug + j0, none);
-      for (; j0 < W; ++j0) recurrent_columns<1>(S + j0, W, Dk, g, q, k, vaug + j0, aug + j0, none);
-    }
+    token_step(S, W, Dk, g, q, k, vaug, aug, by_rows, pf);
     normalise_row(aug, aug[Dv], hb.out + t * hb.ldo, Dv, hb, hb.pos0 + t,
                   hb.stats ? hb.stats + t * hb.ld_stats : nullptr);
   }
