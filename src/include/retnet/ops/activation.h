@@ -9,12 +9,16 @@
 
 namespace retnet {
 
+// The pointwise functions below are static: the per-level kernel files (activation_kernels.cpp,
+// compiled once per instruction-set level) use them, and a function the compiler keeps out of
+// line must stay each object's own, never one weak copy the linker shares between levels (the
+// AVX-512 one on a CPU without it, or one level's rounding in every binary).
 
 // erfc(z) for z >= 0: Numerical Recipes' Chebyshev fit erfcc (fractional error < 1.2e-7) through
 // the vectorisable exp, so loops over gelu vectorise (libm's scalar erff was the most expensive
 // thing in a decode step's serial work: docs/design-notes.md#gated-activation-threads).
 #pragma omp declare simd notinbranch
-inline float erfc_nonnegative(float z) {
+static inline float erfc_nonnegative(float z) {
   const float t = 1.f / (1.f + 0.5f * z);
   const float p =
       -1.26551223f +
@@ -32,26 +36,28 @@ inline float erfc_nonnegative(float z) {
 }
 // 1 + erf(u) = erfc(-u): no cancellation for negative u, where gelu's value is small.
 #pragma omp declare simd notinbranch
-inline float one_plus_erf(float u) {
+static inline float one_plus_erf(float u) {
   const float e = erfc_nonnegative(u < 0.f ? -u : u);
   return u < 0.f ? e : 2.f - e;
 }
 
 #pragma omp declare simd notinbranch
-inline float gelu(float x) { return 0.5f * x * one_plus_erf(x * 0.70710678118654752f); }
+static inline float gelu(float x) { return 0.5f * x * one_plus_erf(x * 0.70710678118654752f); }
 // swish through the vectorisable exp (2 ulp): libm's scalar expf was a tenth of a training step.
 #pragma omp declare simd notinbranch
-inline float swish(float x) { return x / (1.f + fast_exp(-x)); }
-inline float activate(Activation a, float x) { return a == Activation::Gelu ? gelu(x) : swish(x); }
+static inline float swish(float x) { return x / (1.f + fast_exp(-x)); }
+static inline float activate(Activation a, float x) {
+  return a == Activation::Gelu ? gelu(x) : swish(x);
+}
 
 // Derivatives of the activations.
 #pragma omp declare simd notinbranch
-inline float gelu_grad(float x) {
+static inline float gelu_grad(float x) {
   return 0.5f * one_plus_erf(x * 0.70710678118654752f) +
          x * 0.39894228040143268f * fast_exp(-0.5f * x * x);
 }
 #pragma omp declare simd notinbranch
-inline float swish_grad(float x) {
+static inline float swish_grad(float x) {
   float s = 1.f / (1.f + fast_exp(-x));
   return s * (1.f + x * (1.f - s));
 }
