@@ -390,8 +390,6 @@ const float* Session::check(int64_t b, const int32_t* tokens, int64_t n) {
     log.start_state.assign(state_->sequence(b), state_->sequence(b) + S);
     const size_t layers = static_cast<size_t>(model_.config().layers);
     log.proj.resize(layers);
-    log.rotation.resize(layers);
-    log.rotation_row.assign(layers, 0);
     view.check_log = &log;
   }
   ScopedThreads threads(n * model_.parameter_count() >= (int64_t{1} << 24) ? 0 : decode_threads_);

@@ -29,7 +29,8 @@ size_t rewind_workspace_floats(const Model& model, int64_t tokens) {
     const Config& lc = model.layer_config(l);
     if (!has_constant_state(lc)) continue;
     const size_t rows = Arena::footprint(static_cast<size_t>(tokens * lc.projection_width())) +
-                        Arena::footprint(static_cast<size_t>(tokens * lc.value_embed_dim));
+                        Arena::footprint(static_cast<size_t>(tokens * lc.value_embed_dim)) +
+                        Arena::footprint(static_cast<size_t>(tokens * lc.max_key_dim()));
     most = std::max(most, rows + detail::layer_mixer(lc).workspace_floats(
                                      lc, Form::Chunkwise, 1, tokens, tokens, 0));
   }
@@ -47,7 +48,7 @@ void rewind_checked_state(const Model& model, const CheckLog& log, int64_t kept,
     const Config& lc = model.layer_config(l);
     if (!has_constant_state(lc)) continue;
     const size_t i = static_cast<size_t>(l);
-    const int64_t P = lc.projection_width(), row = log.rotation_row[i];
+    const int64_t P = lc.projection_width();
     const size_t mark = arena.used();
     // The mixers transform their rows in place: they run on a copy, so that another prefix can
     // be taken from the same record.
@@ -59,8 +60,11 @@ void rewind_checked_state(const Model& model, const CheckLog& log, int64_t kept,
     pass.state = state + model.state_offset(l);
     pass.state_stride = S;
     pass.positions = &log.start;
-    pass.rotation = row > 0 ? log.rotation[i].data() : nullptr;
-    pass.rotation_stride = kept * row;
+    if (lc.mixer->rotates) {  // the kept tokens' rows, as the pass computed them
+      float* table = arena.alloc(static_cast<size_t>(kept * lc.max_key_dim()));
+      pass.rotation_stride = be.rotation_table(model.layer_thetas(l), 1, kept, &log.start, table);
+      pass.rotation = table;
+    }
     be.mixer_forward(detail::layer_mixer(lc), pass, arena);  // its output is not needed
     arena.rewind(mark);
   }

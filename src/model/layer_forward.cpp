@@ -20,7 +20,7 @@ namespace {
 // pass's form, reading the state once. The state it leaves is after every checked token; any
 // shorter prefix's comes from the record.
 const float* mixer_recording_check(const Backend& be, const MixerPass& pass, const StateView& state,
-                                   int64_t rotation_row, Arena& arena) {
+                                   Arena& arena) {
   RETNET_CHECK(pass.B == 1 && !state.rows, "a checking pass runs one sequence, got {}", pass.B);
   const Config& lc = pass.model->layer_config(pass.layer);
   CheckLog& log = *state.check_log;
@@ -30,8 +30,6 @@ const float* mixer_recording_check(const Backend& be, const MixerPass& pass, con
     std::memcpy(to.data(), from, static_cast<size_t>(floats) * sizeof(float));
   };
   record(log.proj[l], pass.proj, pass.T * lc.projection_width());
-  log.rotation_row[l] = pass.rotation ? rotation_row : 0;
-  if (pass.rotation) record(log.rotation[l], pass.rotation, pass.T * rotation_row);
   return be.mixer_forward(layer_mixer(lc), pass, arena);
 }
 
@@ -225,7 +223,7 @@ void run_layers(const Model& model, const int32_t* tokens, int64_t B, int64_t T,
     const size_t mark = arena.used();
     const float* mixed = lengths ? mixer_per_sequence(be, mixer, mp, *state, rotation_row, arena)
                          : state && state->check_log && has_state
-                             ? mixer_recording_check(be, mp, *state, rotation_row, arena)
+                             ? mixer_recording_check(be, mp, *state, arena)
                              : be.mixer_forward(mixer, mp, arena);
     arena.rewind(mark);  // the mixer's scratch is reused by the next layer
     be.project(model, L.out_proj, N, d, vd, mixed, vd, true, x, d);

@@ -37,7 +37,7 @@ struct TokenCache {
 
 // What a checking pass's constant-state layers consumed, for keeping any prefix of its tokens
 // afterwards: the sequence's constant state before the pass, and per layer the input projections
-// [tokens, P] before the mixer read them and the pass's rotation rows [tokens, row]. The state
+// [tokens, P] before the mixer read them (the rotation rows follow from the positions). The state
 // after the first j tokens is then the start state decayed j steps plus the decayed sum of those
 // tokens' key-value terms: one chunk of the mixer's chunkwise form over the recorded rows, with
 // no weight read again and no state stored per token.
@@ -45,8 +45,7 @@ struct CheckLog {
   int64_t tokens = 0, start = 0;   // tokens checked; the sequence's position before them
   std::vector<float> start_state;  // floats_per_sequence
   // Per layer (empty for a layer without a constant state). Grown, never shrunk.
-  std::vector<std::vector<float>> proj, rotation;
-  std::vector<int64_t> rotation_row;  // floats of a token's rotation row, per layer (0: none)
+  std::vector<std::vector<float>> proj;
 };
 
 // A view of the states of `batch` sequences: `floats_per_sequence` floats each, and the number of
