@@ -180,15 +180,9 @@ OpenedFile open_file(const std::string& path, const std::optional<Config>& confi
   return f;
 }
 
-// The whole float32 model: the file's mapping itself when it holds our buffer, else converted.
-Model load_file(const std::string& path, const std::optional<Config>& config_override,
-                LoadInfo* info) {
-  OpenedFile f = open_file(path, config_override);
-  if (f.quantised) {  // comes back prepared in its own type
-    Model model = load_quantized_file(f.file, f.config, f.info);
-    if (info) *info = f.info;
-    return model;
-  }
+// The whole float32 model of an opened float file: the file's mapping itself when it holds our
+// buffer, else converted.
+Model whole_model(OpenedFile& f) {
   const ParamLayout& layout = f.layout;
   ParamBuffer params;
   if (f.contiguous) {
@@ -200,13 +194,22 @@ Model load_file(const std::string& path, const std::optional<Config>& config_ove
     params = ParamBuffer(layout);
     for (size_t i = 0; i < layout.size(); ++i) f.read(i, params.tensor(i));
   }
-  if (info) *info = f.info;
   return Model(f.config, std::move(params));
 }
 
+Model load_file(const std::string& path, const std::optional<Config>& config_override,
+                LoadInfo* info) {
+  OpenedFile f = open_file(path, config_override);
+  // A quantised file comes back prepared in its own type.
+  Model model = f.quantised ? load_quantized_file(f.file, f.config, f.info) : whole_model(f);
+  if (info) *info = f.info;
+  return model;
+}
+
 // The model prepared for inference in one pass over the file: each tensor read (converted,
-// checked finite) straight into the prepared weights, never a whole float32 copy. A quantised
-// file: its blocks copied (load_quantized_file), in its own type only.
+// checked finite) straight into the prepared weights, never a whole float32 copy; in f32, a file
+// that holds our buffer is that buffer. A quantised file: its blocks copied
+// (load_quantized_file), in its own type only.
 Model load_file_for_inference(const std::string& path,
                               const std::optional<Config>& config_override,
                               DecodePrecision precision, LoadInfo* info, double& open_seconds) {
@@ -217,6 +220,17 @@ Model load_file_for_inference(const std::string& path,
     Model model = load_quantized_file(f.file, f.config, f.info);
     prepare_loaded_for_inference(model, precision, "dtype");  // its own type, or refused
     if (info) *info = f.info;
+    return model;
+  }
+  if (precision == DecodePrecision::F32 && f.contiguous) {
+    // The mapping is our buffer byte for byte, and f32 keeps no smaller copy: the pass reads the
+    // mapping where it lies (docs/design-notes.md#loading-a-float32-file) instead of copying it.
+    Model model = whole_model(f);
+    if (info) *info = f.info;
+    // The file's own handle on the mapping goes, so that the model's buffer is its sole holder
+    // and the pass releases each product's pages as it packs it.
+    { const OpenedFile closing = std::move(f); }
+    model.prepare_inference(precision);
     return model;
   }
   Model model(f.config, ParamBuffer(f.layout));  // zeros: no memory until filled
