@@ -8,6 +8,8 @@
 
 #include "openai_request.h"
 #include "openai_response.h"
+#include "retnet/core/thread_policy.h"
+#include "thread_team.h"
 
 namespace retnet::server {
 namespace {
@@ -62,6 +64,8 @@ Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer,
         },
         options.cache_bf16 ? StateDtype::BF16 : StateDtype::F32));
   }
+  // The team of the thread that loaded the model goes: the inference thread's is the one left.
+  release_thread_team();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -255,6 +259,7 @@ bool Scheduler::sweep_locked() {
 }
 
 void Scheduler::loop() {
+  adopt_engine_threads(options_.threads);
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_) {
     if (!sweep_locked()) {
@@ -486,11 +491,13 @@ TokenLogprob Scheduler::logprob_of(const float* logits, int32_t token, int top) 
   return out;
 }
 
-// The server's OpenMP threads sleep at their barriers (serve_main), so each parallel region of a
-// step pays a wake-up: a step too small to be worth splitting (batch x parameters below 2^23)
+// When OpenMP's threads sleep at once (the engine's policy on busy cores), each parallel region of
+// a step pays a wake-up: a step too small to be worth splitting (batch x parameters below 2^23)
 // runs on the inference thread alone: one thread is faster for a single default-model stream, two
-// from 4 streams up (docs/design-notes.md#server-step-threads).
+// from 4 streams up (docs/design-notes.md#server-step-threads). When they spin (free cores), a
+// region costs little more than it does in `retnet generate`, and steps use the threads it uses.
 int Scheduler::step_threads() const {
+  if (!threads_sleep_at_once()) return full_threads_;
   const int64_t work = static_cast<int64_t>(decoding_.size()) * model_.parameter_count();
   return work >= (int64_t{1} << 23) ? full_threads_ : 1;
 }

@@ -24,6 +24,7 @@
 #include "job.h"
 #include "metrics.h"
 #include "prompt_cache.h"
+#include "thread_team.h"
 #include "retnet/infer/grammar.h"
 #include "retnet/infer/speculative.h"
 #include "retnet/retnet.h"
@@ -73,10 +74,15 @@ class Scheduler {
 
   int64_t prefill_block() const { return block_; }
   // Runs `work` on the calling thread between the inference thread's passes (under the session's
-  // lock), so that it has the model and its threads to itself: embeddings.
+  // lock), so that it has the model and the cores to itself: embeddings. The calling thread's
+  // OpenMP team ends with it (thread_team.h).
   template <class F>
   void run_between_passes(F&& work) {
     std::lock_guard<std::mutex> lock(session_mutex_);
+    struct Team {
+      explicit Team(int threads) { adopt_engine_threads(threads); }
+      ~Team() { release_thread_team(); }
+    } team(options_.threads);
     work();
   }
 
