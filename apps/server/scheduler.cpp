@@ -46,7 +46,8 @@ Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer,
       block_(aligned_block(options.prefill_block, chunk_)),
       session_(model, session_options(options.slots, block_, options)),
       cache_(options.cache_bytes, options.cache_bf16),
-      full_threads_(session_.decode_threads()) {
+      full_threads_(session_.decode_threads()),
+      spinning_(!threads_sleep_at_once()) {
   RETNET_CHECK(options.slots >= 1, "--parallel must be >= 1, got {}", options.slots);
   RETNET_CHECK(options.max_queue >= 0, "--max-queue must be >= 0, got {}", options.max_queue);
   for (int64_t i = 0; i < options.slots; ++i) session_.add_sequence();
@@ -268,6 +269,11 @@ void Scheduler::loop() {
       continue;
     }
     lock.unlock();
+    if (spinning_) {
+      // Spinning threads collapse beside other work: they sleep at once while it shares the cores.
+      cores_shared_ = watch_.shared();
+      sleep_switch_.set(cores_shared_);
+    }
     try {
       std::lock_guard<std::mutex> session_lock(session_mutex_);
       if (!prefilling_.empty()) prefill_round();
@@ -491,15 +497,15 @@ TokenLogprob Scheduler::logprob_of(const float* logits, int32_t token, int top) 
   return out;
 }
 
-// When OpenMP's threads sleep at once (the engine's policy on busy cores), each parallel region of
-// a step pays a wake-up: a step too small to be worth splitting (batch x parameters below 2^23)
-// runs on the inference thread alone: one thread is faster for a single default-model stream, two
-// from 4 streams up (docs/design-notes.md#server-step-threads). When they spin (free cores), a
-// region costs little more than it does in `retnet generate`, and steps use the threads it uses.
-int Scheduler::step_threads() const {
-  if (!threads_sleep_at_once()) return full_threads_;
-  const int64_t work = static_cast<int64_t>(decoding_.size()) * model_.parameter_count();
-  return work >= (int64_t{1} << 23) ? full_threads_ : 1;
+// Spinning threads (free cores, core_watch.h) cost little more per parallel region than they do
+// in `retnet generate`: a step uses the threads it uses. Threads that sleep at once (other work
+// shares the cores, or OMP_WAIT_POLICY=passive) pay a wake-up per region: a pass too small to be
+// worth splitting (tokens x parameters below 2^23) runs on the inference thread alone: one thread
+// is faster for a single default-model stream, two from 4 streams up
+// (docs/design-notes.md#server-step-threads).
+int Scheduler::pass_threads(int64_t tokens) const {
+  if (spinning_ && !cores_shared_) return full_threads_;
+  return tokens * model_.parameter_count() >= (int64_t{1} << 23) ? full_threads_ : 1;
 }
 
 void Scheduler::decode_one_step() {
@@ -563,9 +569,11 @@ void Scheduler::decode_one_step() {
              errors[e].empty() ? 0 : 500);
   }
   if (!stepping.empty()) {
-    if (options_.threads == 0) session_.set_decode_threads(step_threads());
+    if (options_.threads == 0)
+      session_.set_decode_threads(pass_threads(static_cast<int64_t>(stepping.size())));
     session_.step(stepping, next.data());
     metrics_.decode_steps += 1;
+    if (cores_shared_) metrics_.shared_core_steps += 1;
     std::lock_guard<std::mutex> lock(mutex_);
     for (size_t b = 0; b < stepping.size(); ++b) {
       Slot& slot = slots_[static_cast<size_t>(stepping[b])];

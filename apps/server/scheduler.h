@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "core_watch.h"
 #include "job.h"
 #include "metrics.h"
 #include "prompt_cache.h"
@@ -135,7 +136,7 @@ class Scheduler {
   // (FinishReason::None: it goes on), with `error` set when the output constraint failed.
   void check_drafts(Slot& slot, const std::vector<int32_t>& checked, FinishReason& reason,
                     std::string& error);
-  int step_threads() const;  // threads for the next step with --threads 0
+  int pass_threads(int64_t tokens) const;  // threads for a step of this many tokens, --threads 0
   // Ends the slot's job (reason "stop"/"length", or an error and its HTTP status) and frees it.
   void finish(Slot& slot, FinishReason reason, const std::string& error = "", int error_status = 0);
   void release(Slot& slot);  // takes the slot out of prefilling_ or decoding_
@@ -156,6 +157,12 @@ class Scheduler {
   PromptCache cache_;
   std::shared_ptr<const TokenTrie> trie_;  // the vocabulary's bytes, built for the first grammar
   int full_threads_ = 1;  // the session's automatic choice, for steps worth splitting
+  // OpenMP's threads spin (the server's policy unless the environment sets one): the inference
+  // thread watches whether other work shares the cores, and has them sleep at once while it does.
+  bool spinning_ = false;
+  bool cores_shared_ = false;
+  CoreWatch watch_;
+  SleepSwitch sleep_switch_;
   // Scratch: a speculating slot's text, searched by prompt lookup.
   std::vector<int32_t> lookup_text_;
   // Scratch of a batched prefill pass: its sequences, their segments' tokens and lengths.

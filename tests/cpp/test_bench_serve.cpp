@@ -55,8 +55,8 @@ TEST(BenchServe, QuickRunWritesEveryFigure) {
       const double v = x[key].get<double>();
       EXPECT_TRUE(std::isfinite(v) && v > 0) << key << " " << v;
     }
-    for (const char* key : {"tokens_per_s", "generate_batch_tokens_per_s",
-                            "generate_end_to_end_tokens_per_s"}) {
+    for (const char* key : {"tokens_per_s", "decode_tokens_per_s", "decode_ratio_to_generate",
+                            "generate_batch_tokens_per_s", "generate_end_to_end_tokens_per_s"}) {
       const double v = x[key]["median"].get<double>();
       EXPECT_TRUE(std::isfinite(v) && v > 0) << key << " " << v;
     }
