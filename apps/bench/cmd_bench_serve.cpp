@@ -80,8 +80,9 @@ struct RoundFigures {
   double tokens_per_s = 0, per_stream_tokens_per_s = 0, ttft_p50 = 0, ttft_p95 = 0, itl_p50 = 0,
          itl_p99 = 0;
   // The streams' decode: each stream's tokens after its first chunk over the time from its first
-  // chunk to its last, summed over the streams. Unlike tokens_per_s it leaves out the requests'
-  // start and the prompts' reading (time to first token), as generate's decode figure does.
+  // chunk to its last, summed over the streams that sent two chunks or more (0: none did). Unlike
+  // tokens_per_s it leaves out the requests' start and the prompts' reading (time to first
+  // token), as generate's decode figure does.
   double decode_tokens_per_s = 0;
   int64_t generated = 0, failed = 0;
 };
@@ -125,7 +126,7 @@ RoundFigures run_round(int port, int64_t n, int64_t tokens, int64_t round,
                     spread);
     const double decoding =
         std::chrono::duration<double>(r.arrivals.back() - r.arrivals.front()).count();
-    if (r.generated > 1 && decoding > 0)
+    if (r.arrivals.size() > 1 && r.generated > 1 && decoding > 0)
       f.decode_tokens_per_s += static_cast<double>(r.generated - 1) / decoding;
   }
   f.tokens_per_s = static_cast<double>(f.generated) / wall;

@@ -2,9 +2,10 @@
 // Whether other processes want the cores, watched from the inference thread while it works.
 // OpenMP's spinning wait (its default, which the server keeps) is the fastest on free cores and
 // collapses when another process shares one: a step's barrier then waits for a thread that is
-// not running. A server runs for long, so it cannot judge the machine once at start as the
-// engine's commands do; it samples it every period, and its threads sleep at once while the cores
-// are shared (thread_team.h's SleepSwitch) and spin while they are free.
+// not running. A server runs for long: started on free cores (the engine then keeps the spinning
+// default), it samples the machine every period and runs its passes on the inference thread alone
+// (no barrier to wait at) while other work shares the cores, on its whole team while they are
+// free.
 #include <chrono>
 #include <cstdint>
 #include <deque>

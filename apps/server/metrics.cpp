@@ -27,7 +27,7 @@ std::string Metrics::prometheus_text() const {
       decode_microseconds.load() * 1e-6);
   add("decode_steps_total", "counter", "Batched decode steps", decode_steps.load());
   add("shared_core_steps_total", "counter",
-      "Decode steps while other work shared the cores (threads sleeping at once)",
+      "Decode steps run on one thread because other work shared the cores",
       shared_core_steps.load());
   add("speculative_checks_total", "counter",
       "Speculative checking passes (a stream's pending token and its drafts in one pass)",

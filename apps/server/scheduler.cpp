@@ -8,6 +8,7 @@
 
 #include "openai_request.h"
 #include "openai_response.h"
+#include "retnet/core/parallel.h"
 #include "retnet/core/thread_policy.h"
 #include "thread_team.h"
 
@@ -269,13 +270,12 @@ void Scheduler::loop() {
       continue;
     }
     lock.unlock();
-    if (spinning_) {
-      // Spinning threads collapse beside other work: they sleep at once while it shares the cores.
-      cores_shared_ = watch_.shared();
-      sleep_switch_.set(cores_shared_);
-    }
+    // Spinning threads collapse beside other work: one thread while it shares the cores.
+    if (options_.threads == 0 && spinning_) cores_shared_ = watch_.shared();
     try {
       std::lock_guard<std::mutex> session_lock(session_mutex_);
+      // The regions that take every thread (a long prompt's) take one on shared cores.
+      ScopedThreads team(options_.threads == 0 && cores_shared_ ? 1 : 0);
       if (!prefilling_.empty()) prefill_round();
       if (!decoding_.empty()) decode_one_step();
     } catch (const std::exception& e) {
@@ -313,8 +313,8 @@ void Scheduler::loop() {
 // end at the same boundaries whatever the interleaving and the batching, so every prompt runs the
 // chunks it runs alone.
 void Scheduler::prefill_round() {
-  // Prompts are read with every thread, as before a step chose fewer.
-  if (options_.threads == 0) session_.set_decode_threads(full_threads_);
+  // Prompts are read with every thread, as before a step chose fewer (one on shared cores).
+  if (options_.threads == 0) session_.set_decode_threads(cores_shared_ ? 1 : full_threads_);
   const size_t count = prefilling_.size();
   if (next_prefill_ >= static_cast<int64_t>(count)) next_prefill_ = 0;
   // The prompts in the order this round visits them (reading a group changes prefilling_).
@@ -497,14 +497,15 @@ TokenLogprob Scheduler::logprob_of(const float* logits, int32_t token, int top) 
   return out;
 }
 
-// Spinning threads (free cores, core_watch.h) cost little more per parallel region than they do
-// in `retnet generate`: a step uses the threads it uses. Threads that sleep at once (other work
-// shares the cores, or OMP_WAIT_POLICY=passive) pay a wake-up per region: a pass too small to be
-// worth splitting (tokens x parameters below 2^23) runs on the inference thread alone: one thread
-// is faster for a single default-model stream, two from 4 streams up
-// (docs/design-notes.md#server-step-threads).
+// Spinning threads (the engine's policy on free cores) cost little more per parallel region than
+// they do in `retnet generate`: a step uses the threads it uses, and the inference thread alone
+// once other work shares the cores, where a barrier would wait for a thread that is not running
+// (core_watch.h). Threads that sleep at once (the engine's policy on busy cores) pay a wake-up per
+// region: a pass too small to be worth splitting (tokens x parameters below 2^23) runs on the
+// inference thread alone: one thread is faster for a single default-model stream, two from 4
+// streams up (docs/design-notes.md#server-step-threads).
 int Scheduler::pass_threads(int64_t tokens) const {
-  if (spinning_ && !cores_shared_) return full_threads_;
+  if (spinning_) return cores_shared_ ? 1 : full_threads_;
   return tokens * model_.parameter_count() >= (int64_t{1} << 23) ? full_threads_ : 1;
 }
 

@@ -157,12 +157,11 @@ class Scheduler {
   PromptCache cache_;
   std::shared_ptr<const TokenTrie> trie_;  // the vocabulary's bytes, built for the first grammar
   int full_threads_ = 1;  // the session's automatic choice, for steps worth splitting
-  // OpenMP's threads spin (the server's policy unless the environment sets one): the inference
-  // thread watches whether other work shares the cores, and has them sleep at once while it does.
+  // OpenMP's threads spin (the engine's choice on free cores): the inference thread watches
+  // whether other work comes to share the cores, and passes run on it alone while it does.
   bool spinning_ = false;
   bool cores_shared_ = false;
   CoreWatch watch_;
-  SleepSwitch sleep_switch_;
   // Scratch: a speculating slot's text, searched by prompt lookup.
   std::vector<int32_t> lookup_text_;
   // Scratch of a batched prefill pass: its sequences, their segments' tokens and lengths.

@@ -19,8 +19,6 @@ constexpr const char* kBusy =
     "sleep at once, OMP_WAIT_POLICY=passive (engine: other work held the cores at start)";
 constexpr const char* kFree =
     "spin, then sleep: OpenMP's default (engine: the cores were free at start)";
-constexpr const char* kServer =
-    "spin, then sleep: OpenMP's default (server: sleep at once while other work holds the cores)";
 
 std::mutex policy_mutex;
 std::string policy_in_effect;  // empty until recorded
@@ -104,16 +102,11 @@ void apply_thread_policy() {
     record("OpenMP's default");
     return;
   }
-  std::vector<std::string> args = own_arguments();
-  // `retnet serve` runs for long: it watches the cores as it goes instead (apps/server).
-  if (args.size() > 1 && args[1] == "serve") {
-    record(kServer);
-    return;
-  }
   if (!other_work_holds_cores()) {
     record(kFree);
     return;
   }
+  std::vector<std::string> args = own_arguments();
   if (!args.empty()) {
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());

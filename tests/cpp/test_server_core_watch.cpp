@@ -1,6 +1,5 @@
 // How the server tells shared cores from free ones (core_watch.h): others' runnable tasks from
-// /proc's texts, the verdict's two-sided patience, and the live watch against busy processes; and
-// its switch between sleeping and spinning threads (thread_team.h) beside running regions.
+// /proc's texts, the verdict's two-sided patience, and the live watch against busy processes.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -8,12 +7,10 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <numeric>
 #include <thread>
 #include <vector>
 
 #include "core_watch.h"
-#include "thread_team.h"
 
 using namespace retnet::server;
 
@@ -76,36 +73,11 @@ TEST(ServerCoreWatch, SeesBusyProcessesComeAndGo) {
   // Other users of the machine (a build beside the tests) may hold the cores for a while; the
   // busy children alone must not keep the verdict: it clears once the machine is quiet.
   bool freed = false;
-  for (int i = 0; i < 10000 && !freed; ++i) {
+  for (int i = 0; i < 1500 && !freed; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
     freed = !watch.shared();
   }
-  if (!freed) GTEST_SKIP() << "the machine stayed busy for 20 s: cannot see the cores freed";
-}
-
-// Switching back and forth while this thread runs parallel regions changes how the threads wait,
-// never what the regions compute, and the switch's own thread ends with it.
-TEST(ServerSleepSwitch, RegionsComputeTheSameWhileTheSwitchFlips) {
-  std::vector<double> v(1 << 14);
-  std::iota(v.begin(), v.end(), 0.0);
-  const double expected = std::accumulate(v.begin(), v.end(), 0.0);
-  {
-    SleepSwitch sleep_switch;
-    for (int round = 0; round < 40; ++round) {
-      sleep_switch.set(round % 4 < 2);
-      EXPECT_EQ(sleep_switch.sleeping(), round % 4 < 2);
-      double sum = 0;
-#pragma omp parallel for reduction(+ : sum) num_threads(2)
-      for (int i = 0; i < static_cast<int>(v.size()); ++i) sum += v[static_cast<size_t>(i)];
-      ASSERT_EQ(sum, expected) << round;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  }
-  release_thread_team();  // this thread's team goes; the next region starts another
-  double sum = 0;
-#pragma omp parallel for reduction(+ : sum) num_threads(2)
-  for (int i = 0; i < static_cast<int>(v.size()); ++i) sum += v[static_cast<size_t>(i)];
-  EXPECT_EQ(sum, expected);
+  if (!freed) GTEST_SKIP() << "the machine stayed busy for 3 s: cannot see the cores freed";
 }
 
 }  // namespace

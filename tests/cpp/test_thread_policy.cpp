@@ -101,20 +101,6 @@ TEST(ThreadPolicy, BesideBusyProcessesTheCommandSleepsAtOnce) {
   if (gnu_openmp()) EXPECT_EQ(last_openmp_setting(r.err, "GOMP_SPINCOUNT"), "0") << r.err;
 }
 
-// `retnet serve` outlives the load it starts beside: it keeps OpenMP's spinning default and has
-// its threads sleep at once while other work holds the cores (apps/server/core_watch.h), so it is
-// not restarted to sleep at once. A missing model ends it after OpenMP has loaded.
-TEST(ThreadPolicy, BesideBusyProcessesTheServerKeepsSpinning) {
-  ScopedEnv env(kNoPolicy);
-  BusyLoops busy;
-  const auto r = test::run_retnet("serve -m /nonexistent/retnet-model.safetensors", 300);
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("retnet-model.safetensors"), std::string::npos) << r.err;
-  if (gnu_openmp()) {
-    EXPECT_EQ(last_openmp_setting(r.err, "GOMP_SPINCOUNT"), "300000") << r.err;
-  }
-}
-
 // The machine running the tests may be busy or not: either choice must be what OpenMP got.
 TEST(ThreadPolicy, TheCommandReportsWhatOpenMpGot) {
   ScopedEnv env(kNoPolicy);

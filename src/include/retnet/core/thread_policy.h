@@ -17,10 +17,8 @@ inline constexpr const char* kThreadPolicyVariable = "RETNET_THREAD_POLICY";
 // user's choice wins): when another task was runnable in each of five samples a millisecond apart
 // (/proc/loadavg; one of our threads would share a core, and a spinning wait wastes it), restarts
 // the process (same pid, arguments and environment) with OMP_WAIT_POLICY=passive and returns in the
-// restarted one; else keeps OpenMP's default. `retnet serve` keeps OpenMP's default whatever the
-// load: a server outlives the load it starts beside, so it watches the cores while it runs and
-// has its threads sleep at once while other work holds them. Records the policy and removes what it set from
-// the environment, so that the commands this process starts choose for themselves.
+// restarted one; else keeps OpenMP's default. Records the policy and removes what it set from the
+// environment, so that the commands this process starts choose for themselves.
 void apply_thread_policy();
 
 // The same for a library loaded into a running process (the Python extension): records the
