@@ -114,11 +114,13 @@ void run_server(ServeOptions o) {
   // Before the model: a template that does not parse stops the server at once.
   const ChatFormatter chat(load_chat_template(o.model, o.chat_template_file));
   const auto t0 = std::chrono::steady_clock::now();
-  Model model =
-      load_model(o.model, o.config.empty() ? std::nullopt
-                                           : std::optional<Config>(Config::from_file(o.config)));
-  // One copy of the weights, in the chosen dtype (the float32 projections are released).
-  prepare_loaded_for_inference(model, parse_decode_precision(o.dtype, "--dtype"), "--dtype");
+  // One pass from the file into the weights of the chosen dtype (no whole float32 copy first);
+  // a directory's tensors already in that type are used where they lie, as `retnet generate`
+  // uses them.
+  Model model = load_model_for_inference(
+      o.model,
+      o.config.empty() ? std::nullopt : std::optional<Config>(Config::from_file(o.config)),
+      parse_decode_precision(o.dtype, "--dtype"));
   model.use_backend(o.backend);
   std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(o.model);
   RETNET_CHECK(tokenizer->vocab_size() <= model.config().vocab_size,
