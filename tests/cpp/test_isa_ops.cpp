@@ -1,6 +1,7 @@
 // Every level this CPU runs of the per-level row kernels (norms, gated activations, rotations, the
 // optimizer's passes, attention's softmax rows, feature maps, decay attention's lanes, retention's
-// recurrent step) against double references, at small sizes whose
+// recurrent step, the loops of its other forms, linear attention's step, AFT's channel loops,
+// attention's decode step, decay attention's backward) against double references, at small sizes whose
 // lengths are off the vector widths, so each level's vector body and tail are both exercised.
 #include <gtest/gtest.h>
 
@@ -9,10 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "../../src/mixers/aft/aft_rows.h"
+#include "../../src/mixers/attention/attention_decode_kernels.h"
 #include "../../src/mixers/attention/attention_row_kernels.h"
+#include "../../src/mixers/retention/retention_form_kernels.h"
 #include "../../src/mixers/retention/retention_step_kernels.h"
+#include "../../src/mixers/shared/decay_backward_lanes.h"
 #include "../../src/mixers/shared/decay_lanes.h"
 #include "../../src/mixers/shared/feature_map_rows.h"
+#include "../../src/mixers/shared/linear_attention_step.h"
 #include "retnet/core/isa_kernels.h"
 #include "retnet/mixers/decay_attention.h"
 #include "retnet/ops/ops_isa.h"
@@ -301,4 +307,274 @@ TEST(IsaKernels, RetentionStepEveryLevelAgreesWithTheReference) {
       EXPECT_TRUE(retnet::test::close(S, S_ref, 1e-5));
       EXPECT_TRUE(retnet::test::close(aug, aug_ref, 1e-5));
     }
+}
+
+// The loops of retention's parallel, chunkwise and scan forms: the decay mask of a causal score
+// block (with and without row sums), row scaling (forwards, backwards, in place), the scan's
+// combine and a state's read by its query, at lengths off the vector widths.
+TEST(IsaKernels, RetentionFormLoopsEveryLevelAgreeWithTheReference) {
+  const int64_t L = 37, ld = 48, W = 45, Dk = 7;
+  const std::vector<float> P0 = iot::uniform(L * ld, 40), gp = iot::uniform(L + 1, 41, 0.1f, 1.f);
+  const std::vector<float> src = iot::uniform(L * ld, 42), X = iot::uniform(Dk * W, 43);
+  const std::vector<float> q = iot::uniform(Dk, 44), y0 = iot::uniform(Dk * W, 45);
+  // Double references; rows [3, L) of P are masked, rows [0, 3) and the columns past L (not the
+  // block's) stay as they are.
+  std::vector<double> P_ref(P0.begin(), P0.end()), sums_ref(L, 0.0);
+  for (int64_t n = 3; n < L; ++n)
+    for (int64_t m = 0; m < L; ++m) {
+      double& p = P_ref[n * ld + m];
+      p = m <= n ? p * gp[n - m] : 0.0;
+      sums_ref[n] += p;
+    }
+  std::vector<double> fwd_ref(L * W), back_ref(L * W), axpy_ref(Dk * W), aug_ref(W, 0.0);
+  for (int64_t r = 0; r < L; ++r)
+    for (int64_t c = 0; c < W; ++c) {
+      fwd_ref[r * W + c] = double(src[r * ld + c]) * gp[r + 1];
+      back_ref[r * W + c] = double(src[r * ld + c]) * gp[L - 1 - r];
+    }
+  for (int64_t e = 0; e < Dk * W; ++e) axpy_ref[e] = 0.7 * X[e] + y0[e];
+  for (int64_t i = 0; i < Dk; ++i)
+    for (int64_t j = 0; j < W; ++j) aug_ref[j] += double(q[i]) * X[i * W + j];
+  for (Isa level : iot::cpu_levels()) {
+    SCOPED_TRACE(retnet::isa_name(level));
+    std::vector<float> P = P0, sums(L, -1.f);
+    RETNET_ISA_VARIANT(level, retention_decay_mask)(P.data(), ld, 3, L, L, gp.data(), sums.data());
+    EXPECT_TRUE(retnet::test::close(P, P_ref, 1e-6));
+    EXPECT_TRUE(retnet::test::close(std::vector<float>(sums.begin() + 3, sums.end()),
+                                    std::vector<double>(sums_ref.begin() + 3, sums_ref.end()),
+                                    1e-5));
+    EXPECT_EQ(sums[0], -1.f);  // rows outside [n0, n1) keep their sums
+    std::vector<float> Q = P0;
+    RETNET_ISA_VARIANT(level, retention_decay_mask)(Q.data(), ld, 3, L, L, gp.data(), nullptr);
+    EXPECT_EQ(Q, P);
+    std::vector<float> fwd(L * W), back(L * ld);
+    RETNET_ISA_VARIANT(level, retention_scale_rows)(src.data(), ld, fwd.data(), W, L, W,
+                                                    gp.data() + 1, 1);
+    EXPECT_TRUE(retnet::test::close(fwd, fwd_ref, 1e-6));
+    back = src;  // in place
+    RETNET_ISA_VARIANT(level, retention_scale_rows)(back.data(), ld, back.data(), ld, L, W,
+                                                    gp.data() + L - 1, -1);
+    std::vector<float> back_rows(L * W);
+    for (int64_t r = 0; r < L; ++r)
+      for (int64_t c = 0; c < W; ++c) back_rows[r * W + c] = back[r * ld + c];
+    EXPECT_TRUE(retnet::test::close(back_rows, back_ref, 1e-6));
+    std::vector<float> y = y0, aug(W, -1.f);
+    RETNET_ISA_VARIANT(level, retention_scale_add)(y.data(), X.data(), 0.7f, Dk * W);
+    EXPECT_TRUE(retnet::test::close(y, axpy_ref, 1e-6));
+    RETNET_ISA_VARIANT(level, retention_read_state)(X.data(), W, Dk, q.data(), aug.data());
+    EXPECT_TRUE(retnet::test::close(aug, aug_ref, 1e-5));
+  }
+}
+
+// Three tokens of linear attention's recurrent step on a state of 5 rows of 37 columns, against
+// S += k v^T, aug = q^T S.
+TEST(IsaKernels, LinearAttentionStepEveryLevelAgreesWithTheReference) {
+  const int64_t F = 5, W = 37, T = 3;
+  const std::vector<float> S0 = iot::uniform(F * W, 50), q = iot::uniform(T * F, 51, 0.f, 1.f),
+                           k = iot::uniform(T * F, 52, 0.f, 1.f), v = iot::uniform(T * W, 53);
+  std::vector<double> S_ref(S0.begin(), S0.end()), aug_ref(T * W, 0.0);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < F; ++i)
+      for (int64_t j = 0; j < W; ++j) {
+        double& s = S_ref[i * W + j];
+        s += double(k[t * F + i]) * v[t * W + j];
+        aug_ref[t * W + j] += double(q[t * F + i]) * s;
+      }
+  for (Isa level : iot::cpu_levels()) {
+    SCOPED_TRACE(retnet::isa_name(level));
+    std::vector<float> S = S0, aug(T * W);
+    for (int64_t t = 0; t < T; ++t)
+      RETNET_ISA_VARIANT(level, linear_attention_token_step)(S.data(), W, F, q.data() + t * F,
+                                                             k.data() + t * F, v.data() + t * W,
+                                                             aug.data() + t * W);
+    EXPECT_TRUE(retnet::test::close(S, S_ref, 1e-5));
+    EXPECT_TRUE(retnet::test::close(aug, aug_ref, 1e-5));
+  }
+}
+
+// AFT's channel loops on 37 channels: 9 keys folded into a query at position 8 (bias of L = 4
+// distances, the last one shared by the far keys) in two runs, the gated output, the merge of
+// the two runs' partials, and the backward of that query row against the double gradients.
+TEST(IsaKernels, AftRowsEveryLevelAgreeWithTheReference) {
+  const int64_t C = 37, Tk = 9, L = 4, n = 8;
+  const std::vector<float> k = iot::uniform(Tk * C, 60, -3.f, 3.f), v = iot::uniform(Tk * C, 61);
+  const std::vector<float> q = iot::uniform(C, 62, -4.f, 4.f), bias = iot::uniform(L, 63);
+  const std::vector<float> d_out = iot::uniform(C, 64);
+  auto b_of = [&](int64_t m) { return double(bias[std::min(n - m, L - 1)]); };
+  // Double references: the softmax over keys of e = bias + k, its ratio r = N / D, the gated
+  // output sigmoid(q) r; gradients of sum(d_out * out): d_v[m] = p_m g, d_k[m] = p_m g (v_m - r),
+  // d_bias[l] = the sum over c and keys at that distance of d_k, d_q = d_out r sigmoid'(q).
+  std::vector<double> M_ref(C), den_ref(C, 0.0), ratio_ref(C, 0.0), out_ref(C), dq_ref(C);
+  std::vector<double> dk_ref(Tk * C), dv_ref(Tk * C), dbias_ref(L, 0.0);
+  for (int64_t c = 0; c < C; ++c) {
+    double m = -INFINITY;
+    for (int64_t j = 0; j < Tk; ++j) m = std::max(m, b_of(j) + k[j * C + c]);
+    for (int64_t j = 0; j < Tk; ++j) {
+      const double p = std::exp(b_of(j) + k[j * C + c] - m);
+      den_ref[c] += p;
+      ratio_ref[c] += p * v[j * C + c];
+    }
+    ratio_ref[c] /= den_ref[c];
+    M_ref[c] = m;
+    const double s = iot::sigmoid(q[c]), g = d_out[c] * s;
+    out_ref[c] = s * ratio_ref[c];
+    dq_ref[c] = 0.5 + d_out[c] * ratio_ref[c] * s * (1.0 - s);
+    for (int64_t j = 0; j < Tk; ++j) {
+      const double p = std::exp(b_of(j) + k[j * C + c] - m) / den_ref[c];
+      dv_ref[j * C + c] = p * g;
+      dk_ref[j * C + c] = p * g * (v[j * C + c] - ratio_ref[c]);
+      dbias_ref[std::min(n - j, L - 1)] += dk_ref[j * C + c];
+    }
+  }
+  for (Isa level : iot::cpu_levels()) {
+    SCOPED_TRACE(retnet::isa_name(level));
+    // Two runs of keys, [0, 4) and [4, 9), as two decode tasks: partials [2][3, C].
+    std::vector<float> partials(2 * 3 * C);
+    for (int64_t s = 0; s < 2; ++s) {
+      float* M = partials.data() + s * 3 * C;
+      std::fill(M, M + C, -INFINITY);
+      std::fill(M + C, M + 3 * C, 0.f);
+      RETNET_ISA_VARIANT(level, aft_fold_keys)(k.data(), C, v.data(), C, s ? 4 : 0, s ? Tk : 4, n,
+                                               bias.data(), L, M, M + C, M + 2 * C, C);
+    }
+    std::vector<float> merged(C);
+    RETNET_ISA_VARIANT(level, aft_merge_partials)(partials.data(), 2, C, q.data(), merged.data());
+    EXPECT_TRUE(retnet::test::close(merged, out_ref, 1e-5)) << "merged";
+    // All keys in one run, then the gated ratio and the saved statistics of the forward.
+    std::vector<float> M(C, -INFINITY), num(C, 0.f), den(C, 0.f), out(C), ratio(C);
+    RETNET_ISA_VARIANT(level, aft_fold_keys)(k.data(), C, v.data(), C, 0, Tk, n, bias.data(), L,
+                                             M.data(), num.data(), den.data(), C);
+    RETNET_ISA_VARIANT(level, aft_gated_ratio)(q.data(), num.data(), den.data(), out.data(), C);
+    EXPECT_TRUE(retnet::test::close(out, out_ref, 1e-5)) << "one run";
+    EXPECT_TRUE(retnet::test::close(M, M_ref, 1e-6));
+    EXPECT_TRUE(retnet::test::close(den, den_ref, 1e-5));
+    for (int64_t c = 0; c < C; ++c) ratio[c] = num[c] / den[c];
+    // The backward of that row from the saved statistics; keys [1, 9) (a key tile from 1).
+    std::vector<float> dk(Tk * C, 0.f), dv(Tk * C, 0.f), g(C), inv_den(C), dq(C, 0.5f);
+    std::vector<double> d_bias(L, 0.0);
+    const retnet::AftBackwardRow row{q.data(), d_out.data(), M.data(), ratio.data(), den.data(),
+                                     k.data(), v.data(), C, C, dk.data() + C, dv.data() + C, C};
+    RETNET_ISA_VARIANT(level, aft_backward_row)(row, n, 1, Tk, bias.data(), L, g.data(),
+                                                inv_den.data(), d_bias.data(), C);
+    std::vector<double> dk_want = dk_ref, dv_want = dv_ref, dbias_want = dbias_ref;
+    for (int64_t c = 0; c < C; ++c) {  // key 0 is outside the tile: its gradients stay 0
+      dbias_want[std::min(n, L - 1)] -= dk_ref[c];
+      dk_want[c] = dv_want[c] = 0.0;
+    }
+    EXPECT_TRUE(retnet::test::close(dk, dk_want, 1e-5)) << "d_k";
+    EXPECT_TRUE(retnet::test::close(dv, dv_want, 1e-5)) << "d_v";
+    EXPECT_TRUE(retnet::test::close(d_bias, dbias_want, 1e-5)) << "d_bias";
+    RETNET_ISA_VARIANT(level, aft_query_grad_row)(q.data(), d_out.data(), ratio.data(), dq.data(),
+                                                  C);
+    EXPECT_TRUE(retnet::test::close(dq, dq_ref, 1e-5)) << "d_q";
+  }
+}
+
+// Attention's decode step: 4 query heads on 2 kv heads (Dk 19, Dv 21) over 300 cached tokens (a
+// full block of 256 and a tail), as two ranges whose partials are merged, against the double
+// softmax.
+TEST(IsaKernels, AttentionDecodeEveryLevelAgreesWithTheReference) {
+  const retnet::AttentionDecodeShape d{4, 2, 19, 21};
+  const int64_t T = 300, row = d.Hkv * (d.Dk + d.Dv), G = d.H / d.Hkv, ldq = 24;
+  const std::vector<float> rows = iot::uniform(T * row, 70, -2.f, 2.f);
+  const std::vector<float> q = iot::uniform(d.H * ldq, 71, -2.f, 2.f);
+  std::vector<double> out_ref(d.H * d.Dv, 0.0);
+  const double scale = 1.0 / std::sqrt(double(d.Dk));
+  for (int64_t h = 0; h < d.H; ++h) {
+    std::vector<double> s(T);
+    double m = -INFINITY, sum = 0.0;
+    for (int64_t t = 0; t < T; ++t) {
+      const float* key = rows.data() + t * row + (h / G) * d.Dk;
+      double dot = 0.0;
+      for (int64_t i = 0; i < d.Dk; ++i) dot += double(q[h * ldq + i]) * key[i];
+      s[t] = dot * scale;
+      m = std::max(m, s[t]);
+    }
+    for (int64_t t = 0; t < T; ++t) sum += std::exp(s[t] - m);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* value = rows.data() + t * row + d.Hkv * d.Dk + (h / G) * d.Dv;
+      for (int64_t c = 0; c < d.Dv; ++c) out_ref[h * d.Dv + c] += std::exp(s[t] - m) / sum * value[c];
+    }
+  }
+  for (Isa level : iot::cpu_levels()) {
+    SCOPED_TRACE(retnet::isa_name(level));
+    const int64_t per = d.H * (d.Dv + 2);
+    std::vector<float> scores(d.H * retnet::kAttentionDecodeBlock), partials(2 * per);
+    std::vector<float> out(d.H * d.Dv);
+    RETNET_ISA_VARIANT(level, attention_decode_range)(q.data(), ldq, rows.data(), d, 0, 20,
+                                                      scores.data(), partials.data());
+    RETNET_ISA_VARIANT(level, attention_decode_range)(q.data(), ldq, rows.data(), d, 20, T,
+                                                      scores.data(), partials.data() + per);
+    for (int64_t h = 0; h < d.H; ++h)
+      RETNET_ISA_VARIANT(level, attention_merge_partials)(partials.data(), 2, d, h,
+                                                          out.data() + h * d.Dv);
+    EXPECT_TRUE(retnet::test::close(out, out_ref, 1e-5));
+    // The backward's row terms: each query row against a cached row's first 23 floats.
+    std::vector<float> D(d.H);
+    std::vector<double> D_ref(d.H, 0.0);
+    for (int64_t h = 0; h < d.H; ++h)
+      for (int64_t j = 0; j < 23; ++j) D_ref[h] += double(q[h * ldq + j]) * rows[h * row + j];
+    RETNET_ISA_VARIANT(level, attention_row_dots)(q.data(), ldq, rows.data(), row, d.H, 23,
+                                                  D.data());
+    EXPECT_TRUE(retnet::test::close(D, D_ref, 1e-5));
+  }
+}
+
+// Decay attention's backward over one sequence of 11 tokens and 5 channels (one block, chunks of
+// 4: pairs inside and across chunks) against the double gradients of its definition
+// (decay_backward_lanes.cpp): per channel, weights e^{x_nm} with x_nm = k_m - (n-1-m) w (m < n),
+// u + k_n (m = n), pi_nm = e^{x_nm} / sum_m e^{x_nm}, wkv_n = sum_m pi_nm v_m, out_n =
+// sigmoid(r_n) wkv_n.
+TEST(IsaKernels, DecayBackwardEveryLevelAgreesWithTheReference) {
+  const int64_t T = 11, C = 5;
+  const std::vector<float> r = iot::uniform(T * C, 80), k = iot::uniform(T * C, 81, -2.f, 2.f);
+  const std::vector<float> v = iot::uniform(T * C, 82), d_out = iot::uniform(T * C, 83);
+  const std::vector<float> w = iot::uniform(C, 84, 0.f, 1.f), u = iot::uniform(C, 85);
+  std::vector<float> wkv(T * C), log_den(T * C);
+  std::vector<double> dr_ref(T * C), dk_ref(T * C, 0.0), dv_ref(T * C, 0.0), dw_ref(C, 0.0),
+      du_ref(C, 0.0);
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t n = 0; n < T; ++n) {
+      std::vector<double> x(n + 1);
+      double top = -INFINITY, den = 0.0, y = 0.0;
+      for (int64_t m = 0; m <= n; ++m) {
+        x[m] = m < n ? double(k[m * C + c]) - double(n - 1 - m) * w[c] : double(u[c]) + k[n * C + c];
+        top = std::max(top, x[m]);
+      }
+      for (int64_t m = 0; m <= n; ++m) den += std::exp(x[m] - top);
+      for (int64_t m = 0; m <= n; ++m) y += std::exp(x[m] - top) / den * v[m * C + c];
+      wkv[n * C + c] = static_cast<float>(y);
+      log_den[n * C + c] = static_cast<float>(top + std::log(den));
+      const double s = iot::sigmoid(r[n * C + c]), G = d_out[n * C + c] * s;
+      dr_ref[n * C + c] = d_out[n * C + c] * y * s * (1.0 - s);
+      for (int64_t m = 0; m <= n; ++m) {
+        const double pi = std::exp(x[m] - top) / den, beta = pi * G * (v[m * C + c] - y);
+        dv_ref[m * C + c] += pi * G;
+        dk_ref[m * C + c] += beta;
+        if (m == n)
+          du_ref[c] += beta;
+        else
+          dw_ref[c] -= double(n - 1 - m) * beta;
+      }
+    }
+  auto view = [&](const std::vector<float>& x) {
+    return retnet::TensorView::contiguous(const_cast<float*>(x.data()), {1, T, C});
+  };
+  for (Isa level : iot::cpu_levels()) {
+    SCOPED_TRACE(retnet::isa_name(level));
+    std::vector<float> dr(T * C, 0.f), dk(T * C, 0.f), dv(T * C, 0.f), dw(C), du(C);
+    std::vector<float> scratch(7 * 4 * retnet::kDecayChannelBlock);
+    retnet::DecayAttentionGradArgs a;
+    a.r = view(r), a.k = view(k), a.v = view(v), a.d_out = view(d_out);
+    a.d_r = view(dr), a.d_k = view(dk), a.d_v = view(dv);
+    a.w = w.data(), a.u = u.data(), a.wkv = wkv.data(), a.log_denominators = log_den.data();
+    const retnet::detail::ChannelDims d{1, T, C};
+    RETNET_ISA_VARIANT(level, decay_backward_block)(a, d, 0, 0, C, 4, dw.data(), du.data(),
+                                                    scratch.data());
+    EXPECT_TRUE(retnet::test::close(dr, dr_ref, 1e-5)) << "d_r";
+    EXPECT_TRUE(retnet::test::close(dk, dk_ref, 1e-5)) << "d_k";
+    EXPECT_TRUE(retnet::test::close(dv, dv_ref, 1e-5)) << "d_v";
+    EXPECT_TRUE(retnet::test::close(dw, dw_ref, 1e-5)) << "d_w";
+    EXPECT_TRUE(retnet::test::close(du, du_ref, 1e-5)) << "d_u";
+  }
 }

@@ -13,6 +13,7 @@
 #include "../shared/head_loop.h"
 #include "../shared/token_cache.h"
 #include "aft_kernels.h"
+#include "aft_rows.h"
 #include "retnet/core/error.h"
 
 namespace retnet {
@@ -47,15 +48,16 @@ void forward_query_tile(const SequenceOperands& s, int64_t i0, int64_t Lq, int64
   std::fill(M, M + Lq * W, -std::numeric_limits<float>::infinity());
   std::fill(num, num + Lq * W, 0.f);
   std::fill(den, den + Lq * W, 0.f);
+  static const auto fold_keys = RETNET_ISA_VARIANT(kernel_isa(), aft_fold_keys);
+  static const auto gated_ratio = RETNET_ISA_VARIANT(kernel_isa(), aft_gated_ratio);
   const int64_t first = s.pos0 + i0;  // position of the tile's first query
   const int64_t keys = first + Lq;    // keys visible to its last query
   for (int64_t j0 = 0; j0 < keys; j0 += tile) {
     const int64_t j1 = std::min(j0 + tile, keys);
     for (int64_t i = 0; i < Lq; ++i) {
       const int64_t n = first + i, end = std::min(j1, n + 1);
-      for (int64_t m = j0; m < end; ++m)
-        online_update(s.k + m * s.ldk + c0, s.v + m * s.ldv + c0, position_bias(bias, L, n - m),
-                      M + i * W, num + i * W, den + i * W, width);
+      fold_keys(s.k + c0, s.ldk, s.v + c0, s.ldv, j0, end, n, bias, L, M + i * W, num + i * W,
+                den + i * W, width);
     }
   }
   for (int64_t i = 0; i < Lq; ++i) {
@@ -63,8 +65,7 @@ void forward_query_tile(const SequenceOperands& s, int64_t i0, int64_t Lq, int64
     float* out = s.out + (i0 + i) * s.ldo + c0;
     const float* nu = num + i * W;
     const float* de = den + i * W;
-#pragma omp simd
-    for (int64_t c = 0; c < width; ++c) out[c] = sigmoid(q[c]) * (nu[c] / de[c]);
+    gated_ratio(q, nu, de, out, width);
     if (s.row_max) {
       const int64_t at = (i0 + i) * C + c0;
       std::copy_n(M + i * W, width, s.row_max + at);
@@ -134,28 +135,9 @@ void decode_range(const float* rows, int64_t C, int64_t n, int64_t begin, int64_
   float* den = num + C;
   std::fill(M, M + C, -std::numeric_limits<float>::infinity());
   std::fill(num, num + 2 * C, 0.f);
-  for (int64_t m = begin; m < end; ++m) {
-    const float* row = rows + m * 2 * C;
-    online_update(row, row + C, position_bias(bias, L, n - m), M, num, den, C);
-  }
-}
-
-// out [C] = sigmoid(q) N / D from the S partials of a sequence (partials[s] = [3, C]).
-void merge_partials(const float* partials, int64_t S, int64_t C, const float* q, float* out) {
-  const int64_t stride = partial_floats(C);
-#pragma omp simd
-  for (int64_t c = 0; c < C; ++c) {
-    float m = -std::numeric_limits<float>::infinity();
-    for (int64_t s = 0; s < S; ++s) m = std::max(m, partials[s * stride + c]);
-    float num = 0.f, den = 0.f;
-    for (int64_t s = 0; s < S; ++s) {
-      const float* p = partials + s * stride;
-      const float w = fast_exp_nonpositive(p[c] - m);  // 0 for an empty range (max -inf)
-      num += w * p[C + c];
-      den += w * p[2 * C + c];
-    }
-    out[c] = sigmoid(q[c]) * (num / den);
-  }
+  static const auto fold_keys = RETNET_ISA_VARIANT(kernel_isa(), aft_fold_keys);
+  // A cached token's row: its keys [C], then its values [C].
+  fold_keys(rows, 2 * C, rows + C, 2 * C, begin, end, n, bias, L, M, num, den, C);
 }
 
 // Splits per sequence: enough to keep every thread busy, none shorter than a block.
@@ -222,6 +204,7 @@ void aft_step(const TensorView& q, const TensorView& k, const TensorView& v, con
     decode_range(cache_block(cache, d.C, b), d.C, tokens - 1, tokens * s / S, tokens * (s + 1) / S,
                  bias, L, partials + t * partial_floats(d.C));
   }
+  static const auto merge_partials = RETNET_ISA_VARIANT(kernel_isa(), aft_merge_partials);
   for (int64_t b = 0; b < d.B; ++b) {
     merge_partials(partials + b * S * partial_floats(d.C), S, d.C, &q.at(b, 0, 0),
                    &out.at(b, 0, 0));

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "aft_kernels.h"
+#include "aft_rows.h"
 #include "retnet/core/error.h"
 #include "retnet/mixers/aft.h"
 
@@ -46,35 +47,21 @@ void backward_key_tile(const GradSequence& s, int64_t j0, int64_t Lk, int64_t c0
   float* g = dv + Lk * W;
   float* inv_den = g + W;
   std::fill(dk, dk + 2 * Lk * W, 0.f);
+  static const auto backward_row = RETNET_ISA_VARIANT(kernel_isa(), aft_backward_row);
   for (int64_t n = j0; n < T; ++n) {
-    const float* q = s.q + n * s.ldq + c0;
-    const float* d_out = s.d_out + n * s.ld_do + c0;
-    const float* M = s.row_max + n * C + c0;
-    const float* r = s.ratio + n * C + c0;
-    const float* D = s.denominator + n * C + c0;
-#pragma omp simd
-    for (int64_t c = 0; c < width; ++c) {
-      g[c] = d_out[c] * sigmoid(q[c]);
-      inv_den[c] = 1.f / D[c];
-    }
-    const int64_t end = std::min(j0 + Lk, n + 1);
-    for (int64_t m = j0; m < end; ++m) {
-      const float w = position_bias(bias, L, n - m);
-      const float* k = s.k + m * s.ldk + c0;
-      const float* v = s.v + m * s.ldv + c0;
-      float* dk_m = dk + (m - j0) * W;
-      float* dv_m = dv + (m - j0) * W;
-      float de_sum = 0.f;
-#pragma omp simd reduction(+ : de_sum)
-      for (int64_t c = 0; c < width; ++c) {
-        const float gp = fast_exp_nonpositive((w + k[c]) - M[c]) * inv_den[c] * g[c];
-        const float de = gp * (v[c] - r[c]);
-        dv_m[c] += gp;
-        dk_m[c] += de;
-        de_sum += de;
-      }
-      d_bias[std::min(n - m, L - 1)] += de_sum;
-    }
+    const AftBackwardRow row{s.q + n * s.ldq + c0,
+                             s.d_out + n * s.ld_do + c0,
+                             s.row_max + n * C + c0,
+                             s.ratio + n * C + c0,
+                             s.denominator + n * C + c0,
+                             s.k + c0,
+                             s.v + c0,
+                             s.ldk,
+                             s.ldv,
+                             dk,
+                             dv,
+                             W};
+    backward_row(row, n, j0, std::min(j0 + Lk, n + 1), bias, L, g, inv_den, d_bias, width);
   }
   for (int64_t m = 0; m < Lk; ++m) {
     float* d_k = s.d_k + (j0 + m) * s.ld_dk + c0;
@@ -117,6 +104,7 @@ void aft_backward(const AftGradArgs& a, Arena& arena) {
     return reinterpret_cast<double*>(scratch + per_slot * slot + bias_offset);  // 64-byte aligned
   };
   for (size_t th = 0; th < slots; ++th) std::fill(bias_partial(th), bias_partial(th) + L, 0.0);
+  static const auto query_grad_row = RETNET_ISA_VARIANT(kernel_isa(), aft_query_grad_row);
 #pragma omp parallel
   {
     float* mine = scratch + per_slot * omp_get_thread_num();
@@ -141,13 +129,7 @@ void aft_backward(const AftGradArgs& a, Arena& arena) {
       const int64_t b = row / d.T, n = row % d.T;
       const float* q = &a.q.at(b, n, 0);
       const float* d_out = &a.d_out.at(b, n, 0);
-      const float* r = a.ratio + row * d.C;
-      float* d_q = &a.d_q.at(b, n, 0);
-#pragma omp simd
-      for (int64_t c = 0; c < d.C; ++c) {
-        const float sg = sigmoid(q[c]);
-        d_q[c] += d_out[c] * r[c] * sg * (1.f - sg);
-      }
+      query_grad_row(q, d_out, a.ratio + row * d.C, &a.d_q.at(b, n, 0), d.C);
     }
   }
   // Sum the per-thread d_bias partials (the implicit barrier above completes them).

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "../shared/token_cache.h"
+#include "attention_decode_kernels.h"
 #include "attention_kernels.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
@@ -21,8 +22,7 @@ namespace {
 
 using namespace attention_detail;
 
-// Keys scored at once by the decode step: its scratch, and the granularity of its online softmax.
-constexpr int64_t kDecodeBlock = 256;
+constexpr int64_t kDecodeBlock = kAttentionDecodeBlock;
 
 // One head of one sequence: queries [Tq, Dk] at absolute positions pos0 .. pos0 + Tq - 1; keys
 // [pos0 + Tq, Dk] and values [pos0 + Tq, Dv] from position 0 (row strides ld*).
@@ -158,76 +158,12 @@ const float* cache_values(const AttentionCache& c, const Dims& d, int64_t b, int
 }
 
 // ---- decode: flash-decoding over the token-major cache ------------------------------------
-// A step's tokens are split into ranges, one task each (sequence b, split s); a task reads its
-// cache rows once, front to back, for all heads at a time (each row holds every head's key and
-// value), and keeps a partial softmax per head: running max, sum and weighted values. The
-// partials of a sequence are then merged. So one sequence uses every thread, and the cache is
-// streamed contiguously, which is what a memory-bound step needs.
+// A step's tokens are split into ranges, one task each (sequence b, split s), whose partial
+// softmaxes are then merged (attention_decode_kernels.cpp): so one sequence uses every thread, and
+// the cache is streamed contiguously, which is what a memory-bound step needs.
 
 // A task's partial result per head: [H, Dv + 2] = weighted values, then max, then sum.
 int64_t partial_floats(const Dims& d) { return d.H * (d.Dv + 2); }
-
-// Tokens [begin, end) of one sequence: the partial softmax of every head. q(h): head h's query;
-// rows: the sequence's cache block; scores: [H, kDecodeBlock] scratch; partial: [H, Dv + 2].
-template <typename Query>
-void decode_range(Query q, const float* rows, const Dims& d, int64_t begin, int64_t end,
-                  float* scores, float* partial) {
-  const int64_t row = cache_row(d), W = d.Dv + 2, G = d.groups();
-  const float scale = 1.f / std::sqrt(static_cast<float>(d.Dk));
-  for (int64_t h = 0; h < d.H; ++h) {
-    std::fill(partial + h * W, partial + h * W + d.Dv, 0.f);
-    partial[h * W + d.Dv] = -std::numeric_limits<float>::infinity();
-    partial[h * W + d.Dv + 1] = 0.f;
-  }
-  for (int64_t j0 = begin; j0 < end; j0 += kDecodeBlock) {
-    const int64_t n = std::min(kDecodeBlock, end - j0);
-    for (int64_t j = 0; j < n; ++j) {
-      const float* keys = rows + (j0 + j) * row;
-      for (int64_t h = 0; h < d.H; ++h)
-        scores[h * kDecodeBlock + j] = scale * dot(q(h), keys + (h / G) * d.Dk, d.Dk);
-    }
-    for (int64_t h = 0; h < d.H; ++h) {
-      float* acc = partial + h * W;
-      float* s = scores + h * kDecodeBlock;
-      const float m = max_of(s, n, acc[d.Dv]);
-      const float correction = fast_exp_nonpositive(acc[d.Dv] - m);
-      acc[d.Dv + 1] = acc[d.Dv + 1] * correction + exp_shifted_sum(s, n, m);
-      acc[d.Dv] = m;
-      if (correction != 1.f) {
-#pragma omp simd
-        for (int64_t c = 0; c < d.Dv; ++c) acc[c] *= correction;
-      }
-    }
-    for (int64_t j = 0; j < n; ++j) {
-      const float* values = rows + (j0 + j) * row + d.Hkv * d.Dk;
-      for (int64_t h = 0; h < d.H; ++h) {
-        float* acc = partial + h * W;
-        const float* v = values + (h / G) * d.Dv;
-        const float p = scores[h * kDecodeBlock + j];
-#pragma omp simd
-        for (int64_t c = 0; c < d.Dv; ++c) acc[c] += p * v[c];
-      }
-    }
-  }
-}
-
-// out [Dv] of head h from the S partials of its sequence (partials[s] = [H, Dv + 2]).
-void merge_partials(const float* partials, int64_t S, const Dims& d, int64_t h, float* out) {
-  const int64_t W = d.Dv + 2, stride = partial_floats(d);
-  float m = -std::numeric_limits<float>::infinity(), sum = 0.f;
-  for (int64_t s = 0; s < S; ++s) m = std::max(m, partials[s * stride + h * W + d.Dv]);
-  std::fill(out, out + d.Dv, 0.f);
-  for (int64_t s = 0; s < S; ++s) {
-    const float* p = partials + s * stride + h * W;
-    const float w = fast_exp_nonpositive(p[d.Dv] - m);  // 0 for an empty range (max -inf)
-    sum += w * p[d.Dv + 1];
-#pragma omp simd
-    for (int64_t c = 0; c < d.Dv; ++c) out[c] += w * p[c];
-  }
-  const float inv = 1.f / sum;
-#pragma omp simd
-  for (int64_t c = 0; c < d.Dv; ++c) out[c] *= inv;
-}
 
 // Splits per sequence: enough to keep every thread busy, none shorter than a block.
 int64_t decode_splits(int64_t B, int64_t longest) {
@@ -281,19 +217,21 @@ void attention_step(const TensorView& q, const TensorView& k, const TensorView& 
   const int64_t S = decode_splits(d.B, longest);
   float* partials = arena.alloc(d.B * S * partial_floats(d));        // [B, S, H, Dv + 2]
   float* scores = arena.alloc(d.H * kDecodeBlock * thread_slots());  // per thread [H, block]
+  static const auto decode_range = RETNET_ISA_VARIANT(kernel_isa(), attention_decode_range);
+  static const auto merge_partials = RETNET_ISA_VARIANT(kernel_isa(), attention_merge_partials);
+  const AttentionDecodeShape shape{d.H, d.Hkv, d.Dk, d.Dv};
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < d.B * S; ++t) {
     const int64_t b = t / S, s = t % S, L = cache.length[b] + 1;
     const int64_t first = window > 0 ? std::max<int64_t>(L - window, 0) : 0;  // seen: [first, L)
-    decode_range([&](int64_t h) { return &q.at(b, 0, h, 0); },
-                 cache_block(cache, d, b), d, first + (L - first) * s / S,
-                 first + (L - first) * (s + 1) / S,
+    decode_range(&q.at(b, 0, 0, 0), q.stride[2], cache_block(cache, d, b), shape,
+                 first + (L - first) * s / S, first + (L - first) * (s + 1) / S,
                  scores + d.H * kDecodeBlock * omp_get_thread_num(),
                  partials + t * partial_floats(d));
   }
   for (int64_t t = 0; t < d.B * d.H; ++t) {
     const int64_t b = t / d.H, h = t % d.H;
-    merge_partials(partials + b * S * partial_floats(d), S, d, h, &out.at(b, 0, h, 0));
+    merge_partials(partials + b * S * partial_floats(d), S, shape, h, &out.at(b, 0, h, 0));
   }
   for (int64_t b = 0; b < d.B; ++b) cache.length[b] += 1;
 }

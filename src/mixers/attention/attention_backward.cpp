@@ -34,7 +34,8 @@ size_t tile_scratch(int64_t tile) { return 2 * tile * tile; }
 
 // D [T]: D_n = dO_n . o_n, the row term of the softmax Jacobian, once per head.
 void row_terms(const GradHead& g, int64_t T, int64_t Dv, float* D) {
-  for (int64_t n = 0; n < T; ++n) D[n] = dot(g.d_out + n * g.ld_do, g.out + n * g.ldo, Dv);
+  static const auto row_dots = RETNET_ISA_VARIANT(kernel_isa(), attention_row_dots);
+  row_dots(g.d_out, g.ld_do, g.out, g.ldo, T, Dv, D);
 }
 
 // P [Lq, Lk] = exp(scale Q K^T - lse) for queries i0.., keys j0.., 0 above the diagonal.

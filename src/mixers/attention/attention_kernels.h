@@ -25,13 +25,6 @@ inline float max_of(const float* x, int64_t n, float init) {
   return kernel(x, n, init);
 }
 
-inline float dot(const float* a, const float* b, int64_t n) {
-  float s = 0.f;
-#pragma omp simd reduction(+ : s)
-  for (int64_t j = 0; j < n; ++j) s += a[j] * b[j];
-  return s;
-}
-
 // Checks that q: [B, T, H, Dk], k: [B, T, Hkv, Dk], v: [B, T, Hkv, Dv] and out: [B, T, H, Dv]
 // agree, with unit last stride. Hkv = H unless `grouped` (the KV-cache kernels: kv heads shared
 // by groups of G = H / Hkv query heads; query head h reads kv head h / G).

@@ -64,5 +64,17 @@ float attention_max_of(const float* x, int64_t n, float init) {
 #endif
 }
 
+void attention_row_dots(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t T,
+                        int64_t n, float* D) {
+  for (int64_t t = 0; t < T; ++t) {
+    const float* x = a + t * lda;
+    const float* y = b + t * ldb;
+    float s = 0.f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < n; ++j) s += x[j] * y[j];
+    D[t] = s;
+  }
+}
+
 }  // namespace RETNET_ISA_NS
 }  // namespace retnet

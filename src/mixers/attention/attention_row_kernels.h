@@ -13,5 +13,9 @@ namespace retnet {
 RETNET_ISA_DECLARE(float attention_exp_shifted_sum(float* x, int64_t n, float shift))
 // max(init, x[0..n)).
 RETNET_ISA_DECLARE(float attention_max_of(const float* x, int64_t n, float init))
+// D[n] = a_n . b_n for T pairs of rows of width n (a rows lda floats apart, b rows ldb): the
+// backward's row terms dO_n . o_n.
+RETNET_ISA_DECLARE(void attention_row_dots(const float* a, int64_t lda, const float* b,
+                                           int64_t ldb, int64_t T, int64_t n, float* D))
 
 }  // namespace retnet

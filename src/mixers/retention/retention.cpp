@@ -9,6 +9,7 @@
 #include <string>
 
 #include "../shared/head_loop.h"
+#include "retention_form_kernels.h"
 #include "retention_step_kernels.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
@@ -103,17 +104,9 @@ void parallel_head(const HeadBlock& hb, const Dims& d, float* scratch) {
   float* rows = gp + T;   // [T] row sums
   decay_powers(hb.gamma, T, gp);
   sgemm(Trans::No, Trans::Yes, T, T, d.Dk, 1.f, hb.q, hb.ldq, hb.k, hb.ldk, 0.f, P, T);
+  static const auto decay_mask = RETNET_ISA_VARIANT(kernel_isa(), retention_decay_mask);
 #pragma omp parallel for schedule(static) if (!omp_in_parallel() && T >= 256)
-  for (int64_t n = 0; n < T; ++n) {
-    float* p = P + n * T;
-    float s = 0.f;
-    for (int64_t m = 0; m <= n; ++m) {
-      p[m] *= gp[n - m];
-      s += p[m];
-    }
-    std::fill(p + n + 1, p + T, 0.f);
-    rows[n] = s;
-  }
+  for (int64_t n = 0; n < T; ++n) decay_mask(P, T, n, n + 1, T, gp, rows);
   sgemm(Trans::No, Trans::No, T, Dv, T, 1.f, P, T, hb.v, hb.ldv, 0.f, hb.out, hb.ldo);
   for (int64_t n = 0; n < T; ++n)
     normalise_row(hb.out + n * hb.ldo, rows[n], hb.out + n * hb.ldo, Dv, hb, n,
@@ -176,6 +169,8 @@ void chunkwise_head(const HeadBlock& hb, const Dims& d, int64_t C, float* scratc
   float* gp = kd + C * Dk;    // [C+1]
   decay_powers(hb.gamma, C + 1, gp);
   float* S = hb.state;  // [Dk, Dv+1]
+  static const auto decay_mask = RETNET_ISA_VARIANT(kernel_isa(), retention_decay_mask);
+  static const auto scale_rows = RETNET_ISA_VARIANT(kernel_isa(), retention_scale_rows);
   for (int64_t t0 = 0; t0 < d.T; t0 += C) {
     const int64_t L = std::min(C, d.T - t0);  // the last chunk may be short: no padding
     const float* q = hb.q + t0 * hb.ldq;
@@ -186,19 +181,13 @@ void chunkwise_head(const HeadBlock& hb, const Dims& d, int64_t C, float* scratc
     }
     // Inside the chunk: decayed scores times [v, 1].
     sgemm(Trans::No, Trans::Yes, L, L, Dk, 1.f, q, hb.ldq, k, hb.ldk, 0.f, P, L);
-    for (int64_t j = 0; j < L; ++j) {
-      float* p = P + j * L;
-      for (int64_t i = 0; i <= j; ++i) p[i] *= gp[j - i];
-      std::fill(p + j + 1, p + L, 0.f);
-    }
+    decay_mask(P, L, 0, L, L, gp, nullptr);
     sgemm(Trans::No, Trans::No, L, W, L, 1.f, P, L, vaug, W, 0.f, aug, W);
     // From earlier chunks: the state, decayed to each position of the chunk.
-    for (int64_t j = 0; j < L; ++j)
-      for (int64_t i = 0; i < Dk; ++i) qd[j * Dk + i] = q[j * hb.ldq + i] * gp[j + 1];
+    scale_rows(q, hb.ldq, qd, Dk, L, Dk, gp + 1, 1);
     sgemm(Trans::No, Trans::No, L, W, Dk, 1.f, qd, Dk, S, W, 1.f, aug, W);
     // The state after the chunk: S = gamma^L S + sum_i gamma^(L-1-i) k_i [v_i, 1]^T.
-    for (int64_t i = 0; i < L; ++i)
-      for (int64_t c = 0; c < Dk; ++c) kd[i * Dk + c] = k[i * hb.ldk + c] * gp[L - 1 - i];
+    scale_rows(k, hb.ldk, kd, Dk, L, Dk, gp + L - 1, -1);
     sgemm(Trans::Yes, Trans::No, Dk, W, L, 1.f, kd, Dk, vaug, W, gp[L], S, W);
     for (int64_t j = 0; j < L; ++j)
       normalise_row(aug + j * W, aug[j * W + Dv], hb.out + (t0 + j) * hb.ldo, Dv, hb,
@@ -227,13 +216,11 @@ void scan_head(const HeadBlock& hb, const Dims& d, int64_t tile, float* scratch)
   float* aug = f + tile;    // [Dv+1]
   float* carry = hb.state;  // the prefix before the tile, [Dk, Dv+1]
   const bool inner_parallel = !omp_in_parallel();
+  static const auto scale_add = RETNET_ISA_VARIANT(kernel_isa(), retention_scale_add);
+  static const auto read_state = RETNET_ISA_VARIANT(kernel_isa(), retention_read_state);
   // x[i] = f[i] x[j] + x[i], f[i] = f[j] f[i]: element j's span precedes element i's.
   auto combine = [&](int64_t j, int64_t i) {
-    float* xi = x + i * E;
-    const float* xj = x + j * E;
-    const float fi = f[i];
-#pragma omp simd
-    for (int64_t e = 0; e < E; ++e) xi[e] = fi * xj[e] + xi[e];
+    scale_add(x + i * E, x + j * E, f[i], E);
     f[i] *= f[j];
   };
   for (int64_t t0 = 0; t0 < d.T; t0 += tile) {
@@ -263,21 +250,9 @@ void scan_head(const HeadBlock& hb, const Dims& d, int64_t tile, float* scratch)
     }
     // Prepend the carried prefix (carry + x_t), read each state with its query, normalise.
 #pragma omp parallel for schedule(static) if (inner_parallel && L * E > 65536)
+    for (int64_t t = 0; t < L; ++t) scale_add(x + t * E, carry, f[t], E);
     for (int64_t t = 0; t < L; ++t) {
-      float* xt = x + t * E;
-      const float ft = f[t];
-#pragma omp simd
-      for (int64_t e = 0; e < E; ++e) xt[e] = ft * carry[e] + xt[e];
-    }
-    for (int64_t t = 0; t < L; ++t) {
-      const float* xt = x + t * E;
-      const float* q = hb.q + (t0 + t) * hb.ldq;
-      std::fill(aug, aug + W, 0.f);
-      for (int64_t i = 0; i < Dk; ++i) {
-        const float qi = q[i];
-#pragma omp simd
-        for (int64_t j = 0; j < W; ++j) aug[j] += qi * xt[i * W + j];
-      }
+      read_state(x + t * E, W, Dk, hb.q + (t0 + t) * hb.ldq, aug);
       normalise_row(aug, aug[Dv], hb.out + (t0 + t) * hb.ldo, Dv, hb, hb.pos0 + t0 + t,
                     hb.stats ? hb.stats + (t0 + t) * hb.ld_stats : nullptr);
     }

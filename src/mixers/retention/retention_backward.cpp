@@ -17,6 +17,7 @@
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
 #include "retnet/mixers/retention.h"
+#include "retention_form_kernels.h"
 
 namespace retnet {
 namespace {
@@ -52,16 +53,11 @@ void block_backward(const GradHead& g, int64_t t0, int64_t L, int64_t Dk, int64_
   const float* k = g.k + t0 * g.ldk;
   sgemm(Trans::No, Trans::Yes, L, L, Dk, 1.f, q, g.ldq, k, g.ldk, 0.f, P, L);
   sgemm(Trans::No, Trans::Yes, L, L, W, 1.f, G, W, vaug, W, 0.f, dS, L);
+  static const auto decay_mask = RETNET_ISA_VARIANT(kernel_isa(), retention_decay_mask);
 #pragma omp parallel for schedule(static) if (!omp_in_parallel() && L >= 256)
   for (int64_t n = 0; n < L; ++n) {
-    float* p = P + n * L;
-    float* ds = dS + n * L;
-    for (int64_t m = 0; m <= n; ++m) {
-      p[m] *= gp[n - m];
-      ds[m] *= gp[n - m];
-    }
-    std::fill(p + n + 1, p + L, 0.f);
-    std::fill(ds + n + 1, ds + L, 0.f);
+    decay_mask(P, L, n, n + 1, L, gp, nullptr);
+    decay_mask(dS, L, n, n + 1, L, gp, nullptr);
   }
   sgemm(Trans::No, Trans::No, L, Dk, L, 1.f, dS, L, k, g.ldk, 1.f, g.d_q + t0 * g.ld_dq, g.ld_dq);
   sgemm(Trans::Yes, Trans::No, L, Dk, L, 1.f, dS, L, q, g.ldq, 1.f, g.d_k + t0 * g.ld_dk, g.ld_dk);
@@ -98,6 +94,7 @@ void chunkwise_backward_head(const GradHead& g, int64_t T, int64_t Dk, int64_t D
   float* R = S + Dk * W;     // [Dk, W] the gradient of the state leaving a chunk
   float* gp = R + Dk * W;    // [C+1]
   decay_powers(g.gamma, C + 1, gp);
+  static const auto scale_rows = RETNET_ISA_VARIANT(kernel_isa(), retention_scale_rows);
 
   // Forward sweep: dQ's share from the state, dQ_c += diag(gamma^(j+1)) G_c S_c^T.
   if (g.start_state)
@@ -107,12 +104,9 @@ void chunkwise_backward_head(const GradHead& g, int64_t T, int64_t Dk, int64_t D
   for (int64_t t0 = 0; t0 < T; t0 += C) {
     const int64_t L = std::min(C, T - t0);
     build_rows(g, t0, L, Dv, G, vaug);
-    for (int64_t j = 0; j < L; ++j)
-      for (int64_t c = 0; c < W; ++c) G[j * W + c] *= gp[j + 1];
+    scale_rows(G, W, G, W, L, W, gp + 1, 1);
     sgemm(Trans::No, Trans::Yes, L, Dk, W, 1.f, G, W, S, W, 1.f, g.d_q + t0 * g.ld_dq, g.ld_dq);
-    const float* k = g.k + t0 * g.ldk;
-    for (int64_t i = 0; i < L; ++i)
-      for (int64_t c = 0; c < Dk; ++c) kd[i * Dk + c] = k[i * g.ldk + c] * gp[L - 1 - i];
+    scale_rows(g.k + t0 * g.ldk, g.ldk, kd, Dk, L, Dk, gp + L - 1, -1);
     sgemm(Trans::Yes, Trans::No, Dk, W, L, 1.f, kd, Dk, vaug, W, gp[L], S, W);
   }
 
@@ -126,15 +120,12 @@ void chunkwise_backward_head(const GradHead& g, int64_t T, int64_t Dk, int64_t D
     const float* q = g.q + t0 * g.ldq;
     const float* k = g.k + t0 * g.ldk;
     // dK_c += diag(gamma^(L-1-i)) Vaug_c R^T ; dV_c += diag(gamma^(L-1-i)) K_c R[:, :Dv].
-    for (int64_t i = 0; i < L; ++i) {
-      for (int64_t c = 0; c < W; ++c) vaug[i * W + c] *= gp[L - 1 - i];
-      for (int64_t c = 0; c < Dk; ++c) kd[i * Dk + c] = k[i * g.ldk + c] * gp[L - 1 - i];
-    }
+    scale_rows(vaug, W, vaug, W, L, W, gp + L - 1, -1);
+    scale_rows(k, g.ldk, kd, Dk, L, Dk, gp + L - 1, -1);
     sgemm(Trans::No, Trans::Yes, L, Dk, W, 1.f, vaug, W, R, W, 1.f, g.d_k + t0 * g.ld_dk, g.ld_dk);
     sgemm(Trans::No, Trans::No, L, Dv, Dk, 1.f, kd, Dk, R, W, 1.f, g.d_v + t0 * g.ld_dv, g.ld_dv);
     // R entering this chunk: gamma^L R + (diag(gamma^(j+1)) Q_c)^T G_c.
-    for (int64_t j = 0; j < L; ++j)
-      for (int64_t c = 0; c < Dk; ++c) qd[j * Dk + c] = q[j * g.ldq + c] * gp[j + 1];
+    scale_rows(q, g.ldq, qd, Dk, L, Dk, gp + 1, 1);
     sgemm(Trans::Yes, Trans::No, Dk, W, L, 1.f, qd, Dk, G, W, gp[L], R, W);
   }
   // R is now the gradient of the state entering the first chunk.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "head_loop.h"
+#include "linear_attention_step.h"
 #include "retnet/core/error.h"
 #include "retnet/core/gemm.h"
 
@@ -87,22 +88,12 @@ void recurrent_head(const HeadBlock& hb, const Dims& d, float* scratch) {
   float* vaug = scratch;  // [Dv + 1]
   float* aug = vaug + W;  // [Dv + 1]
   float* S = hb.state;    // [F, Dv + 1]
+  static const auto token_step = RETNET_ISA_VARIANT(kernel_isa(), linear_attention_token_step);
   for (int64_t t = 0; t < d.T; ++t) {
-    const float* pq = hb.q + t * hb.ldq;
-    const float* pk = hb.k + t * hb.ldk;
     std::memcpy(vaug, hb.v + t * hb.ldv, d.Dv * sizeof(float));
     vaug[d.Dv] = 1.f;
-    std::fill(aug, aug + W, 0.f);
     // One pass over the state: add the new outer product, read it with the query.
-    for (int64_t i = 0; i < d.F; ++i) {
-      float* s = S + i * W;
-      const float ki = pk[i], qi = pq[i];
-#pragma omp simd
-      for (int64_t j = 0; j < W; ++j) {
-        s[j] += ki * vaug[j];
-        aug[j] += qi * s[j];
-      }
-    }
+    token_step(S, W, d.F, hb.q + t * hb.ldq, hb.k + t * hb.ldk, vaug, aug);
     normalise_row(aug, aug[d.Dv], hb.out + t * hb.ldo, d.Dv,
                   hb.inv_den ? hb.inv_den + t * hb.ld_inv : nullptr);
   }

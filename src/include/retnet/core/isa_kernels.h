@@ -70,9 +70,10 @@ void packed_gemm_nt_at(Isa level, int64_t M, int64_t N, int64_t K, const float* 
                        const BFloat16* packed, float beta, float* C, int64_t ldc);
 
 // The kernel chosen per family, in order: packed, skinny, rowmajor, quant, ops (norms, gated
-// activations, rotations, the optimizer: retnet/ops/ops_isa.h) and mixers (attention's softmax
-// rows, decay attention's lanes, the feature maps' exponentials) (the <family>_decode_kernel
-// fields of the bench machine record).
+// activations, rotations, the optimizer: retnet/ops/ops_isa.h) and mixers (the token mixers'
+// loops: retention's, linear attention's, attention's, AFT's and decay attention's per-level
+// files under src/mixers, and the feature maps' exponentials) (the <family>_decode_kernel fields
+// of the bench machine record).
 std::vector<std::pair<std::string, std::string>> kernel_choices();
 // One line naming them and the level they follow, e.g. "avx512 (cpu avx512, RETNET_MAX_ISA
 // unset): packed avx512, skinny avx512, rowmajor avx512, quant avx512-vnni-512, ops avx512,
