@@ -48,8 +48,8 @@ TEST(BenchSpeculativeBenefit, QuickRunWritesEveryFigure) {
   const fs::path out = f.dir / "benefit.json";
   // The model drafts for itself: its greedy drafts are what decoding picks.
   auto r = retnet::test::run_retnet(
-      "bench speculative --benefit --target " + f.model.string() + " --draft " +
-          f.model.string() + " --data " + f.corpus.string() +
+      "bench speculative --benefit --target " + f.model.string() + " --draft " + f.model.string() +
+          " --data " + f.corpus.string() +
           " --prompts 2 --prompt-bytes 64 -n 24 --reps 1 -t 1 --json " + out.string(),
       120);
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
@@ -101,13 +101,40 @@ TEST(BenchSpeculativeBenefit, RefusesOptionsOfTheOtherMode) {
   auto none = retnet::test::run_retnet("bench speculative --benefit", 60);
   EXPECT_NE(none.exit_code, 0);
   EXPECT_NE(none.err.find("--target"), std::string::npos) << none.err;
-  auto small = retnet::test::run_retnet("bench speculative --benefit --target " +
-                                            f.model.string() + " --data " + f.corpus.string() +
-                                            " --prompt-bytes 4096",
+  auto small = retnet::test::run_retnet("bench speculative --benefit --target " + f.model.string() +
+                                            " --data " + f.corpus.string() + " --prompt-bytes 4096",
                                         60);
   EXPECT_NE(small.exit_code, 0);
   EXPECT_NE(small.err.find("--data"), std::string::npos) << small.err;
   for (const auto* r : {&mixed, &alone, &none, &small}) EXPECT_FALSE(r->signaled);
+  std::error_code ec;
+  fs::remove_all(f.dir, ec);
+}
+
+// `retnet bench serve --draft-model`: rounds with the server's draft model alternate with rounds
+// whose requests turn it off, each row with its figures and no failed request.
+TEST(BenchSpeculativeBenefit, ServeAlternatesRoundsWithTheDraftModel) {
+  const BenefitFiles f = benefit_files("retnet_bench_spec_serve");
+  const fs::path out = f.dir / "serve.json";
+  auto r = retnet::test::run_retnet("bench serve -m " + f.model.string() + " --draft-model " +
+                                        f.model.string() + " --streams 1,2 -n 8 --reps 1 -t 1 " +
+                                        "--json " + out.string(),
+                                    120);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const json res = json::parse(std::ifstream(out));
+  ASSERT_EQ(res["results"].size(), 4u) << res.dump();
+  for (size_t i = 0; i < 4; ++i) {
+    const json& x = res["results"][i];
+    EXPECT_EQ(x["draft_model"].get<bool>(), i % 2 == 1);
+    EXPECT_EQ(x["failed_requests"].get<int>(), 0);
+    const double v = x["tokens_per_s"]["median"].get<double>();
+    EXPECT_TRUE(std::isfinite(v) && v > 0) << x.dump();
+  }
+  auto bad = retnet::test::run_retnet("bench serve -m " + f.model.string() + " --draft-model " +
+                                          f.model.string() + R"( --speculative '{"lookup": 2}')",
+                                      60);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--draft-model"), std::string::npos) << bad.err;
   std::error_code ec;
   fs::remove_all(f.dir, ec);
 }
