@@ -3,9 +3,12 @@ that `pip install .` and `pip wheel .` work from the repository root (pyproject.
 --no-build-isolation: Debian's setuptools, wheel, pybind11-dev and numpy are enough).
 
 The engine library is compiled once, with only the module's targets (no tests, benchmarks or
-command), through ccache when it is installed. RETNET_CMAKE_BUILD_DIR names an engine build
-directory configured with the module on (scripts/build.sh's): the module is built there,
-incrementally, instead. pip hides a build's output unless run with -v, so progress lines
+command), through ccache when it is installed, for portable x86-64 (RETNET_NATIVE=OFF: every
+kernel's instruction-set level is chosen at run time, so a wheel runs on any x86-64 CPU);
+RETNET_NATIVE=ON in the environment builds for this machine's CPU instead.
+RETNET_CMAKE_BUILD_DIR names an engine build directory configured with the module on
+(scripts/build.sh's): the module is built there, incrementally, instead (with that directory's
+RETNET_NATIVE). pip hides a build's output unless run with -v, so progress lines
 ("[12/80] ...") also go to the terminal when there is one.
 """
 import os
@@ -66,6 +69,14 @@ def _staged_module(staging):
     return built
 
 
+def _native_choice():
+    """OFF (portable) unless RETNET_NATIVE asks for this machine's CPU."""
+    value = os.environ.get("RETNET_NATIVE", "OFF").strip().upper()
+    if value not in ("ON", "OFF", "1", "0", "TRUE", "FALSE"):
+        raise RuntimeError(f"RETNET_NATIVE={value!r}: expected ON or OFF")
+    return "ON" if value in ("ON", "1", "TRUE") else "OFF"
+
+
 class CMakeBuild(build_ext):
     """Configures the engine with only the Python module on, builds it, and puts the module
     where setuptools packs it."""
@@ -87,7 +98,8 @@ class CMakeBuild(build_ext):
                          "-DCMAKE_BUILD_TYPE=Release", "-DRETNET_BUILD_TESTS=OFF",
                          "-DRETNET_BUILD_BENCHMARKS=OFF", "-DRETNET_BUILD_PYTHON=ON",
                          f"-DPython_EXECUTABLE={sys.executable}",
-                         f"-DRETNET_PYTHON_OUTPUT_DIR={staging}"]
+                         f"-DRETNET_PYTHON_OUTPUT_DIR={staging}",
+                         f"-DRETNET_NATIVE={_native_choice()}"]
             if shutil.which("ninja"):
                 configure += ["-G", "Ninja"]
             if shutil.which("ccache"):

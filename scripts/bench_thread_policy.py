@@ -19,16 +19,18 @@ Conditions:
 Figures (tokens/s from each run's own report):
   cli      `retnet generate -n 400` of the model (decode tokens/s; -n sets the count)
   python   --python: Model.generate(max_tokens=400) from the Python package (wall time)
-  serve    --serve: `retnet bench serve --streams 1`, one stream; its ratio to generate's decode
-           in the same run is printed as serve/gen
+  serve    --serve: `retnet bench serve --streams 1`, one stream's decode (first chunk to last);
+           its ratio to generate's decode in the same run (alternated) is printed as serve/gen
 """
 import argparse
+import json
 import os
 import re
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 POLICIES = {"engine": {}, "passive": {"OMP_WAIT_POLICY": "passive"},
@@ -79,11 +81,19 @@ def cli_policy(retnet, env):
 
 
 def serve_rates(retnet, model, tokens, env):
-    """(server tokens/s, generate's decode tokens/s) of one stream, from one bench serve run."""
-    out = run([retnet, "bench", "serve", "-m", model, "--streams", "1", "-n", str(tokens),
-               "--reps", "3"], env).stdout
-    row = next(line for line in out.splitlines() if re.match(r"\s+1\s", line)).split()
-    return float(row[1]), float(row[-4])
+    """(the stream's decode tokens/s, its ratio to generate's decode in the same run) of one
+    stream, from one bench serve run (its figures from first chunk to last, so that reading the
+    prompt is left out as generate's decode figure leaves it out)."""
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        run([retnet, "bench", "serve", "-m", model, "--streams", "1", "-n", str(tokens),
+             "--reps", "3", "--json", path], env)
+        with open(path) as f:
+            row = json.load(f)["results"][0]
+    finally:
+        os.remove(path)
+    return row["decode_tokens_per_s"]["median"], row["decode_ratio_to_generate"]["median"]
 
 
 class BusyLoad:
@@ -168,9 +178,9 @@ def main():
                         if name == "engine":
                             chosen["python: " + p] = chosen.get("python: " + p, 0) + 1
                     if args.serve:
-                        server, gen = serve_rates(retnet, model, max(1, args.tokens // 3), env)
+                        server, ratio = serve_rates(retnet, model, max(1, args.tokens // 3), env)
                         rows[("serve", name)].append(server)
-                        rows[("serve/gen", name)].append(server / gen)
+                        rows[("serve/gen", name)].append(ratio)
             finally:
                 if load:
                     load.stop()

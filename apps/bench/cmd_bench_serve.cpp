@@ -1,7 +1,9 @@
 // `retnet bench serve`: `retnet serve` under load, over loopback. N concurrent streaming
 // completions against a spawned server: aggregate and per-stream generated tokens/s, time to first
-// token and inter-token latency, the server's RSS; the baseline measured in the same run is
-// `retnet generate`'s batch-N decode throughput (the same prompts decoded as one batch in-process).
+// token and inter-token latency, the server's RSS; the baseline, measured in the same run with its
+// repetitions alternated with the server's rounds, is `retnet generate`'s batch-N throughput (the
+// same prompts decoded as one batch in-process): its decode steps against the streams' decode (first
+// chunk to last), and end to end against the server's aggregate.
 // With --soak S: S seconds of mixed streamed and non-streamed requests with random disconnects,
 // then checks that nothing failed, every slot is free, and the server's RSS stayed flat.
 #include <cstdio>
@@ -79,6 +81,11 @@ std::vector<double> load_average() {
 struct RoundFigures {
   double tokens_per_s = 0, per_stream_tokens_per_s = 0, ttft_p50 = 0, ttft_p95 = 0, itl_p50 = 0,
          itl_p99 = 0;
+  // The streams' decode: each stream's tokens after its first chunk over the time from its first
+  // chunk to its last, summed over the streams that sent two chunks or more (0: none did). Unlike
+  // tokens_per_s it leaves out the requests' start and the prompts' reading (time to first
+  // token), as generate's decode figure does.
+  double decode_tokens_per_s = 0;
   int64_t generated = 0, failed = 0;
 };
 
@@ -119,6 +126,10 @@ RoundFigures run_round(int port, int64_t n, int64_t tokens, int64_t round,
     for (size_t k = 1; k < r.arrivals.size(); ++k)
       itl.push_back(std::chrono::duration<double>(r.arrivals[k] - r.arrivals[k - 1]).count() *
                     spread);
+    const double decoding =
+        std::chrono::duration<double>(r.arrivals.back() - r.arrivals.front()).count();
+    if (r.arrivals.size() > 1 && r.generated > 1 && decoding > 0)
+      f.decode_tokens_per_s += static_cast<double>(r.generated - 1) / decoding;
   }
   f.tokens_per_s = static_cast<double>(f.generated) / wall;
   f.per_stream_tokens_per_s = percentile(per_stream, 50);
@@ -229,7 +240,10 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
   if (p1) per_prompt.emplace(server_args(o, parallel, 0, 1));
   std::printf(
       "retnet bench serve: %s, %lld tokens per stream, median of %d rounds; baseline: "
-      "generate at batch N in-process, same prompts\n",
+      "generate at batch N in-process, same prompts, alternated with the rounds\n"
+      "decode: the streams' tokens/s from first chunk to last (summed), against gen decode "
+      "(ratio: median of the rounds' ratios); tok/s: every token from the requests' start, "
+      "against gen e2e\n",
       o.model.c_str(), static_cast<long long>(o.tokens), o.reps);
   if (!marked_fields.is_null())
     std::printf("rows marked %s: every request with %s, rounds alternated with the rows "
@@ -243,15 +257,23 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
     std::printf("rows without a mark: prompts read together (--prefill-batch 0); rows marked "
                 "+p1: a second server reading one prompt per pass (--prefill-batch 1), rounds "
                 "alternated\n");
-  std::printf("%7s %11s %11s %10s %9s %9s %9s %9s %9s %11s %7s %11s %7s\n", "streams", "tok/s",
-              "tok/s/str", "TTFT p50", "TTFT p95", "ITL p50", "ITL p99", "RSS MiB", "failed",
-              "gen decode", "ratio", "gen e2e", "ratio");
-  // One row: the median round's figures against the generate baseline.
-  auto report = [&](int64_t n, const std::vector<RoundFigures>& rounds, const Summary& b,
-                    const Summary& e, bool marked) {
-    std::vector<double> tps;
-    for (const auto& f : rounds) tps.push_back(f.tokens_per_s);
-    const Summary s = summarize(tps);
+  std::printf("%7s %11s %11s %9s %10s %9s %9s %9s %9s %9s %11s %7s %11s %7s\n", "streams",
+              "tok/s", "tok/s/str", "decode", "TTFT p50", "TTFT p95", "ITL p50", "ITL p99",
+              "RSS MiB", "failed", "gen decode", "ratio", "gen e2e", "ratio");
+  // One row: the median round's figures against the generate baseline; `baselines[r]` ran right
+  // after `rounds[r]`, so the decode ratio is the median of the per-round ratios.
+  auto report = [&](int64_t n, const std::vector<RoundFigures>& rounds,
+                    const std::vector<Baseline>& baselines, bool marked) {
+    std::vector<double> tps, decode, gen_decode, gen_e2e, decode_ratios;
+    for (size_t r = 0; r < rounds.size(); ++r) {
+      tps.push_back(rounds[r].tokens_per_s);
+      decode.push_back(rounds[r].decode_tokens_per_s);
+      gen_decode.push_back(baselines[r].decode_tokens_per_s);
+      gen_e2e.push_back(baselines[r].end_to_end_tokens_per_s);
+      decode_ratios.push_back(rounds[r].decode_tokens_per_s / baselines[r].decode_tokens_per_s);
+    }
+    const Summary s = summarize(tps), d = summarize(decode), b = summarize(gen_decode),
+                  e = summarize(gen_e2e), dr = summarize(decode_ratios);
     // The round with the median throughput gives the latency figures.
     const RoundFigures& m = *std::min_element(rounds.begin(), rounds.end(), [&](auto& x, auto& y) {
       return std::abs(x.tokens_per_s - s.median) < std::abs(y.tokens_per_s - s.median);
@@ -260,11 +282,11 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
     for (const auto& f : rounds) failed += f.failed;
     const int64_t rss = (marked && p1 ? *per_prompt : server).rss_bytes();
     std::printf(
-        "%4lld%-3s %11.0f %11.1f %8.1fms %7.1fms %7.2fms %7.2fms %9.1f %9lld %11.0f %7.2f %11.0f "
-        "%7.2f\n",
+        "%4lld%-3s %11.0f %11.1f %9.0f %8.1fms %7.1fms %7.2fms %7.2fms %9.1f %9lld %11.0f %7.2f "
+        "%11.0f %7.2f\n",
         static_cast<long long>(n), marked ? mark : "", s.median, m.per_stream_tokens_per_s,
-        1e3 * m.ttft_p50, 1e3 * m.ttft_p95, 1e3 * m.itl_p50, 1e3 * m.itl_p99, rss / 1048576.0,
-        static_cast<long long>(failed), b.median, s.median / b.median, e.median,
+        d.median, 1e3 * m.ttft_p50, 1e3 * m.ttft_p95, 1e3 * m.itl_p50, 1e3 * m.itl_p99,
+        rss / 1048576.0, static_cast<long long>(failed), b.median, dr.median, e.median,
         s.median / e.median);
     std::fflush(stdout);
     out["results"].push_back({{"streams", n},
@@ -274,6 +296,8 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
                               {"prefill_batch", !p1 || marked ? 1 : 0},
                               {"tokens_per_s", to_json(s)},
                               {"per_stream_tokens_per_s", m.per_stream_tokens_per_s},
+                              {"decode_tokens_per_s", to_json(d)},
+                              {"decode_ratio_to_generate", to_json(dr)},
                               {"ttft_ms_p50", 1e3 * m.ttft_p50},
                               {"ttft_ms_p95", 1e3 * m.ttft_p95},
                               {"itl_ms_p50", 1e3 * m.itl_p50},
@@ -292,21 +316,18 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
     // Warm-up rounds, one of each kind.
     run_round(server.port(), n, std::min<int64_t>(o.tokens, 8), round++, plain_fields);
     if (p1 || dm) run_round(marked_port, n, std::min<int64_t>(o.tokens, 8), round++);
+    // The baseline's repetitions alternate with the server's rounds, so that a load that comes and
+    // goes during the run weighs on both alike.
     std::vector<RoundFigures> rounds, marked_rounds;
+    std::vector<Baseline> baselines;
     for (int r = 0; r < o.reps; ++r) {
       rounds.push_back(run_round(server.port(), n, o.tokens, round++, plain_fields));
       if (marked_rows)
         marked_rounds.push_back(run_round(marked_port, n, o.tokens, round++, marked_fields));
+      baselines.push_back(generate_baseline(model, *tokenizer, n, o.tokens, o.seed + r));
     }
-    std::vector<double> baseline, baseline_e2e;
-    for (int r = 0; r < o.reps; ++r) {
-      const Baseline g = generate_baseline(model, *tokenizer, n, o.tokens, o.seed + r);
-      baseline.push_back(g.decode_tokens_per_s);
-      baseline_e2e.push_back(g.end_to_end_tokens_per_s);
-    }
-    const Summary b = summarize(baseline), e = summarize(baseline_e2e);
-    report(n, rounds, b, e, false);
-    if (marked_rows) report(n, marked_rounds, b, e, true);
+    report(n, rounds, baselines, false);
+    if (marked_rows) report(n, marked_rounds, baselines, true);
   }
   RETNET_CHECK(server.stop() == 0, "the server did not exit cleanly: {}", server.log());
   if (p1)
@@ -519,8 +540,9 @@ void register_bench_serve(CLI::App* bench) {
   auto [o, cmd] = add_bench_subcommand<BenchServeOptions>(
       bench, "serve",
       "`retnet serve` under load over loopback: N concurrent streams (tokens/s aggregate and per "
-      "stream, time to first token, inter-token latency, RSS) against generate's batch-N "
-      "throughput in the same run; or --soak S: mixed requests with random disconnects");
+      "stream, the streams' decode from first chunk to last, time to first token, inter-token "
+      "latency, RSS) against generate's batch-N throughput in the same run, alternated; or "
+      "--soak S: mixed requests with random disconnects");
   cmd->add_option("--model,-m", o->model, "Model .safetensors file or directory")->required();
   add_inference_dtype_option(cmd, o->dtype);
   cmd->add_option("--streams", o->streams, "Concurrent stream counts, comma-separated")

@@ -44,7 +44,7 @@ std::vector<int32_t> text_tokens(const std::string& path, int64_t T) {
 
 void register_demo(CLI::App& app) {
   struct Opts {
-    std::string model, config, data = "data/tinyshakespeare.txt";
+    std::string model, config, data = "data/tinyshakespeare.txt", backend = "cpu";
     int64_t tokens = 2048, decode = 1024, chunk = 64;
     int threads = 0, repeats = 3;
     uint64_t seed = 1;
@@ -62,6 +62,7 @@ void register_demo(CLI::App& app) {
               integer_at_least(0));
   add_checked(cmd, "--repeats", o->repeats, "Timed runs per form (median)", integer_at_least(1));
   add_threads_option(cmd, o->threads);
+  add_backend_option(cmd, o->backend);
   add_checked(cmd, "--seed,-s", o->seed, "Seed of the initialised model", integer_at_least(0));
   cmd->callback([o] {
     apply_threads(o->threads);
@@ -70,13 +71,15 @@ void register_demo(CLI::App& app) {
                       ? Model::init(o->config.empty() ? Config{} : Config::from_file(o->config),
                                     o->seed)
                       : load_model(o->model, optional_config(o->config));
+    model.use_backend(o->backend);
     const Config& c = model.config();
     std::printf("model: %s, %lld parameters (%s), %s in %.2f s\n", c.to_json().c_str(),
                 (long long)model.parameter_count(), human_bytes(4.0 * model.parameter_count()).c_str(),
                 o->model.empty() ? "initialised" : "loaded", seconds_since(t_load));
     const BlasInfo& blas = blas_info();
-    std::printf("BLAS: %s (core %s, OPENBLAS_CORETYPE=%s), %d threads\n", blas.library.c_str(),
-                blas.corename.c_str(), blas.coretype.c_str(), num_threads());
+    std::printf("BLAS: %s (core %s, OPENBLAS_CORETYPE=%s), %d threads, %s backend\n",
+                blas.library.c_str(), blas.corename.c_str(), blas.coretype.c_str(), num_threads(),
+                o->backend.c_str());
 
     const int64_t T = o->tokens, V = c.vocab_size;
     std::vector<int32_t> tokens = text_tokens(o->data, T);

@@ -126,7 +126,8 @@ void register_info(CLI::App& app) {
                 li.zero_copy                  ? "memory-mapped, zero copy"
                 : model.in_place_bytes() > 0  ? "memory-mapped, used in place"
                 : quantised                   ? "quantised blocks, the rest float32"
-                              : "converted to float32 on load");
+                : !o->dtype.empty()           ? "read into the prepared weights on load"
+                                              : "converted to float32 on load");
     if (o->dtype.empty())
       std::printf("loaded in:    %.3f s; resident memory %s (peak %s)\n", li.load_seconds,
                   human_bytes(rss).c_str(), human_bytes(peak).c_str());

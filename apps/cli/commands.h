@@ -71,9 +71,9 @@ CLI::Option* add_bench_dtypes_option(CLI::App* cmd, std::vector<std::string>& dt
 // Prepares `model` for inference in `dtype` (one packed copy of the projections replaces the
 // float32 originals); with `only_if_half`, f32 leaves the model as loaded (exact sgemm path).
 void prepare_for_inference(Model& model, const std::string& dtype, bool only_if_half = false);
-// load_model then prepare_for_inference, a model directory read straight into the packed weights
-// (load_model_for_inference: no whole float32 copy while loading; with `in_place`, tensors stored
-// in the dtype are used where they lie in the mapped files).
+// The model read straight into its weights in `dtype` (load_model_for_inference: no whole float32
+// copy while loading; with `in_place`, a directory's tensors stored in the dtype are used where
+// they lie in the mapped files); with `only_if_half`, f32 loads the float32 model as it is.
 Model load_for_inference(const std::string& path, const std::string& config_json,
                          const std::string& dtype, bool only_if_half = false,
                          bool in_place = true);

@@ -78,12 +78,9 @@ CLI::Option* add_bench_dtypes_option(CLI::App* cmd, std::vector<std::string>& dt
 
 void prepare_for_inference(Model& model, const std::string& dtype, bool only_if_half) {
   const DecodePrecision p = parse_decode_precision(dtype, "--dtype");
-  if (!model.weights_complete()) {  // a quantised file: prepared in its own type at load
-    prepare_loaded_for_inference(model, p, "--dtype");
-    return;
-  }
-  if (only_if_half && p == DecodePrecision::F32) return;
-  model.prepare_inference(p);
+  // f32 with only_if_half: the float32 weights as they are, unless the file was quantised.
+  if (only_if_half && p == DecodePrecision::F32 && model.weights_complete()) return;
+  prepare_loaded_for_inference(model, p, "--dtype");
 }
 
 Model load_for_inference(const std::string& path, const std::string& config_json,

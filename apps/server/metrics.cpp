@@ -26,6 +26,9 @@ std::string Metrics::prometheus_text() const {
   add("generation_seconds_total", "counter", "Time spent in batched decode steps",
       decode_microseconds.load() * 1e-6);
   add("decode_steps_total", "counter", "Batched decode steps", decode_steps.load());
+  add("shared_core_steps_total", "counter",
+      "Decode steps run on one thread because other work shared the cores",
+      shared_core_steps.load());
   add("speculative_checks_total", "counter",
       "Speculative checking passes (a stream's pending token and its drafts in one pass)",
       speculative_checks.load());

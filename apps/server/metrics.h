@@ -18,6 +18,8 @@ struct Metrics {
   std::atomic<int64_t> prefill_passes{0};  // model passes reading prompts (several in each)
   std::atomic<int64_t> decode_microseconds{0};
   std::atomic<int64_t> decode_steps{0};
+  // Decode steps run on the inference thread alone because other work shared the cores.
+  std::atomic<int64_t> shared_core_steps{0};
   // Speculative decoding: checking passes, tokens drafted for them, drafted tokens kept.
   std::atomic<int64_t> speculative_checks{0}, drafted_tokens{0}, accepted_tokens{0};
   std::atomic<int64_t> cache_hits{0}, cache_misses{0}, cache_tokens_saved{0};

@@ -8,6 +8,9 @@
 
 #include "openai_request.h"
 #include "openai_response.h"
+#include "retnet/core/parallel.h"
+#include "retnet/core/thread_policy.h"
+#include "thread_team.h"
 
 namespace retnet::server {
 namespace {
@@ -44,7 +47,8 @@ Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer,
       block_(aligned_block(options.prefill_block, chunk_)),
       session_(model, session_options(options.slots, block_, options)),
       cache_(options.cache_bytes, options.cache_bf16),
-      full_threads_(session_.decode_threads()) {
+      full_threads_(session_.decode_threads()),
+      spinning_(!threads_sleep_at_once()) {
   RETNET_CHECK(options.slots >= 1, "--parallel must be >= 1, got {}", options.slots);
   RETNET_CHECK(options.max_queue >= 0, "--max-queue must be >= 0, got {}", options.max_queue);
   for (int64_t i = 0; i < options.slots; ++i) session_.add_sequence();
@@ -62,6 +66,8 @@ Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer,
         },
         options.cache_bf16 ? StateDtype::BF16 : StateDtype::F32));
   }
+  // The team of the thread that loaded the model goes: the inference thread's is the one left.
+  release_thread_team();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -259,6 +265,7 @@ bool Scheduler::sweep_locked() {
 }
 
 void Scheduler::loop() {
+  adopt_engine_threads(options_.threads);
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_) {
     if (!sweep_locked()) {
@@ -267,8 +274,12 @@ void Scheduler::loop() {
       continue;
     }
     lock.unlock();
+    // Spinning threads collapse beside other work: one thread while it shares the cores.
+    if (options_.threads == 0 && spinning_) cores_shared_ = watch_.shared();
     try {
       std::lock_guard<std::mutex> session_lock(session_mutex_);
+      // The regions that take every thread (a long prompt's) take one on shared cores.
+      ScopedThreads team(options_.threads == 0 && cores_shared_ ? 1 : 0);
       if (!prefilling_.empty()) prefill_round();
       if (!decoding_.empty()) decode_one_step();
     } catch (const std::exception& e) {
@@ -306,8 +317,8 @@ void Scheduler::loop() {
 // end at the same boundaries whatever the interleaving and the batching, so every prompt runs the
 // chunks it runs alone.
 void Scheduler::prefill_round() {
-  // Prompts are read with every thread, as before a step chose fewer.
-  if (options_.threads == 0) session_.set_decode_threads(full_threads_);
+  // Prompts are read with every thread, as before a step chose fewer (one on shared cores).
+  if (options_.threads == 0) session_.set_decode_threads(cores_shared_ ? 1 : full_threads_);
   const size_t count = prefilling_.size();
   if (next_prefill_ >= static_cast<int64_t>(count)) next_prefill_ = 0;
   // The prompts in the order this round visits them (reading a group changes prefilling_).
@@ -490,13 +501,16 @@ TokenLogprob Scheduler::logprob_of(const float* logits, int32_t token, int top) 
   return out;
 }
 
-// The server's OpenMP threads sleep at their barriers (serve_main), so each parallel region of a
-// step pays a wake-up: a step too small to be worth splitting (batch x parameters below 2^23)
-// runs on the inference thread alone: one thread is faster for a single default-model stream, two
-// from 4 streams up (docs/design-notes.md#server-step-threads).
-int Scheduler::step_threads() const {
-  const int64_t work = static_cast<int64_t>(decoding_.size()) * model_.parameter_count();
-  return work >= (int64_t{1} << 23) ? full_threads_ : 1;
+// Spinning threads (the engine's policy on free cores) cost little more per parallel region than
+// they do in `retnet generate`: a step uses the threads it uses, and the inference thread alone
+// once other work shares the cores, where a barrier would wait for a thread that is not running
+// (core_watch.h). Threads that sleep at once (the engine's policy on busy cores) pay a wake-up per
+// region: a pass too small to be worth splitting (tokens x parameters below 2^23) runs on the
+// inference thread alone: one thread is faster for a single default-model stream, two from 4
+// streams up (docs/design-notes.md#server-step-threads).
+int Scheduler::pass_threads(int64_t tokens) const {
+  if (spinning_) return cores_shared_ ? 1 : full_threads_;
+  return tokens * model_.parameter_count() >= (int64_t{1} << 23) ? full_threads_ : 1;
 }
 
 void Scheduler::decode_one_step() {
@@ -560,9 +574,11 @@ void Scheduler::decode_one_step() {
              errors[e].empty() ? 0 : 500);
   }
   if (!stepping.empty()) {
-    if (options_.threads == 0) session_.set_decode_threads(step_threads());
+    if (options_.threads == 0)
+      session_.set_decode_threads(pass_threads(static_cast<int64_t>(stepping.size())));
     session_.step(stepping, next.data());
     metrics_.decode_steps += 1;
+    if (cores_shared_) metrics_.shared_core_steps += 1;
     std::lock_guard<std::mutex> lock(mutex_);
     for (size_t b = 0; b < stepping.size(); ++b) {
       Slot& slot = slots_[static_cast<size_t>(stepping[b])];

@@ -21,9 +21,11 @@
 #include <thread>
 #include <vector>
 
+#include "core_watch.h"
 #include "job.h"
 #include "metrics.h"
 #include "prompt_cache.h"
+#include "thread_team.h"
 #include "retnet/infer/grammar.h"
 #include "retnet/infer/speculative.h"
 #include "retnet/retnet.h"
@@ -76,10 +78,15 @@ class Scheduler {
 
   int64_t prefill_block() const { return block_; }
   // Runs `work` on the calling thread between the inference thread's passes (under the session's
-  // lock), so that it has the model and its threads to itself: embeddings.
+  // lock), so that it has the model and the cores to itself: embeddings. The calling thread's
+  // OpenMP team ends with it (thread_team.h).
   template <class F>
   void run_between_passes(F&& work) {
     std::lock_guard<std::mutex> lock(session_mutex_);
+    struct Team {
+      explicit Team(int threads) { adopt_engine_threads(threads); }
+      ~Team() { release_thread_team(); }
+    } team(options_.threads);
     work();
   }
 
@@ -139,7 +146,7 @@ class Scheduler {
   // (FinishReason::None: it goes on), with `error` set when the output constraint failed.
   void check_drafts(Slot& slot, const std::vector<int32_t>& checked, FinishReason& reason,
                     std::string& error);
-  int step_threads() const;  // threads for the next step with --threads 0
+  int pass_threads(int64_t tokens) const;  // threads for a step of this many tokens, --threads 0
   // Ends the slot's job (reason "stop"/"length", or an error and its HTTP status) and frees it.
   void finish(Slot& slot, FinishReason reason, const std::string& error = "", int error_status = 0);
   void release(Slot& slot);  // takes the slot out of prefilling_ or decoding_
@@ -160,6 +167,11 @@ class Scheduler {
   PromptCache cache_;
   std::shared_ptr<const TokenTrie> trie_;  // the vocabulary's bytes, built for the first grammar
   int full_threads_ = 1;  // the session's automatic choice, for steps worth splitting
+  // OpenMP's threads spin (the engine's choice on free cores): the inference thread watches
+  // whether other work comes to share the cores, and passes run on it alone while it does.
+  bool spinning_ = false;
+  bool cores_shared_ = false;
+  CoreWatch watch_;
   // Scratch: a speculating slot's text, searched by prompt lookup.
   std::vector<int32_t> lookup_text_;
   // With a draft model: its session (one sequence per slot, made at the first draft), and the

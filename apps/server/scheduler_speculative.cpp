@@ -58,10 +58,8 @@ void Scheduler::check_drafts(Slot& slot, const std::vector<int32_t>& checked, Fi
                              std::string& error) {
   Job& job = *slot.job;
   const int64_t n = static_cast<int64_t>(checked.size()), drafted = n - 1;
-  // As a step's threads: one unless the pass is worth splitting (step_threads).
-  if (options_.threads == 0)
-    session_.set_decode_threads(n * model_.parameter_count() >= (int64_t{1} << 23) ? full_threads_
-                                                                                   : 1);
+  // As a step's threads (pass_threads).
+  if (options_.threads == 0) session_.set_decode_threads(pass_threads(n));
   session_.check(slot.id, checked.data(), n);
   {
     std::lock_guard<std::mutex> lock(mutex_);

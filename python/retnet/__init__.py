@@ -22,13 +22,15 @@ from . import _thread_policy
 
 _thread_policy.before_load()
 from ._retnet import (Error, Model, Session, TextStream, Tokenizer, __version__, from_arrays,
-                      from_hf_arrays, init, load, num_threads, set_num_threads, thread_policy)
+                      from_hf_arrays, init, kernels, load, num_threads, set_num_threads,
+                      thread_policy)
 _thread_policy.after_load()
 from . import _closing, chat as _chat, openai_api as _openai_api  # noqa: F401
 from .generation import Completion
 
 __all__ = ["Completion", "Error", "Model", "Session", "TextStream", "Tokenizer", "__version__",
-           "from_arrays", "from_hf_arrays", "init", "load", "num_threads", "set_num_threads",
+           "from_arrays", "from_hf_arrays", "init", "kernels", "load", "num_threads",
+           "set_num_threads",
            "thread_policy", "train"]
 
 # Tracebacks print the exception as the package names it, not its extension module.

@@ -51,8 +51,9 @@ ModelPtr load(const std::string& path, const py::object& dtype, const py::object
   std::shared_ptr<Tokenizer> tokenizer;
   Model model = [&] {
     py::gil_scoped_release release;
-    Model loaded = load_model(path, c);
-    if (precision) prepare_loaded_for_inference(loaded, *precision, "dtype");
+    // With a dtype, one pass from the file into the prepared weights (no float32 copy held).
+    Model loaded = precision ? load_model_for_inference(path, c, *precision, nullptr, false)
+                             : load_model(path, c);
     loaded.use_backend(backend);
     tokenizer = load_model_tokenizer(path);
     return loaded;

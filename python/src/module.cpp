@@ -3,6 +3,7 @@
 
 #include "binding.h"
 #include "retnet/infer/grammar.h"
+#include "retnet/core/isa_kernels.h"
 #include "retnet/core/thread_policy.h"
 
 namespace retnet::python {
@@ -81,6 +82,8 @@ PYBIND11_MODULE(_retnet, m) {
   retnet::adopt_thread_policy();
   m.def("thread_policy", &retnet::thread_policy,
         "How the engine's OpenMP threads wait for work: the engine's policy or the environment's.");
+  m.def("kernels", &retnet::kernel_summary,
+        "The instruction-set level of the kernels each family runs at (as `retnet --version`).");
   rp::bind_tokenizer(m);
   rp::bind_model(m);
   rp::bind_session(m);

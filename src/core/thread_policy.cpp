@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <strings.h>
 #include <fstream>
 #include <iterator>
 #include <mutex>
@@ -21,8 +22,17 @@ constexpr const char* kFree =
 
 std::mutex policy_mutex;
 std::string policy_in_effect;  // empty until recorded
+bool sleep_at_once = false;    // whether the policy recorded has the threads sleep at once
 
 bool is_set(const char* name) { return std::getenv(name) != nullptr; }
+
+// Whether the environment's variables have libgomp's threads sleep at once: GOMP_SPINCOUNT wins
+// (0: no spinning), then OMP_WAIT_POLICY=passive.
+bool environment_sleeps() {
+  if (const char* count = std::getenv("GOMP_SPINCOUNT")) return std::strtod(count, nullptr) == 0;
+  const char* wait = std::getenv("OMP_WAIT_POLICY");
+  return wait && strcasecmp(wait, "passive") == 0;
+}
 
 // The policy the environment chose, or "" when it chose none.
 std::string from_environment() {
@@ -46,6 +56,7 @@ void record(const std::string& otherwise) {
                     std::strcmp(wait, "passive") == 0 && !is_set("GOMP_SPINCOUNT");
   const bool cores_free =
       choice && std::strcmp(choice, "free") == 0 && !wait && !is_set("GOMP_SPINCOUNT");
+  sleep_at_once = busy || environment_sleeps();
   if (busy) unsetenv("OMP_WAIT_POLICY");
   if (choice) unsetenv(kThreadPolicyVariable);
   const std::string env = from_environment();
@@ -112,6 +123,11 @@ void apply_thread_policy() {
 
 void adopt_thread_policy() {
   record("OpenMP's default (OpenMP was loaded before the engine could choose)");
+}
+
+bool threads_sleep_at_once() {
+  std::lock_guard<std::mutex> lock(policy_mutex);
+  return sleep_at_once;
 }
 
 std::string thread_policy() {

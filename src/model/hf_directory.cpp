@@ -205,13 +205,13 @@ struct ResolvedDirectory {
                  shards.file_of.at(head), head);
   }
 
-  // Layout entry i where it lies when it is stored in `precision`'s type (row-major, as every
+  // Layout entry i where it lies when it is stored in element type `type` (row-major, as every
   // safetensors tensor is), else nullptr.
-  const void* stored_as(size_t i, DecodePrecision precision) const {
-    const char* dtype = precision == DecodePrecision::F32    ? "F32"
-                        : precision == DecodePrecision::F16  ? "F16"
-                        : precision == DecodePrecision::BF16 ? "BF16"
-                                                             : "";
+  const void* stored_as(size_t i, ElementType type) const {
+    const char* dtype = type == ElementType::F32    ? "F32"
+                        : type == ElementType::F16  ? "F16"
+                        : type == ElementType::BF16 ? "BF16"
+                                                    : "";
     return source[i]->dtype == dtype ? source[i]->data : nullptr;
   }
 };
@@ -290,27 +290,25 @@ Model load_hf_directory_for_inference(const std::string& dir, DecodePrecision pr
   auto r = std::make_shared<const ResolvedDirectory>(resolve_directory(dir));
   const auto opened = std::chrono::steady_clock::now();
   Model model(r->li.hf.config, ParamBuffer(r->layout));  // zeros: no memory until filled
-  std::vector<std::string> origins;
+  // The directory as a loader's source: every tensor read from the mapped shards (converted,
+  // checked finite), and where it lies for those stored in the precision's type. `r` (and with
+  // it the mappings) lives in the model when they are used in place.
+  LoadPlan plan(precision);
+  plan.in_place = in_place;
+  WeightSource& source = plan.source;
+  source.read = [r](size_t i, float* out, bool release) { r->fill(i, out, !release); };
+  source.stored_as = [r](size_t i, ElementType type) { return r->stored_as(i, type); };
+  source.keep_alive = r;
   for (size_t i = 0; i < r->layout.size(); ++i)
-    origins.push_back(fmt::format("tensor '{}' of '{}'", r->names[i],
-                                  (fs::path(dir) / r->shards.file_of.at(r->names[i])).string()));
-  model.set_tensor_origins(std::move(origins));
-  if (!in_place) {
-    model.prepare_inference(precision, [&](size_t i, float* out) { r->fill(i, out); });
-  } else {
-    // The tensors stored in `precision`'s type are used where they lie in the mapped shards; the
-    // rest are read, converted and packed. `r` (and with it the mappings) lives in the model.
-    if (r->tied_head && r->stored_as(r->idx.embed, precision)) {  // checked without converting
-      const SafetensorsTensor& e = *r->source[r->idx.embed];
-      r->check_tied_head(std::memcmp(e.data, r->tied_head->data, e.nbytes) == 0);
-    }
-    model.prepare_inference(
-        precision,
-        [r, precision](size_t i, float* out) {
-          r->fill(i, out, r->stored_as(i, precision) != nullptr);
-        },
-        [r, precision](size_t i) { return r->stored_as(i, precision); }, r);
+    source.origins.push_back(
+        fmt::format("tensor '{}' of '{}'", r->names[i],
+                    (fs::path(dir) / r->shards.file_of.at(r->names[i])).string()));
+  // A tied embedding used in place is never read: its stored head is compared without converting.
+  if (in_place && r->tied_head && r->stored_as(r->idx.embed, decode_element_type(precision))) {
+    const SafetensorsTensor& e = *r->source[r->idx.embed];
+    r->check_tied_head(std::memcmp(e.data, r->tied_head->data, e.nbytes) == 0);
   }
+  model.prepare_inference(plan);
   if (info) {
     *info = r->li;
     info->open_seconds = std::chrono::duration<double>(opened - start).count();

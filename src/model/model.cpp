@@ -10,7 +10,6 @@
 #include "retnet/core/quant.h"
 #include "retnet/core/rng.h"
 #include "retnet/ops/rotation.h"
-#include "decode_pack.h"
 #include "weight_packer.h"
 
 namespace retnet {
@@ -175,6 +174,23 @@ DecodePrecision decode_precision_of(QuantType type) {
   }
 }
 
+ElementType decode_element_type(DecodePrecision precision) {
+  switch (precision) {
+    case DecodePrecision::F16:
+      return ElementType::F16;
+    case DecodePrecision::BF16:
+      return ElementType::BF16;
+    case DecodePrecision::Q8_0:
+      return ElementType::Q8_0;
+    case DecodePrecision::Q4_0:
+      return ElementType::Q4_0;
+    case DecodePrecision::Q4_1:
+      return ElementType::Q4_1;
+    default:
+      return ElementType::F32;
+  }
+}
+
 double decode_precision_bits(DecodePrecision precision) {
   if (const auto type = decode_quant_type(precision)) return quant_bits_per_weight(*type);
   return 8.0 * static_cast<double>(decode_precision_bytes(precision));
@@ -198,11 +214,13 @@ int64_t decode_precision_bytes(DecodePrecision precision) {
 }
 
 uint64_t model_fingerprint(const Model& model) {
-  if (const auto& lazy = model.lazy_fingerprint_) {
-    std::call_once(lazy->once, [&] { lazy->value = lazy->compute(); });
-    return lazy->value;
+  if (const WeightStore* prepared = model.prepared_.get()) {
+    if (const auto& lazy = prepared->lazy) {
+      std::call_once(lazy->once, [&] { lazy->value = lazy->compute(); });
+      return lazy->value;
+    }
+    if (!prepared->released.empty()) return prepared->fingerprint;
   }
-  if (!model.weights_complete()) return model.fingerprint_;
   const std::string config = model.config().to_json();
   uint64_t h = fnv1a(config.data(), config.size());
   return fnv1a(model.params().data(), model.params().size() * sizeof(float), h);

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "retnet/core/error.h"
+#include "retnet/core/mapped_file.h"
 #include "retnet/core/safetensors.h"
 #include "retnet/model/hf_directory.h"
 #include "retnet/model/quant_io.h"
@@ -83,55 +84,35 @@ Model load_directory(const std::string& path, const std::optional<Config>& confi
   return model;
 }
 
-Model load_file(const std::string& path, const std::optional<Config>& config_override,
-                LoadInfo* info);
+// A model file (ours, a torchscale export, or a quantised one) opened and checked against its
+// config: every tensor by name, dtype and shape; values not read yet.
+struct OpenedFile {
+  SafetensorsFile file;
+  Config config;
+  LoadInfo info;
+  std::string prefix;  // fairseq checkpoints prefix every name with "decoder."
+  ParamLayout layout;
+  bool quantised = false;   // projections stored quantised (`retnet quantize`): quant_io.cpp
+  bool contiguous = false;  // the file holds our float32 buffer byte for byte, aligned
 
-}  // namespace
-
-Model load_model(const std::string& path, const std::optional<Config>& config_override,
-                 LoadInfo* info) {
-  const auto start = std::chrono::steady_clock::now();
-  std::error_code ec;
-  Model model = std::filesystem::is_directory(path, ec)
-                    ? load_directory(path, config_override, info)
-                    : load_file(path, config_override, info);
-  if (info)
-    info->load_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return model;
-}
-
-Model load_model_for_inference(const std::string& path, const std::optional<Config>& config,
-                               DecodePrecision precision, LoadInfo* info, bool in_place) {
-  const auto start = std::chrono::steady_clock::now();
-  std::error_code ec;
-  std::optional<Model> model;
-  if (std::filesystem::is_directory(path, ec)) {
-    model.emplace(load_directory(path, config, info, precision, in_place));
-  } else {
-    model.emplace(load_file(path, config, info));
-    const auto opened = std::chrono::steady_clock::now();
-    // A quantised file comes prepared in its own type.
-    prepare_loaded_for_inference(*model, precision, "dtype");
-    if (info) {
-      info->open_seconds = std::chrono::duration<double>(opened - start).count();
-      info->prepare_seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - opened).count();
-    }
+  const SafetensorsTensor& tensor(size_t i) const { return *file.find(prefix + layout[i].name); }
+  // Tensor i's float32 values into `out`, checked finite.
+  void read(size_t i, float* out) const {
+    copy_as_float32(tensor(i), out);
+    check_finite(out, i);
   }
-  if (info)
-    info->load_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return std::move(*model);
-}
+  void check_finite(const float* w, size_t i) const {
+    for (size_t j = 0; j < layout[i].numel; ++j)
+      RETNET_CHECK(std::isfinite(w[j]),
+                   "'{}': tensor '{}' holds a non-finite value ({}) at index {}", file.path(),
+                   layout[i].name, w[j], j);
+  }
+};
 
-namespace {
-
-Model load_file(const std::string& path, const std::optional<Config>& config_override,
-                LoadInfo* info) {
-  SafetensorsFile file = SafetensorsFile::open(path);
-  LoadInfo li;
-  const auto& meta = file.metadata();
+OpenedFile open_file(const std::string& path, const std::optional<Config>& config_override) {
+  OpenedFile f{SafetensorsFile::open(path)};
+  LoadInfo& li = f.info;
+  const auto& meta = f.file.metadata();
   auto fmt_it = meta.find("format");
   li.torchscale = fmt_it == meta.end() || fmt_it->second != kModelFormat;
   if (!li.torchscale) {
@@ -140,7 +121,7 @@ Model load_file(const std::string& path, const std::optional<Config>& config_ove
                  "'{}' has model format version {}; this engine reads version {}", path,
                  v == meta.end() ? "(none)" : v->second, kModelFormatVersion);
   }
-  Config config;
+  Config& config = f.config;
   if (config_override) {
     config = *config_override;
   } else {
@@ -152,20 +133,17 @@ Model load_file(const std::string& path, const std::optional<Config>& config_ove
     config = Config::from_json(c->second, path + " (metadata config)");
   }
   config.validate();
-  if (meta.count(kQuantizationKey)) {  // projections stored quantised (`retnet quantize`)
-    Model model = load_quantized_file(file, config, li);
-    if (info) *info = li;
-    return model;
-  }
+  f.quantised = meta.count(kQuantizationKey) > 0;
+  if (f.quantised) return f;  // its tensors are checked by load_quantized_file
 
-  // fairseq checkpoints prefix every name with "decoder.".
-  std::string prefix;
+  const SafetensorsFile& file = f.file;
   if (!file.tensors().empty() && file.find("embed_tokens.weight") == nullptr &&
       file.find("decoder.embed_tokens.weight") != nullptr)
-    prefix = "decoder.";
+    f.prefix = "decoder.";
+  const std::string& prefix = f.prefix;
 
-  ModelTensors idx;
-  ParamLayout layout = make_param_layout(config, &idx);
+  f.layout = make_param_layout(config);
+  const ParamLayout& layout = f.layout;
   std::set<std::string> expected_names;
   for (const auto& e : layout.entries()) expected_names.insert(prefix + e.name);
   for (const auto& t : file.tensors()) {
@@ -195,32 +173,114 @@ Model load_file(const std::string& path, const std::optional<Config>& config_ove
     contiguous &= t->dtype == "F32" && t->data_offset == base + e.offset * sizeof(float);
     if (li.source_dtype.empty()) li.source_dtype = t->dtype;
   }
-  uint8_t* first = file.data_section() + base;
-  contiguous &= reinterpret_cast<uintptr_t>(first) % alignof(float) == 0;
-
-  ParamBuffer params;
-  if (contiguous) {
-    params = ParamBuffer::borrow(layout, reinterpret_cast<float*>(first), file.mapping());
-    li.zero_copy = true;
-  } else {
-    params = ParamBuffer(layout);
-    for (size_t i = 0; i < layout.size(); ++i)
-      copy_as_float32(*file.find(prefix + layout[i].name), params.tensor(i));
-  }
-  for (size_t i = 0; i < layout.size(); ++i) {
-    const float* w = params.tensor(i);
-    for (size_t j = 0; j < layout[i].numel; ++j)
-      RETNET_CHECK(std::isfinite(w[j]),
-                   "'{}': tensor '{}' holds a non-finite value ({}) at index {}", path,
-                   layout[i].name, w[j], j);
-  }
+  contiguous &= reinterpret_cast<uintptr_t>(file.data_section() + base) % alignof(float) == 0;
+  f.contiguous = contiguous;
   li.weight_files = {path};
   for (const auto& t : file.tensors()) li.stored_bytes += static_cast<int64_t>(t.nbytes);
-  if (info) *info = li;
-  return Model(config, std::move(params));
+  return f;
+}
+
+// The whole float32 model of an opened float file: the file's mapping itself when it holds our
+// buffer, else converted.
+Model whole_model(OpenedFile& f) {
+  const ParamLayout& layout = f.layout;
+  ParamBuffer params;
+  if (f.contiguous) {
+    uint8_t* first = f.file.data_section() + f.tensor(0).data_offset;
+    params = ParamBuffer::borrow(layout, reinterpret_cast<float*>(first), f.file.mapping());
+    f.info.zero_copy = true;
+    for (size_t i = 0; i < layout.size(); ++i) f.check_finite(params.tensor(i), i);
+  } else {
+    params = ParamBuffer(layout);
+    for (size_t i = 0; i < layout.size(); ++i) f.read(i, params.tensor(i));
+  }
+  return Model(f.config, std::move(params));
+}
+
+Model load_file(const std::string& path, const std::optional<Config>& config_override,
+                LoadInfo* info) {
+  OpenedFile f = open_file(path, config_override);
+  // A quantised file comes back prepared in its own type.
+  Model model = f.quantised ? load_quantized_file(f.file, f.config, f.info) : whole_model(f);
+  if (info) *info = f.info;
+  return model;
+}
+
+// The model prepared for inference in one pass over the file: each tensor read (converted,
+// checked finite) straight into the prepared weights, never a whole float32 copy; in f32, a file
+// that holds our buffer is that buffer. A quantised file: its blocks copied
+// (load_quantized_file), in its own type only.
+Model load_file_for_inference(const std::string& path,
+                              const std::optional<Config>& config_override,
+                              DecodePrecision precision, LoadInfo* info, double& open_seconds) {
+  const auto start = std::chrono::steady_clock::now();
+  OpenedFile f = open_file(path, config_override);
+  open_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (f.quantised) {
+    Model model = load_quantized_file(f.file, f.config, f.info);
+    prepare_loaded_for_inference(model, precision, "dtype");  // its own type, or refused
+    if (info) *info = f.info;
+    return model;
+  }
+  if (precision == DecodePrecision::F32 && f.contiguous) {
+    // The mapping is our buffer byte for byte, and f32 keeps no smaller copy: the pass reads the
+    // mapping where it lies (docs/design-notes.md#loading-a-float32-file) instead of copying it.
+    Model model = whole_model(f);
+    if (info) *info = f.info;
+    // The file's own handle on the mapping goes, so that the model's buffer is its sole holder
+    // and the pass releases each product's pages as it packs it.
+    { const OpenedFile closing = std::move(f); }
+    model.prepare_inference(precision);
+    return model;
+  }
+  Model model(f.config, ParamBuffer(f.layout));  // zeros: no memory until filled
+  LoadPlan plan(precision);
+  plan.source.read = [&f](size_t i, float* out, bool release) {
+    f.read(i, out);
+    if (release) release_mapped(f.tensor(i).data, f.tensor(i).nbytes);
+  };
+  model.prepare_inference(plan);
+  if (info) *info = f.info;
+  return model;
 }
 
 }  // namespace
+
+Model load_model(const std::string& path, const std::optional<Config>& config_override,
+                 LoadInfo* info) {
+  const auto start = std::chrono::steady_clock::now();
+  std::error_code ec;
+  Model model = std::filesystem::is_directory(path, ec)
+                    ? load_directory(path, config_override, info)
+                    : load_file(path, config_override, info);
+  if (info)
+    info->load_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return model;
+}
+
+Model load_model_for_inference(const std::string& path, const std::optional<Config>& config,
+                               DecodePrecision precision, LoadInfo* info, bool in_place) {
+  const auto start = std::chrono::steady_clock::now();
+  std::error_code ec;
+  std::optional<Model> model;
+  if (std::filesystem::is_directory(path, ec)) {
+    model.emplace(load_directory(path, config, info, precision, in_place));
+  } else {
+    double open_seconds = 0;
+    model.emplace(load_file_for_inference(path, config, precision, info, open_seconds));
+    if (info) {
+      info->open_seconds = open_seconds;
+      info->prepare_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() -
+          open_seconds;
+    }
+  }
+  if (info)
+    info->load_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return std::move(*model);
+}
 
 void save_model(const Model& model, const std::string& path,
                 const std::map<std::string, std::string>& extra_metadata) {

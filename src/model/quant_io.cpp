@@ -1,8 +1,6 @@
 // Writing and reading model files whose projections are stored quantised (retnet/model/quant_io.h).
 #include "retnet/model/quant_io.h"
 
-#include <sys/mman.h>
-
 #include <cmath>
 #include <set>
 
@@ -60,16 +58,6 @@ void prepare_loaded_for_inference(Model& model, DecodePrecision precision,
 
 namespace {
 
-// Anonymous zero pages for the float32 buffer: only the tensors stored in f32 get touched, so the
-// absent projections cost no memory.
-ParamBuffer untouched_buffer(const ParamLayout& layout) {
-  const size_t bytes = std::max<size_t>(layout.total_floats(), 1) * sizeof(float);
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  RETNET_CHECK(p != MAP_FAILED, "out of memory mapping {} bytes of parameters", bytes);
-  std::shared_ptr<void> keep(p, [bytes](void* q) { munmap(q, bytes); });
-  return ParamBuffer::borrow(layout, static_cast<float*>(p), std::move(keep));
-}
-
 // A block's f16 scale (and Q4_1's minimum) with an all-ones exponent is infinite or NaN.
 void check_scales(QuantType type, const SafetensorsTensor& t, const std::string& path) {
   const size_t block = static_cast<size_t>(quant_block_bytes(type));
@@ -100,8 +88,10 @@ Model load_quantized_file(const SafetensorsFile& file, const Config& config, Loa
                  "not have",
                  path, t.name);
 
-  ParamBuffer params = untouched_buffer(layout);
-  std::map<size_t, QuantBytes> stored;
+  // The file as a loader's source: the projections' blocks, copied as they are, and the other
+  // tensors (embedding, norms, a head kept in f32) read as float32.
+  LoadPlan plan(decode_precision_of(type));
+  WeightSource& source = plan.source;
   std::set<std::string> f32_dtypes;
   for (size_t i = 0; i < layout.size(); ++i) {
     const ParamEntry& e = layout[i];
@@ -116,11 +106,6 @@ Model load_quantized_file(const SafetensorsFile& file, const Config& config, Loa
           path, e.name, t->dtype, kQuantTensorPrefix, e.name);
       RETNET_CHECK(t->shape == e.shape, "'{}': tensor '{}' has the wrong shape for the config",
                    path, e.name);
-      copy_as_float32(*t, params.tensor(i));
-      const float* w = params.tensor(i);
-      for (size_t j = 0; j < e.numel; ++j)
-        RETNET_CHECK(std::isfinite(w[j]), "'{}': tensor '{}' holds a non-finite value at index {}",
-                     path, e.name, j);
       f32_dtypes.insert(t->dtype);
       continue;
     }
@@ -137,18 +122,22 @@ Model load_quantized_file(const SafetensorsFile& file, const Config& config, Loa
                  path, e.name, t->nbytes, rows, K, quant_type_name(type), rows, row_bytes);
     check_scales(type, *t, path);
     release_mapped(t->data, t->nbytes);
-    stored[i] = {t->data, t->nbytes};
+    source.quantised[i] = {t->data, t->nbytes};
   }
-  Model model(config, std::move(params));
+  source.release_quantised = true;  // pages of the read-only mapped file
+  source.read = [&](size_t i, float* out, bool) {
+    copy_as_float32(*file.find(layout[i].name), out);
+    for (size_t j = 0; j < layout[i].numel; ++j)
+      RETNET_CHECK(std::isfinite(out[j]), "'{}': tensor '{}' holds a non-finite value at index {}",
+                   path, layout[i].name, j);
+  };
+  Model model(config, ParamBuffer(layout));  // zeros: no memory until filled
   for (auto [index, K] : model.projection_tensors())
-    RETNET_CHECK(stored.count(index) || index == idx.output_projection,
+    RETNET_CHECK(source.quantised.count(index) || index == idx.output_projection,
                  "'{}': projection '{}' is not quantised (the metadata lacks \"{}{}\")", path,
                  layout[index].name, kQuantTensorPrefix, layout[index].name);
-  QuantOptions options;
-  options.keep_head_f32 = !stored.count(idx.output_projection);
-  options.stored = &stored;
-  options.stored_mapped = true;
-  model.prepare_inference(decode_precision_of(type), options);
+  plan.keep_head_f32 = !source.quantised.count(idx.output_projection);
+  model.prepare_inference(plan);
 
   li.zero_copy = false;
   li.torchscale = false;

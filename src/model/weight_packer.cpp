@@ -1,12 +1,14 @@
-// Builds a model's weights (weight_packer.h): the products packed into panels (f32, f16, bf16) or
-// quantised blocks at load, used row-major in place where a mapped file holds them in the decode
-// type, or read as the float32 rows of the buffer.
+// Builds a model's weights (weight_packer.h) in one pass from any source: the products packed into
+// panels (f32, f16, bf16) or quantised blocks at load, copied from stored blocks, used row-major in
+// place where a mapped file holds them in the decode type, or read as the float32 rows of the
+// buffer.
 #include "weight_packer.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 
@@ -20,24 +22,6 @@
 namespace retnet {
 
 namespace {
-
-// The element type of a precision.
-ElementType element_type(DecodePrecision precision) {
-  switch (precision) {
-    case DecodePrecision::F16:
-      return ElementType::F16;
-    case DecodePrecision::BF16:
-      return ElementType::BF16;
-    case DecodePrecision::Q8_0:
-      return ElementType::Q8_0;
-    case DecodePrecision::Q4_0:
-      return ElementType::Q4_0;
-    case DecodePrecision::Q4_1:
-      return ElementType::Q4_1;
-    default:
-      return ElementType::F32;
-  }
-}
 
 Weight panels(ElementType type, int64_t N, int64_t K, const void* data, const std::string& name) {
   Weight w;
@@ -70,8 +54,8 @@ Products WeightPacker::products(const Model& model) {
   return products;
 }
 
-std::shared_ptr<const DecodePack> WeightPacker::plain_weights(const Model& model) {
-  auto pack = std::make_shared<DecodePack>();
+std::shared_ptr<const WeightStore> WeightPacker::plain_weights(const Model& model) {
+  auto pack = std::make_shared<WeightStore>();
   pack->precision = DecodePrecision::F32;
   const ParamLayout& layout = model.params_.layout();
   auto add = [&](size_t index, int64_t N, int64_t K) {
@@ -89,26 +73,23 @@ std::shared_ptr<const DecodePack> WeightPacker::plain_weights(const Model& model
 
 namespace {
 
-// An empty pack with room for every product (pointers into it stay valid as products are added).
-std::shared_ptr<DecodePack> empty_pack(DecodePrecision precision, const Products& products) {
-  auto pack = std::make_shared<DecodePack>();
-  pack->precision = precision;
+// Room in `store` for every product's panels (pointers into it stay valid as products are added).
+void reserve_panels(DecodePrecision precision, const Products& products, WeightStore& store) {
   size_t total = 0;
   for (auto [index, N, K] : products) total += packed_weight_elements(N, K);
   // Pages of the packed copy are touched only as each product is packed (prepare_inference
   // releases each original right after, so the resident set never holds both copies whole).
   if (precision == DecodePrecision::F32)
-    pack->f32.reserve(total);
+    store.f32.reserve(total);
   else if (precision == DecodePrecision::F16)
-    pack->f16.reserve(total);
+    store.f16.reserve(total);
   else
-    pack->bf16.reserve(total);
-  return pack;
+    store.bf16.reserve(total);
 }
 
 }  // namespace
 
-void WeightPacker::pack_product(DecodePack& pack, size_t index, int64_t N, int64_t K,
+void WeightPacker::pack_product(WeightStore& pack, size_t index, int64_t N, int64_t K,
                                 size_t& offset, bool release, const float* values) {
   const DecodePrecision precision = pack.precision;
   const std::string& name = m_.params_.layout()[index].name;
@@ -136,18 +117,18 @@ void WeightPacker::pack_product(DecodePack& pack, size_t index, int64_t N, int64
   }
   pack.by_tensor[index] = std::move(p);
   offset += n;
-  if (release) release_product(index, N, K);
+  if (release) release_product(pack, index, N, K);
 }
 
-void WeightPacker::release_product(size_t index, int64_t N, int64_t K) {
+void WeightPacker::release_product(WeightStore& store, size_t index, int64_t N, int64_t K) {
   const ParamLayout& layout = m_.params_.layout();
   m_.params_.release_pages(layout[index].offset, static_cast<size_t>(N * K));
   // The product spans adjacent tensors (q|k|v|g, fc1|gate): all of them are gone.
   const size_t end = layout[index].offset + static_cast<size_t>(N * K);
-  for (size_t i = index; i < layout.size() && layout[i].offset < end; ++i) m_.released_[i] = true;
+  for (size_t i = index; i < layout.size() && layout[i].offset < end; ++i) store.released[i] = true;
 }
 
-void WeightPacker::pack_half_embedding(DecodePack& pack, bool release) {
+void WeightPacker::pack_half_embedding(WeightStore& pack, bool release) {
   const size_t e = m_.tensors_.embed, n = m_.params_.layout()[e].numel;
   const float* w = m_.params_.tensor(e);
   // Row-major: rows are looked up, not multiplied.
@@ -173,27 +154,8 @@ void WeightPacker::pack_half_embedding(DecodePack& pack, bool release) {
   pack.by_tensor[e] = std::move(p);
   if (release) {
     m_.params_.release_pages(m_.params_.layout()[e].offset, n);
-    m_.released_[e] = true;
+    pack.released[e] = true;
   }
-}
-
-void WeightPacker::pack(DecodePrecision precision, bool release, const QuantOptions& quant) {
-  const Products all = products(m_);
-  if (const auto type = decode_quant_type(precision)) {
-    auto pack = std::make_shared<DecodePack>();
-    pack->precision = precision;
-    pack_quantized(*type, all, release, quant, *pack);
-    m_.packed_ = std::move(pack);
-    return;
-  }
-  auto pack = empty_pack(precision, all);
-  size_t offset = 0;
-  for (auto [index, N, K] : all) pack_product(*pack, index, N, K, offset, release);
-  // A tied embedding is looked up in the LM head's panels (its by_tensor entry is the head's);
-  // an untied one, with released weights in f16/bf16, gets a row-major copy in that type.
-  const bool tied = m_.tensors_.embed == m_.tensors_.output_projection;
-  if (release && precision != DecodePrecision::F32 && !tied) pack_half_embedding(*pack, true);
-  m_.packed_ = std::move(pack);
 }
 
 namespace {
@@ -235,15 +197,35 @@ class Staging {
 
 }  // namespace
 
-void WeightPacker::fill_and_pack(DecodePrecision precision, const Model::TensorSource& source,
-                                 const Model::InPlaceSource& in_place,
-                                 std::shared_ptr<const void> keep_alive) {
+void WeightPacker::prepare(const LoadPlan& plan) {
   m_.require_complete_weights("preparing the weights again");
-  RETNET_CHECK(m_.params_.sole_holder() && m_.params_.owns_memory(),
-               "loading weights into a model while preparing it needs a buffer of its own");
+  const DecodePrecision precision = plan.precision;
+  const WeightSource& source = plan.source;
+  const std::optional<QuantType> quant = decode_quant_type(precision);
+  RETNET_CHECK(source.quantised.empty() || quant,
+               "stored quantised tensors need a quantised precision, not {}",
+               decode_precision_name(precision));
+  const bool from_buffer = !source.read;
+  RETNET_CHECK(!plan.keep_float32 || (from_buffer && source.quantised.empty()),
+               "keeping the float32 weights beside the prepared ones needs them in the buffer, "
+               "not in a loader's source");
+  RETNET_CHECK(source.quantised.empty() || !source.keep_alive,
+               "stored quantised tensors are copied at load: their storage is not kept");
+  if (!from_buffer)
+    RETNET_CHECK(m_.params_.sole_holder() && m_.params_.owns_memory(),
+                 "loading weights into a model while preparing it needs a buffer of its own");
+  // A copy sharing the buffer's storage would lose its weights with ours: nothing is released
+  // then (stored quantised tensors have no float32 values to keep).
+  const bool release = !plan.keep_float32 &&
+                       (!from_buffer || m_.params_.sole_holder() || !source.quantised.empty());
+  // The source's storage stays mapped for the model's life: tensors stored in the precision's
+  // type are used where they lie, and the fingerprint reads them again on first use.
+  const bool keep_mapped = release && plan.in_place && source.keep_alive != nullptr;
+
   const Products all = products(m_);
   const ParamLayout& layout = m_.params_.layout();
-  // Each product is packed once its last tensor is filled (its tensors are adjacent).
+  const bool tied = m_.tensors_.embed == m_.tensors_.output_projection;
+  // Each product is built once its last tensor is in (its tensors are adjacent).
   std::unordered_map<size_t, std::tuple<size_t, int64_t, int64_t>> ending_at;
   for (const auto& product : all) {
     const auto [index, N, K] = product;
@@ -252,72 +234,43 @@ void WeightPacker::fill_and_pack(DecodePrecision precision, const Model::TensorS
     while (last + 1 < layout.size() && layout[last + 1].offset < end) ++last;
     ending_at[last] = product;
   }
-  m_.released_.assign(layout.size(), false);
-  const bool tied = m_.tensors_.embed == m_.tensors_.output_projection;
-  if (const auto type = decode_quant_type(precision)) {
-    // Each product is quantised as soon as its tensors are in, and its float32 pages released:
-    // the resident set peaks at the blocks plus one product in float32.
-    auto pack = std::make_shared<DecodePack>();
-    pack->precision = precision;
-    reserve_quantized(*type, all, {}, *pack);
-    const Staging staging(layout, all, [](size_t) { return true; });
-    const std::string config = m_.config_.to_json();
-    uint64_t hash = fnv1a(config.data(), config.size());  // as model_fingerprint
-    try {
-      for (size_t i = 0; i < layout.size(); ++i) {
-        float* w = staging.place(i, m_.params_.tensor(i));
-        source(i, w);
-        if (!keep_alive) hash = fnv1a(w, layout[i].numel * sizeof(float), hash);
-        if (auto it = ending_at.find(i); it != ending_at.end()) {
-          const auto [index, N, K] = it->second;
-          pack_quantized_product(*type, index, N, K, true, {}, *pack, staging.product(index));
-        }
-      }
-    } catch (...) {  // a width not a multiple of 32, a non-finite weight: the model is unusable
-      m_.released_.clear();
-      throw;
-    }
-    if (keep_alive)
-      defer_fingerprint(source, *pack, std::move(keep_alive));
-    else
-      m_.fingerprint_ = hash;
-    m_.packed_ = std::move(pack);
-    return;
-  }
+  auto store = std::make_shared<WeightStore>();
+  store->precision = precision;
+  if (release) store->released.assign(layout.size(), false);
+
   // The products (and the embedding) whose every tensor is stored in the precision's type are
   // used where they lie: their tensors are never read here.
-  auto pack = std::make_shared<DecodePack>();
   std::vector<bool> viewed(layout.size(), false);
-  const ElementType type = element_type(precision);
-  auto stored_at = [&](size_t i) -> const void* {
-    const void* p = in_place ? in_place(i) : nullptr;
-    return p && reinterpret_cast<uintptr_t>(p) % element_bytes(type) == 0 ? p : nullptr;
-  };
-  auto use_in_place = [&](size_t first, size_t last, int64_t N, int64_t K) {
-    Weight p;
-    p.type = type;
-    p.placement = Placement::InPlace;
-    p.N = N;
-    p.K = K;
-    p.name = layout[first].name;
-    if (last - first + 1 > static_cast<size_t>(kMaxRowMajorParts)) return;
-    for (size_t i = first; i <= last; ++i) {
-      const void* data = stored_at(i);
-      if (!data) return;
-      const int64_t rows = static_cast<int64_t>(layout[i].numel) / K;
-      const int64_t first_row =
-          p.parts.empty() ? 0 : p.parts.back().first_row + p.parts.back().rows;
-      p.parts.push_back({first_row, rows, data,
-                         m_.tensor_origins_.size() > i
-                             ? fmt::format("'{}' ({})", layout[i].name, m_.tensor_origins_[i])
-                             : fmt::format("'{}'", layout[i].name),
-                         std::make_shared<std::once_flag>()});
-    }
-    for (size_t i = first; i <= last; ++i) viewed[i] = true;
-    pack->in_place_bytes += N * K * static_cast<int64_t>(element_bytes(type));
-    pack->by_tensor[first] = std::move(p);
-  };
-  if (in_place) {
+  if (keep_mapped && source.stored_as && !quant) {
+    const ElementType type = decode_element_type(precision);
+    auto stored_at = [&](size_t i) -> const void* {
+      const void* p = source.stored_as(i, type);
+      return p && reinterpret_cast<uintptr_t>(p) % element_bytes(type) == 0 ? p : nullptr;
+    };
+    auto use_in_place = [&](size_t first, size_t last, int64_t N, int64_t K) {
+      Weight p;
+      p.type = type;
+      p.placement = Placement::InPlace;
+      p.N = N;
+      p.K = K;
+      p.name = layout[first].name;
+      if (last - first + 1 > static_cast<size_t>(kMaxRowMajorParts)) return;
+      for (size_t i = first; i <= last; ++i) {
+        const void* data = stored_at(i);
+        if (!data) return;
+        const int64_t rows = static_cast<int64_t>(layout[i].numel) / K;
+        const int64_t first_row =
+            p.parts.empty() ? 0 : p.parts.back().first_row + p.parts.back().rows;
+        p.parts.push_back({first_row, rows, data,
+                           source.origins.size() > i
+                               ? fmt::format("'{}' ({})", layout[i].name, source.origins[i])
+                               : fmt::format("'{}'", layout[i].name),
+                           std::make_shared<std::once_flag>()});
+      }
+      for (size_t i = first; i <= last; ++i) viewed[i] = true;
+      store->in_place_bytes += N * K * static_cast<int64_t>(element_bytes(type));
+      store->by_tensor[first] = std::move(p);
+    };
     for (const auto& [last, product] : ending_at) {
       const auto [index, N, K] = product;
       use_in_place(index, last, N, K);
@@ -326,93 +279,118 @@ void WeightPacker::fill_and_pack(DecodePrecision precision, const Model::TensorS
       use_in_place(m_.tensors_.embed, m_.tensors_.embed, m_.config_.vocab_size,
                    m_.config_.embed_dim);
   }
-  {  // room for the products still to pack (only those: the reservation's pointers stay valid)
+  // Room for the products still to build (only those: the reserved pointers stay valid).
+  if (quant) {
+    reserve_quantized(*quant, all, plan.keep_head_f32, *store);
+  } else {
     Products to_pack;
     for (const auto& product : all)
       if (!viewed[std::get<0>(product)]) to_pack.push_back(product);
-    auto room = empty_pack(precision, to_pack);
-    room->by_tensor = std::move(pack->by_tensor);
-    room->in_place_bytes = pack->in_place_bytes;
-    pack = std::move(room);
+    reserve_panels(precision, to_pack, *store);
   }
-  // Hashing every weight costs about a second per GB (byte by byte): when `source` can read
-  // them again (it owns what it reads), the hash waits for the first state file.
-  const bool any_viewed = std::find(viewed.begin(), viewed.end(), true) != viewed.end();
-  const bool defer = any_viewed || keep_alive;
-  const Staging staging(layout, all, [&](size_t first) { return !viewed[first]; });
+
+  // Hashing every weight costs about a second per GB (byte by byte): when the source stays
+  // mapped (its `read` can read them again), the hash waits for the first state file.
+  const bool defer = keep_mapped;
+  const bool hash_now = release && !defer;
   const std::string config = m_.config_.to_json();
   uint64_t hash = fnv1a(config.data(), config.size());  // as model_fingerprint, tensor by tensor
+  // A loader's tensors go to one staging area per product, reused (weight_packer.cpp's Staging).
+  const Staging staging(layout, all, [&](size_t first) {
+    return !from_buffer && !viewed[first] && !source.quantised.count(first);
+  });
   size_t offset = 0;
-  for (size_t i = 0; i < layout.size(); ++i) {
-    if (viewed[i]) {  // no float32 values in the buffer: like released ones
-      m_.released_[i] = true;
-      continue;
+  try {
+    for (size_t i = 0; i < layout.size(); ++i) {
+      if (viewed[i]) {  // no float32 values in the buffer: like released ones
+        store->released[i] = true;
+        continue;
+      }
+      if (!source.quantised.count(i)) {
+        float* w = from_buffer ? m_.params_.tensor(i) : staging.place(i, m_.params_.tensor(i));
+        if (!from_buffer) source.read(i, w, true);
+        if (hash_now) hash = fnv1a(w, layout[i].numel * sizeof(float), hash);
+      }
+      if (auto it = ending_at.find(i); it != ending_at.end()) {
+        const auto [index, N, K] = it->second;
+        const float* values = from_buffer ? nullptr : staging.product(index);
+        if (quant)
+          pack_quantized_product(*quant, index, N, K, release, plan.keep_head_f32, source,
+                                 *store, values);
+        else
+          pack_product(*store, index, N, K, offset, release, values);
+      }
+      // Released weights in f16/bf16: an untied embedding gets a row-major copy in that type (a
+      // tied one is looked up in the LM head's panels: its by_tensor entry is the head's).
+      if (i == m_.tensors_.embed && !tied && release &&
+          (precision == DecodePrecision::F16 || precision == DecodePrecision::BF16))
+        pack_half_embedding(*store, true);
     }
-    float* w = staging.place(i, m_.params_.tensor(i));
-    source(i, w);
-    if (!defer) hash = fnv1a(w, layout[i].numel * sizeof(float), hash);
-    if (auto it = ending_at.find(i); it != ending_at.end()) {
-      const auto [index, N, K] = it->second;
-      pack_product(*pack, index, N, K, offset, true, staging.product(index));
+  } catch (...) {
+    // Refused before anything was released (a width not a multiple of 32): the model is as it
+    // was. Otherwise what is gone is recorded, so that using it is an Error, not zeros.
+    if (release && std::find(store->released.begin(), store->released.end(), true) !=
+                       store->released.end()) {
+      auto gone = std::make_shared<WeightStore>();
+      gone->precision = precision;
+      gone->released = std::move(store->released);
+      m_.prepared_ = std::move(gone);
     }
-    if (i == m_.tensors_.embed && !tied && precision != DecodePrecision::F32)
-      pack_half_embedding(*pack, true);
+    throw;
+  }
+  // Stored blocks are identified by their bytes (their float32 values were never in the buffer),
+  // after the other tensors.
+  for (const auto& [index, bytes] : source.quantised) {
+    if (hash_now) hash = fnv1a(bytes.data, bytes.size, hash ^ index);
+    if (source.release_quantised) release_mapped(bytes.data, bytes.size);
   }
   if (defer)
-    defer_fingerprint(source, *pack, std::move(keep_alive));
-  else
-    m_.fingerprint_ = hash;
-  m_.packed_ = std::move(pack);
+    defer_fingerprint(source, viewed, *store);
+  else if (release)
+    store->fingerprint = hash;
+  m_.prepared_ = std::move(store);
 }
 
-void WeightPacker::defer_fingerprint(const Model::TensorSource& source, DecodePack& pack,
-                                     std::shared_ptr<const void> keep_alive) {
-  pack.keep_alive = std::move(keep_alive);
-  m_.lazy_fingerprint_ = std::make_shared<Model::LazyFingerprint>();
-  m_.lazy_fingerprint_->compute = [source, layout = m_.params_.layout(),
-                                   config = m_.config_.to_json()] {
+void WeightPacker::defer_fingerprint(const WeightSource& source, std::vector<bool> in_place,
+                                     WeightStore& store) {
+  store.keep_alive = source.keep_alive;
+  store.lazy = std::make_shared<WeightStore::LazyFingerprint>();
+  store.lazy->compute = [read = source.read, in_place = std::move(in_place),
+                         layout = m_.params_.layout(), config = m_.config_.to_json()] {
     uint64_t h = fnv1a(config.data(), config.size());
     std::vector<float> values;
     for (size_t i = 0; i < layout.size(); ++i) {
       values.resize(layout[i].numel);
-      source(i, values.data());
+      read(i, values.data(), !in_place[i]);
       h = fnv1a(values.data(), values.size() * sizeof(float), h);
     }
     return h;
   };
 }
 
-// Quantises each product (or takes its stored blocks), releasing the float32 originals as it goes
-// like the other precisions. The LM head may stay float32, packed in panels.
-void WeightPacker::pack_quantized(QuantType type, const Products& products, bool release,
-                                  const QuantOptions& quant, DecodePack& pack) {
-  reserve_quantized(type, products, quant, pack);
-  for (auto [index, N, K] : products)
-    pack_quantized_product(type, index, N, K, release, quant, pack);
-}
-
 void WeightPacker::reserve_quantized(QuantType type, const Products& products,
-                                     const QuantOptions& quant, DecodePack& pack) const {
+                                     bool keep_head_f32, WeightStore& pack) const {
   const ParamLayout& layout = m_.params_.layout();
   size_t quant_bytes = 0, f32_elements = 0;
   for (auto [index, N, K] : products) {
-    if (quant.keep_head_f32 && index == m_.tensors_.output_projection)
+    if (keep_head_f32 && index == m_.tensors_.output_projection)
       f32_elements += packed_weight_elements(N, K);
     else if (quant_row_bytes(type, K, layout[index].name) > 0)  // an Error naming the tensor if not
       quant_bytes += quant_panel_bytes(type, N, K);
   }
   pack.quant.reserve(quant_bytes);  // no reallocation later: the pointers taken stay valid
   pack.f32.reserve(f32_elements);
-  pack.head_f32 = quant.keep_head_f32;
+  pack.head_f32 = keep_head_f32;
 }
 
 void WeightPacker::pack_quantized_product(QuantType type, size_t index, int64_t N, int64_t K,
-                                          bool release, const QuantOptions& quant, DecodePack& pack,
+                                          bool release, bool keep_head_f32,
+                                          const WeightSource& source, WeightStore& pack,
                                           const float* values) {
   const ParamLayout& layout = m_.params_.layout();
   const float* w = values ? values : m_.params_.tensor(index);
   Weight p;
-  if (quant.keep_head_f32 && index == m_.tensors_.output_projection) {
+  if (keep_head_f32 && index == m_.tensors_.output_projection) {
     const size_t offset = pack.f32.size();
     pack.f32.resize(offset + packed_weight_elements(N, K));
     pack_weights(w, N, K, K, pack.f32.data() + offset);
@@ -429,15 +407,15 @@ void WeightPacker::pack_quantized_product(QuantType type, size_t index, int64_t 
     constexpr int64_t kSlabRows = 32 * kQuantPanelRows;
     std::vector<uint8_t> slab(static_cast<size_t>(std::min(N, kSlabRows)) * row_bytes);
     auto fill_rows = [&](int64_t r0, int64_t n, uint8_t* out) {
-      if (!quant.stored) {
+      if (source.quantised.empty()) {
         quantize_rows(type, w + r0 * K, n, K, K, out, layout[index].name);
         return;
       }
       // The product's tensors (q|k|v|g, fc1|gate), each stored on its own: the parts of those
       // that overlap rows [r0, r0 + n).
       for (int64_t row = 0, i = static_cast<int64_t>(index); row < r0 + n; ++i) {
-        const auto it = quant.stored->find(static_cast<size_t>(i));
-        RETNET_CHECK(it != quant.stored->end(), "tensor '{}' is not stored quantised",
+        const auto it = source.quantised.find(static_cast<size_t>(i));
+        RETNET_CHECK(it != source.quantised.end(), "tensor '{}' is not stored quantised",
                      layout[static_cast<size_t>(i)].name);
         const int64_t rows = static_cast<int64_t>(layout[static_cast<size_t>(i)].numel) / K;
         RETNET_CHECK(it->second.size == static_cast<size_t>(rows) * row_bytes,
@@ -458,16 +436,16 @@ void WeightPacker::pack_quantized_product(QuantType type, size_t index, int64_t 
       pack_quant_panels(type, slab.data(), n, K,
                         pack.quant.data() + offset + static_cast<size_t>(r0) * row_bytes);
     }
-    if (quant.stored && quant.stored_mapped)
+    if (source.release_quantised)
       for (size_t i = index; i < layout.size() &&
                              layout[i].offset < layout[index].offset + static_cast<size_t>(N * K);
            ++i)
-        if (const auto it = quant.stored->find(i); it != quant.stored->end())
+        if (const auto it = source.quantised.find(i); it != source.quantised.end())
           release_mapped(it->second.data, it->second.size);
     p = panels(element_type_of(type), N, K, pack.quant.data() + offset, layout[index].name);
   }
   pack.by_tensor[index] = std::move(p);
-  if (release) release_product(index, N, K);
+  if (release) release_product(pack, index, N, K);
 }
 
 }  // namespace retnet

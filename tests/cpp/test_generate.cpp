@@ -243,7 +243,7 @@ TEST(Generate, SameSeedSameTextAnyThreadCount) {
   EXPECT_NE(a, generate_ids(m, prompt, 40, sp));
 }
 
-// The server decodes small steps on one thread and large ones on all (Scheduler::step_threads), so
+// The server decodes small steps on one thread and large ones on all (Scheduler::pass_threads), so
 // a step must give the same logits, bit for bit, whatever its thread count.
 TEST(Generate, StepLogitsAreTheSameOnOneThreadAndTwo) {
   const Model m = Model::init(Config{}, 21);  // the default model: its products split over threads

@@ -194,6 +194,25 @@ TEST(InferenceDtype, ReleasedWeightsRefuseTrainingAndSavingButKeepTheFingerprint
   EXPECT_EQ(m.param(m.tensors().layers[0].mixer_norm)[0], 1.f);
 }
 
+TEST(InferenceDtype, APassRefusedHalfWayLeavesTheReleasedWeightsRefusedNotZero) {
+  // f16 refuses a weight past its range when it reaches it, after the earlier products were
+  // packed and their float32 pages released: those must then be refused by name, never read as
+  // the zeros the released pages hold.
+  Model m = Model::init(test::small_decode_config(), 3);
+  const LayerTensors& last = m.tensors().layers.back();
+  m.params().tensor(last.fc2)[5] = 1e6f;
+  EXPECT_TRUE(test::throws_error_naming([&] { m.prepare_inference(DecodePrecision::F16); },
+                                        {"f16 range", m.params().layout()[last.fc2].name}));
+  EXPECT_FALSE(m.weights_complete());
+  EXPECT_TRUE(test::throws_error_naming([&] { m.param(m.tensors().layers[0].q_proj); },
+                                        {"released", "layers.0.retention.q_proj"}));
+  EXPECT_EQ(m.param(m.tensors().layers[0].mixer_norm)[0], 1.f);
+  // Refused before anything is released (a width not a multiple of 32): the model is unchanged.
+  Model odd = Model::init(test::tiny_config(), 3);
+  EXPECT_THROW(odd.prepare_inference(DecodePrecision::Q8_0), Error);
+  EXPECT_TRUE(odd.weights_complete());
+}
+
 TEST(InferenceDtype, ACopySharingTheStorageKeepsItsWeights) {
   // Copies share the parameter storage: preparing one must not take the other's weights.
   Model a = Model::init(test::small_decode_config(), 4);

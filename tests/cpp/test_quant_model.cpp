@@ -132,9 +132,9 @@ TEST(QuantModel, AQuantisedFileGivesTheLogitsOfQuantisingAtLoad) {
       EXPECT_FALSE(loaded.weights_complete());
       EXPECT_EQ(li.source_dtype, std::string(decode_precision_name(p)) + "+F32");
       Model at_load = Model::init(quant_config(), 11);
-      QuantOptions options;
-      options.keep_head_f32 = keep_head;
-      at_load.prepare_inference(p, options);
+      LoadPlan plan(p);
+      plan.keep_head_f32 = keep_head;
+      at_load.prepare_inference(plan);
       EXPECT_EQ(logits_of(loaded, tokens), logits_of(at_load, tokens));
       // State files are tied to the weights: equal for equal files, not across types.
       EXPECT_EQ(model_fingerprint(loaded), model_fingerprint(load_model(path)));

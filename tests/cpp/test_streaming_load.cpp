@@ -4,6 +4,8 @@
 // while loading stays near the packed bytes instead of holding a whole float32 copy.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "retnet/core/arena.h"
 #include "retnet/core/process_memory.h"
 #include "retnet/model/forward.h"
@@ -96,5 +98,54 @@ TEST(StreamingLoad, QuantisingADirectoryPeaksNearTheBlocksNotTheFloat32Weights) 
   std::vector<int32_t> tokens(24);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 31 + 5) % 2048);
   EXPECT_EQ(logits_of(streamed, tokens), logits_of(whole, tokens));
+  fs::remove_all(dir);
+}
+
+TEST(StreamingLoad, AModelFileIsReadStraightIntoTheWeightsOfEveryType) {
+  // Our files go through the same pass as directories: each tensor read into the weights in the
+  // requested type, never the whole float32 model first. Same weights, fingerprint and logits as
+  // loading the file whole and preparing it.
+  const fs::path dir = test::fresh_temp_dir("streaming_file");
+  const std::string path = (dir / "m.safetensors").string();
+  Config c = test::model_config(64, 64, 4, 96, 2, 256);  // widths of whole blocks of 32
+  for (bool tied : {false, true}) {
+    c.tie_embeddings = tied;
+    save_model(Model::init(c, 6), path);
+    std::vector<int32_t> tokens(20);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 29 + 3) % 256);
+    for (DecodePrecision p : {DecodePrecision::F32, DecodePrecision::BF16, DecodePrecision::F16,
+                              DecodePrecision::Q8_0, DecodePrecision::Q4_0,
+                              DecodePrecision::Q4_1}) {
+      SCOPED_TRACE(::testing::Message()
+                   << (tied ? "tied " : "untied ") << decode_precision_name(p));
+      Model whole = load_model(path);
+      const uint64_t fingerprint = model_fingerprint(whole);
+      whole.prepare_inference(p);
+      LoadInfo info;
+      const Model direct = load_model_for_inference(path, std::nullopt, p, &info);
+      // f32 packs from the mapping itself; the other types read each tensor into the weights.
+      EXPECT_EQ(info.zero_copy, p == DecodePrecision::F32);
+      EXPECT_FALSE(direct.weights_complete());
+      EXPECT_EQ(direct.decode_precision(), p);
+      EXPECT_FALSE(direct.fingerprint_deferred());
+      EXPECT_EQ(model_fingerprint(direct), fingerprint);
+      EXPECT_EQ(model_fingerprint(whole), fingerprint);
+      EXPECT_EQ(direct.packed_bytes(), whole.packed_bytes());
+      EXPECT_EQ(logits_of(direct, tokens), logits_of(whole, tokens));
+    }
+  }
+  fs::remove_all(dir);
+}
+
+TEST(StreamingLoad, ANonFiniteWeightInAFileIsRefusedNamingTheTensor) {
+  const fs::path dir = test::fresh_temp_dir("streaming_nan");
+  const std::string path = (dir / "nan.safetensors").string();
+  Model m = Model::init(test::tiny_config(), 3);
+  m.params().tensor("layers.1.ffn.fc2.weight")[7] = NAN;
+  save_model(m, path);
+  for (DecodePrecision p : {DecodePrecision::F32, DecodePrecision::BF16})
+    EXPECT_TRUE(test::throws_error_naming(
+        [&] { load_model_for_inference(path, std::nullopt, p); },
+        {path, "layers.1.ffn.fc2.weight", "non-finite"}));
   fs::remove_all(dir);
 }

@@ -65,15 +65,15 @@ struct HfLoadInfo {
 // every value finite. Errors name the file and the tensor or key.
 Model load_hf_directory(const std::string& dir, HfLoadInfo* info = nullptr);
 
-// Loads a directory for inference only: as load_hf_directory then Model::prepare_inference, but
-// tensor by tensor (read, converted, packed in `precision`, released), never a whole float32 copy:
-// the resident set stays near the packed weights' bytes during and after loading.
-// With `in_place`, the tensors stored in `precision`'s type (a BF16 directory for bf16, F32 for
-// f32, F16 for f16) are not read at all: the model multiplies by them where they lie in the
-// mapped shards (Model::prepare_inference with an InPlaceSource), so it opens in milliseconds and
-// its pages come in as decoding touches them; their values are not scanned for non-finite numbers
-// (the logits are). A shard replaced or truncated on disk while a model maps it is undefined
-// behaviour (as for any mapped file).
+// Loads a directory for inference only: the directory is the source (WeightSource) of
+// Model::prepare_inference's one pass, so its tensors are read, converted and packed in
+// `precision` one at a time, never a whole float32 copy: the resident set stays near the packed
+// weights' bytes during and after loading. Same weights and fingerprint as load_hf_directory then
+// prepare_inference. With `in_place`, the tensors stored in `precision`'s type (a BF16 directory
+// for bf16, F32 for f32, F16 for f16) are not read at all: the model multiplies by them where they
+// lie in the mapped shards, so it opens in milliseconds and its pages come in as decoding touches
+// them; their values are scanned for non-finite numbers on first use. A shard replaced or
+// truncated on disk while a model maps it is undefined behaviour (as for any mapped file).
 Model load_hf_directory_for_inference(const std::string& dir, DecodePrecision precision,
                                       HfLoadInfo* info = nullptr, bool in_place = true);
 

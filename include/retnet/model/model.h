@@ -56,24 +56,57 @@ double decode_precision_bits(DecodePrecision precision);
 std::optional<QuantType> decode_quant_type(DecodePrecision precision);
 
 DecodePrecision decode_precision_of(QuantType type);
+// The element type a precision's weights are stored in (weight.h).
+ElementType decode_element_type(DecodePrecision precision);
 
 // Bytes of quantised blocks held elsewhere (a mapped file).
 struct QuantBytes {
   const uint8_t* data = nullptr;
   size_t size = 0;
 };
-// What prepare_inference does for the quantised precisions.
-struct QuantOptions {
-  bool keep_head_f32 = false;  // the LM head stays float32 (panels), the rest is quantised
+
+// Where prepare_inference takes a model's weights from: what a loader opened (a model file, a
+// torchscale export, a quantised file, a Hugging Face directory's mapped shards), or nothing (the
+// default): the model's own float32 buffer holds them (a model initialised, trained or loaded
+// whole).
+struct WeightSource {
+  // Writes tensor `index` of the layout's float32 values into `out` (read, converted, checked
+  // finite). With `release`, the stored pages are handed back once read (the tensor is not used
+  // where it lies). Empty: the buffer holds the values.
+  std::function<void(size_t index, float* out, bool release)> read;
+  // Where tensor `index` is stored row-major in element type `type`, ready to be used where it
+  // lies (a mapped file), or nullptr. Optional.
+  std::function<const void*(size_t index, ElementType type)> stored_as;
   // Tensors stored quantised (a file written by `retnet quantize`): their blocks by tensor index,
-  // copied as they are; their float32 values in the buffer are not read.
-  const std::map<size_t, QuantBytes>* stored = nullptr;
-  // The stored blocks are pages of a read-only mapped file: each tensor's pages are handed back
-  // (release_mapped) once read, so loading does not hold the file beside the packed panels.
-  bool stored_mapped = false;
+  // copied as they are (`read` is never asked for them). With `release_quantised`, their pages
+  // (of a read-only mapped file) are handed back once copied.
+  std::map<size_t, QuantBytes> quantised;
+  bool release_quantised = false;
+  // What `read` and the tensors used in place read from (the mappings): held for as long as the
+  // model or a copy of it lives. With it, the fingerprint waits for its first use and then calls
+  // `read` again for every tensor, so `read` must own what it reads.
+  std::shared_ptr<const void> keep_alive;
+  // Where each layout tensor is stored ("tensor 'lm_head.weight' of 'dir/model.safetensors'"),
+  // named beside the engine's name in errors about a tensor used in place. Optional.
+  std::vector<std::string> origins;
 };
 
-struct DecodePack;
+// What prepare_inference builds: every projection (and the embedding) in `precision`, from
+// `source`. Implicit from a precision: model.prepare_inference(DecodePrecision::BF16).
+struct LoadPlan {
+  LoadPlan(DecodePrecision precision = DecodePrecision::F32) : precision(precision) {}
+  DecodePrecision precision;
+  // The quantised precisions: the LM head stays float32 (panels), the rest is quantised.
+  bool keep_head_f32 = false;
+  // Keep the float32 originals (training and saving still work beside the packed copy): what
+  // prepare_decode does. Only with the buffer as the source.
+  bool keep_float32 = false;
+  // Tensors stored in the precision's type are used where they lie (source.stored_as), not read.
+  bool in_place = true;
+  WeightSource source;
+};
+
+struct WeightStore;
 namespace detail {
 class Backend;
 }
@@ -96,10 +129,7 @@ class Model {
   }
   const ModelTensors& tensors() const { return tensors_; }
   // A tensor's float32 values; an Error for a projection released by prepare_inference.
-  const float* param(size_t index) const {
-    if (!released_.empty() && released_[index]) throw_released(index);
-    return params_.tensor(index);
-  }
+  const float* param(size_t index) const;
   // Decay per head, [H].
   const std::vector<double>& gammas() const { return gammas_; }
   // Rotation frequencies theta_i, [d_k / 2] (of the model's retention layers).
@@ -117,48 +147,33 @@ class Model {
   int64_t parameter_count() const { return static_cast<int64_t>(params_.size()); }
 
   // Decoding streams every weight matrix once per token, so at batch 1 it runs at the speed the
-  // weights come from memory, and at batch B its products have B rows. prepare_decode packs the
+  // weights come from memory, and at batch B its products have B rows. Preparing packs the
   // projection matrices for products of few rows (panels of 16 outputs: GEMM-speed at every batch
   // size, batch-invariant); F16 packs them in half precision (half the bytes per token, float32
   // accumulation; logits within ~1e-3 of the exact ones). Without it those products use
   // skinny_gemm_nt on the float32 weights.
+  //
+  // The one way a model's weights are prepared, from any source (LoadPlan, WeightSource): one
+  // pass over the layout that reads each tensor (or takes its stored blocks, or uses it where it
+  // lies) and builds each product's weight as soon as its tensors are in. For inference only
+  // (unless plan.keep_float32): the prepared copy REPLACES the float32 originals of the
+  // projections (their pages are returned to the system as each is packed), so the model holds
+  // one copy of its weights, in the plan's precision; prefill and decode both use it. Training,
+  // saving and exporting need the originals: they fail with an Error afterwards. When the
+  // buffer's storage is shared with another Model (a copy), nothing is released (the copy would
+  // lose its weights). A loader's source fills a buffer of zeros (untouched: no memory) tensor by
+  // tensor, so loading never holds a whole float32 copy: the resident set peaks at the prepared
+  // weights plus one projection in float32. Weights used in place are not scanned for non-finite
+  // numbers here (the logits are, on first use). Same weights and fingerprint whatever the source.
+  void prepare_inference(const LoadPlan& plan);
+  // prepare_inference keeping the float32 originals (plan.keep_float32).
   void prepare_decode(DecodePrecision precision);
-  // For inference only: prepare_decode, and the packed copy REPLACES the float32 originals of the
-  // projections (their pages are returned to the system as each is packed), so the model holds one
-  // copy of its weights, in `precision`; prefill and decode both use it. Training, saving and
-  // exporting need the originals: they fail with an Error afterwards. When the buffer's storage
-  // is shared with another Model (a copy), nothing is released (the copy would lose its weights).
-  void prepare_inference(DecodePrecision precision, const QuantOptions& quant = {});
-  // Writes tensor `index` of the layout's float32 values into `out` (a loader reading a file).
-  using TensorSource = std::function<void(size_t index, float* out)>;
-  // prepare_inference for a model whose buffer does not hold its weights yet (zeros, untouched:
-  // no memory): tensors are filled from `source` one at a time in layout order, and each
-  // projection is packed and its float32 pages released as soon as its tensors are in (the
-  // embedding too, in f16/bf16). Loading so never holds a whole float32 copy: the resident set
-  // peaks at the packed weights plus one projection in float32. Same result and fingerprint as
-  // filling the buffer and calling prepare_inference(precision).
-  void prepare_inference(DecodePrecision precision, const TensorSource& source);
-  // Where a tensor is stored ready to use as it is (row-major, in the inference precision's type),
-  // or nullptr when it must be read through the TensorSource.
-  using InPlaceSource = std::function<const void*(size_t index)>;
-  // As above, but every projection (and the embedding) whose tensors `in_place` finds is used
-  // where it lies: nothing is read or copied, so a mapped file opens without touching its pages
-  // and they page in as decoding uses them. `keep_alive` holds the storage (the mappings) for as
-  // long as the model or a copy of it lives. Those tensors' values are not scanned for non-finite
-  // numbers (the logits are). With `keep_alive` given (whether or not anything is used in place)
-  // the fingerprint is computed on first use, by calling `source` again for every tensor:
-  // `source` is kept and must own what it reads.
-  void prepare_inference(DecodePrecision precision, const TensorSource& source,
-                         const InPlaceSource& in_place, std::shared_ptr<const void> keep_alive);
-  // Bytes of the weights used in place (0 unless prepared from an InPlaceSource).
+  // Bytes of the weights used in place (0 unless prepared from a source with stored_as).
   int64_t in_place_bytes() const;
-  // Where each layout tensor is stored ("tensor 'lm_head.weight' of 'dir/model.safetensors'"),
-  // named beside the engine's name in errors about a tensor used in place; set before preparing.
-  void set_tensor_origins(std::vector<std::string> origins) { tensor_origins_ = std::move(origins); }
   // Whether model_fingerprint reads every weight on its first call (a mapped file kept).
-  bool fingerprint_deferred() const { return lazy_fingerprint_ != nullptr; }
+  bool fingerprint_deferred() const;
   // Whether every float32 parameter is still present (false after prepare_inference released some).
-  bool weights_complete() const { return released_.empty(); }
+  bool weights_complete() const;
   // Throws an Error saying `what` needs the float32 weights if some were released.
   void require_complete_weights(const std::string& what) const;
   // The tensors the projection products read (each layer's q, k, v, g, out, fc1, gate, fc2 and
@@ -168,7 +183,7 @@ class Model {
   bool head_kept_f32() const;
   // Bytes of the packed projections (0 before prepare_decode).
   int64_t packed_bytes() const;
-  bool decode_prepared() const { return packed_ != nullptr; }
+  bool decode_prepared() const { return prepared_ != nullptr; }
   DecodePrecision decode_precision() const;
   // The weight a product or lookup reads for the projection starting at tensor `index` (each
   // layer's q, out, fc1, fc2, the LM head) or the embedding: the prepared copy (panels, rows used
@@ -193,18 +208,13 @@ class Model {
   std::vector<Config> layer_configs_;
   std::vector<std::shared_ptr<const std::vector<double>>> layer_thetas_;
   std::vector<int64_t> state_offsets_, cache_slots_;
-  std::shared_ptr<const DecodePack> packed_;
-  std::vector<bool> released_;  // per tensor, empty when none is released
-  uint64_t fingerprint_ = 0;    // taken before releasing (model_fingerprint reads it then)
-  // When the loader's source can be read again (weights used in place, or a mapped file kept),
-  // the fingerprint is computed on first use (shared by copies).
-  struct LazyFingerprint;
-  std::shared_ptr<LazyFingerprint> lazy_fingerprint_;
-  std::vector<std::string> tensor_origins_;
+  // The prepared weights (packed, quantised, used in place), with what preparing left behind:
+  // which float32 tensors were released and the fingerprint taken before. Shared by copies.
+  std::shared_ptr<const WeightStore> prepared_;
   // The float32 rows of every weight() index, read where the buffer holds them.
-  std::shared_ptr<const DecodePack> plain_;
+  std::shared_ptr<const WeightStore> plain_;
+  bool released(size_t index) const;
   [[noreturn]] void throw_released(size_t index) const;
-  // Builds the prepared copy: fills packed_, released_ and the fingerprint (src/model/).
   friend class WeightPacker;
   friend uint64_t model_fingerprint(const Model& model);
 };

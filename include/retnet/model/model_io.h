@@ -25,9 +25,8 @@ struct LoadInfo {
   int64_t bos_id = -1, eos_id = -1;       // a directory's config ids, else -1
   int64_t pad_id = -1;                    // the same
   double load_seconds = 0;                // open_seconds + prepare_seconds for inference
-  // For inference: opening (mapping the files, validating headers; a float32 file: its values
-  // too) and preparing the weights (reading, converting, packing; nothing for weights used in
-  // place).
+  // For inference: opening (mapping the files, validating headers) and preparing the weights
+  // (reading, converting, packing; nothing for weights used in place).
   double open_seconds = 0, prepare_seconds = 0;
 };
 
@@ -37,11 +36,13 @@ struct LoadInfo {
 Model load_model(const std::string& path, const std::optional<Config>& config = std::nullopt,
                  LoadInfo* info = nullptr);
 
-// load_model, then Model::prepare_inference(precision), for inference only. A Hugging Face
-// directory is read tensor by tensor into the packed weights (load_hf_directory_for_inference), so
-// loading never holds a whole float32 copy, and with `in_place` its tensors stored in
-// `precision`'s type are used where they lie in the mapped files (no read, no copy);
-// load_seconds counts both steps.
+// The model for inference only, in `precision`: the file or directory is opened (headers checked
+// against the config, nothing read) and becomes the source of Model::prepare_inference's one pass,
+// which reads each tensor straight into the prepared weights (never a whole float32 copy). Same
+// logits and fingerprint as load_model then prepare_inference. A quantised file is used in its own
+// type (f32 or that type; another is an Error naming `dtype`). With `in_place`, a directory's
+// tensors stored in `precision`'s type are used where they lie in the mapped files (no read, no
+// copy). load_seconds counts both steps.
 Model load_model_for_inference(const std::string& path, const std::optional<Config>& config,
                                DecodePrecision precision, LoadInfo* info = nullptr,
                                bool in_place = true);

@@ -21,7 +21,7 @@ void save_quantized_model(const Model& model, const std::string& path, QuantType
                           bool keep_head_f32,
                           const std::map<std::string, std::string>& extra_metadata = {});
 
-// Model::prepare_inference for a freshly loaded model: one loaded from a quantised file is already
+// Model::prepare_inference for a model loaded whole: one loaded from a quantised file is already
 // prepared in its type, so f32 (every command's default) or that type leave it as it is; another
 // type is an Error naming `option`.
 void prepare_loaded_for_inference(Model& model, DecodePrecision precision,
@@ -30,8 +30,9 @@ void prepare_loaded_for_inference(Model& model, DecodePrecision precision,
 class SafetensorsFile;
 struct LoadInfo;
 // Loads a file written by save_quantized_model (model_io's load_model calls it when the metadata
-// names a quantization): the model comes back prepared for inference in that type, its float32
-// projections absent. Bad tensors (wrong dtype, a size that does not match the shape and the type,
+// names a quantization): the file is the source of Model::prepare_inference's pass (the stored
+// blocks copied, the other tensors read as float32), so the model comes back prepared for
+// inference in that type, its float32 projections absent. Bad tensors (wrong dtype, a size that does not match the shape and the type,
 // non-finite scales) are Errors naming the file and the tensor.
 Model load_quantized_file(const SafetensorsFile& file, const Config& config, LoadInfo& info);
 

@@ -25,6 +25,11 @@ void apply_thread_policy();
 // policy that the loader chose (kThreadPolicyVariable) or the environment's, and cleans up.
 void adopt_thread_policy();
 
+// Whether OpenMP's threads sleep at once in the policy recorded (the engine's choice on busy cores,
+// or the environment's OMP_WAIT_POLICY=passive or GOMP_SPINCOUNT=0): each parallel region then
+// wakes them. False before a policy is recorded.
+bool threads_sleep_at_once();
+
 // The waiting policy in effect, for --version and benchmark reports.
 std::string thread_policy();
 
