@@ -44,6 +44,8 @@ struct BenchServeOptions {
   std::string model, json, dtype = "f32";
   // JSON objects; either non-empty: rounds whose requests carry them alternate with plain rounds
   std::string response_format, speculative;
+  // The server's --draft-model: rows marked +dm draft with it, the others turn it off per request.
+  std::string draft_model;
   std::string streams = "1,4,16";
   int64_t tokens = 128;
   int reps = 3;
@@ -188,6 +190,15 @@ std::vector<std::string> server_args(const BenchServeOptions& o, int64_t paralle
           o.dtype};
 }
 
+// The server's arguments with the draft model, if any.
+std::vector<std::string> with_draft(std::vector<std::string> args, const BenchServeOptions& o) {
+  if (!o.draft_model.empty()) {
+    args.push_back("--draft-model");
+    args.push_back(o.draft_model);
+  }
+  return args;
+}
+
 void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
   std::vector<int64_t> counts;
   for (int32_t n : parse_token_list(o.streams)) {
@@ -207,18 +218,24 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
                  "--speculative must be a JSON object, e.g. {{\"lookup\": 3}}");
   }
   const bool rf = !o.response_format.empty(), sp = !o.speculative.empty();
-  const bool p1 = o.batched_prefill;
+  const bool p1 = o.batched_prefill, dm = !o.draft_model.empty();
   RETNET_CHECK(!p1 || (!rf && !sp),
                "--batched-prefill compares two servers on plain requests: not with "
                "--response-format or --speculative");
-  const char* mark = p1 ? "+p1" : rf && sp ? "+x" : rf ? "+rf" : "+sp";
-  const bool marked_rows = p1 || !marked_fields.is_null();
+  RETNET_CHECK(!dm || (!rf && !sp && !p1),
+               "--draft-model compares rounds with and without the server's draft model: not "
+               "with --response-format, --speculative or --batched-prefill");
+  // With the draft model, the rows without a mark turn speculation off per request.
+  const nlohmann::json plain_fields =
+      dm ? nlohmann::json{{"speculative", {{"lookup", 0}}}} : nlohmann::json(nullptr);
+  const char* mark = p1 ? "+p1" : dm ? "+dm" : rf && sp ? "+x" : rf ? "+rf" : "+sp";
+  const bool marked_rows = p1 || dm || !marked_fields.is_null();
   const int64_t parallel = *std::max_element(counts.begin(), counts.end());
   apply_threads(o.threads);
   Model model = load_model(o.model);
   prepare_for_inference(model, o.dtype);
   auto tokenizer = load_model_tokenizer(o.model);
-  ServerProcess server(server_args(o, parallel, 0, p1 ? 0 : 1));
+  ServerProcess server(with_draft(server_args(o, parallel, 0, p1 ? 0 : 1), o));
   std::optional<ServerProcess> per_prompt;
   if (p1) per_prompt.emplace(server_args(o, parallel, 0, 1));
   std::printf(
@@ -232,6 +249,10 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
     std::printf("rows marked %s: every request with %s, rounds alternated with the rows "
                 "without\n",
                 mark, marked_fields.dump().c_str());
+  if (dm)
+    std::printf("rows marked +dm: the server's --draft-model %s drafts for every stream; rows "
+                "without a mark: requests with %s; rounds alternated\n",
+                o.draft_model.c_str(), plain_fields.dump().c_str());
   if (p1)
     std::printf("rows without a mark: prompts read together (--prefill-batch 0); rows marked "
                 "+p1: a second server reading one prompt per pass (--prefill-batch 1), rounds "
@@ -271,6 +292,7 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
     out["results"].push_back({{"streams", n},
                               {"response_format", marked && rf},
                               {"speculative", marked && sp},
+                              {"draft_model", marked && dm},
                               {"prefill_batch", !p1 || marked ? 1 : 0},
                               {"tokens_per_s", to_json(s)},
                               {"per_stream_tokens_per_s", m.per_stream_tokens_per_s},
@@ -291,14 +313,15 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
   int64_t round = 1;
   for (int64_t n : counts) {
     const int marked_port = p1 ? per_prompt->port() : server.port();
-    run_round(server.port(), n, std::min<int64_t>(o.tokens, 8), round++);  // warm-up
-    if (p1) run_round(marked_port, n, std::min<int64_t>(o.tokens, 8), round++);
+    // Warm-up rounds, one of each kind.
+    run_round(server.port(), n, std::min<int64_t>(o.tokens, 8), round++, plain_fields);
+    if (p1 || dm) run_round(marked_port, n, std::min<int64_t>(o.tokens, 8), round++);
     // The baseline's repetitions alternate with the server's rounds, so that a load that comes and
     // goes during the run weighs on both alike.
     std::vector<RoundFigures> rounds, marked_rounds;
     std::vector<Baseline> baselines;
     for (int r = 0; r < o.reps; ++r) {
-      rounds.push_back(run_round(server.port(), n, o.tokens, round++));
+      rounds.push_back(run_round(server.port(), n, o.tokens, round++, plain_fields));
       if (marked_rows)
         marked_rounds.push_back(run_round(marked_port, n, o.tokens, round++, marked_fields));
       baselines.push_back(generate_baseline(model, *tokenizer, n, o.tokens, o.seed + r));
@@ -495,10 +518,10 @@ void run(const BenchServeOptions& o) {
                         {"tokens_per_stream", o.tokens},
                         {"load_average_before", load_average()},
                         {"results", nlohmann::json::array()}};
-  RETNET_CHECK((o.response_format.empty() && o.speculative.empty()) ||
+  RETNET_CHECK((o.response_format.empty() && o.speculative.empty() && o.draft_model.empty()) ||
                    (o.soak_s == 0 && o.chat_turns == 0),
-               "--response-format and --speculative are for the stream-count runs, not --soak or "
-               "--chat-turns");
+               "--response-format, --speculative and --draft-model are for the stream-count runs, "
+               "not --soak or --chat-turns");
   if (o.soak_s > 0)
     run_soak(o, out);
   else if (o.chat_turns > 0)
@@ -554,6 +577,10 @@ void register_bench_serve(CLI::App* bench) {
                   "A request's speculative object (JSON, e.g. {\"lookup\": 3}): as "
                   "--response-format, in rows marked +sp (+x with both)")
       ->type_name("JSON");
+  cmd->add_option("--draft-model", o->draft_model,
+                  "The server's --draft-model: each stream count runs rounds whose streams draft "
+                  "with it (rows marked +dm) alternated with rounds whose requests turn "
+                  "speculation off ({\"speculative\": {\"lookup\": 0}})");
   cmd->add_flag("--batched-prefill", o->batched_prefill,
                 "The server reads the prompts of a round together in batched passes "
                 "(--prefill-batch 0), and a second server reading one prompt per pass "

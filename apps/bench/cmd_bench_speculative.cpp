@@ -1,6 +1,7 @@
 // `retnet bench speculative`: what a speculative check costs. Checking k tokens in one pass
 // (Session::check) against one decode step, per weight type, and so the tokens a check must
-// yield (accepted drafts + 1) to break even with plain decoding, before any drafting cost.
+// yield (accepted drafts + 1) to break even with plain decoding, before any drafting cost. With
+// --benefit, what speculative decoding gains on trained models (cmd_bench_speculative_benefit.cpp).
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -11,6 +12,7 @@
 #include "retnet/core/parallel.h"
 #include "retnet/infer/session.h"
 #include "retnet/model/model_io.h"
+#include "speculative_benefit.h"
 
 namespace retnet::cli {
 namespace {
@@ -21,6 +23,7 @@ struct BenchSpeculativeOptions {
   std::vector<int64_t> ks = {1, 2, 4, 8, 16};
   int64_t position = 256, rounds = 16;
   int reps = 5, threads = 0;
+  bool benefit = false;
 };
 
 // Median seconds per call of `call` over `rounds` calls, for each of `reps` repetitions after a
@@ -110,7 +113,67 @@ void register_bench_speculative(CLI::App* bench) {
               integer_at_least(1));
   add_checked(cmd, "--rounds", o->rounds, "Calls timed per repetition", integer_at_least(1));
   add_bench_run_options(cmd, o->reps, o->threads, o->json);
-  cmd->callback([o = o] { run_bench_speculative(*o); });
+
+  // --benefit and its options; the check-cost options above do not apply to it, and its own
+  // options need it: CLI11 refuses either mix by name.
+  auto b = std::make_shared<SpeculativeBenefitOptions>();
+  CLI::Option* benefit = cmd->add_flag(
+      "--benefit", o->benefit,
+      "Measure what speculative decoding gains instead: each --target decodes the prompt set "
+      "(plain continuation from --data's validation split, and copy-heavy: a passage, a lead-in "
+      "and its start restated with small changes) plainly, with prompt lookup and with the "
+      "--draft model, the modes alternated; prints tokens/s against plain decoding, the "
+      "acceptance rate and the mean accepted length per prompt kind");
+  for (const char* name : {"--model", "--k", "--position", "--rounds"})
+    benefit->excludes(cmd->get_option(name));
+  std::vector<CLI::Option*> own = {
+      cmd->add_option("--target", b->targets,
+                      "With --benefit: a target model; give it several times to measure each "
+                      "in turn"),
+      cmd->add_option("--draft", b->draft,
+                      "With --benefit: the draft model (same vocabulary and tokenizer; none: "
+                      "prompt lookup only)"),
+      cmd->add_option("--data", b->data,
+                      "With --benefit: the text whose last 10% (the validation split of "
+                      "`retnet train`) the prompts come from")
+          ->capture_default_str(),
+      add_checked(cmd, "--prompts", b->prompts, "With --benefit: prompts of each kind",
+                  integer_at_least(1)),
+      add_checked(cmd, "--prompt-bytes", b->prompt_bytes,
+                  "With --benefit: bytes of a plain prompt and of a copy-heavy prompt's passage "
+                  "(to the end of the line)",
+                  integer_at_least(16)),
+      add_checked(cmd, "--tokens,-n", b->tokens, "With --benefit: tokens generated per prompt",
+                  integer_at_least(1)),
+      add_checked(cmd, "--lookup", b->lookup,
+                  "With --benefit: prompt lookup matches up to this many last tokens",
+                  integer_within(1, 64)),
+      add_checked(cmd, "--draft-max", b->draft_max,
+                  "With --benefit: most tokens drafted for one check (lookup and draft model)",
+                  integer_within(1, 64)),
+      add_checked(cmd, "--temp", b->temperature,
+                  "With --benefit: sampling temperature (0: greedy, where the text must be "
+                  "plain decoding's)",
+                  number_at_least(0)),
+      add_checked(cmd, "--seed,-s", b->seed, "With --benefit: the sampling seed",
+                  integer_at_least(0))};
+  for (CLI::Option* opt : own) opt->needs(benefit);
+  CLI::Option* dtypes = cmd->get_option("--dtype");
+  cmd->callback([o = o, b = b, dtypes] {
+    if (!o->benefit) {
+      run_bench_speculative(*o);
+      return;
+    }
+    // One weight type for every model of the run: the one given, else f32.
+    if (dtypes->count() > 0) {
+      RETNET_CHECK(o->dtypes.size() == 1, "--benefit takes one --dtype, got {}", o->dtypes.size());
+      b->dtype = o->dtypes[0];
+    }
+    b->reps = o->reps;
+    b->threads = o->threads;
+    b->json = o->json;
+    run_bench_speculative_benefit(*b);
+  });
 }
 
 }  // namespace retnet::cli

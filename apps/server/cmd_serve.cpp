@@ -91,9 +91,16 @@ void register_serve(CLI::App& app) {
               "(same text; 0: off; a request's \"speculative\" object overrides it)",
               integer_within(0, 64));
   add_checked(cmd, "--draft-max", o->draft_max,
-              "Most tokens drafted for one check with --lookup (the count adapts per stream: "
+              "Most tokens drafted for one check with --lookup or --draft-model (the count adapts "
+              "per stream: "
               "grows while drafts are kept, pauses drafting while they are not)",
               integer_within(1, 64));
+  cmd->add_option("--draft-model", o->draft_model,
+                  "Speculative decoding with a draft model for every request (same vocabulary "
+                  "and tokenizer, loaded with --dtype): it drafts a stream's next tokens, one "
+                  "pass checks them beside the batched step, and the stream keeps what decoding "
+                  "would pick anyway (same text; not with --lookup; a request's \"speculative\" "
+                  "lookup overrides it)");
   add_checked(cmd, "--lookup-max-streams", o->lookup_max_streams,
               "Speculate only while at most this many streams decode: with more, one batched "
               "step already reads the weights once for all of them, and each stream's check "

@@ -73,7 +73,7 @@ Taken take_output(Job& job, std::chrono::milliseconds wait) {
   Taken t;
   t.choices.resize(job.choices.size());
   t.usage = {job.prompt_tokens, job.cached_tokens, 0};
-  t.usage.speculative = job.lookup > 0;
+  t.usage.speculative = job.lookup > 0 || job.draft_model;
   for (size_t i = 0; i < job.choices.size(); ++i) {
     ChoiceOutput& from = job.choices[i];
     ChoiceOutput& to = t.choices[i];
@@ -380,6 +380,8 @@ std::shared_ptr<Job> HttpApi::make_job(const CompletionRequest& r) const {
   job->grammar = r.structured.grammar;
   job->lookup = r.lookup >= 0 ? r.lookup : options_.lookup;
   job->draft_max = r.draft_max >= 0 ? r.draft_max : options_.draft_max;
+  // A request that sets its own lookup (0: off) does not draft with the server's draft model.
+  job->draft_model = !options_.draft_model.empty() && r.lookup < 0;
   job->deadline =
       Clock::now() + std::chrono::microseconds(static_cast<int64_t>(options_.timeout_s * 1e6));
   return job;

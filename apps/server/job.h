@@ -55,6 +55,7 @@ struct Job {
   // Speculative decoding with prompt lookup: match up to `lookup` last tokens (0: off), draft
   // at most `draft_max` tokens per check.
   int64_t lookup = 0, draft_max = 8;
+  bool draft_model = false;  // drafts with the server's --draft-model instead (lookup is 0)
   Clock::time_point deadline;
 
   // What came out, per choice ([n]).

@@ -160,6 +160,7 @@ void Scheduler::finish(Slot& slot, FinishReason reason, const std::string& error
   slot.prefilled = slot.generated = slot.position = slot.state_bytes = slot.choice = 0;
   slot.fed.clear();
   slot.draft_length.reset();
+  slot.draft_before.reset();
   slot.pending = -1;
   update_gauges_locked();
 }
@@ -202,8 +203,11 @@ void Scheduler::admit(Slot& s, const std::shared_ptr<Job>& job, int64_t choice) 
     rule.constraint = std::make_shared<GrammarConstraint>(job->grammar, trie_);
   }
   s.decoder = std::make_unique<SequenceDecoder>(tokenizer_, std::move(rule));
-  if (job->lookup > 0) s.draft_length.emplace(job->draft_max);
+  if (job->lookup > 0 || (job->draft_model && options_.draft_model))
+    s.draft_length.emplace(job->draft_max);
   s.pending = -1;
+  s.draft_fed = 0;  // the draft model's sequence starts over
+  s.draft_before.reset();
   s.started = Clock::now();
   s.has_state = false;  // its sequence is about to start over
   if (choice == 0) prefilling_.push_back(s.id);

@@ -9,9 +9,9 @@
 // choices takes n slots at once (the queue is first come, first served): one reads the prompt and
 // the others fork its state, so the prompt is read once. A slot leaves
 // the moment its stream ends, its client disconnects or its deadline passes. HTTP threads only
-// queue jobs; a full queue is refused at once. A stream decoding speculatively (prompt lookup)
-// checks its pending token and the drafted ones in a pass of its own beside the batched step
-// (scheduler_speculative.cpp).
+// queue jobs; a full queue is refused at once. A stream decoding speculatively (prompt lookup or a
+// draft model) checks its pending token and the drafted ones in a pass of its own beside the
+// batched step (scheduler_speculative.cpp).
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -48,6 +48,9 @@ struct SchedulerOptions {
   // Speculating slots draft only while at most this many slots decode: with more, one batched
   // step reads the weights once for all of them, and each check pass would read them again.
   int64_t speculate_max_streams = 1;
+  // The draft model of the jobs that draft with one (Job::draft_model; not owned; the same
+  // vocabulary): each slot gets a sequence of its own in a session over it.
+  const Model* draft_model = nullptr;
 };
 
 class Scheduler {
@@ -105,6 +108,10 @@ class Scheduler {
     // the token a check chose where a draft differed (emitted, fed by the next step; -1: none).
     std::optional<DraftLength> draft_length;
     int32_t pending = -1;
+    // With a draft model: tokens of the slot's text (prompt, then fed) the draft's sequence has
+    // consumed (0: it starts over), and that sequence before the drafts under check.
+    int64_t draft_fed = 0;
+    std::optional<SavedSequence> draft_before;
     // Its sequence holds the state after last_tokens: the last request that reached decoding
     // (for save), or a restored state.
     bool has_state = false;
@@ -128,8 +135,11 @@ class Scheduler {
   // the prompt's end, its move to decoding (or its end).
   void segment_read(Slot& slot, int64_t end);
   void decode_one_step();
-  // The tokens prompt lookup drafts after `pending` for a speculating slot (empty: a plain step).
+  // The tokens prompt lookup or the draft model drafts after `pending` for a speculating slot
+  // (empty: a plain step).
   void draft_after(Slot& slot, int32_t pending, std::vector<int32_t>& draft);
+  // The draft model's k tokens after `pending`: its sequence first catches up with the text.
+  void draft_with_model(Slot& slot, int32_t pending, int64_t k, std::vector<int32_t>& draft);
   // One check of `checked` (the pending token, then the drafts) for the slot alone: the decode
   // rule picks from the checked logits, drafts are kept while it picks them, and its first other
   // pick becomes the slot's pending token. A pick that ends the stream is returned in `reason`
@@ -164,6 +174,11 @@ class Scheduler {
   CoreWatch watch_;
   // Scratch: a speculating slot's text, searched by prompt lookup.
   std::vector<int32_t> lookup_text_;
+  // With a draft model: its session (one sequence per slot, made at the first draft), and the
+  // scratch of a draft (the pending token and the drafts, their distributions).
+  std::unique_ptr<Session> draft_session_;
+  std::vector<int32_t> draft_checked_;
+  std::vector<float> draft_q_;
   // Scratch of a batched prefill pass: its sequences, their segments' tokens and lengths.
   std::vector<int64_t> group_ids_, group_lengths_, group_ends_;
   std::vector<const int32_t*> group_tokens_;

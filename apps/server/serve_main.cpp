@@ -128,6 +128,22 @@ void run_server(ServeOptions o) {
                tokenizer->vocab_size(), model.config().vocab_size);
   const std::string model_id =
       o.alias.empty() ? std::filesystem::path(o.model).filename().string() : o.alias;
+  // The draft model of speculative decoding: the model's vocabulary and tokenizer, its dtype.
+  std::optional<Model> draft;
+  if (!o.draft_model.empty()) {
+    RETNET_CHECK(o.lookup == 0, "give --lookup or --draft-model, not both");
+    draft.emplace(load_model(o.draft_model));
+    prepare_loaded_for_inference(*draft, parse_decode_precision(o.dtype, "--dtype"), "--dtype");
+    draft->use_backend(o.backend);
+    RETNET_CHECK(draft->config().vocab_size == model.config().vocab_size,
+                 "--draft-model '{}' has a vocabulary of {} tokens, the model '{}' {}",
+                 o.draft_model, draft->config().vocab_size, o.model, model.config().vocab_size);
+    const std::unique_ptr<Tokenizer> draft_tokenizer = load_model_tokenizer(o.draft_model);
+    RETNET_CHECK(draft_tokenizer->serialize() == tokenizer->serialize(),
+                 "--draft-model '{}' has another tokenizer ({}) than the model '{}' ({}): drafts "
+                 "must be the model's tokens",
+                 o.draft_model, draft_tokenizer->kind(), o.model, tokenizer->kind());
+  }
 
   Metrics metrics;
   SchedulerOptions so;
@@ -141,6 +157,7 @@ void run_server(ServeOptions o) {
   so.cache_bf16 = o.cache_type == "bf16";
   so.threads = std::max(o.threads, 0);
   so.speculate_max_streams = o.lookup_max_streams;
+  so.draft_model = draft ? &*draft : nullptr;
   Scheduler scheduler(model, *tokenizer, so, metrics);
   HttpApi api(o, model_id, model, *tokenizer, chat, scheduler, metrics);
 

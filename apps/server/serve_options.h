@@ -33,6 +33,7 @@ struct ServeOptions {
   // Speculative decoding with prompt lookup (lookup 0: off).
   int64_t lookup = 0, draft_max = 8;
   int64_t lookup_max_streams = 1;  // speculate only while at most this many streams decode
+  std::string draft_model;  // speculative decoding with this draft model ("": none)
   std::string slot_save_dir;
   std::string chat_template_file;  // empty: the model directory's, else the default
   std::string dtype = "f32";       // the inference copy of the weights: f32, bf16, f16

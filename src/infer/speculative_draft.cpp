@@ -5,6 +5,7 @@
 
 #include "retnet/core/error.h"
 #include "retnet/core/rng.h"
+#include "retnet/infer/draft_model.h"
 #include "retnet/infer/speculative.h"
 #include "retnet/infer/speculative_rounds.h"
 
@@ -56,6 +57,36 @@ SpeculativePick speculative_pick(const float* p, const float* q, int64_t vocab, 
   return {last, false};
 }
 
+SavedSequence draft_ahead(Session& draft, int64_t seq, SequenceDecoder& decoder, int32_t pending,
+                          int64_t k, uint64_t seed, uint64_t stream, std::vector<int32_t>& checked,
+                          std::vector<float>& q) {
+  RETNET_CHECK(k >= 1, "a draft needs at least one token, got {}", k);
+  const int64_t V = draft.vocab();
+  const Philox rng(seed);
+  SavedSequence before = draft.snapshot(seq);
+  q.resize(static_cast<size_t>(k * V));
+  checked.assign(1, pending);
+  const int64_t row[1] = {seq};
+  draft.step(row, &pending);
+  for (int64_t i = 0; i < k; ++i) {
+    float* qi = q.data() + i * V;
+    decoder.distribution(draft, seq, qi, /*constrained=*/false);
+    const int32_t x = draw_token(
+        qi, V, rng.uniform(kDraftStream + stream, static_cast<uint64_t>(draft.position(seq))));
+    checked.push_back(x);
+    if (i + 1 < k) draft.step(row, &x);
+  }
+  return before;
+}
+
+void draft_keep(Session& draft, int64_t seq, const SavedSequence& before,
+                const std::vector<int32_t>& checked, int64_t accepted) {
+  const int64_t k = static_cast<int64_t>(checked.size()) - 1;
+  if (accepted >= k - 1) return;  // it holds the pending token and the first k - 1: all kept
+  draft.truncate(seq, before);
+  draft.prefill(seq, checked.data(), accepted + 1);
+}
+
 void decode_speculative_draft(Session& session, Session& draft, SequenceDecoder& decoder,
                               const GenerateOptions& options, GenerationTimings& tm,
                               const std::function<void(const std::string&)>& emit) {
@@ -66,7 +97,7 @@ void decode_speculative_draft(Session& session, Session& draft, SequenceDecoder&
                "the draft model has {} tokens in its vocabulary, the model {}", draft.vocab(),
                session.vocab());
   const int64_t V = session.vocab();
-  const Philox rng(options.sampling.seed);
+  const Philox rng(options.sampling.seed);  // the rule's draws (the draft's: draft_ahead)
   const uint64_t stream = options.streams.empty() ? 0 : options.streams[0];
   SpeculativeRounds rounds(options.speculative.draft_max, tm);
   std::vector<int32_t> checked;
@@ -84,19 +115,8 @@ void decode_speculative_draft(Session& session, Session& draft, SequenceDecoder&
       rounds.plain_step_done();
       continue;
     }
-    // Draft k tokens: the draft feeds the pending token and its own first k - 1.
-    const SavedSequence before = draft.snapshot(0);
-    q.resize(static_cast<size_t>(k * V));
-    checked.assign(1, pending.token);
-    draft.step(&pending.token);
-    for (int64_t i = 0; i < k; ++i) {
-      float* qi = q.data() + i * V;
-      decoder.distribution(draft, 0, qi, /*constrained=*/false);
-      const int32_t x = draw_token(
-          qi, V, rng.uniform(kDraftStream + stream, static_cast<uint64_t>(draft.position(0))));
-      checked.push_back(x);
-      if (i + 1 < k) draft.step(&x);
-    }
+    const SavedSequence before =
+        draft_ahead(draft, 0, decoder, pending.token, k, options.sampling.seed, stream, checked, q);
     session.check(0, checked.data(), k + 1);
     int64_t accepted = 0;
     for (;;) {
@@ -129,13 +149,8 @@ void decode_speculative_draft(Session& session, Session& draft, SequenceDecoder&
         break;
       }
     }
-    // The draft holds the pending token and its first k - 1 drafts; bring it to what was kept.
-    if (accepted == k) {
-      draft.step(&checked[k]);
-    } else if (accepted < k - 1) {
-      draft.truncate(0, before);
-      draft.prefill(0, checked.data(), accepted + 1);
-    }
+    draft_keep(draft, 0, before, checked, accepted);
+    if (accepted == k) draft.step(&checked[k]);  // level with the target
     rounds.check_done(accepted, k);
   }
 }
