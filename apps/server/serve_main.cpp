@@ -132,8 +132,8 @@ void run_server(ServeOptions o) {
   std::optional<Model> draft;
   if (!o.draft_model.empty()) {
     RETNET_CHECK(o.lookup == 0, "give --lookup or --draft-model, not both");
-    draft.emplace(load_model(o.draft_model));
-    prepare_loaded_for_inference(*draft, parse_decode_precision(o.dtype, "--dtype"), "--dtype");
+    draft.emplace(load_model_for_inference(o.draft_model, std::nullopt,
+                                           parse_decode_precision(o.dtype, "--dtype")));
     draft->use_backend(o.backend);
     RETNET_CHECK(draft->config().vocab_size == model.config().vocab_size,
                  "--draft-model '{}' has a vocabulary of {} tokens, the model '{}' {}",
