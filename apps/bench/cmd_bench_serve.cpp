@@ -41,7 +41,7 @@ constexpr bool kAddressSanitizer = false;
 namespace {
 
 struct BenchServeOptions {
-  std::string model, json, dtype = "f32";
+  std::string model, json, dtype = "f32", backend = "cpu";
   // JSON objects; either non-empty: rounds whose requests carry them alternate with plain rounds
   std::string response_format, speculative;
   // The server's --draft-model: rows marked +dm draft with it, the others turn it off per request.
@@ -187,7 +187,9 @@ std::vector<std::string> server_args(const BenchServeOptions& o, int64_t paralle
           "--threads",
           std::to_string(o.server_threads >= 0 ? o.server_threads : o.threads),
           "--dtype",
-          o.dtype};
+          o.dtype,
+          "--backend",
+          o.backend};
 }
 
 // The server's arguments with the draft model, if any.
@@ -234,6 +236,7 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
   apply_threads(o.threads);
   Model model = load_model(o.model);
   prepare_for_inference(model, o.dtype);
+  model.use_backend(o.backend);
   auto tokenizer = load_model_tokenizer(o.model);
   ServerProcess server(with_draft(server_args(o, parallel, 0, p1 ? 0 : 1), o));
   std::optional<ServerProcess> per_prompt;
@@ -549,6 +552,7 @@ void register_bench_serve(CLI::App* bench) {
       ->capture_default_str();
   add_checked(cmd, "--tokens,-n", o->tokens, "Tokens each stream generates", integer_at_least(1));
   add_bench_run_options(cmd, o->reps, o->threads, o->json);
+  add_backend_option(cmd, o->backend);
   cmd->add_option("--server-threads", o->server_threads,
                   "The server's --threads, 0: all cores (default: the same as --threads; the "
                   "generate baseline keeps --threads)")

@@ -18,7 +18,7 @@ namespace retnet::cli {
 namespace {
 
 struct BenchSpeculativeOptions {
-  std::string model, json;
+  std::string model, json, backend = "cpu";
   std::vector<std::string> dtypes = {"f32", "q8_0", "q4_0"};
   std::vector<int64_t> ks = {1, 2, 4, 8, 16};
   int64_t position = 256, rounds = 16;
@@ -42,6 +42,7 @@ Summary time_calls(int reps, int64_t rounds, const std::function<void()>& call) 
 nlohmann::ordered_json check_costs(const BenchSpeculativeOptions& o, const std::string& dtype) {
   Model m = o.model.empty() ? Model::init(Config{}, 1) : load_model(o.model);
   prepare_for_inference(m, dtype);
+  m.use_backend(o.backend);
   const int64_t V = m.config().vocab_size;
   const std::vector<int32_t> prompt = bench_tokens(o.position, V, 1),
                              drafted =
@@ -113,6 +114,7 @@ void register_bench_speculative(CLI::App* bench) {
               integer_at_least(1));
   add_checked(cmd, "--rounds", o->rounds, "Calls timed per repetition", integer_at_least(1));
   add_bench_run_options(cmd, o->reps, o->threads, o->json);
+  add_backend_option(cmd, o->backend);
 
   // --benefit and its options; the check-cost options above do not apply to it, and its own
   // options need it: CLI11 refuses either mix by name.
@@ -172,6 +174,7 @@ void register_bench_speculative(CLI::App* bench) {
     b->reps = o->reps;
     b->threads = o->threads;
     b->json = o->json;
+    b->backend = o->backend;
     run_bench_speculative_benefit(*b);
   });
 }

@@ -143,6 +143,7 @@ nlohmann::ordered_json bench_target(const std::string& path, const Model* draft,
                                     const std::vector<std::string>& modes,
                                     const SpeculativeBenefitOptions& o) {
   Model target = load_for_inference(path, "", o.dtype);
+  target.use_backend(o.backend);
   const std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(path);
   if (draft) {
     RETNET_CHECK(draft->config().vocab_size == target.config().vocab_size,
@@ -273,6 +274,7 @@ void run_bench_speculative_benefit(const SpeculativeBenefitOptions& o) {
   std::vector<std::string> modes = {"plain", "lookup"};
   if (!o.draft.empty()) {
     draft.emplace(load_for_inference(o.draft, "", o.dtype));
+    draft->use_backend(o.backend);
     draft_tokenizer = load_model_tokenizer(o.draft);
     modes.push_back("draft");
   }

@@ -10,7 +10,7 @@ struct SpeculativeBenefitOptions {
   std::vector<std::string> targets;  // models decoded plainly and speculatively, each in turn
   std::string draft;                 // the draft model (empty: prompt lookup only)
   std::string data = "data/tinyshakespeare.txt";  // prompts come from its last 10%
-  std::string dtype = "f32", json;
+  std::string dtype = "f32", json, backend = "cpu";
   int64_t prompts = 4;         // prompts of each kind
   int64_t prompt_bytes = 384;  // bytes of a plain prompt, and of a copy-heavy prompt's passage
   int64_t tokens = 128;        // tokens generated per prompt

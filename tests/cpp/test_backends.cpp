@@ -127,3 +127,25 @@ TEST(BackendsCli, GenerateOnTheReferenceGivesTheCpuText) {
   EXPECT_NE(version.out.find("cpu, reference"), std::string::npos) << version.out;
   fs::remove_all(dir);
 }
+
+TEST(BackendsCli, EveryCommandThatRunsAModelTakesTheBackend) {
+  namespace fs = std::filesystem;
+  const fs::path dir = test::fresh_temp_dir("backends_cli_commands");
+  const std::string model = (dir / "m.safetensors").string();
+  save_model(test::perturbed_model(test::small_decode_config(), 9), model);
+  const std::string data = std::string(RETNET_TEST_DATA) + "/../../data/tinyshakespeare.txt";
+  for (const std::string& args :
+       {"demo -m " + model + " --data " + data + " -T 16 -n 4 --repeats 1",
+        "bench speculative -m " + model + " --dtype f32 --k 1,2 --reps 1 --rounds 1 --position 4"}) {
+    const auto reference = test::run_retnet(args + " --backend reference");
+    ASSERT_EQ(reference.exit_code, 0) << args << "\n" << reference.err;
+    EXPECT_TRUE(test::fails_cleanly(test::run_retnet(args + " --backend cuda"), "--backend"))
+        << args;
+  }
+  // demo runs every form on the backend: the reference's forms are one recurrence, so they agree
+  // exactly, and the header names the backend.
+  const auto demo = test::run_retnet("demo -m " + model + " --data " + data +
+                                     " -T 16 -n 4 --repeats 1 --backend reference");
+  EXPECT_NE(demo.out.find("reference backend"), std::string::npos) << demo.out;
+  fs::remove_all(dir);
+}
