@@ -37,27 +37,9 @@ namespace {
 
 using detail::kCb;
 using detail::kEmptyExponent;
-
-// decay_kernels.h's helpers, file-local (isa_kernels.h).
-// dst[i][0..kCb) = src row (t0 + i), channels [c0, c0 + nc), zero beyond nc.
-void pack_rows(const TensorView& x, int64_t b, int64_t t0, int64_t L, int64_t c0, int64_t nc,
-               float* dst) {
-  for (int64_t i = 0; i < L; ++i) {
-    const float* row = &x.at(b, t0 + i, c0);
-    float* d = dst + i * kCb;
-    for (int64_t c = 0; c < nc; ++c) d[c] = row[c];
-    for (int64_t c = nc; c < kCb; ++c) d[c] = 0.f;
-  }
-}
-
-// dst[c] = src[c0 + c] for c < nc, else 0.
-void pack_channels(const float* src, int64_t c0, int64_t nc, float* dst) {
-  for (int64_t c = 0; c < kCb; ++c) dst[c] = c < nc ? src[c0 + c] : 0.f;
-}
-
-// sigmoid through fast_exp: for r << 0 the clamped exponential gives ~1e-38, not inf.
-#pragma omp declare simd notinbranch
-inline float sigmoid_fast(float r) { return 1.f / (1.f + fast_exp(-r)); }
+using detail::pack_channels;
+using detail::pack_rows;
+using detail::sigmoid_fast;
 
 using Dims = detail::ChannelDims;
 

@@ -80,9 +80,11 @@ void for_each_channel_block(int64_t B, int64_t C, Arena& arena, size_t per_task,
   }
 }
 
+// The packing and sigmoid helpers are static: the per-level kernel files include them too, and an
+// out-of-line copy must stay in its own object (retnet/core/isa_kernels.h).
 // dst[i][0..kCb) = src row (t0 + i), channels [c0, c0 + nc), zero beyond nc.
-inline void pack_rows(const TensorView& x, int64_t b, int64_t t0, int64_t L, int64_t c0, int64_t nc,
-                      float* dst) {
+static inline void pack_rows(const TensorView& x, int64_t b, int64_t t0, int64_t L, int64_t c0,
+                             int64_t nc, float* dst) {
   for (int64_t i = 0; i < L; ++i) {
     const float* row = &x.at(b, t0 + i, c0);
     float* d = dst + i * kCb;
@@ -92,12 +94,12 @@ inline void pack_rows(const TensorView& x, int64_t b, int64_t t0, int64_t L, int
 }
 
 // dst[c] = src[c0 + c] for c < nc, else 0.
-inline void pack_channels(const float* src, int64_t c0, int64_t nc, float* dst) {
+static inline void pack_channels(const float* src, int64_t c0, int64_t nc, float* dst) {
   for (int64_t c = 0; c < kCb; ++c) dst[c] = c < nc ? src[c0 + c] : 0.f;
 }
 
 // sigmoid through fast_exp: for r << 0 the clamped exponential gives ~1e-38, not inf.
 #pragma omp declare simd notinbranch
-inline float sigmoid_fast(float r) { return 1.f / (1.f + fast_exp(-r)); }
+static inline float sigmoid_fast(float r) { return 1.f / (1.f + fast_exp(-r)); }
 
 }  // namespace retnet::detail
