@@ -36,6 +36,7 @@ namespace RETNET_ISA_NS {
 namespace {
 
 using detail::kCb;
+using detail::channel_element;
 using detail::kEmptyExponent;
 using detail::pack_channels;
 using detail::pack_rows;
@@ -60,9 +61,9 @@ void load_chunk(const DecayAttentionGradArgs& a, const Dims& d, int64_t b, int64
   pack_rows(a.v, b, t0, L, c0, nc, rows.V);
   for (int64_t i = 0; i < L; ++i) {
     const int64_t t = t0 + i, saved = (b * d.T + t) * d.C + c0;
-    const float* r = &a.r.at(b, t, c0);
-    const float* dO = &a.d_out.at(b, t, c0);
-    float* dr = &a.d_r.at(b, t, c0);
+    const float* r = channel_element(a.r, b, t, c0);
+    const float* dO = channel_element(a.d_out, b, t, c0);
+    float* dr = channel_element(a.d_r, b, t, c0);
     float *G = rows.G + i * kCb, *Y = rows.Y + i * kCb, *Ld = rows.Ld + i * kCb;
 #pragma omp simd
     for (int64_t c = 0; c < nc; ++c) {
@@ -179,7 +180,7 @@ void cross_chunk(const ChunkRows& rows, int64_t L, const float* w, Carried& f, f
 void add_rows(const TensorView& x, int64_t b, int64_t t0, int64_t L, int64_t c0, int64_t nc,
               const float* src) {
   for (int64_t i = 0; i < L; ++i) {
-    float* row = &x.at(b, t0 + i, c0);
+    float* row = channel_element(x, b, t0 + i, c0);
     const float* s = src + i * kCb;
 #pragma omp simd
     for (int64_t c = 0; c < nc; ++c) row[c] += s[c];
@@ -201,8 +202,8 @@ void decay_start_state_gradient(const DecayAttentionGradArgs& a, const detail::C
     for (int64_t c = 0; c < nc; ++c)
       rho[c] = std::max(rho[c], -static_cast<float>(t) * a.w[c0 + c] - ld[t * d.C + c]);
   for (int64_t t = 0; t < d.T; ++t) {
-    const float* r = &a.r.at(b, t, c0);
-    const float* dO = &a.d_out.at(b, t, c0);
+    const float* r = channel_element(a.r, b, t, c0);
+    const float* dO = channel_element(a.d_out, b, t, c0);
     for (int64_t c = 0; c < nc; ++c) {
       const float e = (-static_cast<float>(t) * a.w[c0 + c] - ld[t * d.C + c]) - rho[c];
       const float g = fast_exp_nonpositive(e) * dO[c] * sigmoid_fast(r[c]);

@@ -80,13 +80,20 @@ void for_each_channel_block(int64_t B, int64_t C, Arena& arena, size_t per_task,
   }
 }
 
-// The packing and sigmoid helpers are static: the per-level kernel files include them too, and an
-// out-of-line copy must stay in its own object (retnet/core/isa_kernels.h).
+// The helpers below are static: the per-level kernel files include them too, and an out-of-line
+// copy must stay in its own object (retnet/core/isa_kernels.h). For the same reason they address
+// a [B, T, C] view by its strides rather than through TensorView::at, which a compiler may emit
+// out of line as one copy for every level.
+// &x[b, t, c].
+static inline float* channel_element(const TensorView& x, int64_t b, int64_t t, int64_t c) {
+  return x.data + b * x.stride[0] + t * x.stride[1] + c * x.stride[2];
+}
+
 // dst[i][0..kCb) = src row (t0 + i), channels [c0, c0 + nc), zero beyond nc.
 static inline void pack_rows(const TensorView& x, int64_t b, int64_t t0, int64_t L, int64_t c0,
                              int64_t nc, float* dst) {
   for (int64_t i = 0; i < L; ++i) {
-    const float* row = &x.at(b, t0 + i, c0);
+    const float* row = channel_element(x, b, t0 + i, c0);
     float* d = dst + i * kCb;
     for (int64_t c = 0; c < nc; ++c) d[c] = row[c];
     for (int64_t c = nc; c < kCb; ++c) d[c] = 0.f;
