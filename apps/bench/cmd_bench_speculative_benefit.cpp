@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "retnet/core/parallel.h"
 #include "retnet/core/read_file.h"
+#include "retnet/infer/draft_model.h"
 #include "retnet/retnet.h"
 #include "speculative_benefit.h"
 
@@ -145,14 +146,9 @@ nlohmann::ordered_json bench_target(const std::string& path, const Model* draft,
   Model target = load_for_inference(path, "", o.dtype);
   target.use_backend(o.backend);
   const std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(path);
-  if (draft) {
-    RETNET_CHECK(draft->config().vocab_size == target.config().vocab_size,
-                 "--draft '{}' has a vocabulary of {} tokens, the --target '{}' {}", o.draft,
-                 draft->config().vocab_size, path, target.config().vocab_size);
-    RETNET_CHECK(draft_tokenizer->serialize() == tokenizer->serialize(),
-                 "--draft '{}' has another tokenizer ({}) than the --target '{}' ({})", o.draft,
-                 draft_tokenizer->kind(), path, tokenizer->kind());
-  }
+  if (draft)
+    check_draft_matches(*draft, *draft_tokenizer, fmt::format("--draft '{}'", o.draft), target,
+                        *tokenizer, fmt::format("the --target '{}'", path));
   std::vector<std::vector<int32_t>> ids;
   for (const BenefitPrompt& p : prompts) {
     ids.push_back(tokenizer->encode(p.text));

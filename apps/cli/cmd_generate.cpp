@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "retnet/core/process_memory.h"
 #include "retnet/core/read_file.h"
+#include "retnet/infer/draft_model.h"
 #include "retnet/retnet.h"
 
 namespace retnet::cli {
@@ -153,16 +154,9 @@ void run_generate(const GenerateArgs& a) {
   std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(a.model);
   std::optional<Model> draft;
   if (!a.draft_model.empty()) {
-    draft.emplace(load_for_inference(a.draft_model, "", a.weights, false, !a.no_mmap));
+    draft.emplace(load_draft_model(a.draft_model, parse_decode_precision(a.weights, "--dtype"),
+                                   !a.no_mmap, model, *tokenizer, a.model));
     draft->use_backend(a.backend);
-    RETNET_CHECK(draft->config().vocab_size == model.config().vocab_size,
-                 "--draft-model '{}' has a vocabulary of {} tokens, the model '{}' {}",
-                 a.draft_model, draft->config().vocab_size, a.model, model.config().vocab_size);
-    const std::unique_ptr<Tokenizer> draft_tokenizer = load_model_tokenizer(a.draft_model);
-    RETNET_CHECK(draft_tokenizer->serialize() == tokenizer->serialize(),
-                 "--draft-model '{}' has another tokenizer ({}) than the model '{}' ({}): drafts "
-                 "must be the model's tokens",
-                 a.draft_model, draft_tokenizer->kind(), a.model, tokenizer->kind());
   }
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();

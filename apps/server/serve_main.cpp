@@ -21,6 +21,7 @@
 #include "guarded_server.h"
 #include "http_api.h"
 #include "retnet/core/read_file.h"
+#include "retnet/infer/draft_model.h"
 #include "retnet/retnet.h"
 #include "scheduler.h"
 
@@ -132,17 +133,9 @@ void run_server(ServeOptions o) {
   std::optional<Model> draft;
   if (!o.draft_model.empty()) {
     RETNET_CHECK(o.lookup == 0, "give --lookup or --draft-model, not both");
-    draft.emplace(load_model_for_inference(o.draft_model, std::nullopt,
-                                           parse_decode_precision(o.dtype, "--dtype")));
+    draft.emplace(load_draft_model(o.draft_model, parse_decode_precision(o.dtype, "--dtype"),
+                                   /*in_place=*/true, model, *tokenizer, o.model));
     draft->use_backend(o.backend);
-    RETNET_CHECK(draft->config().vocab_size == model.config().vocab_size,
-                 "--draft-model '{}' has a vocabulary of {} tokens, the model '{}' {}",
-                 o.draft_model, draft->config().vocab_size, o.model, model.config().vocab_size);
-    const std::unique_ptr<Tokenizer> draft_tokenizer = load_model_tokenizer(o.draft_model);
-    RETNET_CHECK(draft_tokenizer->serialize() == tokenizer->serialize(),
-                 "--draft-model '{}' has another tokenizer ({}) than the model '{}' ({}): drafts "
-                 "must be the model's tokens",
-                 o.draft_model, draft_tokenizer->kind(), o.model, tokenizer->kind());
   }
 
   Metrics metrics;

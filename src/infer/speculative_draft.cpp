@@ -3,6 +3,8 @@
 // p for each, and the speculative-sampling rule keeps or replaces them.
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "retnet/core/error.h"
 #include "retnet/core/rng.h"
 #include "retnet/infer/draft_model.h"
@@ -10,6 +12,27 @@
 #include "retnet/infer/speculative_rounds.h"
 
 namespace retnet {
+
+void check_draft_matches(const Model& draft, const Tokenizer& draft_tokenizer,
+                         const std::string& draft_name, const Model& target,
+                         const Tokenizer& target_tokenizer, const std::string& target_name) {
+  RETNET_CHECK(draft.config().vocab_size == target.config().vocab_size,
+               "{} has a vocabulary of {} tokens, {} {}", draft_name, draft.config().vocab_size,
+               target_name, target.config().vocab_size);
+  RETNET_CHECK(draft_tokenizer.serialize() == target_tokenizer.serialize(),
+               "{} has another tokenizer ({}) than {} ({}): drafts must be the model's tokens",
+               draft_name, draft_tokenizer.kind(), target_name, target_tokenizer.kind());
+}
+
+Model load_draft_model(const std::string& path, DecodePrecision precision, bool in_place,
+                       const Model& target, const Tokenizer& target_tokenizer,
+                       const std::string& target_path) {
+  Model draft = load_model_for_inference(path, std::nullopt, precision, nullptr, in_place);
+  check_draft_matches(draft, *load_model_tokenizer(path), fmt::format("--draft-model '{}'", path),
+                      target, target_tokenizer, fmt::format("the model '{}'", target_path));
+  return draft;
+}
+
 
 namespace {
 

@@ -4,12 +4,30 @@
 // the pending token; it samples k tokens ahead, and after the target's check it is brought back
 // to the text that was kept.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "retnet/infer/decoder.h"
 #include "retnet/infer/session.h"
+#include "retnet/model/model_io.h"
+#include "retnet/text/tokenizer.h"
 
 namespace retnet {
+
+// An Error unless `draft` drafts the target's tokens: the same vocabulary size and the same
+// tokenizer. `draft_name` and `target_name` name them in the message (e.g. "--draft-model 'd'",
+// "the model 'm'").
+void check_draft_matches(const Model& draft, const Tokenizer& draft_tokenizer,
+                         const std::string& draft_name, const Model& target,
+                         const Tokenizer& target_tokenizer, const std::string& target_name);
+
+// Loads the draft model at `path` for inference in `precision` (used in place where it can be,
+// when `in_place`) and checks that it drafts the target's tokens: the same vocabulary size and
+// the same tokenizer as `target` (loaded from `target_path`); an Error naming --draft-model
+// otherwise.
+Model load_draft_model(const std::string& path, DecodePrecision precision, bool in_place,
+                       const Model& target, const Tokenizer& target_tokenizer,
+                       const std::string& target_path);
 
 // Feeds `pending` to sequence `seq` of `draft` and samples k >= 1 tokens ahead from the draft's
 // own distributions (the decode rule's adjustments and sampling chain, unconstrained; random
