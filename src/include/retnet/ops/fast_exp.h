@@ -6,6 +6,8 @@
 // 2^n put into the exponent bits; relative error ~2e-7 (2 ulp). Below -87 (and for -inf) the
 // result is 0, where float would underflow to denormals anyway; NaN gives NaN. Every finite
 // argument gives the same bits as converting n to an integer would (checked over all 2^32 floats).
+// Static: the per-ISA-level kernel files include this, and each must keep its own copy (one
+// emitted out of line and shared would run one level's code at every level).
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -25,7 +27,7 @@ namespace fast_exp_detail {
 
 // exp(xc) for xc already clamped to [-87, 88].
 #pragma omp declare simd notinbranch
-inline float exp_clamped(float xc) {
+static inline float exp_clamped(float xc) {
   const float n = std::floor(xc * 1.44269504088896341f + 0.5f);
   float r = xc - n * 0.693359375f;  // ln2 split in two for an exact n * ln2_hi
   r = r + n * 2.12194440e-4f;
@@ -49,14 +51,14 @@ inline float exp_clamped(float xc) {
 // std::fmin/fmax (library calls that GCC does not vectorise); GCC if-converts the selects only
 // without trapping math (-fno-trapping-math).
 #pragma omp declare simd notinbranch
-inline float fast_exp(float x) {
+static inline float fast_exp(float x) {
   const float xc = x < -87.f ? -87.f : (x > 88.f ? 88.f : x);
   return x < -87.f ? 0.f : fast_exp_detail::exp_clamped(xc);
 }
 
 // exp(x) for x <= 0 (softmax arguments after subtracting the row maximum): one select fewer.
 #pragma omp declare simd notinbranch
-inline float fast_exp_nonpositive(float x) {
+static inline float fast_exp_nonpositive(float x) {
   const float xc = x < -87.f ? -87.f : x;
   return x < -87.f ? 0.f : fast_exp_detail::exp_clamped(xc);
 }
@@ -65,7 +67,7 @@ inline float fast_exp_nonpositive(float x) {
 // fast_exp_nonpositive on 16 lanes. Written out because GCC vectorises the scalar one with 256-bit
 // vectors only (its tuning for AVX-512 CPUs). Without AVX-512, loop over fast_exp_nonpositive in an
 // `omp simd` loop instead.
-inline __m512 fast_exp_nonpositive16(__m512 x) {
+static inline __m512 fast_exp_nonpositive16(__m512 x) {
   const __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
   const __m512 n = _mm512_roundscale_ps(
       _mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
