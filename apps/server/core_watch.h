@@ -6,6 +6,11 @@
 // default), it samples the machine every period and runs its passes on the inference thread alone
 // (no barrier to wait at) while other work shares the cores, on its whole team while they are
 // free.
+//
+// A sample is the CPU time other processes took over the period: the machine's busy time
+// (/proc/stat) less this process's (/proc/self/stat). Not /proc/loadavg's runnable count: on
+// virtual machines it counts tasks that never run on these cores (seen: one or two on an idle
+// 2-core VM most of the time), which called free cores shared.
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -13,30 +18,39 @@
 
 namespace retnet::server {
 
-// Runnable tasks of other processes: the runnable count of /proc/loadavg's text less this
-// process's running threads (from their /proc/self/task/*/stat texts). Exposed for tests.
-int64_t runnable_of_others(const std::string& loadavg, int64_t own_running);
-// Whether the text of a /proc/<pid>/task/<tid>/stat file says the thread is running (state R).
-bool stat_says_running(const std::string& stat);
+// Clock ticks (USER_HZ) of CPU time: every core's busy time, and this process's own.
+struct CpuTicks {
+  int64_t machine_busy = 0, own = 0;
+};
+// The busy ticks of /proc/stat's text (its "cpu" line: user, nice, system, irq, softirq), and
+// this process's ticks from its /proc/self/stat text (utime + stime); -1 when unreadable.
+int64_t machine_busy_ticks(const std::string& proc_stat);
+int64_t own_ticks(const std::string& self_stat);
+// Cores' worth of CPU time others took between two readings `seconds` apart (never below 0).
+double others_cores(const CpuTicks& before, const CpuTicks& after, double seconds,
+                    double ticks_per_second);
 
-// The decision over the samples of others' runnable tasks, oldest first: shared once each of
-// the last `to_shared` samples saw some, free again once each of the last `to_free` saw none (a
-// compiler's gap between two files is not a free machine).
+// The decision over the samples (busy: others took at least kBusyCores), oldest first: shared
+// once each of the last `to_shared` samples was busy, free again once each of the last `to_free`
+// was quiet (a compiler's gap between two files is not a free machine).
 class SharingVerdict {
  public:
+  static constexpr double kBusyCores = 0.3;
   explicit SharingVerdict(size_t to_shared = 3, size_t to_free = 5)
       : to_shared_(to_shared), to_free_(to_free) {}
-  bool add(int64_t others);  // records a sample; returns whether the cores are shared now
+  bool add(bool busy);  // records a sample; returns whether the cores are shared now
   bool shared() const { return shared_; }
 
  private:
   size_t to_shared_, to_free_;
-  std::deque<int64_t> recent_;
+  std::deque<bool> recent_;
   bool shared_ = false;
 };
 
 class CoreWatch {
  public:
+  // /proc/stat counts in ticks of 10 ms: a period of 100 ms reads others' time to a tenth of a
+  // core.
   explicit CoreWatch(std::chrono::milliseconds period = std::chrono::milliseconds(100))
       : period_(period) {}
   // Samples when a period has passed since the last sample; whether the cores are shared.
@@ -45,6 +59,8 @@ class CoreWatch {
  private:
   std::chrono::milliseconds period_;
   std::chrono::steady_clock::time_point last_{};
+  CpuTicks ticks_;
+  bool read_once_ = false;
   SharingVerdict verdict_;
 };
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <random>
+#include <thread>
 
 #include "access_log.h"
 #include "chat_page.h"
@@ -15,6 +16,10 @@
 
 namespace retnet::server {
 namespace {
+
+// The shortest time between two chunks of one stream. A millisecond is below what a reader
+// sees, and above a small model's time per token (a write and a wake-up each).
+constexpr std::chrono::microseconds kStreamChunkInterval{1000};
 
 int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
@@ -61,14 +66,16 @@ struct Taken {
   Timings timings;
 };
 
-// Waits up to `wait` for output or the end, then takes what there is.
-Taken take_output(Job& job, std::chrono::milliseconds wait) {
+// Waits up to `wait` for the end or, unless `until_finished`, for output; then takes what there
+// is.
+Taken take_output(Job& job, std::chrono::milliseconds wait, bool until_finished = false) {
   std::unique_lock<std::mutex> lock(job.mutex);
   job.changed.wait_for(lock, wait, [&] {
-    return job.finished ||
-           std::any_of(job.choices.begin(), job.choices.end(), [](const ChoiceOutput& c) {
-             return !c.text.empty() || !c.logprobs.empty();
-           });
+    return job.finished || (!until_finished && std::any_of(job.choices.begin(), job.choices.end(),
+                                                           [](const ChoiceOutput& c) {
+                                                             return !c.text.empty() ||
+                                                                    !c.logprobs.empty();
+                                                           }));
   });
   Taken t;
   t.choices.resize(job.choices.size());
@@ -369,6 +376,7 @@ std::shared_ptr<Job> HttpApi::make_job(const CompletionRequest& r) const {
                                 field, job->prompt.size(), options_.max_prompt_tokens),
                     "invalid_request_error", "context_length_exceeded", field);
   job->n = r.n;
+  job->streamed = r.stream;
   job->choices.resize(static_cast<size_t>(r.n));
   job->sampling = r.sampling;
   if (!r.seed_given) job->sampling.seed = random_seed();
@@ -425,8 +433,10 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
     // frees its slots within a tenth of a second.
     int socket = GuardedServer::current_socket();
     if (socket < 0) socket = find_client_socket(req.remote_addr, req.remote_port, req.local_port);
+    // Woken at the end only (and each tenth of a second), not by every token: on a small model
+    // a wake-up per token takes a core from the decode steps.
     while (!t.finished) {
-      t = take_output(*job, std::chrono::milliseconds(100));
+      t = take_output(*job, std::chrono::milliseconds(100), true);
       for (size_t i = 0; i < texts.size(); ++i) {
         texts[i] += t.choices[i].text;
         logprobs[i].insert(logprobs[i].end(), t.choices[i].logprobs.begin(),
@@ -471,6 +481,7 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
   struct StreamState {
     bool done = false;
     std::vector<ChoiceStream> choices;
+    Clock::time_point next_write{};  // chunks at most one per kStreamChunkInterval
   };
   auto state = std::make_shared<StreamState>();
   state->choices.resize(static_cast<size_t>(job->n));
@@ -485,6 +496,9 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
       [this, job, ctx, state, with_logprobs, include_usage, calls](size_t,
                                                                    httplib::DataSink& sink) {
         if (state->done) return false;
+        // Tokens that come faster than one per interval go out together: a write and a wake-up
+        // per token would take a core from the decode steps of a small model.
+        std::this_thread::sleep_until(state->next_write);
         Taken t = take_output(*job, std::chrono::milliseconds(500));
         std::string out;
         for (size_t i = 0; i < t.choices.size(); ++i) {
@@ -538,6 +552,7 @@ void HttpApi::completions(const httplib::Request& req, httplib::Response& res, b
           state->done = true;
           sink.done();
         }
+        state->next_write = Clock::now() + kStreamChunkInterval;
         return true;
       },
       [this, job](bool success) {

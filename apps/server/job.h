@@ -57,6 +57,8 @@ struct Job {
   int64_t lookup = 0, draft_max = 8;
   bool draft_model = false;  // drafts with the server's --draft-model instead (lookup is 0)
   Clock::time_point deadline;
+  // Whether the HTTP side takes output as it comes (a stream); otherwise it is woken at the end.
+  bool streamed = true;
 
   // What came out, per choice ([n]).
   std::mutex mutex;

@@ -129,7 +129,7 @@ void Scheduler::emit(Slot& slot, const std::string& text, const TokenLogprob* lo
   if (logprob) out.logprobs.push_back(*logprob);
   out.completion_tokens = slot.generated;
   job.last_token = Clock::now();
-  job.changed.notify_all();
+  if (job.streamed) job.changed.notify_all();
 }
 
 void Scheduler::finish(Slot& slot, FinishReason reason, const std::string& error,
