@@ -21,6 +21,7 @@ SessionOptions session_options(int64_t capacity, int64_t block, const SchedulerO
   so.prefill_block = block;
   so.history = std::max<int64_t>(o.history, 1);
   so.decode_threads = std::max(o.threads, 0);
+  so.watch_cores = false;  // the scheduler watches the cores and picks each pass's threads
   return so;
 }
 

@@ -21,11 +21,11 @@
 #include <thread>
 #include <vector>
 
-#include "core_watch.h"
 #include "job.h"
 #include "metrics.h"
 #include "prompt_cache.h"
 #include "thread_team.h"
+#include "retnet/core/core_watch.h"
 #include "retnet/infer/grammar.h"
 #include "retnet/infer/speculative.h"
 #include "retnet/retnet.h"

@@ -37,6 +37,7 @@ void Scheduler::draft_with_model(Slot& slot, int32_t pending, int64_t k,
     so.prefill_block = block_;
     so.history = std::max<int64_t>(options_.history, 1);  // the repetition penalty's
     so.decode_threads = std::max(options_.threads, 0);
+    so.watch_cores = false;  // the scheduler watches the cores
     draft_session_ = std::make_unique<Session>(*options_.draft_model, so);
     for (size_t i = 0; i < slots_.size(); ++i) draft_session_->add_sequence();
   }

@@ -5,8 +5,10 @@
 #include <numeric>
 
 #include "retnet/core/arena.h"
+#include "retnet/core/core_watch.h"
 #include "retnet/core/error.h"
 #include "retnet/core/parallel.h"
+#include "retnet/core/thread_policy.h"
 #include "retnet/infer/state_file.h"
 #include "retnet/model/forward.h"
 #include "retnet/model/state.h"
@@ -44,6 +46,9 @@ Session::Session(const Model& model, const SessionOptions& options)
   decode_threads_ = options.decode_threads > 0             ? options.decode_threads
                     : model.parameter_count() >= (1 << 20) ? num_threads()
                                                            : 1;
+  // Sleeping waits hold up beside other work by themselves; spinning ones need the watch.
+  if (options.watch_cores && options.decode_threads == 0 && !threads_sleep_at_once())
+    watch_ = std::make_unique<CoreWatch>();
   const size_t V = static_cast<size_t>(vocab()), cap = static_cast<size_t>(options.capacity);
   logits_.assign(cap * V, 0.f);
   has_logits_.assign(cap, 0);
@@ -123,7 +128,7 @@ void Session::prefill(int64_t b, const int32_t* tokens, int64_t T) {
   fo.last_logits_only = true;
   float* out = logits_.data() + b * vocab();
   // A short prompt on a small model is a decode-sized job: the same thread rule applies.
-  ScopedThreads threads(T * model_.parameter_count() >= (int64_t{1} << 24) ? 0 : decode_threads_);
+  ScopedThreads threads(watched(T * model_.parameter_count() >= (int64_t{1} << 24) ? 0 : decode_threads_));
   for (int64_t start = 0; start < T; start += options_.prefill_block) {
     const int64_t n = std::min(options_.prefill_block, T - start);
     forward_logits(model_, tokens + start, 1, n, out, fo, *arena_, state_->view(b));
@@ -188,7 +193,8 @@ void Session::prefill_pass(int64_t n) {
   view.rows = step_rows_.data();
   view.positions = step_positions_.data();
   view.lengths = pass_lengths_.data();
-  ScopedThreads threads(N * model_.parameter_count() >= (int64_t{1} << 24) ? 0 : decode_threads_);
+  ScopedThreads threads(
+      watched(N * model_.parameter_count() >= (int64_t{1} << 24) ? 0 : decode_threads_));
   forward_ragged_last_logits(model_, pass_tokens_.data(), n, step_logits_.data(), fo, *arena_,
                              view);
   const int32_t* t = pass_tokens_.data();
@@ -201,6 +207,12 @@ void Session::prefill_pass(int64_t n) {
     for (int64_t j = std::max<int64_t>(0, T - options_.history); j < T; ++j) remember(b, t[j]);
     t += T;
   }
+}
+
+int Session::watched(int threads) {
+  if (!watch_ || !watch_->shared()) return threads;
+  shared_core_passes_ += 1;
+  return 1;
 }
 
 void Session::set_decode_threads(int n) {
@@ -226,7 +238,7 @@ void Session::step(std::span<const int64_t> sequences, const int32_t* tokens) {
     stepping_[b] = 1;
     leading &= b == i;
   }
-  ScopedThreads threads(decode_threads_);
+  ScopedThreads threads(watched(decode_threads_));
   ForwardOptions fo;
   fo.form = Form::Recurrent;
   StateView view = state_->view();
@@ -392,7 +404,8 @@ const float* Session::check(int64_t b, const int32_t* tokens, int64_t n) {
     log.proj.resize(layers);
     view.check_log = &log;
   }
-  ScopedThreads threads(n * model_.parameter_count() >= (int64_t{1} << 24) ? 0 : decode_threads_);
+  ScopedThreads threads(
+      watched(n * model_.parameter_count() >= (int64_t{1} << 24) ? 0 : decode_threads_));
   forward_logits(model_, tokens, 1, n, check_.logits.data(), fo, *arena_, view);
   bytes_copied_ += S * static_cast<int64_t>(sizeof(float));
   check_.sequence = b;

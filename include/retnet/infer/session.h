@@ -19,6 +19,7 @@
 namespace retnet {
 
 class Arena;
+class CoreWatch;
 struct CheckLog;
 struct State;
 
@@ -30,6 +31,11 @@ struct SessionOptions {
   // Threads of a decode step; 0: automatic, one thread when a step's products are small (a fork
   // and join cost more than they save there, and a busy core stalls every barrier), else all.
   int decode_threads = 0;
+  // With automatic threads whose waits spin (the engine's choice on free cores): sample the
+  // machine every 100 ms and run passes on the calling thread alone while other processes share
+  // the cores, so that a load arriving during a long run does not stall every barrier. Off for a
+  // caller that chooses threads per pass itself (the server).
+  bool watch_cores = true;
 };
 
 class Session {
@@ -142,6 +148,8 @@ class Session {
   // Changes it for the following steps (n >= 1): a caller that knows its steps' size and its
   // OpenMP wait policy (the server's) picks per step.
   void set_decode_threads(int n);
+  // Passes run on one thread because the core watch saw the cores shared (watch_cores).
+  int64_t shared_core_passes() const { return shared_core_passes_; }
 
  private:
   void check_index(int64_t b) const;
@@ -153,6 +161,10 @@ class Session {
   SessionOptions options_;
   std::optional<uint64_t> fingerprint_;
   int decode_threads_ = 0;
+  std::unique_ptr<CoreWatch> watch_;  // null: passes take the threads chosen
+  int64_t shared_core_passes_ = 0;
+  // `threads`, or 1 while the watch sees the cores shared.
+  int watched(int threads);
   int64_t active_ = 0;
   mutable std::atomic<int64_t> bytes_copied_{0};  // snapshot() is const
   std::unique_ptr<State> state_;     // the model layer's state and scratch, private to the session

@@ -1,11 +1,10 @@
 #pragma once
-// Whether other processes want the cores, watched from the inference thread while it works.
-// OpenMP's spinning wait (its default, which the server keeps) is the fastest on free cores and
-// collapses when another process shares one: a step's barrier then waits for a thread that is
-// not running. A server runs for long: started on free cores (the engine then keeps the spinning
-// default), it samples the machine every period and runs its passes on the inference thread alone
-// (no barrier to wait at) while other work shares the cores, on its whole team while they are
-// free.
+// Whether other processes want the cores, watched by the thread that runs the passes while it
+// works. OpenMP's spinning wait (its default, which the engine keeps on free cores) is the fastest
+// on free cores and collapses when another process shares one: a pass's barrier then waits for a
+// thread that is not running. A long run started on free cores (a server, a long generation)
+// samples the machine every period and runs its passes on the calling thread alone (no barrier to
+// wait at) while other work shares the cores, on every thread while they are free.
 //
 // A sample is the CPU time other processes took over the period: the machine's busy time
 // (/proc/stat) less this process's (/proc/self/stat). Not /proc/loadavg's runnable count: on
@@ -13,10 +12,10 @@
 // 2-core VM most of the time), which called free cores shared.
 #include <chrono>
 #include <cstdint>
-#include <deque>
-#include <string>
+#include <cstddef>
+#include <string_view>
 
-namespace retnet::server {
+namespace retnet {
 
 // Clock ticks (USER_HZ) of CPU time: every core's busy time, and this process's own.
 struct CpuTicks {
@@ -24,8 +23,8 @@ struct CpuTicks {
 };
 // The busy ticks of /proc/stat's text (its "cpu" line: user, nice, system, irq, softirq), and
 // this process's ticks from its /proc/self/stat text (utime + stime); -1 when unreadable.
-int64_t machine_busy_ticks(const std::string& proc_stat);
-int64_t own_ticks(const std::string& self_stat);
+int64_t machine_busy_ticks(std::string_view proc_stat);
+int64_t own_ticks(std::string_view self_stat);
 // Cores' worth of CPU time others took between two readings `seconds` apart (never below 0).
 double others_cores(const CpuTicks& before, const CpuTicks& after, double seconds,
                     double ticks_per_second);
@@ -43,7 +42,7 @@ class SharingVerdict {
 
  private:
   size_t to_shared_, to_free_;
-  std::deque<bool> recent_;
+  size_t busy_run_ = 0, quiet_run_ = 0;  // the latest samples' run of busy or quiet ones
   bool shared_ = false;
 };
 
@@ -64,4 +63,4 @@ class CoreWatch {
   SharingVerdict verdict_;
 };
 
-}  // namespace retnet::server
+}  // namespace retnet
