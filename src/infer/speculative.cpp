@@ -26,14 +26,28 @@ int64_t DraftLength::next() {
   return length_;
 }
 
-void DraftLength::update(int64_t accepted, int64_t drafted, bool paid_off) {
+void DraftLength::pause() {
+  pause_ = std::min<int64_t>(pause_ ? 2 * pause_ : 4, 64);
+  pause_left_ = pause_;
+}
+
+void DraftLength::update(int64_t accepted, int64_t drafted, std::optional<double> saved_steps) {
   if (drafted <= 0) return;
   length_ = accepted == drafted ? std::min(max_, 2 * length_) : std::max<int64_t>(1, length_ / 2);
-  if (accepted > 0 && paid_off) {
+  if (saved_steps) {
+    balance_ = std::min(balance_ + *saved_steps, kCredit);
+    if (balance_ < 0) {
+      pause();
+      balance_ = 0;
+    } else if (balance_ >= kForgive) {
+      pause_ = 0;
+    }
+    return;
+  }
+  if (accepted > 0) {
     misses_ = pause_ = 0;
   } else if (++misses_ >= 2) {
-    pause_ = std::min<int64_t>(pause_ ? 2 * pause_ : 4, 64);
-    pause_left_ = pause_;
+    pause();
     misses_ = 0;
   }
 }

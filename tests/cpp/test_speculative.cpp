@@ -262,12 +262,35 @@ TEST(DraftLength, GrowsShrinksAndPauses) {
   EXPECT_EQ(k.next(), 1);
   k.update(1, 1);
   EXPECT_EQ(k.next(), 2) << "a kept draft ends the pauses";
-  // A check slower than plain steps for what it gave is a miss too.
-  k.update(1, 2, false);
-  EXPECT_EQ(k.next(), 1);
-  k.update(1, 1, false);
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(k.next(), 0) << "two slow checks pause drafting";
+}
+
+// Timed checks: drafting pauses when the checks' savings sum below zero, whether or not they
+// kept tokens, and the pauses shorten once checks have saved again.
+TEST(DraftLength, PausesWhenTheChecksSavingsTurnNegative) {
+  DraftLength k(8);
+  EXPECT_EQ(k.next(), 4);
+  k.update(4, 4, 3.0);  // kept all, saved 3 steps
+  EXPECT_EQ(k.next(), 8);
+  k.update(1, 8, -1.0);  // kept one, lost a step: the balance (2) still holds
+  EXPECT_EQ(k.next(), 4);
+  k.update(1, 4, -1.5);  // 0.5 left
   EXPECT_EQ(k.next(), 2);
+  k.update(1, 2, -0.6);  // kept a token, yet the checks lost overall: pause
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(k.next(), 0) << i;
+  EXPECT_EQ(k.next(), 1);
+  k.update(1, 1, -0.1);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(k.next(), 0) << "the next pause is longer: " << i;
+  EXPECT_EQ(k.next(), 2);
+  k.update(2, 2, 1.0);
+  k.update(4, 4, 1.5);  // 2.5 saved since the pause: the pauses start again from 4
+  EXPECT_EQ(k.next(), 8);
+  k.update(0, 8, -3.0);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(k.next(), 0) << i;
+  EXPECT_EQ(k.next(), 4);
+  // The credit is capped: a long profitable run pays for at most kCredit lost steps.
+  for (int i = 0; i < 20; ++i) k.update(4, 4, 2.0);
+  k.update(0, 8, -(DraftLength::kCredit + 0.5));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(k.next(), 0) << i;
 }
 
 TEST(Speculative, RefusesADraftModelBatchAndBadOptions) {

@@ -10,6 +10,7 @@
 // rule's own draw and keeping the draft only when they agree is the speculative-sampling rule.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,20 +21,27 @@
 namespace retnet {
 
 // How many tokens to draft: doubles after a round that keeps every drafted token, halves after
-// one that does not, and after two rounds in a row that miss (keep none, or took longer than
-// plain steps for the tokens they gave), pauses drafting for 4 plain steps, then 8, ... up to
-// 64, so text that does not repeat costs little over plain decoding.
+// one that does not. Whether to draft at all follows what checks have saved: a caller that times
+// its rounds passes each check's saving in plain steps (tokens given less its time over a plain
+// step's), summed into a balance (capped at kCredit steps, so a run that paid long ago does not
+// pay for misses now); when the balance falls below 0, drafting pauses for 4 plain steps, then 8,
+// ... up to 64, and the pauses shorten again once checks have saved kForgive steps. So text that
+// does not repeat costs a check's loss per pause at most. Without timings (nullopt) a check that
+// keeps nothing is a miss, and two in a row pause drafting the same way.
 class DraftLength {
  public:
+  static constexpr double kCredit = 8, kForgive = 2;
   explicit DraftLength(int64_t max_draft);
   // Tokens to draft for this step (0: a plain step).
   int64_t next();
   // The outcome of a check of `drafted` tokens of which the first `accepted` were kept;
-  // `paid_off`: whether it was faster than plain steps for the same tokens.
-  void update(int64_t accepted, int64_t drafted, bool paid_off = true);
+  // `saved_steps`: plain steps' time it saved (negative: it lost), when the caller measured it.
+  void update(int64_t accepted, int64_t drafted, std::optional<double> saved_steps = std::nullopt);
 
  private:
+  void pause();
   int64_t max_, length_, misses_ = 0, pause_ = 0, pause_left_ = 0;
+  double balance_ = 0;  // plain steps saved since the last pause
 };
 
 // The speculative-sampling rule for a drafted token x drawn from q: keep x with probability

@@ -1,8 +1,7 @@
 #pragma once
 // The bookkeeping both speculative loops (prompt lookup, draft model) share: each round's clock,
-// a plain step's seconds as a moving average (a check pays off when its round takes less than
-// plain steps would for the tokens it gives), the draft length that adapts to both, and the
-// timings a round adds.
+// a plain step's seconds as a moving average (a check saves the plain steps' time of the tokens it
+// gives less its own), the draft length that adapts to both, and the timings a round adds.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -60,7 +59,8 @@ class SpeculativeRounds {
   // The round checked `drafted` tokens and kept the first `accepted`, plus the target's own.
   void check_done(int64_t accepted, int64_t drafted) {
     const double dt = elapsed();
-    length_.update(accepted, drafted, step_s_ == 0 || dt < (accepted + 1) * step_s_);
+    length_.update(accepted, drafted,
+                   step_s_ > 0 ? std::optional<double>(accepted + 1 - dt / step_s_) : std::nullopt);
     tm_.decode_steps += 1;
     tm_.decode_tokens += accepted + 1;
     tm_.checks += 1;
