@@ -427,6 +427,7 @@ void Scheduler::prefill_group(std::vector<Slot*>& group) {
     metrics_.prefill_passes += 1;
   for (size_t i = 0; i < group.size(); ++i) segment_read(*group[i], group_ends_[i]);
   metrics_.prompt_microseconds += micros_since(t0);
+  first_tokens(group);
   group.clear();
 }
 
@@ -514,6 +515,46 @@ int Scheduler::pass_threads(int64_t tokens) const {
   return tokens * model_.parameter_count() >= (int64_t{1} << 23) ? full_threads_ : 1;
 }
 
+Scheduler::Chosen Scheduler::choose_next(Slot& slot) {
+  Job& job = *slot.job;
+  SequenceDecoder::Next step;
+  try {
+    step = slot.decoder->next(session_, slot.id);
+  } catch (const Error& e) {
+    if (!job.grammar) throw;
+    // A grammar the vocabulary cannot spell on ends its own request, not the batch.
+    return {-1, FinishReason::None, std::string("structured output failed: ") + e.what()};
+  }
+  if (step.finish != FinishReason::Eos) {
+    std::optional<TokenLogprob> lp;
+    if (job.top_logprobs >= 0)
+      lp = logprob_of(session_.logits(slot.id), step.token, job.top_logprobs);
+    slot.generated = slot.decoder->generated();
+    metrics_.generated_tokens += 1;
+    emit(slot, step.text, lp ? &*lp : nullptr);
+  }
+  return {step.token, step.finish, ""};
+}
+
+void Scheduler::first_tokens(const std::vector<Slot*>& group) {
+  std::vector<const Job*> jobs;  // taken first: finishing a slot lets go of its job
+  for (const Slot* read : group)
+    if (read->job && read->phase == Phase::Decode) jobs.push_back(read->job.get());
+  for (const Job* job : jobs)
+    for (Slot& slot : slots_) {
+      if (slot.phase != Phase::Decode || slot.job.get() != job || slot.generated > 0 ||
+          slot.pending >= 0)
+        continue;
+      Chosen chosen = choose_next(slot);
+      if (chosen.error.empty() && chosen.finish == FinishReason::None) {
+        slot.pending = chosen.token;
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(mutex_);
+      finish(slot, chosen.finish, chosen.error, chosen.error.empty() ? 0 : 500);
+    }
+}
+
 void Scheduler::decode_one_step() {
   const auto t0 = Clock::now();
   // Slots fed by the batched step (ids and tokens), and speculating slots' checks (the pending
@@ -528,29 +569,19 @@ void Scheduler::decode_one_step() {
   const bool speculate = static_cast<int64_t>(decoding_.size()) <= options_.speculate_max_streams;
   for (const int64_t id : decoding_) {
     Slot& slot = slots_[static_cast<size_t>(id)];
-    Job& job = *slot.job;
     SequenceDecoder::Next step;
-    if (slot.pending >= 0) {  // chosen and emitted by the slot's last check
+    if (slot.pending >= 0) {  // chosen and emitted already (a check, or the prompt's pass)
       step.token = std::exchange(slot.pending, -1);
     } else {
-      try {
-        step = slot.decoder->next(session_, slot.id);
-      } catch (const Error& e) {
-        if (!job.grammar) throw;
-        // A grammar the vocabulary cannot spell on ends its own request, not the batch.
+      Chosen chosen = choose_next(slot);
+      if (!chosen.error.empty()) {
         ended.push_back(id);
         reasons.push_back(FinishReason::None);
-        errors.push_back(std::string("structured output failed: ") + e.what());
+        errors.push_back(std::move(chosen.error));
         continue;
       }
-      if (step.finish != FinishReason::Eos) {
-        std::optional<TokenLogprob> lp;
-        if (job.top_logprobs >= 0)
-          lp = logprob_of(session_.logits(slot.id), step.token, job.top_logprobs);
-        slot.generated = slot.decoder->generated();
-        metrics_.generated_tokens += 1;
-        emit(slot, step.text, lp ? &*lp : nullptr);
-      }
+      step.token = chosen.token;
+      step.finish = chosen.finish;
     }
     if (step.finish != FinishReason::None) {  // not fed: the request's text is complete
       ended.push_back(id);

@@ -104,8 +104,9 @@ class Scheduler {
     int64_t position = 0, state_bytes = 0;     // copies for /slots, updated under the lock
     std::vector<int32_t> fed;                  // generated tokens the state has consumed
     std::unique_ptr<SequenceDecoder> decoder;  // the request's decode rule and released text
-    // Speculative decoding: the adaptive draft length (none: the job does not speculate), and
-    // the token a check chose where a draft differed (emitted, fed by the next step; -1: none).
+    // Speculative decoding: the adaptive draft length (none: the job does not speculate). The
+    // token chosen and emitted but not fed yet (-1: none): a check's pick where a draft differed,
+    // or the first token, chosen as soon as the prompt is read.
     std::optional<DraftLength> draft_length;
     int32_t pending = -1;
     // With a draft model: tokens of the slot's text (prompt, then fed) the draft's sequence has
@@ -135,6 +136,18 @@ class Scheduler {
   // the prompt's end, its move to decoding (or its end).
   void segment_read(Slot& slot, int64_t end);
   void decode_one_step();
+  // What choose_next chose: a token to feed, or the end of the slot's text (finish not None), or
+  // an output constraint's failure (error set).
+  struct Chosen {
+    int32_t token = -1;
+    FinishReason finish = FinishReason::None;
+    std::string error;
+  };
+  // The slot's next token by its request's decode rule, its text emitted.
+  Chosen choose_next(Slot& slot);
+  // The first token of each slot whose prompt `group`'s pass finished (and of its other choices),
+  // chosen and sent at once rather than after the other prompts of the round.
+  void first_tokens(const std::vector<Slot*>& group);
   // The tokens prompt lookup or the draft model drafts after `pending` for a speculating slot
   // (empty: a plain step).
   void draft_after(Slot& slot, int32_t pending, std::vector<int32_t>& draft);
