@@ -34,8 +34,7 @@ const float* aft_forward(const MixerPass& p) {
       }
     aft_reference(q.data(), k.data(), v.data(), bias, L, o.data(), T, C, tokens.past());
     for (int64_t t = 0; t < T; ++t)
-      for (int64_t i = 0; i < C; ++i)
-        p.out[(b * T + t) * C + i] = static_cast<float>(o[t * C + i]);
+      for (int64_t i = 0; i < C; ++i) p.out[(b * T + t) * C + i] = static_cast<float>(o[t * C + i]);
   }
   return p.out;
 }

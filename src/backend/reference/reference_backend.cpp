@@ -97,9 +97,10 @@ class ReferenceBackend final : public Backend {
       return reference::decay_forward(p);
     if (m == &attention_mixer_spec()) return reference::attention_forward(p);
     if (m == &aft_mixer_spec()) return reference::aft_forward(p);
-    throw Error(fmt::format("the reference backend computes the built-in mixers only; layer {}'s "
-                            "mixer '{}' is registered from outside the library",
-                            p.layer, m->name));
+    throw Error(
+        fmt::format("the reference backend computes the built-in mixers only; layer {}'s "
+                    "mixer '{}' is registered from outside the library",
+                    p.layer, m->name));
   }
 };
 

@@ -42,8 +42,7 @@ const float* decay_forward(const MixerPass& p) {
     if (state)
       for (int64_t i = 0; i < S; ++i) state[i] = static_cast<float>(end[i]);
     for (int64_t t = 0; t < T; ++t)
-      for (int64_t i = 0; i < C; ++i)
-        p.out[(b * T + t) * C + i] = static_cast<float>(o[t * C + i]);
+      for (int64_t i = 0; i < C; ++i) p.out[(b * T + t) * C + i] = static_cast<float>(o[t * C + i]);
   }
   return p.out;
 }

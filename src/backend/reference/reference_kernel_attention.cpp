@@ -24,7 +24,8 @@ const float* kernel_attention_forward(const MixerPass& p) {
   const Config& c = p.model->layer_config(p.layer);
   const int64_t B = p.B, T = p.T, H = c.heads, dk = c.key_dim(), dv = c.head_value_dim();
   const FeatureMap features = layer_features(*p.model, p.layer);
-  const int64_t F = features.features(dk), head_state = linear_attention_state_floats_per_head(F, dv);
+  const int64_t F = features.features(dk),
+                head_state = linear_attention_state_floats_per_head(F, dv);
   const HeadQkv x = head_qkv(p.proj, B, T, c);
   const TensorView out = head_output_view(p.out, B, T, c);
   std::vector<float> q(T * dk), k(T * dk), v(T * dv);

@@ -9,8 +9,10 @@
 namespace retnet::detail::reference {
 
 void rotate(const MixerPass& p, double* x, int64_t heads, int64_t dk, int64_t b, int64_t t) {
-  RETNET_CHECK(p.rotation != nullptr, "layer {} rotates its queries and keys but the pass has "
-               "no rotation table", p.layer);
+  RETNET_CHECK(p.rotation != nullptr,
+               "layer {} rotates its queries and keys but the pass has "
+               "no rotation table",
+               p.layer);
   const int64_t half = dk / 2;
   RETNET_CHECK(2 * static_cast<int64_t>(p.model->layer_thetas(p.layer).size()) == dk,
                "layer {}'s rotation table has {} angles per row, its heads {} dims", p.layer,
@@ -40,8 +42,8 @@ SequenceTokens::SequenceTokens(const MixerPass& p, int64_t b, int64_t row_floats
                  cache.row_floats[p.cache_layer], row_floats);
     past_ = start_position(p, b);
     RETNET_CHECK(past_ >= 0 && past_ + p.T <= cache.capacity,
-                 "sequence {} holds {} tokens and gets {} more, past the cache's capacity of {}",
-                 b, past_, p.T, cache.capacity);
+                 "sequence {} holds {} tokens and gets {} more, past the cache's capacity of {}", b,
+                 past_, p.T, cache.capacity);
     cache_ = p.cache->block(p.cache_layer, p.first) +
              sequence_row(p.rows, b) * cache.capacity * row_floats;
   }
