@@ -110,6 +110,7 @@ class BlockThatMustNotRun final : public retnet::detail::LayerMixer {
 
 // What one layer's mixer leaves over a prompt of 5 tokens in `form` then one decode step, run
 // straight through a backend: both passes' outputs, and the state and token cache after them.
+// The step runs the sequences in the other order (each from its row), as a server's slots do.
 struct MixerRun {
   std::vector<float> out, state, cache;
 };
@@ -142,6 +143,8 @@ MixerRun run_mixer_directly(const retnet::detail::Backend& backend, const retnet
     p.state_stride = floats;
     p.cache = row ? &cache : nullptr;
     p.positions = positions.data();
+    const int64_t swapped[B] = {1, 0};
+    if (T == 1) p.rows = swapped;
     if (lc.mixer->rotates) {
       p.rotation = table.data();
       p.rotation_stride = rotation_table(m.layer_thetas(layer), B, T, positions.data(),
