@@ -13,6 +13,7 @@
 #include "retnet/core/error.h"
 #include "retnet/core/npy.h"
 #include "test_helpers.h"
+#include "test_support.h"
 #include "toy_mixer.h"
 
 namespace fs = std::filesystem;
@@ -23,6 +24,20 @@ TEST(ToyMixer, IsRegisteredByItsOneLine) {
   EXPECT_NE(retnet::mixer_names().find(", toy"), std::string::npos) << retnet::mixer_names();
   EXPECT_TRUE(retnet::test::throws_error_naming(
       [] { retnet::register_mixer(retnet::toy::toy_mixer_spec()); }, {"'toy' is already"}));
+}
+
+// The reference backend computes the built-in mixers from their definitions; it has none of a
+// mixer registered from outside the library, and says so rather than run the mixer's own code.
+TEST(ToyMixer, TheReferenceBackendRefusesItByName) {
+  retnet::Model m = retnet::Model::init(
+      retnet::Config::from_json(R"({"decoder_embed_dim": 16, "decoder_value_embed_dim": 24,
+          "decoder_retention_heads": 2, "decoder_ffn_embed_dim": 20, "decoder_layers": 1,
+          "vocab_size": 30, "mixer": "toy"})"),
+      3);
+  m.use_backend("reference");
+  EXPECT_TRUE(retnet::test::throws_error_naming(
+      [&] { retnet::test::model_logits(m, {1, 2, 3}, 1, retnet::Form::Parallel); },
+      {"reference backend", "built-in mixers", "'toy'"}));
 }
 
 TEST(ToyMixer, EveryCommandRunsIt) {

@@ -1,16 +1,17 @@
 // The reference backend: plain scalar loops in double precision, written from the definitions,
 // to check the CPU backend's kernels (and any later backend) against, model by model. Its speed
 // is not a goal. Weights in any stored type are read back as float32 rows (a quantised or half
-// weight's values are exactly those the CPU kernels multiply by).
+// weight's values are exactly those the CPU kernels multiply by). Each mixer is its family's
+// naive definition (reference_<family>.cpp), the same for every form, continuing and leaving the
+// pass's state and token cache in the CPU mixers' layouts, so either backend can take over.
 #include <cmath>
-#include <cstring>
 #include <vector>
 
+#include "reference_mixers.h"
 #include "retnet/backend/backend.h"
 #include "retnet/backend/cpu_kernels.h"
 #include "retnet/core/error.h"
 #include "retnet/model/mixer_layer.h"
-#include "retnet/model/state.h"
 #include "retnet/model/weight_ops.h"
 #include "retnet/ops/rotation.h"
 
@@ -79,55 +80,27 @@ class ReferenceBackend final : public Backend {
     return retnet::rotation_table(thetas, B, T, positions, table);
   }
 
-  // Every form as its definition, the recurrence: one token at a time from the pass's state (a
-  // zero state where the pass has none) or through its cache, by the mixer's decode step.
-  const float* mixer_forward(const LayerMixer& mixer, const MixerPass& p, Arena&) const override {
-    const Model& model = *p.model;
-    const Config& lc = model.layer_config(p.layer);
-    RETNET_CHECK(!p.saved && !p.link, "the reference backend runs inference passes only");
-    const int64_t B = p.B, T = p.T, P = lc.projection_width(), vd = lc.value_embed_dim;
-    const int64_t floats =
-        lc.mixer->state_floats_per_layer ? lc.mixer->state_floats_per_layer(lc) : 0;
-    MixerPass step = p;
-    step.T = 1;
-    step.form = Form::Recurrent;
-    // A pass of a mixer with a token cache but without one (a parallel pass from empty
-    // sequences): its tokens go through a cache of this layer alone.
-    TokenCache cache;
-    if (floats == 0 && !p.cache) {
-      const int64_t row = lc.mixer->cache_floats_per_token_per_layer(lc);
-      cache.layers = 1, cache.sequences = B, cache.capacity = T;
-      cache.floats_per_token = row;
-      cache.row_floats = {row};
-      cache.storage = {std::vector<float>(static_cast<size_t>(B * T * row))};
-      step.cache = &cache;
-      step.cache_layer = 0, step.first = 0, step.rows = nullptr;
-    }
-    std::vector<float> zero_state;
-    if (!p.state && floats > 0) {
-      zero_state.assign(static_cast<size_t>(B * floats), 0.f);
-      step.state = zero_state.data();
-      step.state_stride = floats;
-    }
-    std::vector<float> proj(static_cast<size_t>(B * P)), out(static_cast<size_t>(B * vd));
-    std::vector<int64_t> positions(static_cast<size_t>(B));
-    step.proj = proj.data();
-    step.out = out.data();
-    step.positions = positions.data();
-    const int64_t rotation_row = 2 * static_cast<int64_t>(model.layer_thetas(p.layer).size());
-    Arena arena(mixer.workspace_floats(lc, Form::Recurrent, B, 1, p.chunk, 0));
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t b = 0; b < B; ++b) {
-        std::memcpy(proj.data() + b * P, p.proj + (b * T + t) * P, P * sizeof(float));
-        positions[b] = (p.positions ? p.positions[b] : 0) + t;
-      }
-      if (p.rotation) step.rotation = p.rotation + t * rotation_row;
-      arena.reset();
-      const float* mixed = mixer.forward(step, arena);
-      for (int64_t b = 0; b < B; ++b)
-        std::memcpy(p.out + (b * T + t) * vd, mixed + b * vd, vd * sizeof(float));
-    }
-    return p.out;
+  // Every form as its definition: the naive double-precision reference of the layer's mixer
+  // family (reference_mixers.h), from the pass's state or cached tokens, never the mixer's own
+  // forward or the CPU kernels.
+  const float* mixer_forward(const LayerMixer&, const MixerPass& pass, Arena&) const override {
+    RETNET_CHECK(!pass.saved && !pass.link, "the reference backend runs inference passes only");
+    const MixerSpec* m = pass.model->layer_config(pass.layer).mixer;
+    // The parallel form of a mixer with a constant state starts from an empty one and leaves the
+    // pass's untouched, as the CPU's does.
+    MixerPass p = pass;
+    if (p.form == Form::Parallel && m->state_floats_per_layer) p.state = nullptr;
+    if (m == &retention_mixer_spec()) return reference::retention_forward(p);
+    if (m == &linear_mixer_spec() || m == &performer_mixer_spec())
+      return reference::kernel_attention_forward(p);
+    if (m == &rwkv_mixer_spec() || m == &aft_simple_mixer_spec())
+      return reference::decay_forward(p);
+    if (m == &attention_mixer_spec()) return reference::attention_forward(p);
+    if (m == &aft_mixer_spec()) return reference::aft_forward(p);
+    throw Error(
+        fmt::format("the reference backend computes the built-in mixers only; layer {}'s "
+                    "mixer '{}' is registered from outside the library",
+                    p.layer, m->name));
   }
 };
 

@@ -232,17 +232,18 @@ void aft_prefill(const TensorView& q, const TensorView& k, const TensorView& v,
 }
 
 void aft_reference(const float* q, const float* k, const float* v, const float* bias, int64_t L,
-                   double* out, int64_t T, int64_t C) {
-  std::vector<double> e(T);
+                   double* out, int64_t T, int64_t C, int64_t past) {
+  std::vector<double> e(past + T);
   for (int64_t n = 0; n < T; ++n)
     for (int64_t c = 0; c < C; ++c) {
+      const int64_t at = past + n;  // the query's position, and its own key's row
       double m = -std::numeric_limits<double>::infinity();
-      for (int64_t j = 0; j <= n; ++j) {
-        e[j] = double(bias[std::min(n - j, L - 1)]) + double(k[j * C + c]);
+      for (int64_t j = 0; j <= at; ++j) {
+        e[j] = double(bias[std::min(at - j, L - 1)]) + double(k[j * C + c]);
         m = std::max(m, e[j]);
       }
       double num = 0, den = 0;
-      for (int64_t j = 0; j <= n; ++j) {
+      for (int64_t j = 0; j <= at; ++j) {
         const double p = std::exp(e[j] - m);
         num += p * double(v[j * C + c]);
         den += p;

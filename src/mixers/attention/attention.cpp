@@ -276,23 +276,25 @@ void attention_chunkwise(const TensorView& q, const TensorView& k, const TensorV
 }
 
 void attention_reference(const float* q, const float* k, const float* v, double* out, int64_t T,
-                         int64_t Dk, int64_t Dv, double* logsumexp, int64_t window) {
+                         int64_t Dk, int64_t Dv, double* logsumexp, int64_t window,
+                         int64_t past) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(Dk));
-  std::vector<double> s(T);
+  std::vector<double> s(past + T);
   for (int64_t n = 0; n < T; ++n) {
+    const int64_t at = past + n;  // the query's position, and its own key's row
     double m = -std::numeric_limits<double>::infinity();
-    const int64_t first = window > 0 ? std::max<int64_t>(n - window + 1, 0) : 0;
-    for (int64_t j = first; j <= n; ++j) {
+    const int64_t first = window > 0 ? std::max<int64_t>(at - window + 1, 0) : 0;
+    for (int64_t j = first; j <= at; ++j) {
       double dot = 0;
       for (int64_t i = 0; i < Dk; ++i) dot += double(q[n * Dk + i]) * double(k[j * Dk + i]);
       s[j] = dot * scale;
       m = std::max(m, s[j]);
     }
     double sum = 0;
-    for (int64_t j = first; j <= n; ++j) sum += (s[j] = std::exp(s[j] - m));
+    for (int64_t j = first; j <= at; ++j) sum += (s[j] = std::exp(s[j] - m));
     for (int64_t c = 0; c < Dv; ++c) {
       double o = 0;
-      for (int64_t j = first; j <= n; ++j) o += s[j] * double(v[j * Dv + c]);
+      for (int64_t j = first; j <= at; ++j) o += s[j] * double(v[j * Dv + c]);
       out[n * Dv + c] = o / sum;
     }
     if (logsumexp) logsumexp[n] = m + std::log(sum);

@@ -335,16 +335,26 @@ void retention_forward(Form form, const RetentionArgs& a, Arena& arena) {
 
 void retention_reference(const float* q, const float* k, const float* v, double* out, int64_t T,
                          int64_t Dk, int64_t Dv, double gamma, bool normalize_scores) {
-  std::vector<double> S(Dk * (Dv + 1), 0.0);
+  const std::vector<double> qd(q, q + T * Dk), kd(k, k + T * Dk), vd(v, v + T * Dv);
+  std::vector<double> state(Dk * (Dv + 1), 0.0);
+  retention_reference(qd.data(), kd.data(), vd.data(), out, T, Dk, Dv, gamma, normalize_scores,
+                      state.data(), 0);
+}
+
+void retention_reference(const double* q, const double* k, const double* v, double* out,
+                         int64_t T, int64_t Dk, int64_t Dv, double gamma, bool normalize_scores,
+                         double* S, int64_t position) {
+  std::vector<double> aug(Dv + 1);
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t i = 0; i < Dk; ++i)
       for (int64_t j = 0; j <= Dv; ++j)
         S[i * (Dv + 1) + j] =
             gamma * S[i * (Dv + 1) + j] + k[t * Dk + i] * (j < Dv ? v[t * Dv + j] : 1.0);
-    std::vector<double> aug(Dv + 1, 0.0);
+    std::fill(aug.begin(), aug.end(), 0.0);
     for (int64_t i = 0; i < Dk; ++i)
       for (int64_t j = 0; j <= Dv; ++j) aug[j] += q[t * Dk + i] * S[i * (Dv + 1) + j];
-    double inv = normalize_scores ? 1.0 / std::sqrt(retention_decay_sum(gamma, t)) : 1.0;
+    double inv =
+        normalize_scores ? 1.0 / std::sqrt(retention_decay_sum(gamma, position + t)) : 1.0;
     double c = normalize_scores ? std::max(std::fabs(aug[Dv]) * inv, 1.0) : 1.0;
     for (int64_t j = 0; j < Dv; ++j) out[t * Dv + j] = aug[j] * inv / c;
   }

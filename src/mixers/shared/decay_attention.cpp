@@ -147,8 +147,8 @@ void decay_attention_forward(Form form, const DecayAttentionArgs& a, Arena& aren
 
 void decay_attention_reference(const float* r, const float* k, const float* v, const float* w,
                                const float* u, double* out, int64_t T, int64_t C,
-                               const double* state) {
-  std::vector<double> x(T + 2), y(T + 2);  // one row's exponents and values
+                               const double* state, double* end_state) {
+  std::vector<double> x(T + 2), y(T + 2), z(T + 2);  // one row's exponents and values
   for (int64_t c = 0; c < C; ++c) {
     const bool has_state = state && state[C + c] > 0;
     for (int64_t n = 0; n < T; ++n) {
@@ -172,6 +172,28 @@ void decay_attention_reference(const float* r, const float* k, const float* v, c
       }
       out[n * C + c] = num / den / (1.0 + std::exp(-double(r[n * C + c])));
     }
+    if (!end_state) continue;
+    // The sums over everything seen, decayed to the last token: the state's (a, b) e^p and each
+    // token's (v, 1) e^k, relative to their largest exponent.
+    int64_t terms = 0;
+    if (has_state) {
+      x[terms] = state[2 * C + c] - double(T) * w[c];
+      y[terms] = state[c];
+      z[terms++] = state[C + c];
+    }
+    for (int64_t m = 0; m < T; ++m) {
+      x[terms] = double(k[m * C + c]) - double(T - 1 - m) * w[c];
+      y[terms] = v[m * C + c];
+      z[terms++] = 1.0;
+    }
+    double a = 0, b = 0, top = 0;
+    if (terms > 0) top = *std::max_element(x.begin(), x.begin() + terms);
+    for (int64_t i = 0; i < terms; ++i) {
+      const double e = std::exp(x[i] - top);
+      a += e * y[i];
+      b += e * z[i];
+    }
+    end_state[c] = a, end_state[C + c] = b, end_state[2 * C + c] = top;
   }
 }
 

@@ -234,7 +234,7 @@ void linear_attention_forward(Form form, const LinearAttentionArgs& a,
 
 void linear_attention_reference(const FeatureMap& features, const float* q, const float* k,
                                 const float* v, double* out, int64_t T, int64_t Dk, int64_t Dv,
-                                const double* state) {
+                                const double* state, double* end_state) {
   const int64_t F = features.features(Dk), W = Dv + 1;
   std::vector<double> S(F * W, 0.0), pq(F), pk(F), x(Dk), aug(W);
   if (state) std::copy(state, state + F * W, S.begin());
@@ -251,6 +251,7 @@ void linear_attention_reference(const FeatureMap& features, const float* q, cons
       }
     for (int64_t j = 0; j < Dv; ++j) out[t * Dv + j] = aug[Dv] > 0 ? aug[j] / aug[Dv] : 0.0;
   }
+  if (end_state) std::copy(S.begin(), S.end(), end_state);
 }
 
 }  // namespace retnet

@@ -126,9 +126,10 @@ void aft_prefill(const TensorView& q, const TensorView& k, const TensorView& v,
                  const TensorView& out, AftCache& cache, const float* bias, int64_t L, Arena& arena,
                  int64_t tile = kAftDefaultTile);
 
-// Naive double-precision definition, for tests: q, k, v [T, C] of one sequence, contiguous,
-// queries at positions 0 .. T - 1; out [T, C].
+// Naive double-precision definition, for tests: q [T, C] of one sequence, contiguous, queries at
+// positions past .. past + T - 1 over the keys and values k, v [past + T, C] of positions
+// 0 .. past + T - 1 (past: what a cache holds before them); out [T, C].
 void aft_reference(const float* q, const float* k, const float* v, const float* bias, int64_t L,
-                   double* out, int64_t T, int64_t C);
+                   double* out, int64_t T, int64_t C, int64_t past = 0);
 
 }  // namespace retnet

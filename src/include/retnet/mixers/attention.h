@@ -108,10 +108,12 @@ void attention_chunkwise(const TensorView& q, const TensorView& k, const TensorV
                          const TensorView& out, AttentionCache& cache, Arena& arena, int64_t chunk,
                          int64_t tile = kAttentionDefaultTile, int64_t window = 0);
 
-// Naive double-precision definition, for tests: q, k [T, Dk], v [T, Dv] of one head, contiguous,
-// queries at positions 0 .. T - 1; out [T, Dv]; logsumexp [T] if not null.
+// Naive double-precision definition, for tests: q [T, Dk] of one head, contiguous, queries at
+// positions past .. past + T - 1 over the keys k [past + T, Dk] and values v [past + T, Dv] of
+// positions 0 .. past + T - 1 (past: what a cache holds before them); out [T, Dv]; logsumexp [T]
+// if not null.
 void attention_reference(const float* q, const float* k, const float* v, double* out, int64_t T,
                          int64_t Dk, int64_t Dv, double* logsumexp = nullptr,
-                         int64_t window = 0);
+                         int64_t window = 0, int64_t past = 0);
 
 }  // namespace retnet

@@ -129,9 +129,10 @@ void decay_attention_combine_records(float* acc, const float* x, int64_t sequenc
 
 // Double-precision definition, for tests: one sequence, contiguous r, k, v [T, C], from the state
 // `state` [3][C] in the layout above (nullptr: empty) -> out [T, C]. Direct sums with one maximum
-// per row, no recurrence.
+// per row, no recurrence. The state after the last token goes to `end_state` ([3][C], p the
+// largest exponent of its sums) if not null.
 void decay_attention_reference(const float* r, const float* k, const float* v, const float* w,
                                const float* u, double* out, int64_t T, int64_t C,
-                               const double* state = nullptr);
+                               const double* state = nullptr, double* end_state = nullptr);
 
 }  // namespace retnet

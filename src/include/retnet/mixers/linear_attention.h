@@ -129,9 +129,10 @@ void linear_attention_backward(Form form, const LinearAttentionGradArgs& args,
                                Arena& arena);
 
 // Double-precision recurrence over the same definition, for tests: one head, contiguous q, k
-// [T, Dk], v [T, Dv], from the state `state` [F, Dv + 1] (nullptr: empty) -> out [T, Dv].
+// [T, Dk], v [T, Dv], from the state `state` [F, Dv + 1] (nullptr: empty) -> out [T, Dv]; the
+// state after the last token goes to `end_state` (the same layout) if not null.
 void linear_attention_reference(const FeatureMap& features, const float* q, const float* k,
                                 const float* v, double* out, int64_t T, int64_t Dk, int64_t Dv,
-                                const double* state = nullptr);
+                                const double* state = nullptr, double* end_state = nullptr);
 
 }  // namespace retnet

@@ -99,5 +99,11 @@ double retention_decay_sum(double gamma, int64_t n);
 // head, contiguous; out [T, Dv].
 void retention_reference(const float* q, const float* k, const float* v, double* out, int64_t T,
                          int64_t Dk, int64_t Dv, double gamma, bool normalize_scores = true);
+// The same recurrence in double throughout, continuing a head's state: the first token at
+// absolute position `position`, from `state` [Dk, Dv + 1] (a head block of RetentionArgs::state),
+// which is left holding the state after the last token.
+void retention_reference(const double* q, const double* k, const double* v, double* out,
+                         int64_t T, int64_t Dk, int64_t Dv, double gamma, bool normalize_scores,
+                         double* state, int64_t position);
 
 }  // namespace retnet
