@@ -69,21 +69,10 @@ void Scheduler::check_drafts(Slot& slot, const std::vector<int32_t>& checked, Fi
   int64_t accepted = 0;
   for (;;) {
     session_.accept(slot.id, accepted);  // as after the pending token and the kept drafts
-    SequenceDecoder::Next pick;
-    try {
-      pick = slot.decoder->next(session_, slot.id);
-    } catch (const Error& e) {
-      if (!job.grammar) throw;
-      error = std::string("structured output failed: ") + e.what();
+    Chosen pick = choose_next(slot);
+    if (!pick.error.empty()) {
+      error = std::move(pick.error);
       break;
-    }
-    if (pick.finish != FinishReason::Eos) {
-      std::optional<TokenLogprob> lp;
-      if (job.top_logprobs >= 0)
-        lp = logprob_of(session_.logits(slot.id), pick.token, job.top_logprobs);
-      slot.generated = slot.decoder->generated();
-      metrics_.generated_tokens += 1;
-      emit(slot, pick.text, lp ? &*lp : nullptr);
     }
     // A pick that ends the stream is not fed, as after a plain step: the state stays after the
     // tokens kept so far, which `fed` lists.
