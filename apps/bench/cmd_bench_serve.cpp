@@ -171,9 +171,10 @@ Baseline generate_baseline(const Model& model, const Tokenizer& tokenizer, int64
 }
 
 std::vector<std::string> server_args(const BenchServeOptions& o, int64_t parallel,
-                                     int64_t cache_mib = 0, int64_t prefill_batch = 1) {
+                                     int64_t cache_mib = 0,
+                                     const std::string& prefill_batch = "auto") {
   return {"--prefill-batch",
-          std::to_string(prefill_batch),
+          prefill_batch,
           "-m",
           o.model,
           "--parallel",
@@ -238,9 +239,9 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
   prepare_for_inference(model, o.dtype);
   model.use_backend(o.backend);
   auto tokenizer = load_model_tokenizer(o.model);
-  ServerProcess server(with_draft(server_args(o, parallel, 0, p1 ? 0 : 1), o));
+  ServerProcess server(with_draft(server_args(o, parallel, 0, p1 ? "0" : "auto"), o));
   std::optional<ServerProcess> per_prompt;
-  if (p1) per_prompt.emplace(server_args(o, parallel, 0, 1));
+  if (p1) per_prompt.emplace(server_args(o, parallel, 0, "1"));
   std::printf(
       "retnet bench serve: %s, %lld tokens per stream, median of %d rounds; baseline: "
       "generate at batch N in-process, same prompts, alternated with the rounds\n"
@@ -296,7 +297,7 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
                               {"response_format", marked && rf},
                               {"speculative", marked && sp},
                               {"draft_model", marked && dm},
-                              {"prefill_batch", !p1 || marked ? 1 : 0},
+                              {"prefill_batch", !p1 ? "auto" : marked ? "1" : "0"},
                               {"tokens_per_s", to_json(s)},
                               {"per_stream_tokens_per_s", m.per_stream_tokens_per_s},
                               {"decode_tokens_per_s", to_json(d)},
@@ -588,7 +589,7 @@ void register_bench_serve(CLI::App* bench) {
   cmd->add_flag("--batched-prefill", o->batched_prefill,
                 "The server reads the prompts of a round together in batched passes "
                 "(--prefill-batch 0), and a second server reading one prompt per pass "
-                "(--prefill-batch 1, the default) alternates rounds with it, in rows marked +p1");
+                "(--prefill-batch 1) alternates rounds with it, in rows marked +p1");
   cmd->add_option("--seed,-s", o->seed, "Seed of the requests and the soak's choices")
       ->capture_default_str();
   cmd->callback([o = o] { run(*o); });

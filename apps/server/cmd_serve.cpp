@@ -78,12 +78,18 @@ void register_serve(CLI::App& app) {
   add_checked(cmd, "--prefill-block", o->prefill_block,
               "Prompt tokens read between two decode steps (rounded to whole chunks)",
               integer_within(1, int64_t{1} << 30));
+  const CLI::Validator batch_count = integer_within(0, 1 << 20);
   add_checked(cmd, "--prefill-batch", o->prefill_batch,
-              "Most prompts read together in one batched pass (every projection one product "
-              "over all their tokens; 0: all that the --prefill-block allows, 1: one prompt a "
-              "pass). Faster for small models, slower on some machines for large ones: see "
+              "Prompts read together in one batched pass (every projection one product over all "
+              "their tokens): auto (while a pass holds under 2^32 multiply-adds, tokens x "
+              "parameters: a small model's prompts together, a large one's one a pass), or at "
+              "most N (0: all that the --prefill-block allows, 1: one prompt a pass); see "
               "docs/server.md",
-              integer_within(0, 1 << 20));
+              CLI::Validator(
+                  [batch_count](std::string& s) {
+                    return s == "auto" ? std::string() : batch_count(s);
+                  },
+                  "auto or N"));
   add_checked(cmd, "--lookup", o->lookup,
               "Speculative decoding with prompt lookup for every request: draft the tokens that "
               "followed the latest earlier occurrence of a stream's last (up to N) tokens, check "

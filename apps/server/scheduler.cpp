@@ -313,8 +313,9 @@ void Scheduler::loop() {
 // turn: each visit takes one segment of a prompt (up to its next block boundary), and the next
 // round starts with the prompt after the last one served. Many short prompts are read in one
 // round; a long one cannot hold the others back for more than a block at a time. The round's
-// segments are read together in one batched pass (at most --prefill-batch prompts a pass): one
-// product per projection over all their tokens, each prompt's mixers from its own state. Segments
+// segments are read together in batched passes (by default while a pass is small, see
+// SchedulerOptions::prefill_batch_macs; or at most --prefill-batch prompts a pass): one product
+// per projection over all their tokens, each prompt's mixers from its own state. Segments
 // end at the same boundaries whatever the interleaving and the batching, so every prompt runs the
 // chunks it runs alone.
 void Scheduler::prefill_round() {
@@ -327,7 +328,11 @@ void Scheduler::prefill_round() {
   for (size_t i = 0; i < count; ++i)
     order[i] = prefilling_[(static_cast<size_t>(next_prefill_) + i) % count];
   std::vector<Slot*> group;
-  int64_t used = 0;
+  int64_t used = 0, group_tokens = 0;
+  auto read_group = [&] {
+    prefill_group(group);
+    group_tokens = 0;
+  };
   size_t served = 0;
   for (; served < count; ++served) {
     Slot& slot = slots_[static_cast<size_t>(order[served])];
@@ -341,7 +346,7 @@ void Scheduler::prefill_round() {
         const auto& other = member->job->prompt;
         if (end > 0 && prompt.size() >= end &&
             std::equal(other.begin(), other.begin() + end, prompt.begin())) {
-          prefill_group(group);
+          read_group();
           break;
         }
       }
@@ -350,11 +355,16 @@ void Scheduler::prefill_round() {
     const int64_t length = next_segment_end(slot) - slot.prefilled;
     if (used > 0 && used + length > block_) break;  // the next round starts with this prompt
     used += length;
+    if (!group.empty() && options_.prefill_batch == SchedulerOptions::kPrefillBatchAuto &&
+        (group_tokens + length) * model_.parameter_count() > options_.prefill_batch_macs)
+      read_group();
     group.push_back(&slot);
-    if (options_.prefill_batch > 0 && static_cast<int64_t>(group.size()) >= options_.prefill_batch)
-      prefill_group(group);
+    group_tokens += length;
+    if (options_.prefill_batch > 0 &&
+        static_cast<int64_t>(group.size()) >= options_.prefill_batch)
+      read_group();
   }
-  prefill_group(group);
+  read_group();
   // The next round starts with the first prompt not served in this one (or, when all were, with
   // this round's first) that is still being read.
   next_prefill_ = 0;

@@ -37,8 +37,15 @@ struct SchedulerOptions {
   int64_t max_queue = 64;       // jobs waiting for a slot before 429
   int64_t prefill_block = 512;  // prompt tokens per prefill pass between decode steps
   // Most prompts whose segments are read in one batched pass (--prefill-batch; 0: every prompt of
-  // the round, 1: one prompt per pass).
-  int64_t prefill_batch = 1;
+  // the round, 1: one prompt per pass, kPrefillBatchAuto: while the pass is small, below).
+  int64_t prefill_batch = kPrefillBatchAuto;
+  static constexpr int64_t kPrefillBatchAuto = -1;
+  // With kPrefillBatchAuto, a pass takes prompts while its multiply-adds (tokens x parameters)
+  // stay within this bound: smaller passes cost mostly their fixed work (threads woken for every
+  // parallel region, a layer's bookkeeping), which prompts read together pay once; larger ones
+  // are compute-bound, where reading together saves nothing and only delays the first tokens
+  // (docs/server.md#prompts-read-together).
+  int64_t prefill_batch_macs = int64_t{1} << 32;
   int64_t cache_bytes = 0;      // prompt cache capacity; 0: no cache
   std::string cache_dir;        // the prompt cache's disk tier ("": none)
   int64_t cache_dir_bytes = 0;  // its capacity

@@ -29,7 +29,8 @@ struct ServeOptions {
   std::string cache_type = "f32";  // the memory tier's states: f32 or bf16 (half the bytes)
   int64_t max_body_mib = 8;
   int64_t prefill_block = 512;
-  int64_t prefill_batch = 1;  // prompts per batched prefill pass (0: no limit)
+  // Prompts per batched prefill pass: "auto" (while a pass is small), or a count (0: no limit).
+  std::string prefill_batch = "auto";
   // Speculative decoding with prompt lookup (lookup 0: off).
   int64_t lookup = 0, draft_max = 8;
   int64_t lookup_max_streams = 1;  // speculate only while at most this many streams decode

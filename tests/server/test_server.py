@@ -147,13 +147,14 @@ def test_concurrent_streams(s):
 
 def test_batched_prefill(retnet, model, workdir):
     """Prompts that arrive together are read in batched passes and give the text each gives alone;
-    `--prefill-batch 1` reads one prompt per pass and gives the same text in more passes. A large
-    embeddings request holds the model meanwhile, so the prompts queue up and are read together."""
+    `--prefill-batch 1` reads one prompt per pass and gives the same text in more passes; the
+    default (auto) reads a small model's prompts together. A large embeddings request holds the
+    model meanwhile, so the prompts queue up and are read together."""
     prompts = [f"Prompt {i} of the batch reads " + "word " * (3 * i) for i in range(8)]
     body = lambda i: {"prompt": prompts[i], "max_tokens": 8, "temperature": 0}
     hold = {"input": ["Hold the model for a while. " * 70] * 40}
     passes, texts = {}, {}
-    for batch in ("0", "1"):
+    for batch in ("0", "1", "auto"):
         s = Server(retnet, model, workdir, f"prefill-batch-{batch}", "--parallel", "8",
                    "--state-cache-mib", "0", "--no-ui", "--prefill-batch", batch)
         try:
@@ -182,9 +183,11 @@ def test_batched_prefill(retnet, model, workdir):
                   f"text each gives alone: {[i for i in range(8) if results[i] != solo[i]]}")
         finally:
             s.stop()
-    check(texts["0"] == texts["1"], "the same text with prompts read together or one per pass")
-    check(passes["0"] < passes["1"],
-          f"prompts read together take fewer passes: {passes['0']} against {passes['1']}")
+    check(texts["0"] == texts["1"] == texts["auto"],
+          "the same text with prompts read together or one per pass")
+    for batch in ("0", "auto"):
+        check(passes[batch] < passes["1"], f"prompts read together ({batch}) take fewer passes: "
+              f"{passes[batch]} against {passes['1']}")
 
 
 def test_disconnect(s):
