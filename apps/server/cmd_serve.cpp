@@ -79,17 +79,21 @@ void register_serve(CLI::App& app) {
               "Prompt tokens read between two decode steps (rounded to whole chunks)",
               integer_within(1, int64_t{1} << 30));
   const CLI::Validator batch_count = integer_within(0, 1 << 20);
-  add_checked(cmd, "--prefill-batch", o->prefill_batch,
+  // Read once here: "auto" becomes kPrefillBatchAuto.
+  cmd->add_option_function<std::string>(
+         "--prefill-batch",
+         [o](const std::string& s) {
+           o->prefill_batch = s == "auto" ? server::kPrefillBatchAuto : std::stoll(s);
+         },
               "Prompts read together in one batched pass (every projection one product over all "
               "their tokens): auto (while a pass holds under 2^32 multiply-adds, tokens x "
               "parameters: a small model's prompts together, a large one's one a pass), or at "
               "most N (0: all that the --prefill-block allows, 1: one prompt a pass); see "
-              "docs/server.md",
-              CLI::Validator(
-                  [batch_count](std::string& s) {
-                    return s == "auto" ? std::string() : batch_count(s);
-                  },
-                  "auto or N"));
+              "docs/server.md")
+      ->check(CLI::Validator(
+          [batch_count](std::string& s) { return s == "auto" ? std::string() : batch_count(s); },
+          "auto or N"))
+      ->default_str("auto");
   add_checked(cmd, "--lookup", o->lookup,
               "Speculative decoding with prompt lookup for every request: draft the tokens that "
               "followed the latest earlier occurrence of a stream's last (up to N) tokens, check "

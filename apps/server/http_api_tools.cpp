@@ -49,8 +49,9 @@ nlohmann::json HttpApi::props_json() const {
           {"dtype", o.dtype},
           {"threads", o.threads},
           {"prefill_block", scheduler_.prefill_block()},
-          {"prefill_batch", o.prefill_batch == "auto" ? nlohmann::json("auto")
-                                                      : nlohmann::json(std::stoll(o.prefill_batch))},
+          {"prefill_batch", o.prefill_batch == kPrefillBatchAuto
+                                ? nlohmann::json("auto")
+                                : nlohmann::json(o.prefill_batch)},
           {"limits",
            {{"max_tokens", o.max_tokens},
             {"max_n", o.max_n},

@@ -329,6 +329,7 @@ void Scheduler::prefill_round() {
     order[i] = prefilling_[(static_cast<size_t>(next_prefill_) + i) % count];
   std::vector<Slot*> group;
   int64_t used = 0, group_tokens = 0;
+  const int64_t parameters = model_.parameter_count();
   auto read_group = [&] {
     prefill_group(group);
     group_tokens = 0;
@@ -355,8 +356,8 @@ void Scheduler::prefill_round() {
     const int64_t length = next_segment_end(slot) - slot.prefilled;
     if (used > 0 && used + length > block_) break;  // the next round starts with this prompt
     used += length;
-    if (!group.empty() && options_.prefill_batch == SchedulerOptions::kPrefillBatchAuto &&
-        (group_tokens + length) * model_.parameter_count() > options_.prefill_batch_macs)
+    if (!group.empty() && options_.prefill_batch == kPrefillBatchAuto &&
+        (group_tokens + length) * parameters > options_.prefill_batch_macs)
       read_group();
     group.push_back(&slot);
     group_tokens += length;

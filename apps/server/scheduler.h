@@ -24,6 +24,7 @@
 #include "job.h"
 #include "metrics.h"
 #include "prompt_cache.h"
+#include "serve_options.h"
 #include "thread_team.h"
 #include "retnet/core/core_watch.h"
 #include "retnet/infer/grammar.h"
@@ -39,7 +40,6 @@ struct SchedulerOptions {
   // Most prompts whose segments are read in one batched pass (--prefill-batch; 0: every prompt of
   // the round, 1: one prompt per pass, kPrefillBatchAuto: while the pass is small, below).
   int64_t prefill_batch = kPrefillBatchAuto;
-  static constexpr int64_t kPrefillBatchAuto = -1;
   // With kPrefillBatchAuto, a pass takes prompts while its multiply-adds (tokens x parameters)
   // stay within this bound: smaller passes cost mostly their fixed work (threads woken for every
   // parallel region, a layer's bookkeeping), which prompts read together pay once; larger ones

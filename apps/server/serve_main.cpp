@@ -143,8 +143,7 @@ void run_server(ServeOptions o) {
   so.slots = o.parallel;
   so.max_queue = o.max_queue;
   so.prefill_block = o.prefill_block;
-  so.prefill_batch = o.prefill_batch == "auto" ? SchedulerOptions::kPrefillBatchAuto
-                                               : std::stoll(o.prefill_batch);
+  so.prefill_batch = o.prefill_batch;
   so.cache_bytes = o.state_cache_mib * (int64_t{1} << 20);
   so.cache_dir = o.cache_dir;
   so.cache_dir_bytes = o.cache_dir_mib * (int64_t{1} << 20);

@@ -6,6 +6,9 @@
 
 namespace retnet::server {
 
+// --prefill-batch auto: prompts share a pass while it is small (SchedulerOptions::prefill_batch).
+inline constexpr int64_t kPrefillBatchAuto = -1;
+
 struct ServeOptions {
   std::string model, config, alias;
   std::string host = "127.0.0.1";
@@ -29,8 +32,7 @@ struct ServeOptions {
   std::string cache_type = "f32";  // the memory tier's states: f32 or bf16 (half the bytes)
   int64_t max_body_mib = 8;
   int64_t prefill_block = 512;
-  // Prompts per batched prefill pass: "auto" (while a pass is small), or a count (0: no limit).
-  std::string prefill_batch = "auto";
+  int64_t prefill_batch = kPrefillBatchAuto;  // prompts per batched pass, or a count (0: no limit)
   // Speculative decoding with prompt lookup (lookup 0: off).
   int64_t lookup = 0, draft_max = 8;
   int64_t lookup_max_streams = 1;  // speculate only while at most this many streams decode
