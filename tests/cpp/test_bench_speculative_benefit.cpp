@@ -3,11 +3,13 @@
 // model drafting for itself keeps its drafts, and options of the other mode are refused by name.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "cli_runner.h"
 
@@ -50,7 +52,7 @@ TEST(BenchSpeculativeBenefit, QuickRunWritesEveryFigure) {
   auto r = retnet::test::run_retnet(
       "bench speculative --benefit --target " + f.model.string() + " --draft " + f.model.string() +
           " --data " + f.corpus.string() +
-          " --prompts 2 --prompt-bytes 64 -n 24 --reps 1 -t 1 --json " + out.string(),
+          " --prompts 2 --prompt-bytes 64 -n 24 --reps 3 -t 1 --json " + out.string(),
       120);
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   const json res = json::parse(std::ifstream(out));
@@ -62,6 +64,17 @@ TEST(BenchSpeculativeBenefit, QuickRunWritesEveryFigure) {
     const json& p = t["prompts"][i];
     EXPECT_EQ(p["kind"].get<std::string>(), i < 2 ? "plain" : "copy");
     EXPECT_EQ(p["prompt"].get<std::string>().find("Once more") != std::string::npos, i >= 2);
+    // A prompt's ratio pairs each repetition's runs: the median of plain's time over the mode's.
+    const std::vector<double> plain = p["modes"]["plain"]["decode_s"].get<std::vector<double>>();
+    ASSERT_EQ(plain.size(), 3u);
+    for (const char* mode : {"plain", "lookup", "draft"}) {
+      const std::vector<double> s = p["modes"][mode]["decode_s"].get<std::vector<double>>();
+      ASSERT_EQ(s.size(), 3u);
+      std::vector<double> ratios = {plain[0] / s[0], plain[1] / s[1], plain[2] / s[2]};
+      std::sort(ratios.begin(), ratios.end());
+      EXPECT_NEAR(p["modes"][mode]["ratio_to_plain"].get<double>(), ratios[1], 1e-9 * ratios[1])
+          << mode;
+    }
   }
   ASSERT_EQ(t["kinds"].size(), 2u);
   for (const json& kind : t["kinds"]) {
