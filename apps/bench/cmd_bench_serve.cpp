@@ -266,8 +266,11 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
               "RSS MiB", "failed", "gen decode", "ratio", "gen e2e", "ratio");
   // One row: the median round's figures against the generate baseline; `baselines[r]` ran right
   // after `rounds[r]`, so the decode ratio is the median of the per-round ratios.
+  // `unmarked`: for a marked row, the rounds without the mark, each run right before the marked
+  // round of the same index; their ratio is the median of those pairs'.
   auto report = [&](int64_t n, const std::vector<RoundFigures>& rounds,
-                    const std::vector<Baseline>& baselines, bool marked) {
+                    const std::vector<Baseline>& baselines, bool marked,
+                    const std::vector<RoundFigures>* unmarked = nullptr) {
     std::vector<double> tps, decode, gen_decode, gen_e2e, decode_ratios;
     for (size_t r = 0; r < rounds.size(); ++r) {
       tps.push_back(rounds[r].tokens_per_s);
@@ -312,6 +315,17 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
                               {"ratio_to_generate", s.median / b.median},
                               {"generate_end_to_end_tokens_per_s", to_json(e)},
                               {"ratio_to_generate_end_to_end", s.median / e.median}});
+    if (unmarked) {
+      std::vector<double> pairs;
+      for (size_t r = 0; r < rounds.size(); ++r)
+        pairs.push_back(rounds[r].tokens_per_s / (*unmarked)[r].tokens_per_s);
+      const Summary pr = summarize(pairs);
+      std::printf("%4lld%-3s tok/s against the row without %s: %.2fx (median of the rounds' "
+                  "ratios, %.2f-%.2f)\n",
+                  static_cast<long long>(n), mark, mark, pr.median, pr.min, pr.max);
+      std::fflush(stdout);
+      out["results"].back()["ratio_to_unmarked"] = to_json(pr);
+    }
     RETNET_CHECK(failed == 0, "{} of the requests at {} streams failed", failed, n);
   };
   int64_t round = 1;
@@ -331,7 +345,7 @@ void run_throughput(const BenchServeOptions& o, nlohmann::json& out) {
       baselines.push_back(generate_baseline(model, *tokenizer, n, o.tokens, o.seed + r));
     }
     report(n, rounds, baselines, false);
-    if (marked_rows) report(n, marked_rounds, baselines, true);
+    if (marked_rows) report(n, marked_rounds, baselines, true, &rounds);
   }
   RETNET_CHECK(server.stop() == 0, "the server did not exit cleanly: {}", server.log());
   if (p1)

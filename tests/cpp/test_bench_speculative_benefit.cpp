@@ -125,7 +125,8 @@ TEST(BenchSpeculativeBenefit, RefusesOptionsOfTheOtherMode) {
 }
 
 // `retnet bench serve --draft-model`: rounds with the server's draft model alternate with rounds
-// whose requests turn it off, each row with its figures and no failed request.
+// whose requests turn it off, each row with its figures and no failed request, and the marked
+// rows with their speed against the unmarked ones.
 TEST(BenchSpeculativeBenefit, ServeAlternatesRoundsWithTheDraftModel) {
   const BenefitFiles f = benefit_files("retnet_bench_spec_serve");
   const fs::path out = f.dir / "serve.json";
@@ -142,6 +143,12 @@ TEST(BenchSpeculativeBenefit, ServeAlternatesRoundsWithTheDraftModel) {
     EXPECT_EQ(x["failed_requests"].get<int>(), 0);
     const double v = x["tokens_per_s"]["median"].get<double>();
     EXPECT_TRUE(std::isfinite(v) && v > 0) << x.dump();
+    // A marked row holds its speed against the unmarked row's rounds (one round: their ratio).
+    EXPECT_EQ(x.contains("ratio_to_unmarked"), i % 2 == 1) << x.dump();
+    if (i % 2 == 1) {
+      const double against = res["results"][i - 1]["tokens_per_s"]["median"].get<double>();
+      EXPECT_NEAR(x["ratio_to_unmarked"]["median"].get<double>(), v / against, 1e-9 * v / against);
+    }
   }
   auto bad = retnet::test::run_retnet("bench serve -m " + f.model.string() + " --draft-model " +
                                           f.model.string() + R"( --speculative '{"lookup": 2}')",
