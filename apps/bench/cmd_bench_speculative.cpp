@@ -124,8 +124,9 @@ void register_bench_speculative(CLI::App* bench) {
       "Measure what speculative decoding gains instead: each --target decodes the prompt set "
       "(plain continuation from --data's validation split, and copy-heavy: a passage, a lead-in "
       "and its start restated with small changes) plainly, with prompt lookup and with the "
-      "--draft model, the modes alternated; prints tokens/s against plain decoding, the "
-      "acceptance rate and the mean accepted length per prompt kind");
+      "--draft model, the modes alternated; prints tokens/s against plain decoding (the median "
+      "of each repetition's ratio), the acceptance rate and the mean accepted length per "
+      "prompt kind");
   for (const char* name : {"--model", "--k", "--position", "--rounds"})
     benefit->excludes(cmd->get_option(name));
   std::vector<CLI::Option*> own = {
