@@ -1,20 +1,27 @@
 #!/usr/bin/env python3
-"""Writes a copy-practice corpus from a training text: short stretches of it, and lines of
-invented words, each written twice.
+"""Writes copy-practice text for teaching a model to copy from its context, in one of two forms.
 
 Large language models learn to copy from their context because their data is full of quotation,
 revision and repetition: attention heads that find an earlier occurrence of the current text and
 continue it ("induction heads"). A small model trained briefly on Tiny Shakespeare sees little
-repetition and writes text of its own where the context asks for a copy; on natural text alone
-those heads form only after far more tokens than two cores train in hours. Text written twice
-makes copying most of the lesson, and the invented words (which nothing but the first copy
-predicts) make it the only way to learn it. It is for continuing a target of speculative
-decoding's benchmark (`retnet train --init-from`) until it copies, as deployed models do; how far
-78 minutes of it got a 41M hybrid is in docs/benchmarks.md.
+repetition and writes text of its own where the context asks for a copy; 2 M bytes of text whose
+passages and lines of invented words were each written twice did not teach a 41M hybrid to copy
+either (docs/benchmarks.md). These two forms were tried next, one after the other:
+
+  --form pairs   lines of one random word written twice ("qwxhe qwxhe"), nothing else: only
+                 copying predicts the second word, and it is most of the lesson. A 41M hybrid
+                 continued on this learnt within ~300 steps to copy the word (21 bytes back),
+                 and lost its language model meanwhile;
+  --form mixed   stretches of the training text written twice (--twice of the items) or once,
+                 and groups of three such word lines (--pairs of the items): meant to carry the
+                 copying to natural text at longer distances while the language model is
+                 relearnt. That hybrid relearnt its language model on it and kept copying the
+                 word, but did not copy from 60 bytes back or more in 500 steps
+                 (docs/benchmarks.md; `scripts/copy_loss.py` measures it).
 
 Only the text before the validation split `retnet train` holds out (the last 10%, from a line
 start) is used, so prompts taken from that split stay unseen. The output is a plain text file for
-`retnet train --data`, written atomically; the same seed gives the same file. Standard library
+`retnet train --data`, written atomically; the same options give the same file. Standard library
 only.
 """
 import argparse
@@ -31,50 +38,76 @@ def training_part(text: str) -> str:
     return text[: text.rfind("\n", 0, cut) + 1]
 
 
-def invented_line(rng: random.Random, lo: int, hi: int) -> str:
-    """Words of random letters, lo..hi bytes in all."""
-    want, line = rng.randint(lo, hi), ""
-    while len(line) < want:
-        word = "".join(rng.choice(LETTERS) for _ in range(rng.randint(2, 9)))
-        line += (" " if line else "") + word
-    return line + "\n"
+def word_pair(rng: random.Random) -> str:
+    """A line of one random word of 6-24 letters, written twice."""
+    word = "".join(rng.choice(LETTERS) for _ in range(rng.randint(6, 24)))
+    return word + " " + word + "\n"
+
+
+def pairs(rng: random.Random, size: int) -> str:
+    out, n = [], 0
+    while n < size:
+        out.append(word_pair(rng))
+        n += len(out[-1])
+    return "".join(out)
+
+
+def mixed(rng: random.Random, text: str, args) -> str:
+    out, at = [], 0
+    while at < len(text):
+        r = rng.random()
+        if r < args.pairs:
+            out.extend(word_pair(rng) for _ in range(3))
+        else:
+            n = rng.randint(args.min_bytes, args.max_bytes)
+            item, at = text[at:at + n], at + n
+            out.append(item + "\n" + item + "\n" if r < args.pairs + args.twice else item)
+    return "".join(out)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", required=True, help="the training text (e.g. data/tinyshakespeare.txt)")
-    ap.add_argument("--out", required=True, help="where the copy-practice corpus is written")
-    ap.add_argument("--min-bytes", type=int, default=24, help="shortest stretch (default 24)")
-    ap.add_argument("--max-bytes", type=int, default=256, help="longest stretch (default 256)")
-    ap.add_argument("--invented", type=float, default=0.35,
-                    help="share of the items that are lines of invented words (default 0.35)")
-    ap.add_argument("--seed", type=int, default=4)
+    ap.add_argument("--form", choices=["pairs", "mixed"], required=True)
+    ap.add_argument("--data", default="data/tinyshakespeare.txt",
+                    help="the training text (default data/tinyshakespeare.txt)")
+    ap.add_argument("--out", required=True, help="where the copy-practice text is written")
+    ap.add_argument("--bytes", type=int, default=1_500_000,
+                    help="pairs: bytes to write (default 1500000)")
+    ap.add_argument("--pairs", type=float, default=0.25,
+                    help="mixed: share of the items that are three word lines (default 0.25)")
+    ap.add_argument("--twice", type=float, default=0.4,
+                    help="mixed: share of the items that are stretches written twice (default "
+                         "0.4; the rest are written once)")
+    ap.add_argument("--min-bytes", type=int, default=64,
+                    help="mixed: shortest stretch (default 64)")
+    ap.add_argument("--max-bytes", type=int, default=512,
+                    help="mixed: longest stretch (default 512)")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="random seed (default 6 for pairs, 7 for mixed)")
     args = ap.parse_args()
     if not 8 <= args.min_bytes <= args.max_bytes:
         ap.error("need 8 <= --min-bytes <= --max-bytes")
-    if not 0 <= args.invented < 1:
-        ap.error("--invented must be in [0, 1)")
-    try:
-        with open(args.data, encoding="utf-8") as f:
-            text = training_part(f.read())
-    except (OSError, UnicodeDecodeError) as e:
-        print(f"--data {args.data}: {e}", file=sys.stderr)
-        return 1
-    rng = random.Random(args.seed)
-    out, at = [], 0
-    while at < len(text):
-        if rng.random() < args.invented:
-            item = invented_line(rng, 16, 120)
-        else:
-            n = rng.randint(args.min_bytes, args.max_bytes)
-            item, at = text[at:at + n], at + n
-        out.append(item + "\n" + item + "\n")
+    if not (0 <= args.pairs and 0 <= args.twice and args.pairs + args.twice <= 1):
+        ap.error("--pairs and --twice must be shares in [0, 1] summing to at most 1")
+    if args.bytes < 1:
+        ap.error("--bytes must be positive")
+    rng = random.Random(args.seed if args.seed is not None else 6 if args.form == "pairs" else 7)
+    if args.form == "pairs":
+        out = pairs(rng, args.bytes)
+    else:
+        try:
+            with open(args.data, encoding="utf-8") as f:
+                text = training_part(f.read())
+        except (OSError, UnicodeDecodeError) as e:
+            print(f"--data {args.data}: {e}", file=sys.stderr)
+            return 1
+        out = mixed(rng, text, args)
     tmp = args.out + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        f.write("".join(out))
+        f.write(out)
     os.replace(tmp, args.out)
-    print(f"{args.out}: {sum(map(len, out))} bytes from {args.data}'s training part")
+    print(f"{args.out}: {len(out)} bytes ({args.form})")
     return 0
 
 
