@@ -192,8 +192,10 @@ nlohmann::ordered_json bench_target(const std::string& path, const Model* draft,
       {"parameters", target.parameter_count()},
       {"config", nlohmann::ordered_json::parse(target.config().to_json())}};
   int64_t differing = 0;
-  // Per prompt: each mode's median decode seconds, tokens, and its text against plain's.
-  std::vector<std::vector<double>> median_s(P, std::vector<double>(M));
+  // Per prompt: each mode's median decode seconds, its paired ratio to plain, tokens, and its text
+  // against plain's.
+  std::vector<std::vector<double>> median_s(P, std::vector<double>(M)),
+      ratio(P, std::vector<double>(M));
   for (size_t p = 0; p < P; ++p) {
     nlohmann::ordered_json jp = {
         {"kind", prompts[p].kind}, {"prompt_tokens", ids[p].size()}, {"prompt", prompts[p].text}};
@@ -209,6 +211,7 @@ nlohmann::ordered_json bench_target(const std::string& path, const Model* draft,
         accepted += r.accepted;
       }
       median_s[p][m] = median_of(s);
+      ratio[p][m] = paired_ratio(runs, {p}, m);
       const ModeRun& first = runs[p][m][0];
       const bool same_text = first.text == runs[p][0][0].text;
       if (o.temperature == 0 && !same_text) ++differing;
@@ -218,7 +221,7 @@ nlohmann::ordered_json bench_target(const std::string& path, const Model* draft,
           {"total_s", total},
           {"prefill_s", prefill},
           {"tokens_per_s", static_cast<double>(first.generated) / median_s[p][m]},
-          {"ratio_to_plain", paired_ratio(runs, {p}, m)},
+          {"ratio_to_plain", ratio[p][m]},
           {"checks", checks},
           {"drafted_tokens", drafted},
           {"accepted_tokens", accepted},
@@ -238,29 +241,28 @@ nlohmann::ordered_json bench_target(const std::string& path, const Model* draft,
     if (of_kind.empty()) continue;
     for (size_t m = 0; m < M; ++m) {
       double seconds = 0, min_ratio = 1e300;
-      int64_t generated = 0, count = 0, checks = 0, drafted = 0, accepted = 0;
-      for (size_t p = 0; p < P; ++p) {
-        if (prompts[p].kind != kind) continue;
-        ++count;
+      int64_t generated = 0, checks = 0, drafted = 0, accepted = 0;
+      const int64_t count = static_cast<int64_t>(of_kind.size());
+      for (size_t p : of_kind) {
         seconds += median_s[p][m];
         generated += runs[p][m][0].generated;
-        min_ratio = std::min(min_ratio, paired_ratio(runs, {p}, m));
+        min_ratio = std::min(min_ratio, ratio[p][m]);
         for (const ModeRun& r : runs[p][m]) {
           checks += r.checks;
           drafted += r.drafted;
           accepted += r.accepted;
         }
       }
-      const double ratio = paired_ratio(runs, of_kind, m);
+      const double kind_ratio = paired_ratio(runs, of_kind, m);
       const double acceptance = drafted ? static_cast<double>(accepted) / drafted : 0.0;
       const double mean_len = checks ? static_cast<double>(accepted) / checks : 0.0;
       std::printf("%-6s %-7s %8lld %10.1f %6.2fx %8.2fx %8.1f%% %9.2f %7lld\n", kind.c_str(),
-                  modes[m].c_str(), (long long)count, generated / seconds, ratio, min_ratio,
+                  modes[m].c_str(), (long long)count, generated / seconds, kind_ratio, min_ratio,
                   100 * acceptance, mean_len, (long long)checks);
       jk["modes"].push_back({{"mode", modes[m]},
                              {"prompts", count},
                              {"tokens_per_s", generated / seconds},
-                             {"ratio_to_plain", ratio},
+                             {"ratio_to_plain", kind_ratio},
                              {"min_prompt_ratio", min_ratio},
                              {"acceptance_rate", acceptance},
                              {"mean_accepted_length", mean_len},
