@@ -21,7 +21,7 @@ either (docs/benchmarks.md). These forms were tried next:
   --form lines   lines of random words, --min-bytes to --max-bytes long (default 8-24), each
                  written twice on consecutive lines. Copying from far back did not form when
                  taught at once (lines of 8-160 bytes: a 2-layer model, ours or PyTorch's, stayed
-                 at the letters' entropy for 3,000 steps), but it forms at short distance and
+                 at the letters' entropy for 900-3,000 steps), but it forms at short distance, and
                  then carries over as the distance doubles: 8-24, 8-48, 8-96, 8-192 bytes, each
                  stage started from the one before (docs/benchmarks.md).
 
