@@ -36,6 +36,8 @@ import random
 import sys
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
+# Per form: default seed, shortest and longest stretch or line (bytes).
+FORM_DEFAULTS = {"pairs": (6, 64, 512), "mixed": (7, 64, 512), "lines": (8, 8, 24)}
 
 
 def training_part(text: str) -> str:
@@ -50,10 +52,11 @@ def word_pair(rng: random.Random) -> str:
     return word + " " + word + "\n"
 
 
-def pairs(rng: random.Random, size: int) -> str:
+def fill(size: int, make_item) -> str:
+    """Items from make_item() until they hold at least size bytes."""
     out, n = [], 0
     while n < size:
-        out.append(word_pair(rng))
+        out.append(make_item())
         n += len(out[-1])
     return "".join(out)
 
@@ -65,15 +68,6 @@ def invented_line(rng: random.Random, min_bytes: int, max_bytes: int) -> str:
         line += (" " if line else "") + "".join(
             rng.choice(LETTERS) for _ in range(rng.randint(2, 9)))
     return line + "\n"
-
-
-def lines(rng: random.Random, size: int, min_bytes: int, max_bytes: int) -> str:
-    out, n = [], 0
-    while n < size:
-        line = invented_line(rng, min_bytes, max_bytes)
-        out.append(line + line)
-        n += 2 * len(line)
-    return "".join(out)
 
 
 def mixed(rng: random.Random, text: str, args) -> str:
@@ -92,7 +86,7 @@ def mixed(rng: random.Random, text: str, args) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--form", choices=["pairs", "mixed", "lines"], required=True)
+    ap.add_argument("--form", choices=sorted(FORM_DEFAULTS), required=True)
     ap.add_argument("--data", default="data/tinyshakespeare.txt",
                     help="the training text (default data/tinyshakespeare.txt)")
     ap.add_argument("--out", required=True, help="where the copy-practice text is written")
@@ -110,22 +104,25 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=None,
                     help="random seed (default 6 for pairs, 7 for mixed, 8 for lines)")
     args = ap.parse_args()
+    default_seed, default_min, default_max = FORM_DEFAULTS[args.form]
     if args.min_bytes is None:
-        args.min_bytes = 8 if args.form == "lines" else 64
+        args.min_bytes = default_min
     if args.max_bytes is None:
-        args.max_bytes = 24 if args.form == "lines" else 512
+        args.max_bytes = default_max
     if not 8 <= args.min_bytes <= args.max_bytes:
         ap.error("need 8 <= --min-bytes <= --max-bytes")
     if not (0 <= args.pairs and 0 <= args.twice and args.pairs + args.twice <= 1):
         ap.error("--pairs and --twice must be shares in [0, 1] summing to at most 1")
     if args.bytes < 1:
         ap.error("--bytes must be positive")
-    default_seed = {"pairs": 6, "mixed": 7, "lines": 8}[args.form]
     rng = random.Random(args.seed if args.seed is not None else default_seed)
     if args.form == "pairs":
-        out = pairs(rng, args.bytes)
+        out = fill(args.bytes, lambda: word_pair(rng))
     elif args.form == "lines":
-        out = lines(rng, args.bytes, args.min_bytes, args.max_bytes)
+        def line_twice() -> str:
+            line = invented_line(rng, args.min_bytes, args.max_bytes)
+            return line + line
+        out = fill(args.bytes, line_twice)
     else:
         try:
             with open(args.data, encoding="utf-8") as f:
