@@ -4,13 +4,19 @@ and on the second copy of text written twice, at three distances:
 
   sameline  a random word of 20 letters and the same word after a space (21 bytes back);
   invented  a line of random words (~60 bytes) written again on the next line;
-  corpus    120 bytes of the validation split written again on the next line.
+  corpus    120 bytes of the validation split written again on the next line;
+  prompt    the shape of `retnet bench speculative --benefit`'s copy-heavy prompts: ~480 bytes
+            of the validation split, the lead-in "Once more, the same words as before:" and the
+            passage's first quarter restated (its first comma a semicolon); scored over the rest
+            of the passage, ~520 bytes back.
 
-Each follows ~300 bytes of the validation split (the last 10% of --data, which `retnet train`
-holds out). A model that copies at that distance predicts the second copy far better than the
-first (near 0 for random letters); one that does not scores both alike. The model is run with
-`retnet logits` (chunkwise); the positions and texts come from --seed, so two models can be
-compared on the same ones. Needs numpy (Debian: python3-numpy, with /usr/bin/python3).
+Each of the first three follows ~300 bytes of the validation split (the last 10% of --data, which
+`retnet train` holds out). A model that copies at that distance predicts the second copy far
+better than the first (near 0 for random letters); one that does not scores both alike. Beside
+the losses it prints the share of the second copy's bytes that are the model's most likely next
+byte: what greedy prompt lookup needs to keep its drafts. The model is run with `retnet logits`
+(chunkwise); the positions and texts come from --seed, so two models can be compared on the same
+ones. Needs numpy (Debian: python3-numpy, with /usr/bin/python3).
 """
 import argparse
 import os
@@ -52,22 +58,42 @@ def main() -> int:
                 rng.choice(LETTERS) for _ in range(rng.randint(2, 9)))
         return line
 
-    losses = {"sameline": [], "invented": [], "corpus": []}
+    prompt_rng = random.Random(args.seed + 1)  # its own, so the other kinds' texts stay put
+
+    def prompt_shape():
+        """A passage from a line start, the lead-in, its first quarter restated; the rest."""
+        start = val.find("\n", prompt_rng.randint(0, len(val) - 1500)) + 1
+        passage = val[start:val.find("\n", start + 480) + 1]
+        cut = passage.rfind(" ", 0, len(passage) // 4) + 1
+        head = passage[:cut].replace(",", ";", 1)
+        lead = passage + "\nOnce more, the same words as before:\n\n" + head
+        return passage[:cut], passage[cut:], lead
+
+    losses = {"sameline": [], "invented": [], "corpus": [], "prompt": []}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.trials):
             for kind in losses:
-                lead = val[rng.randint(0, len(val) - 2000):][:300] + "\n"
-                if kind == "sameline":
-                    item = "".join(rng.choice(LETTERS) for _ in range(20))
-                    seq = lead + item + " " + item + "\n"
+                if kind == "prompt":
+                    # Scored as a copy of the passage's rest: first reading, then after lead.
+                    before, item, lead = prompt_shape()
+                    seq = lead + item
+                    first, second = len(before.encode()) - 1, len(lead.encode()) - 1
+                    n = len(item.encode()) + 1
+                    ids = list(seq.encode())
+                    assert ids[first + 1:first + n] == ids[second + 1:second + n]
                 else:
-                    item = words(60) if kind == "invented" else \
-                        val[rng.randint(0, len(val) - 400):][:120]
-                    seq = lead + item + "\n" + item + "\n"
-                ids = list(seq.encode())
-                n = len(item.encode())
-                first = len(lead.encode())
-                second = first + n + 1
+                    lead = val[rng.randint(0, len(val) - 2000):][:300] + "\n"
+                    if kind == "sameline":
+                        item = "".join(rng.choice(LETTERS) for _ in range(20))
+                        seq = lead + item + " " + item + "\n"
+                    else:
+                        item = words(60) if kind == "invented" else \
+                            val[rng.randint(0, len(val) - 400):][:120]
+                        seq = lead + item + "\n" + item + "\n"
+                    ids = list(seq.encode())
+                    n = len(item.encode())
+                    first = len(lead.encode())
+                    second = first + n + 1
                 out = os.path.join(tmp, "logits.npy")
                 run = subprocess.run([args.retnet, "logits", "-m", args.model, "--tokens",
                                       ",".join(map(str, ids)), "-o", out, "-t", "1",
@@ -82,10 +108,13 @@ def main() -> int:
                 def loss(at):  # the copy's bytes after its first, each predicted from before it
                     return -np.mean([logp[i - 1, ids[i]] for i in range(at + 1, at + n)])
 
-                losses[kind].append((loss(first), loss(second)))
-    for kind, pairs in losses.items():
-        a, b = np.mean(pairs, axis=0)
-        print(f"{kind:9s} first copy {a:.2f}  second copy {b:.2f} nats/byte")
+                hits = np.mean([logits[i - 1].argmax() == ids[i]
+                                for i in range(second + 1, second + n)])
+                losses[kind].append((loss(first), loss(second), hits))
+    for kind, rows in losses.items():
+        a, b, hit = np.mean(rows, axis=0)
+        print(f"{kind:9s} first copy {a:.2f}  second copy {b:.2f} nats/byte  "
+              f"(second copy's bytes the model's first choice: {100 * hit:.0f}%)")
     return 0
 
 
