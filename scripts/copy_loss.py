@@ -4,6 +4,9 @@ and on the second copy of text written twice, at three distances:
 
   sameline  a random word of 20 letters and the same word after a space (21 bytes back);
   invented  a line of random words (~60 bytes) written again on the next line;
+  skipped   such a line, another such line, then the first again (~120 bytes back): only its
+            content says where the copy is, where "invented" can also be learnt as "repeat the
+            line above";
   corpus    120 bytes of the validation split written again on the next line;
   prompt    the shape of `retnet bench speculative --benefit`'s copy-heavy prompts: ~480 bytes
             of the validation split, the lead-in "Once more, the same words as before:" and the
@@ -51,14 +54,15 @@ def main() -> int:
         return 1
     rng = random.Random(args.seed)
 
-    def words(size):
+    def words(size, rng=rng):
         line = ""
         while len(line) < size:
             line += (" " if line else "") + "".join(
                 rng.choice(LETTERS) for _ in range(rng.randint(2, 9)))
         return line
 
-    prompt_rng = random.Random(args.seed + 1)  # its own, so the other kinds' texts stay put
+    # The later kinds draw from generators of their own, so the first three kinds' texts stay put.
+    skip_rng, prompt_rng = random.Random(args.seed + 2), random.Random(args.seed + 1)
 
     def prompt_shape():
         """A passage from a line start, the lead-in, its first quarter restated; the rest."""
@@ -69,7 +73,7 @@ def main() -> int:
         lead = passage + "\nOnce more, the same words as before:\n\n" + head
         return passage[:cut], passage[cut:], lead
 
-    losses = {"sameline": [], "invented": [], "corpus": [], "prompt": []}
+    losses = {"sameline": [], "invented": [], "skipped": [], "corpus": [], "prompt": []}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.trials):
             for kind in losses:
@@ -81,6 +85,15 @@ def main() -> int:
                     n = len(item.encode()) + 1
                     ids = list(seq.encode())
                     assert ids[first + 1:first + n] == ids[second + 1:second + n]
+                elif kind == "skipped":
+                    start = val.find("\n", skip_rng.randint(0, len(val) - 2000)) + 1
+                    lead = val[start:val.find("\n", start + 300) + 1]
+                    item, other = words(60, skip_rng), words(60, skip_rng)
+                    seq = lead + item + "\n" + other + "\n" + item + "\n"
+                    ids = list(seq.encode())
+                    n = len(item.encode())
+                    first = len(lead.encode())
+                    second = len(ids) - n - 1
                 else:
                     lead = val[rng.randint(0, len(val) - 2000):][:300] + "\n"
                     if kind == "sameline":
