@@ -172,15 +172,13 @@ def main() -> int:
                          "lead-in, restated with small changes")
     ap.add_argument("--min-bytes", type=int, default=None,
                     help="mixed: shortest stretch (default 64); lines, shuffled: shortest line "
-                         "(default 8); "
-                         "stage: shortest line and stretch written twice (default 16)")
+                         "(default 8); stage: shortest line and stretch written twice (default 16)")
     ap.add_argument("--max-bytes", type=int, default=None,
                     help="mixed: longest stretch (default 512); lines, shuffled: longest line "
                          "(default 24); stage: longest line and stretch written twice (default 48)")
     ap.add_argument("--seed", type=int, default=None,
                     help="random seed (default 6 for pairs, 7 for mixed, 8 for lines, 17 for "
-                         "shuffled; for stage "
-                         "min-bytes * 1000 + max-bytes)")
+                         "shuffled; for stage min-bytes * 1000 + max-bytes)")
     args = ap.parse_args()
     default_seed, default_min, default_max = FORM_DEFAULTS[args.form]
     if args.min_bytes is None:
