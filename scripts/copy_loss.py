@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Does a byte-level model copy from its context? Prints its loss (nats per byte) on the first
-and on the second copy of text written twice, at three distances:
+and on the second copy of text written twice, in five settings:
 
   sameline  a random word of 20 letters and the same word after a space (21 bytes back);
   invented  a line of random words (~60 bytes) written again on the next line;
