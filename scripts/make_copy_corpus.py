@@ -41,6 +41,9 @@ either (docs/benchmarks.md). These forms were tried next:
                  model that had learnt the line above learnt this in 3,000 + 3,000 steps
                  (lines of 8-24, then 8-64 bytes), and then copied the copy-heavy prompts'
                  passages, text it had never been trained on (docs/benchmarks.md).
+                 --text-blocks makes that share of the blocks from consecutive lines of the
+                 training text, and --once that share of the items a stretch of it written
+                 once: copying by content on natural text while the language model is kept.
 
 Only the text before the validation split `retnet train` holds out (the last 10%, from a line
 start) is used, so prompts taken from that split stay unseen. The output is a plain text file for
@@ -136,8 +139,30 @@ def stage(rng: random.Random, text: str, args) -> str:
     return fill(args.bytes, item)
 
 
-def shuffled_block(rng: random.Random, args) -> str:
-    """Invented lines, a blank line, the same lines in another order, a blank line."""
+def text_lines(rng: random.Random, text_line_list: list, count: int) -> list:
+    """count consecutive non-empty lines of the training text from a random place."""
+    for _ in range(100_000):
+        at = rng.randrange(0, len(text_line_list) - count)
+        lines = text_line_list[at:at + count]
+        if all(line.strip() for line in lines):
+            return lines
+    sys.exit(f"the training text has no run of {count} non-empty lines to make a block of")
+
+
+def shuffled_block(rng: random.Random, args, text_line_list: list = None) -> str:
+    """Invented lines (or, --text-blocks of the time, lines of the training text; --once of the
+    time a stretch of it written once instead), a blank line, the same lines in another order,
+    a blank line."""
+    if args.text_blocks or args.once:
+        r = rng.random()
+        if r < args.once:
+            return stretch(rng, "".join(text_line_list), 64, 512) + "\n"
+        if r < args.once + args.text_blocks:
+            lines = text_lines(rng, text_line_list, rng.randint(args.min_lines, args.max_lines))
+            order = lines[:]
+            while len(lines) > 1 and order == lines:
+                rng.shuffle(order)
+            return "".join(lines) + "\n" + "".join(order) + "\n"
     lines = [invented_line(rng, args.min_bytes, args.max_bytes)
              for _ in range(rng.randint(args.min_lines, args.max_lines))]
     order = lines[:]
@@ -167,6 +192,12 @@ def main() -> int:
                     help="shuffled: fewest lines in a block (default 3)")
     ap.add_argument("--max-lines", type=int, default=6,
                     help="shuffled: most lines in a block (default 6)")
+    ap.add_argument("--text-blocks", type=float, default=0.0,
+                    help="shuffled: share of the blocks made of consecutive lines of the "
+                         "training text instead of invented ones (default 0)")
+    ap.add_argument("--once", type=float, default=0.0,
+                    help="shuffled: share of the items that are a stretch of 64-512 bytes of "
+                         "the training text written once, to keep the language model (default 0)")
     ap.add_argument("--lead-in", action="store_true",
                     help="stage: write each stretch's second time after the copy-heavy prompts' "
                          "lead-in, restated with small changes")
@@ -191,6 +222,8 @@ def main() -> int:
         ap.error("--pairs and --twice must be shares in [0, 1] summing to at most 1")
     if not (0 <= args.lines and args.lines + args.twice <= 1):
         ap.error("--lines and --twice must be shares in [0, 1] summing to at most 1")
+    if not (0 <= args.text_blocks and 0 <= args.once and args.text_blocks + args.once <= 1):
+        ap.error("--text-blocks and --once must be shares in [0, 1] summing to at most 1")
     if not 1 <= args.min_lines <= args.max_lines:
         ap.error("need 1 <= --min-lines <= --max-lines")
     if args.bytes < 1:
@@ -205,7 +238,7 @@ def main() -> int:
             line = invented_line(rng, args.min_bytes, args.max_bytes)
             return line + line
         out = fill(args.bytes, line_twice)
-    elif args.form == "shuffled":
+    elif args.form == "shuffled" and not (args.text_blocks or args.once):
         out = fill(args.bytes, lambda: shuffled_block(rng, args))
     else:
         try:
@@ -218,7 +251,16 @@ def main() -> int:
             print(f"--data {args.data}: its training part ({len(text)} bytes) is too short for "
                   f"stretches of {args.max_bytes} bytes", file=sys.stderr)
             return 1
-        out = mixed(rng, text, args) if args.form == "mixed" else stage(rng, text, args)
+        if args.form == "shuffled":
+            text_line_list = text.splitlines(keepends=True)
+            if len(text_line_list) < args.max_lines + 1000:
+                print(f"--data {args.data}: its training part has too few lines", file=sys.stderr)
+                return 1
+            out = fill(args.bytes, lambda: shuffled_block(rng, args, text_line_list))
+        elif args.form == "mixed":
+            out = mixed(rng, text, args)
+        else:
+            out = stage(rng, text, args)
     tmp = args.out + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(out)
