@@ -22,13 +22,13 @@ byte: what greedy prompt lookup needs to keep its drafts. The model is run with 
 ones. Needs numpy (Debian: python3-numpy, with /usr/bin/python3).
 """
 import argparse
-import os
 import random
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
+
+from byte_logits import next_byte_scores
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
@@ -107,16 +107,11 @@ def main() -> int:
                     n = len(item.encode())
                     first = len(lead.encode())
                     second = first + n + 1
-                out = os.path.join(tmp, "logits.npy")
-                run = subprocess.run([args.retnet, "logits", "-m", args.model, "--tokens",
-                                      ",".join(map(str, ids)), "-o", out, "-t", "1",
-                                      "--mode", "chunkwise"], capture_output=True, text=True)
-                if run.returncode != 0:
-                    print(f"retnet logits failed: {run.stderr.strip()}", file=sys.stderr)
+                try:
+                    logits, logp = next_byte_scores(args.retnet, args.model, ids, tmp)
+                except RuntimeError as e:
+                    print(e, file=sys.stderr)
                     return 1
-                logits = np.load(out).astype(np.float64)
-                logp = logits - logits.max(1, keepdims=True)
-                logp -= np.log(np.exp(logp).sum(1, keepdims=True))
 
                 def loss(at):  # the copy's bytes after its first, each predicted from before it
                     return -np.mean([logp[i - 1, ids[i]] for i in range(at + 1, at + n)])
