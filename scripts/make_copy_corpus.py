@@ -84,12 +84,14 @@ def fill(size: int, make_item) -> str:
     return "".join(out)
 
 
-def invented_line(rng: random.Random, min_bytes: int, max_bytes: int) -> str:
-    """A line of random words of 2-9 letters, min_bytes to max_bytes long (a word may overrun)."""
+def invented_line(rng: random.Random, min_bytes: int, max_bytes: int,
+                  letters: str = LETTERS) -> str:
+    """A line of random words of 2-9 of letters, min_bytes to max_bytes long (a word may
+    overrun)."""
     want, line = rng.randint(min_bytes, max_bytes), ""
     while len(line) < want:
         line += (" " if line else "") + "".join(
-            rng.choice(LETTERS) for _ in range(rng.randint(2, 9)))
+            rng.choice(letters) for _ in range(rng.randint(2, 9)))
     return line + "\n"
 
 
@@ -130,7 +132,7 @@ def stage(rng: random.Random, text: str, args) -> str:
     def item() -> str:
         r = rng.random()
         if r < args.lines:
-            line = invented_line(rng, args.min_bytes, args.max_bytes)
+            line = invented_line(rng, args.min_bytes, args.max_bytes, args.letters)
             return line + line
         if r < args.lines + args.twice:
             passage = stretch(rng, text, args.min_bytes, args.max_bytes)
@@ -163,7 +165,7 @@ def shuffled_block(rng: random.Random, args, text_line_list: list = None) -> str
             while len(lines) > 1 and order == lines:
                 rng.shuffle(order)
             return "".join(lines) + "\n" + "".join(order) + "\n"
-    lines = [invented_line(rng, args.min_bytes, args.max_bytes)
+    lines = [invented_line(rng, args.min_bytes, args.max_bytes, args.letters)
              for _ in range(rng.randint(args.min_lines, args.max_lines))]
     order = lines[:]
     while len(lines) > 1 and order == lines:
@@ -198,6 +200,10 @@ def main() -> int:
     ap.add_argument("--once", type=float, default=0.0,
                     help="shuffled: share of the items that are a stretch of 64-512 bytes of "
                          "the training text written once, to keep the language model (default 0)")
+    ap.add_argument("--letters", default=LETTERS,
+                    help="lines, stage, shuffled: the letters invented words are made of "
+                         "(default a-z; a few, e.g. abcdef, make a letter's successor no clue to "
+                         "where a copy is)")
     ap.add_argument("--lead-in", action="store_true",
                     help="stage: write each stretch's second time after the copy-heavy prompts' "
                          "lead-in, restated with small changes")
@@ -226,6 +232,9 @@ def main() -> int:
         ap.error("--text-blocks and --once must be shares in [0, 1] summing to at most 1")
     if not 1 <= args.min_lines <= args.max_lines:
         ap.error("need 1 <= --min-lines <= --max-lines")
+    if not args.letters or " " in args.letters or "\n" in args.letters or \
+            not args.letters.isascii() or not args.letters.isprintable():
+        ap.error("--letters must be printable ASCII without spaces")
     if args.bytes < 1:
         ap.error("--bytes must be positive")
     if default_seed is None:
@@ -235,7 +244,7 @@ def main() -> int:
         out = fill(args.bytes, lambda: word_pair(rng))
     elif args.form == "lines":
         def line_twice() -> str:
-            line = invented_line(rng, args.min_bytes, args.max_bytes)
+            line = invented_line(rng, args.min_bytes, args.max_bytes, args.letters)
             return line + line
         out = fill(args.bytes, line_twice)
     elif args.form == "shuffled" and not (args.text_blocks or args.once):
