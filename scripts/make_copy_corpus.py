@@ -151,26 +151,27 @@ def text_lines(rng: random.Random, text_line_list: list, count: int) -> list:
     sys.exit(f"the training text has no run of {count} non-empty lines to make a block of")
 
 
-def shuffled_block(rng: random.Random, args, text_line_list: list = None) -> str:
-    """Invented lines (or, --text-blocks of the time, lines of the training text; --once of the
-    time a stretch of it written once instead), a blank line, the same lines in another order,
-    a blank line."""
-    if args.text_blocks or args.once:
-        r = rng.random()
-        if r < args.once:
-            return stretch(rng, "".join(text_line_list), 64, 512) + "\n"
-        if r < args.once + args.text_blocks:
-            lines = text_lines(rng, text_line_list, rng.randint(args.min_lines, args.max_lines))
-            order = lines[:]
-            while len(lines) > 1 and order == lines:
-                rng.shuffle(order)
-            return "".join(lines) + "\n" + "".join(order) + "\n"
-    lines = [invented_line(rng, args.min_bytes, args.max_bytes, args.letters)
-             for _ in range(rng.randint(args.min_lines, args.max_lines))]
+def listed_then_shuffled(rng: random.Random, lines: list) -> str:
+    """lines, a blank line, the same lines in another order, a blank line."""
     order = lines[:]
     while len(lines) > 1 and order == lines:
         rng.shuffle(order)
     return "".join(lines) + "\n" + "".join(order) + "\n"
+
+
+def shuffled_block(rng: random.Random, args, text: str = "", text_line_list: list = None) -> str:
+    """Invented lines listed then shuffled; or, --text-blocks of the time, lines of the training
+    text so; or, --once of the time, a stretch of it written once."""
+    if args.text_blocks or args.once:
+        r = rng.random()
+        if r < args.once:
+            return stretch(rng, text, 64, 512) + "\n"
+        if r < args.once + args.text_blocks:
+            count = rng.randint(args.min_lines, args.max_lines)
+            return listed_then_shuffled(rng, text_lines(rng, text_line_list, count))
+    return listed_then_shuffled(rng, [invented_line(rng, args.min_bytes, args.max_bytes,
+                                                    args.letters)
+                                      for _ in range(rng.randint(args.min_lines, args.max_lines))])
 
 
 def main() -> int:
@@ -265,7 +266,7 @@ def main() -> int:
             if len(text_line_list) < args.max_lines + 1000:
                 print(f"--data {args.data}: its training part has too few lines", file=sys.stderr)
                 return 1
-            out = fill(args.bytes, lambda: shuffled_block(rng, args, text_line_list))
+            out = fill(args.bytes, lambda: shuffled_block(rng, args, text, text_line_list))
         elif args.form == "mixed":
             out = mixed(rng, text, args)
         else:
