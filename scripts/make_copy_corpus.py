@@ -84,6 +84,12 @@ def fill(size: int, make_item) -> str:
     return "".join(out)
 
 
+def alphabet(rng: random.Random, args) -> str:
+    """One of --letters' alphabets, at random (no draw when there is one, so a file made with one
+    alphabet is the same as before there could be several)."""
+    return args.alphabets[0] if len(args.alphabets) == 1 else rng.choice(args.alphabets)
+
+
 def invented_line(rng: random.Random, min_bytes: int, max_bytes: int,
                   letters: str = LETTERS) -> str:
     """A line of random words of 2-9 of letters, min_bytes to max_bytes long (a word may
@@ -132,7 +138,7 @@ def stage(rng: random.Random, text: str, args) -> str:
     def item() -> str:
         r = rng.random()
         if r < args.lines:
-            line = invented_line(rng, args.min_bytes, args.max_bytes, args.letters)
+            line = invented_line(rng, args.min_bytes, args.max_bytes, alphabet(rng, args))
             return line + line
         if r < args.lines + args.twice:
             passage = stretch(rng, text, args.min_bytes, args.max_bytes)
@@ -169,8 +175,8 @@ def shuffled_block(rng: random.Random, args, text: str = "", text_line_list: lis
         if r < args.once + args.text_blocks:
             count = rng.randint(args.min_lines, args.max_lines)
             return listed_then_shuffled(rng, text_lines(rng, text_line_list, count))
-    return listed_then_shuffled(rng, [invented_line(rng, args.min_bytes, args.max_bytes,
-                                                    args.letters)
+    letters = alphabet(rng, args)
+    return listed_then_shuffled(rng, [invented_line(rng, args.min_bytes, args.max_bytes, letters)
                                       for _ in range(rng.randint(args.min_lines, args.max_lines))])
 
 
@@ -204,7 +210,9 @@ def main() -> int:
     ap.add_argument("--letters", default=LETTERS,
                     help="lines, stage, shuffled: the letters invented words are made of "
                          "(default a-z; a few, e.g. abcdef, make a letter's successor no clue to "
-                         "where a copy is)")
+                         "where a copy is); several alphabets split by commas (abcdef,"
+                         "abcdefghijklmnopqrstuvwxyz): each line, or each shuffled block, takes "
+                         "one at random")
     ap.add_argument("--lead-in", action="store_true",
                     help="stage: write each stretch's second time after the copy-heavy prompts' "
                          "lead-in, restated with small changes")
@@ -233,9 +241,9 @@ def main() -> int:
         ap.error("--text-blocks and --once must be shares in [0, 1] summing to at most 1")
     if not 1 <= args.min_lines <= args.max_lines:
         ap.error("need 1 <= --min-lines <= --max-lines")
-    if not args.letters or " " in args.letters or "\n" in args.letters or \
-            not args.letters.isascii() or not args.letters.isprintable():
-        ap.error("--letters must be printable ASCII without spaces")
+    args.alphabets = args.letters.split(",")
+    if not all(a and " " not in a and a.isascii() and a.isprintable() for a in args.alphabets):
+        ap.error("--letters must be alphabets of printable ASCII without spaces, split by commas")
     if args.bytes < 1:
         ap.error("--bytes must be positive")
     if default_seed is None:
@@ -245,7 +253,7 @@ def main() -> int:
         out = fill(args.bytes, lambda: word_pair(rng))
     elif args.form == "lines":
         def line_twice() -> str:
-            line = invented_line(rng, args.min_bytes, args.max_bytes, args.letters)
+            line = invented_line(rng, args.min_bytes, args.max_bytes, alphabet(rng, args))
             return line + line
         out = fill(args.bytes, line_twice)
     elif args.form == "shuffled" and not (args.text_blocks or args.once):
