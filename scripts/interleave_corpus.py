@@ -10,8 +10,9 @@ parts likewise, so the output's last ~10% holds only items its inputs held out. 
 atomically. Standard library only.
 """
 import argparse
-import os
 import sys
+
+from make_copy_corpus import training_part, write_atomically
 
 
 def items(text: str) -> list:
@@ -32,9 +33,8 @@ def items(text: str) -> list:
 
 def split(text: str) -> tuple:
     """(training part, validation part): cut at the line start `retnet train` holds out from."""
-    cut = len(text) - len(text) // 10
-    cut = text.rfind("\n", 0, cut) + 1
-    return text[:cut], text[cut:]
+    train = training_part(text)
+    return train, text[len(train):]
 
 
 def alternate(lists: list) -> list:
@@ -64,10 +64,7 @@ def main() -> int:
         print("an input has no items in its training or validation part", file=sys.stderr)
         return 1
     out = "\n\n".join(train) + "\n\n" + "\n\n".join(val) + "\n\n"
-    tmp = args.out + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(out)
-    os.replace(tmp, args.out)
+    write_atomically(args.out, out)
     print(f"{args.out}: {len(out)} bytes, {len(train)} + {len(val)} items")
     return 0
 

@@ -69,6 +69,14 @@ def training_part(text: str) -> str:
     return text[: text.rfind("\n", 0, cut) + 1]
 
 
+def write_atomically(path: str, text: str) -> None:
+    """Writes text to path through a temporary file, so a reader never sees half of it."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
 def word_pair(rng: random.Random) -> str:
     """A line of one random word of 6-24 letters, written twice."""
     word = "".join(rng.choice(LETTERS) for _ in range(rng.randint(6, 24)))
@@ -279,10 +287,7 @@ def main() -> int:
             out = mixed(rng, text, args)
         else:
             out = stage(rng, text, args)
-    tmp = args.out + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(out)
-    os.replace(tmp, args.out)
+    write_atomically(args.out, out)
     print(f"{args.out}: {len(out)} bytes ({args.form})")
     return 0
 
