@@ -40,7 +40,10 @@ either (docs/benchmarks.md). These forms were tried next:
                  where its copy is, which is what copying a quoted passage needs. A 2-layer
                  model that had learnt the line above learnt this in 3,000 + 3,000 steps
                  (lines of 8-24, then 8-64 bytes), and then copied the copy-heavy prompts'
-                 passages, text it had never been trained on (docs/benchmarks.md).
+                 passages, text it had never been trained on (docs/benchmarks.md). A small
+                 hybrid (retention, attention every fourth layer) learnt it with six-letter
+                 words first (--letters abcdef), then those blocks alternated with 26-letter
+                 and corpus ones (scripts/interleave_corpus.py): ~3,000 steps in all.
                  --text-blocks makes that share of the blocks from consecutive lines of the
                  training text, and --once that share of the items a stretch of it written
                  once: copying by content on natural text while the language model is kept.
