@@ -23,6 +23,7 @@ import tempfile
 import numpy as np
 
 from byte_logits import next_byte_scores
+from make_copy_corpus import is_shuffled_copy
 
 
 def block_pairs(text: str) -> list:
@@ -32,7 +33,7 @@ def block_pairs(text: str) -> list:
     pairs, i = [], 0
     while i + 1 < len(pieces):
         a, b = pieces[i], pieces[i + 1]
-        if a != b and sorted(a.split("\n")) == sorted(b.split("\n")):
+        if is_shuffled_copy(a, b):
             pairs.append((a, b))
             i += 2
         else:

@@ -12,7 +12,7 @@ atomically. Standard library only.
 import argparse
 import sys
 
-from make_copy_corpus import training_part, write_atomically
+from make_copy_corpus import is_shuffled_copy, training_part, write_atomically
 
 
 def items(text: str) -> list:
@@ -22,7 +22,7 @@ def items(text: str) -> list:
     while i < len(pieces):
         a = pieces[i]
         b = pieces[i + 1] if i + 1 < len(pieces) else None
-        if b is not None and a != b and sorted(a.split("\n")) == sorted(b.split("\n")):
+        if b is not None and is_shuffled_copy(a, b):
             out.append(a + "\n\n" + b)
             i += 2
         else:

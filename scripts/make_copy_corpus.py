@@ -112,6 +112,12 @@ def invented_line(rng: random.Random, min_bytes: int, max_bytes: int,
     return line + "\n"
 
 
+def invented_line_twice(rng: random.Random, args) -> str:
+    """An invented line of one of --letters' alphabets, written twice on consecutive lines."""
+    line = invented_line(rng, args.min_bytes, args.max_bytes, alphabet(rng, args))
+    return line + line
+
+
 def mixed(rng: random.Random, text: str, args) -> str:
     out, at = [], 0
     while at < len(text):
@@ -149,8 +155,7 @@ def stage(rng: random.Random, text: str, args) -> str:
     def item() -> str:
         r = rng.random()
         if r < args.lines:
-            line = invented_line(rng, args.min_bytes, args.max_bytes, alphabet(rng, args))
-            return line + line
+            return invented_line_twice(rng, args)
         if r < args.lines + args.twice:
             passage = stretch(rng, text, args.min_bytes, args.max_bytes)
             return passage + LEAD_IN + restated(rng, passage) if args.lead_in else passage * 2
@@ -166,6 +171,11 @@ def text_lines(rng: random.Random, text_line_list: list, count: int) -> list:
         if all(line.strip() for line in lines):
             return lines
     sys.exit(f"the training text has no run of {count} non-empty lines to make a block of")
+
+
+def is_shuffled_copy(listing: str, copy: str) -> bool:
+    """Whether copy is listing's lines in another order (a shuffled block's two halves)."""
+    return listing != copy and sorted(listing.split("\n")) == sorted(copy.split("\n"))
 
 
 def listed_then_shuffled(rng: random.Random, lines: list) -> str:
@@ -263,10 +273,7 @@ def main() -> int:
     if args.form == "pairs":
         out = fill(args.bytes, lambda: word_pair(rng))
     elif args.form == "lines":
-        def line_twice() -> str:
-            line = invented_line(rng, args.min_bytes, args.max_bytes, alphabet(rng, args))
-            return line + line
-        out = fill(args.bytes, line_twice)
+        out = fill(args.bytes, lambda: invented_line_twice(rng, args))
     elif args.form == "shuffled" and not (args.text_blocks or args.once):
         out = fill(args.bytes, lambda: shuffled_block(rng, args))
     else:
